@@ -1,0 +1,348 @@
+"""The command line: list, info, run, report. A thin layer: parse, validate, hand over.
+
+Progress and notes go to stderr, results to stdout. Every BenchError becomes one
+line and an exit code (2 for bad input); tracebacks only with --verbose.
+"""
+
+from __future__ import annotations
+
+import datetime
+import difflib
+import shlex
+import signal
+import socket
+import sys
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from gpuipc_bench import __version__
+from gpuipc_bench.config import RunConfig, check_writable
+from gpuipc_bench.errors import BenchError, NoGpuError, UsageError, WorkerFailed
+from gpuipc_bench.sizes import format_size, parse_sizes
+
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+
+
+def _stdout() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+class SizesType(click.ParamType):
+    name = "SIZES"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_sizes(value)
+        except UsageError as e:
+            self.fail(str(e), param, ctx)
+
+
+class DevicesType(click.ParamType):
+    name = "DEVICES"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            devices = tuple(int(item) for item in str(value).split(","))
+        except ValueError:
+            self.fail(f"'{value}' is not a comma-separated list of GPU indices (e.g. 0 or 0,1)", param, ctx)
+        if any(d < 0 for d in devices):
+            self.fail(f"'{value}': GPU indices start at 0", param, ctx)
+        if len(set(devices)) != len(devices):
+            self.fail(f"'{value}' names a GPU twice", param, ctx)
+        return devices
+
+
+class BenchCommandError(click.ClickException):
+    """A BenchError shown the click way: 'Error: ...' on stderr and its exit code."""
+
+    def __init__(self, error: BenchError):
+        super().__init__(str(error))
+        self.exit_code = error.exit_code
+
+
+class BenchGroup(click.Group):
+    """Turns our errors and signals into messages and exit codes, for every command."""
+
+    def invoke(self, ctx):
+        previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, _raise_terminated)
+        try:
+            return super().invoke(ctx)
+        except BenchError as e:
+            raise BenchCommandError(e) from None
+        except KeyboardInterrupt:
+            _stderr().print("[red]interrupted[/]: workers stopped, results so far kept")
+            sys.exit(EXIT_SIGINT)
+        except _Terminated:
+            _stderr().print("[red]terminated[/]: workers stopped, results so far kept")
+            sys.exit(EXIT_SIGTERM)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+
+class _Terminated(BaseException):
+    """SIGTERM, raised where the parent is so that every `finally` runs its cleanup."""
+
+
+def _raise_terminated(signum, frame):
+    raise _Terminated()
+
+
+@click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="gpuipc-bench")
+def cli():
+    """Measure the ways of moving data between processes on one GPU node.
+
+    \b
+    Paths: cudaMemcpy staging through host memory, CUDA IPC mapping, host mmap of
+    pinned memory, peer access between GPUs, and a CPU-only shared-memory baseline.
+    Each runs across forked worker processes, verified, next to the hardware
+    ceiling measured in the same run.
+
+    \b
+    gpuipc-bench list                 which scenarios can run here, and why not
+    gpuipc-bench info                 GPUs, links, driver and CUDA versions
+    gpuipc-bench run                  every scenario that can run here
+    gpuipc-bench run -s ipc           one scenario
+    gpuipc-bench report RUN.csv       summary tables of a results file
+    """
+
+
+def _scenarios():
+    from gpuipc_bench.scenarios import SCENARIOS
+
+    return SCENARIOS
+
+
+@cli.command("list")
+def list_cmd():
+    """List the scenarios and whether each can run on this machine (and if not, why)."""
+    from rich.table import Table
+
+    from gpuipc_bench.machine import probe
+
+    machine = probe()
+    table = Table(title="scenarios", title_justify="left")
+    for column in ("scenario", "what it measures", "GPUs", "workers", "runs here"):
+        table.add_column(column)
+    for scenario in _scenarios().values():
+        reason = scenario.waive_reason(machine)
+        workers = f"{scenario.min_workers}" if scenario.min_workers == scenario.max_workers \
+            else f"{scenario.min_workers}-{scenario.max_workers}"
+        table.add_row(scenario.name, scenario.summary, str(scenario.gpus_needed), workers,
+                      "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}")
+    _stdout().print(table)
+
+
+@cli.command()
+def info():
+    """Describe this machine: CPU, GPUs, PCIe and NVLink topology, MIG/MPS, driver and CUDA."""
+    from gpuipc_bench.machine import probe, render_info
+
+    render_info(probe(), _stdout())
+
+
+@cli.command()
+@click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME",
+              help="Scenario to run (repeatable). Default: every scenario that can run here.")
+@click.option("--sizes", type=SizesType(), default=None,
+              help="Message sizes: a range doubling from A to B (4KiB..1GiB), with a step "
+                   "(4..1G:x4), or a list (4K,64K,1M). K/M/G are powers of 1024, kB/MB/GB of 1000. "
+                   "Default: 4 B..1 GiB in steps of 4 (host: up to 64 MiB).")
+@click.option("--iterations", "-n", type=int, default=20, show_default=True,
+              help="Timed samples per size (each sample is a batch of transfers).")
+@click.option("--warmup", type=int, default=3, show_default=True,
+              help="Untimed samples per size before the timed ones.")
+@click.option("--devices", type=DevicesType(), default=None,
+              help="GPU indices to use, e.g. 0 or 0,1 (CUDA numbering). Default: GPU 0 (and 1 for peer).")
+@click.option("--workers", type=int, default=None,
+              help="Worker processes per scenario, where the scenario allows more than 2.")
+@click.option("--out", "-o", type=click.Path(dir_okay=True, path_type=Path), default=None,
+              help="CSV file to write. Default: results/<UTC time>-<host>.csv")
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--timeout", type=float, default=60.0, show_default=True,
+              help="Seconds a worker may go without progress before the run is ended.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary; just the CSV path.")
+@click.option("--verbose", "-v", is_flag=True, help="Show worker tracebacks on failure.")
+def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force, timeout, quiet, verbose):
+    """Run scenarios across forked workers and write one tidy CSV (one row per sample).
+
+    Where there is no GPU, the GPU scenarios are skipped with a note and the host
+    baseline runs. Naming a GPU scenario with --scenario on such a machine is an
+    error.
+    """
+    from gpuipc_bench.machine import probe
+
+    registry = _scenarios()
+    names = _resolve_names(scenario_names, registry)
+    config = RunConfig(
+        scenarios=tuple(names), sizes=sizes, iterations=iterations, warmup=warmup,
+        devices=devices, workers=workers, out=out, timeout=timeout, quiet=quiet, verbose=verbose,
+    )
+    out = out or _default_out()
+    check_writable(out, force)
+
+    machine = probe()
+    if devices:
+        machine.check_devices(devices)
+    plan, waived = _plan(config, registry, machine, explicit=bool(scenario_names))
+    err = _stderr()
+    if waived and not quiet:
+        for name, reason in waived:
+            err.print(f"[yellow]skipped[/] {name}: {reason}")
+
+    _run_plan(plan, config, machine, out, err, quiet, verbose)
+
+
+def _resolve_names(requested, registry) -> list[str]:
+    for name in requested:
+        if name not in registry:
+            close = difflib.get_close_matches(name, registry, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; choose from {', '.join(registry)}"
+            raise UsageError(f"--scenario {name}: no such scenario{hint}")
+    return list(dict.fromkeys(requested)) or list(registry)
+
+
+def _plan(config, registry, machine, explicit):
+    """The scenarios to run with their workers, and the ones waived with a reason."""
+    plan, waived = [], []
+    for name in config.scenarios:
+        scenario = registry[name]
+        reason = scenario.waive_reason(machine)
+        if reason is not None:
+            if explicit:
+                error = NoGpuError if machine.gpu_count < scenario.gpus_needed else BenchError
+                raise error(f"scenario {name} cannot run here: {reason}")
+            waived.append((name, reason))
+            continue
+        if config.workers is not None and not scenario.min_workers <= config.workers <= scenario.max_workers:
+            if explicit or len(config.scenarios) == 1:
+                raise UsageError(f"--workers {config.workers}: scenario {name} takes "
+                                 f"{scenario.min_workers} to {scenario.max_workers} workers")
+            waived.append((name, f"takes {scenario.min_workers} to {scenario.max_workers} workers, "
+                                 f"--workers is {config.workers}"))
+            continue
+        plan.append((scenario, scenario.workers(config, machine)))
+    if not plan:
+        raise UsageError("nothing to run: every scenario was skipped (see above)")
+    return plan, waived
+
+
+def _default_out() -> Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("results") / f"{stamp}-{socket.gethostname()}.csv"
+
+
+def _metadata(config: RunConfig, machine) -> dict[str, str]:
+    from gpuipc_bench.results import SCHEMA_VERSION
+
+    meta = {
+        "tool_version": __version__,
+        "schema_version": str(SCHEMA_VERSION),
+        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "gpuipc-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "scenarios": ",".join(config.scenarios),
+        "iterations": str(config.iterations),
+        "warmup": str(config.warmup),
+    }
+    meta.update(machine.metadata())
+    return meta
+
+
+def _run_plan(plan, config, machine, out, err, quiet, verbose):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from gpuipc_bench.launcher import run_scenario
+    from gpuipc_bench.results import ResultsFile
+
+    results = ResultsFile(out, _metadata(config, machine))
+    results.write(partial=True, status="running")
+    failures: list[tuple[str, BenchError]] = []
+    done: list[str] = []
+    progress = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), console=err, disable=quiet, transient=False)
+    try:
+        with progress:
+            for scenario, specs in plan:
+                task = progress.add_task(scenario.name, total=scenario.progress_total(config, specs))
+                outcome = run_scenario(
+                    scenario, config, specs,
+                    on_row=lambda row: results.add([row]),
+                    on_progress=lambda n, task=task: progress.advance(task, n),
+                )
+                if outcome.error is not None:
+                    failures.append((scenario.name, outcome.error))
+                    progress.update(task, description=f"[red]{scenario.name}")
+                else:
+                    done.append(scenario.name)
+                results.write(partial=bool(failures), status=_status(done, failures, running=True))
+    except BaseException:
+        results.write(partial=True, status="interrupted; " + _status(done, failures))
+        raise
+    results.write(partial=bool(failures), status=_status(done, failures))
+
+    if not quiet:
+        from gpuipc_bench.report import render_terminal
+
+        render_terminal(results.frame, results.metadata, _stdout())
+    for name, error in failures:
+        err.print(f"[red]error[/] in scenario {name}: {error}", soft_wrap=True)
+        if verbose and isinstance(error, WorkerFailed) and error.traceback_text:
+            err.print(error.traceback_text, markup=False, highlight=False)
+    rows = len(results.frame)
+    err.print(f"wrote {out} ({rows} rows{', partial' if failures else ''})")
+    if quiet:
+        click.echo(str(out))
+    if failures:
+        raise BenchError(f"{len(failures)} of {len(plan)} scenarios failed; samples taken before "
+                         f"the failure are kept in {out}")
+
+
+def _status(done, failures, running=False) -> str:
+    parts = []
+    if done:
+        parts.append("completed: " + ",".join(done))
+    if failures:
+        parts.append("failed: " + "; ".join(f"{name} ({err})" for name, err in failures))
+    if running:
+        parts.append("running")
+    return "; ".join(parts) or "nothing run"
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True,
+              help="table: for the terminal; markdown: to paste into a GitHub issue.")
+def report(files, fmt):
+    """Summarise results CSVs: median and spread per path, variant and size, against the ceiling."""
+    from gpuipc_bench.report import load_runs, render_markdown, render_terminal
+
+    runs = load_runs(files)
+    for path, (frame, meta) in zip(files, runs):
+        if frame.empty:
+            raise BenchError(f"{path}: the run holds no samples (status: {meta.get('status', 'unknown')})")
+        if fmt == "markdown":
+            click.echo(render_markdown(frame, meta))
+        else:
+            render_terminal(frame, meta, _stdout())
+
+
+def main():
+    cli(prog_name="gpuipc-bench")
+
+
+if __name__ == "__main__":
+    main()
+
+
+__all__ = ["cli", "main", "format_size"]

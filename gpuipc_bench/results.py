@@ -1,0 +1,450 @@
+"""The results table and its CSV file (schema version 1).
+
+One row per sample, tidy long format (see COLUMNS). The CSV carries the machine
+facts with it, so a file pasted into an issue stands alone:
+
+    # gpuipc-bench results
+    # schema_version: 1
+    # host: node17
+    # gpu.0.name: NVIDIA H100 80GB HBM3
+    scenario,path,variant,metric,...
+    ipc,ipc,ce,bandwidth,...
+
+Metadata is a flat str -> str dict, one `# key: value` line each; backslashes,
+newlines and carriage returns in values are escaped as \\\\, \\n and \\r.
+Files are written atomically (temp file in the same folder, fsync, rename), after
+every scenario, so a crash keeps what was measured and says the run is partial.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from gpuipc_bench.errors import ResultsFormatError
+
+SCHEMA_VERSION = 1
+MAGIC = "# gpuipc-bench results"
+
+COLUMNS: tuple[str, ...] = (
+    "scenario",  # scenario module name, e.g. 'ipc'
+    "path",  # staging, ipc, mmap, peer, host, barrier, ceiling
+    "variant",  # pinned, ce, sm, push, ...; ceiling rows: 'd2d@0', 'peer@0>1'; setup rows: the operation
+    "metric",  # bandwidth | latency | setup
+    "src",  # '0', '1', ... or 'host'
+    "dst",
+    "bytes",  # bytes moved by one transfer
+    "iteration",  # 0-based sample index
+    "batch",  # transfers timed together in this sample
+    "seconds",  # per transfer (sample time / batch); latency: one-way; setup: the operation
+    "bandwidth_gbps",  # bytes / seconds / 1e9, one direction; NaN unless metric is bandwidth
+    "verified",  # True/False; empty (NA) for setup rows
+    "workers",  # processes in the run
+    "sharing",  # exclusive, time-sliced, mps, mig, none
+    "ceiling",  # the variant of the ceiling rows this row is compared with; '' if none
+)
+
+PATHS: tuple[str, ...] = ("staging", "ipc", "mmap", "peer", "host", "barrier", "ceiling")
+METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
+SHARING: tuple[str, ...] = ("exclusive", "time-sliced", "mps", "mig", "none")
+
+STR_COLUMNS = ("scenario", "path", "variant", "metric", "src", "dst", "sharing", "ceiling")
+INT_COLUMNS = ("bytes", "iteration", "batch", "workers")
+FLOAT_COLUMNS = ("seconds", "bandwidth_gbps")
+BOOL_COLUMNS = ("verified",)
+
+_DEFAULTS: dict[str, Any] = {
+    "scenario": "",
+    "path": "",
+    "variant": "",
+    "metric": "bandwidth",
+    "src": "",
+    "dst": "",
+    "bytes": 0,
+    "iteration": 0,
+    "batch": 1,
+    "seconds": math.nan,
+    "bandwidth_gbps": None,  # None: computed for bandwidth rows, NaN otherwise
+    "verified": None,
+    "workers": 1,
+    "sharing": "none",
+    "ceiling": "",
+}
+
+_META_KEY_RE = re.compile(r"^[^\s:#][^:\n\r]*$")
+
+
+# --------------------------------------------------------------------------- rows
+
+
+def new_row(**fields: Any) -> dict[str, Any]:
+    """One result row with every column, in COLUMNS order.
+
+    `seconds` is required. Unknown keys, an unknown metric, a non-integral byte count and the like raise
+    ValueError (a bug in the scenario, not a user error). `src`/`dst` may be given
+    as device indices (0 -> '0'). For metric 'bandwidth', bandwidth_gbps is computed
+    from bytes / seconds when not given.
+    """
+    unknown = sorted(set(fields) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"unknown result column(s): {', '.join(unknown)} (known: {', '.join(COLUMNS)})")
+    row = {**_DEFAULTS, **fields}
+
+    for col in STR_COLUMNS:
+        value = row[col]
+        row[col] = "" if value is None else str(value)
+    if row["metric"] not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {row['metric']!r}")
+    for col in INT_COLUMNS:
+        row[col] = _as_int(col, row[col])
+    if row["batch"] < 1:
+        raise ValueError(f"batch must be at least 1, not {row['batch']}")
+    if row["iteration"] < 0 or row["bytes"] < 0 or row["workers"] < 0:
+        raise ValueError("bytes, iteration and workers must not be negative")
+    row["seconds"] = _as_float("seconds", row["seconds"])
+    if math.isnan(row["seconds"]):
+        raise ValueError("seconds is required (per transfer; latency: one-way; setup: the operation)")
+
+    gbps = row["bandwidth_gbps"]
+    if row["metric"] == "bandwidth":
+        if gbps is None or (isinstance(gbps, float) and math.isnan(gbps)):
+            seconds = row["seconds"]
+            gbps = row["bytes"] / seconds / 1e9 if seconds > 0 and math.isfinite(seconds) else math.nan
+        row["bandwidth_gbps"] = _as_float("bandwidth_gbps", gbps)
+    else:
+        if gbps is not None and not (isinstance(gbps, float) and math.isnan(gbps)):
+            raise ValueError(f"bandwidth_gbps is only for bandwidth rows, not {row['metric']} rows")
+        row["bandwidth_gbps"] = math.nan
+
+    verified = row["verified"]
+    if verified is not None and verified is not pd.NA:
+        if not isinstance(verified, (bool, np.bool_)):
+            raise ValueError(f"verified must be True, False or None, not {verified!r}")
+        verified = bool(verified)
+    row["verified"] = None if verified is pd.NA else verified
+    return {col: row[col] for col in COLUMNS}
+
+
+def _as_int(col: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{col} must be an integer, not {value!r}")
+    try:
+        out = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{col} must be an integer, not {value!r}") from None
+    if out != value:
+        raise ValueError(f"{col} must be a whole number, not {value!r}")
+    return out
+
+
+def _as_float(col: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{col} must be a number, not {value!r}") from None
+
+
+def empty_frame() -> pd.DataFrame:
+    """A results frame with no rows and the right columns and dtypes."""
+    return typed_frame(pd.DataFrame({col: [] for col in COLUMNS}))
+
+
+def typed_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Give the COLUMNS their dtypes (str, int64, float64, nullable boolean) and order;
+    extra columns are kept after them, unchanged."""
+    out = pd.DataFrame(index=range(len(df)))
+    values = df.reset_index(drop=True)
+    for col in STR_COLUMNS:
+        out[col] = values[col].fillna("").astype(str) if len(values) else pd.Series([], dtype=str)
+    for col in INT_COLUMNS:
+        out[col] = values[col].astype("int64")
+    for col in FLOAT_COLUMNS:
+        out[col] = values[col].astype("float64")
+    for col in BOOL_COLUMNS:
+        out[col] = values[col].astype("boolean")
+    extra = [c for c in values.columns if c not in COLUMNS]
+    out = out[list(COLUMNS)]
+    for col in extra:
+        out[col] = values[col]
+    return out
+
+
+# --------------------------------------------------------------------------- writing
+
+
+class ResultsFile:
+    """The results of one run, written to `path` after every scenario.
+
+    rf = ResultsFile(Path("run.csv"), {"host": "node17", ...})
+    rf.add(rows); rf.write(partial=True, status="running")   # after each scenario
+    rf.write(partial=False)                                   # at the end
+    """
+
+    def __init__(self, path: Path, metadata: Mapping[str, str] | None = None):
+        self.path = Path(path)
+        self.metadata: dict[str, str] = {}
+        for key, value in (metadata or {}).items():
+            self.set_meta(key, value)
+        self._rows: list[dict[str, Any]] = []
+
+    def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append rows (dicts as made by new_row; they are checked again)."""
+        self._rows.extend(new_row(**row) for row in rows)
+
+    def set_meta(self, key: str, value: Any) -> None:
+        key = str(key).strip()
+        if not _META_KEY_RE.match(key):
+            raise ValueError(f"bad metadata key {key!r}: keys are one line, without ':', not starting with '#'")
+        self.metadata[key] = str(value)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        if not self._rows:
+            return empty_frame()
+        return typed_frame(pd.DataFrame.from_records(self._rows, columns=list(COLUMNS)))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def write(self, partial: bool, status: str = "complete") -> None:
+        """Write everything measured so far, atomically; `partial` says the run did not finish."""
+        self.set_meta("partial", "true" if partial else "false")
+        self.set_meta("status", status)
+        write_results(self.path, self.frame, self.metadata)
+
+
+def write_results(path: Path, df: pd.DataFrame, metadata: Mapping[str, str]) -> None:
+    """Write `df` with `metadata` as a schema-1 results CSV, atomically.
+
+    The text goes to a temp file in the same folder, is flushed and fsynced, then
+    renamed over `path`; on any failure the temp file is removed and `path` is left
+    as it was.
+    """
+    path = Path(path)
+    text = format_results(df, metadata)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o666 & ~_umask())
+        os.replace(tmp_name, path)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(path.parent)
+
+
+def format_results(df: pd.DataFrame, metadata: Mapping[str, str]) -> str:
+    """The CSV text: the '#' header lines, then the table."""
+    lines = [MAGIC, f"# schema_version: {SCHEMA_VERSION}"]
+    for key, value in metadata.items():
+        if key == "schema_version":
+            continue  # always ours, written above
+        if not _META_KEY_RE.match(str(key)):
+            raise ValueError(f"bad metadata key {key!r}")
+        lines.append(f"# {key}: {_escape(str(value))}")
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"results frame lacks column(s): {', '.join(missing)}")
+    ordered = df[list(COLUMNS) + [c for c in df.columns if c not in COLUMNS]]
+    table = ordered.to_csv(index=False, lineterminator="\n", na_rep="")
+    return "\n".join(lines) + "\n" + table
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", lambda m: {"n": "\n", "r": "\r"}.get(m.group(1), m.group(1)), value)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
+    """Read a results CSV: (typed frame, metadata). Any problem with the file raises
+    ResultsFormatError, one line, naming the file. Zero rows is valid; unknown extra
+    columns are kept (as strings)."""
+    path = Path(path)
+
+    def bad(reason: str) -> ResultsFormatError:
+        return ResultsFormatError(f"{path}: {reason}")
+
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise bad("no such file") from None
+    except IsADirectoryError:
+        raise bad("is a directory, not a results file") from None
+    except OSError as exc:
+        raise bad(f"cannot read it ({exc.strerror or exc})") from None
+
+    if not raw.strip():
+        raise bad("the file is empty")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise bad("not a gpuipc-bench results file (binary data, not UTF-8 text)") from None
+    if "\x00" in text:
+        raise bad("not a gpuipc-bench results file (binary data: it contains NUL bytes)")
+    text = text.removeprefix("\ufeff")
+
+    lines = text.split("\n")
+    first = lines[0].rstrip()
+    if first != MAGIC:
+        shown = first if len(first) <= 60 else first[:57] + "..."
+        raise bad(f"not a gpuipc-bench results file (first line is {shown!r}, expected {MAGIC!r})")
+
+    metadata: dict[str, str] = {}
+    body_start = len(lines)
+    for i in range(1, len(lines)):
+        line = lines[i].rstrip("\r")
+        if line.startswith("#"):
+            key, sep, value = line[1:].partition(":")
+            if sep and key.strip():
+                metadata[key.strip()] = _unescape(value[1:] if value.startswith(" ") else value)
+            continue  # a '#' line without 'key: value' is a comment
+        if not line.strip():
+            continue
+        body_start = i
+        break
+
+    _check_schema(metadata, bad)
+    body = "\n".join(lines[body_start:])
+    if not body.strip():
+        raise bad("no column header line after the metadata (the file is truncated)")
+    try:
+        df = _parse_table(body, bad, first_line=body_start + 1)
+    except ResultsFormatError:
+        raise
+    except (csv.Error, ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        raise bad(f"cannot parse the table: {message}") from None
+    return df, metadata
+
+
+def _check_schema(metadata: dict[str, str], bad) -> None:
+    version_text = metadata.get("schema_version")
+    if version_text is None:
+        raise bad("no '# schema_version:' line in the header")
+    try:
+        version = int(version_text.strip())
+    except ValueError:
+        raise bad(f"schema_version {version_text!r} is not a number") from None
+    if version > SCHEMA_VERSION:
+        raise bad(
+            f"written by a newer gpuipc-bench (schema {version}); this one reads schema {SCHEMA_VERSION}"
+        )
+    if version < 1:
+        raise bad(f"unknown schema_version {version}")
+
+
+def _parse_table(body: str, bad, first_line: int = 1) -> pd.DataFrame:
+    reader = csv.reader(io.StringIO(body, newline=""), strict=True)
+    header = next(reader)
+    header = [name.strip() for name in header]
+    dupes = sorted({name for name in header if header.count(name) > 1})
+    if dupes:
+        raise bad(f"duplicate column(s): {', '.join(dupes)}")
+    missing = [c for c in COLUMNS if c not in header]
+    if missing:
+        raise bad(f"missing column(s): {', '.join(missing)}")
+    records: list[list[str]] = []
+    for record in reader:
+        if not record:
+            continue  # blank line
+        if len(record) != len(header):
+            raise bad(
+                f"line {first_line - 1 + reader.line_num}: {len(record)} fields, "
+                f"expected {len(header)} (the file may be truncated)"
+            )
+        records.append(record)
+    raw = pd.DataFrame(records, columns=header, dtype=object) if records else pd.DataFrame(
+        {name: pd.Series([], dtype=object) for name in header}
+    )
+
+    converted: dict[str, Any] = {}
+    for col in STR_COLUMNS:
+        converted[col] = raw[col].astype(object)
+    bad_metric = raw["metric"][~raw["metric"].isin(METRICS)]
+    if len(bad_metric):
+        raise bad(f"unknown metric {bad_metric.iloc[0]!r} (expected one of {', '.join(METRICS)})")
+    for col in INT_COLUMNS:
+        converted[col] = [_cell_int(col, v, bad) for v in raw[col]]
+    converted["seconds"] = [_cell_float("seconds", v, bad, required=True) for v in raw["seconds"]]
+    converted["bandwidth_gbps"] = [_cell_float("bandwidth_gbps", v, bad) for v in raw["bandwidth_gbps"]]
+    converted["verified"] = [_cell_bool(v, bad) for v in raw["verified"]]
+    for col in header:
+        if col not in COLUMNS:
+            converted[col] = raw[col].astype(object)
+    frame = pd.DataFrame(converted, columns=list(COLUMNS) + [c for c in header if c not in COLUMNS])
+    if not records:
+        frame = frame.astype({c: "int64" for c in INT_COLUMNS} | {c: "float64" for c in FLOAT_COLUMNS})
+    return typed_frame(frame)
+
+
+_INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
+_TRUE = {"true", "1", "yes"}
+_FALSE = {"false", "0", "no"}
+
+
+def _cell_int(col: str, value: str, bad) -> int:
+    if not _INT_RE.match(value) or len(value.strip()) > 19:
+        raise bad(f"column {col}: {value!r} is not an integer")
+    return int(value)
+
+
+def _cell_float(col: str, value: str, bad, required: bool = False) -> float:
+    if not value.strip():
+        if required:
+            raise bad(f"column {col}: empty value")
+        return math.nan
+    try:
+        return float(value)
+    except ValueError:
+        raise bad(f"column {col}: {value!r} is not a number") from None
+
+
+def _cell_bool(value: str, bad) -> Any:
+    text = value.strip().lower()
+    if not text:
+        return pd.NA
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise bad(f"column verified: {value!r} is not True or False")

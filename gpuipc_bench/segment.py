@@ -1,0 +1,344 @@
+"""The shared-memory segment every worker of one scenario run sees (like simpleIPC's shared struct).
+
+The parent creates it before forking; the forked workers inherit the mapping. The
+backing file is unlinked right after it is created, so no exit path (not even
+SIGKILL of the parent) can leave anything behind in /dev/shm.
+
+Layout, in 128-byte lines (two cache lines, so that the adjacent-line prefetcher
+does not make neighbours share one), as int64 words:
+
+    line 0                 header: magic, layout version, nworkers, mailbox_slots
+    line 1                 abort word (0: running, else the abort code)
+    nworkers lines         epoch of each worker (the barrier's hot word; only that worker writes it)
+    nworkers lines         info of each worker: pid, device, phase code, phase nbytes,
+                           phase iteration, heartbeat (time.monotonic_ns)
+    2 * nworkers lines     handle table: per worker 4 slots of 64 bytes
+                           (cudaIpcMemHandle, cudaIpcEventHandle, 2 spare)
+    mailbox_slots lines    mailbox: one int64 word per line (sequence numbers, timestamps)
+
+Words are read and written through `memoryview(mmap).cast("q")`: about 50 ns an
+access in CPython. CPython stores an item with an 8-byte memcpy that compiles to
+one store, and every word is 8-byte aligned (the mapping is page-aligned), so no
+reader sees half a word on x86-64 or aarch64.
+
+Ordering: x86-64 is TSO: stores become visible in program order and loads are
+not reordered with older loads, so whoever sees a worker's new epoch (or mailbox
+value) also sees what that worker stored before it. aarch64 makes no such
+promise for plain stores and CPython emits no fence between two Python-level
+stores; there the hand-over is ordered in practice, not by contract, and
+scenarios must not rely on it for data they do not verify.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import secrets
+import tempfile
+import time
+
+from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, BenchError
+
+PREFIX = "gpuipc-bench-"
+MAGIC = int.from_bytes(b"gpuipcSG", "little")
+LAYOUT_VERSION = 1
+
+LINE = 128  # bytes per line
+_WPL = LINE // 8  # int64 words per line
+HANDLE_BYTES = 64
+HANDLE_SLOTS = 4
+_HANDLE_LINES = HANDLE_SLOTS * HANDLE_BYTES // LINE  # per worker
+
+PHASES = ("idle", "setup", "warmup", "sample", "latency", "barrier", "teardown", "done")
+_PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
+
+# Info line fields (word offsets inside a worker's info line).
+_PID, _DEVICE, _PHASE, _NBYTES, _ITERATION, _HEARTBEAT = range(6)
+
+# Word indices of the fixed lines.
+_MAGIC_W, _VERSION_W, _NWORKERS_W, _SLOTS_W = 0, 1, 2, 3
+ABORT_INDEX = 1 * _WPL
+
+# The wait policy shared by the barrier and the mailbox.
+SPIN_SECONDS = 2e-4  # spin tightly this long
+YIELD_SECONDS = 1e-3  # then os.sched_yield() this long
+SLEEP_FIRST = 1e-5  # then sleep, doubling from this ...
+SLEEP_MAX = 1e-3  # ... up to this
+_CHECK_EVERY = 63  # spinning: look at the clock and the abort word every 64 reads
+
+_sched_yield = getattr(os, "sched_yield", lambda: time.sleep(0))
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def default_spin_seconds(nworkers: int) -> float:
+    """SPIN_SECONDS, or 0 when the workers outnumber the CPUs: a spinning waiter then
+    only takes the CPU away from the worker it waits for (8 workers on 2 cores:
+    ~1 ms a crossing with spinning, ~60 us without)."""
+    return SPIN_SECONDS if nworkers <= usable_cpus() else 0.0
+
+
+def _token() -> str:
+    """The random part of a segment's name (a test replaces it to predict the name)."""
+    return secrets.token_hex(8)
+
+
+def _shm_dir() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def spin_wait(words, index: int, target: int, deadline: float,
+              spin_seconds: float = SPIN_SECONDS, yield_seconds: float = YIELD_SECONDS) -> bool:
+    """Wait until words[index] >= target: spin, then yield, then sleep with back-off.
+
+    True once reached, False past `deadline` (a time.monotonic() value); raises
+    BarrierAborted as soon as the abort word is set.
+    """
+    clock = time.monotonic
+    start = clock()
+    spin_end = min(start + spin_seconds, deadline)
+    n = 0
+    while words[index] < target:
+        n += 1
+        if not n & _CHECK_EVERY:
+            if words[ABORT_INDEX]:
+                raise BarrierAborted("run aborted")
+            if clock() >= spin_end:
+                break
+    else:
+        return True
+    yield_end = min(spin_end + yield_seconds, deadline)
+    while words[index] < target:
+        if words[ABORT_INDEX]:
+            raise BarrierAborted("run aborted")
+        _sched_yield()
+        if clock() >= yield_end:
+            break
+    else:
+        return True
+    delay = SLEEP_FIRST
+    while words[index] < target:
+        if words[ABORT_INDEX]:
+            raise BarrierAborted("run aborted")
+        left = deadline - clock()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, SLEEP_MAX)
+    return True
+
+
+class Segment:
+    """One run's shared memory. Create with Segment.create() in the parent, then fork."""
+
+    def __init__(self, mm: mmap.mmap, name: str, nworkers: int, mailbox_slots: int):
+        self.name = name
+        self.nworkers = nworkers
+        self.mailbox_slots = mailbox_slots
+        self._mm = mm
+        self._view = memoryview(mm)
+        self.words = self._view.cast("q")  # int64 words; for hot loops with *_index()
+        self._closed = False
+        self.spin_seconds = default_spin_seconds(nworkers)  # for wait_until and Barrier
+        n = nworkers
+        self._epoch_w = tuple((2 + r) * _WPL for r in range(n))
+        self._info_w = tuple((2 + n + r) * _WPL for r in range(n))
+        self._handle_b = (2 + 2 * n) * LINE  # byte offset of the handle table
+        mailbox_line = 2 + 2 * n + _HANDLE_LINES * n
+        self._mail_w = tuple((mailbox_line + s) * _WPL for s in range(mailbox_slots))
+
+    @staticmethod
+    def size_for(nworkers: int, mailbox_slots: int) -> int:
+        lines = 2 + 2 * nworkers + _HANDLE_LINES * nworkers + mailbox_slots
+        page = mmap.PAGESIZE
+        return -(-lines * LINE // page) * page
+
+    @classmethod
+    def create(cls, nworkers: int, mailbox_slots: int = 16) -> "Segment":
+        if nworkers < 1:
+            raise ValueError(f"a segment needs at least 1 worker (got {nworkers})")
+        if mailbox_slots < 0:
+            raise ValueError(f"mailbox_slots must be 0 or more (got {mailbox_slots})")
+        size = cls.size_for(nworkers, mailbox_slots)
+        path = os.path.join(_shm_dir(), PREFIX + _token())
+        flags = (os.O_RDWR | os.O_CREAT | os.O_EXCL
+                 | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        try:
+            fd = os.open(path, flags, 0o600)
+        except FileExistsError:
+            raise BenchError(
+                f"refusing to use shared-memory segment {path}: something with that name "
+                "already exists (planted file or link?); nothing was changed") from None
+        except OSError as exc:
+            raise BenchError(f"cannot create shared-memory segment {path}: {exc.strerror}") from exc
+        try:
+            os.unlink(path)  # from here on the segment lives only as long as its mappings
+            os.ftruncate(fd, size)
+            try:
+                mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
+                               prot=mmap.PROT_READ | mmap.PROT_WRITE, trackfd=False)
+            except TypeError:  # Python < 3.13: mmap keeps a dup of the fd (CLOEXEC)
+                mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
+                               prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        except OSError as exc:
+            raise BenchError(f"cannot map shared-memory segment {path}: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+        seg = cls(mm, path, nworkers, mailbox_slots)
+        w = seg.words
+        w[_MAGIC_W], w[_VERSION_W], w[_NWORKERS_W], w[_SLOTS_W] = MAGIC, LAYOUT_VERSION, nworkers, mailbox_slots
+        for base in seg._info_w:
+            w[base + _DEVICE] = -1
+        return seg
+
+    def __repr__(self) -> str:
+        return f"Segment({self.name!r}, nworkers={self.nworkers}, mailbox_slots={self.mailbox_slots})"
+
+    def __enter__(self) -> "Segment":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Unmap (in this process only). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self.words.release()
+        self._view.release()
+        try:
+            self._mm.close()
+        except BufferError:
+            pass  # someone still holds a view of it; the mapping goes with the last one
+
+    # -- abort -----------------------------------------------------------------
+
+    def abort(self, code: int = 1) -> None:
+        """Release every worker waiting in the barrier or the mailbox with BarrierAborted."""
+        self.words[ABORT_INDEX] = code or 1
+
+    @property
+    def aborted(self) -> bool:
+        return self.words[ABORT_INDEX] != 0
+
+    @property
+    def abort_code(self) -> int:
+        return self.words[ABORT_INDEX]
+
+    # -- per-worker info -------------------------------------------------------
+
+    def _info(self, rank: int) -> int:
+        if not 0 <= rank < self.nworkers:
+            raise ValueError(f"rank {rank} out of range (segment has {self.nworkers} workers)")
+        return self._info_w[rank]
+
+    def set_pid(self, rank: int, pid: int) -> None:
+        self.words[self._info(rank) + _PID] = pid
+
+    def pid(self, rank: int) -> int:
+        return self.words[self._info(rank) + _PID]
+
+    def set_device(self, rank: int, device: int | None) -> None:
+        self.words[self._info(rank) + _DEVICE] = -1 if device is None else device
+
+    def device(self, rank: int) -> int | None:
+        d = self.words[self._info(rank) + _DEVICE]
+        return None if d < 0 else d
+
+    def set_phase(self, rank: int, name: str, nbytes: int = 0, iteration: int = 0) -> None:
+        """Say what worker `rank` is doing; also stamps its heartbeat."""
+        code = _PHASE_CODE.get(name)
+        if code is None:
+            raise ValueError(f"unknown phase {name!r}; phases are {', '.join(PHASES)}")
+        w, base = self.words, self._info(rank)
+        w[base + _NBYTES] = nbytes
+        w[base + _ITERATION] = iteration
+        w[base + _PHASE] = code
+        w[base + _HEARTBEAT] = time.monotonic_ns()
+
+    def phase(self, rank: int) -> tuple[str, int, int]:
+        w, base = self.words, self._info(rank)
+        code = w[base + _PHASE]
+        name = PHASES[code] if 0 <= code < len(PHASES) else f"phase#{code}"
+        return name, w[base + _NBYTES], w[base + _ITERATION]
+
+    def heartbeat(self, rank: int) -> int:
+        """time.monotonic_ns() of the last set_phase of worker `rank` (0: never)."""
+        return self.words[self._info(rank) + _HEARTBEAT]
+
+    # -- handle table ----------------------------------------------------------
+
+    def _handle_offset(self, rank: int, slot: int) -> int:
+        if not 0 <= rank < self.nworkers:
+            raise ValueError(f"rank {rank} out of range (segment has {self.nworkers} workers)")
+        if not 0 <= slot < HANDLE_SLOTS:
+            raise ValueError(f"handle slot {slot} out of range (0..{HANDLE_SLOTS - 1})")
+        return self._handle_b + (rank * HANDLE_SLOTS + slot) * HANDLE_BYTES
+
+    def put_handle(self, rank: int, slot: int, data: bytes) -> None:
+        """Publish up to 64 bytes (a cudaIpcMemHandle / cudaIpcEventHandle), zero-padded."""
+        data = bytes(data)
+        if len(data) > HANDLE_BYTES:
+            raise ValueError(f"a handle is at most {HANDLE_BYTES} bytes (got {len(data)})")
+        off = self._handle_offset(rank, slot)
+        self._mm[off:off + HANDLE_BYTES] = data.ljust(HANDLE_BYTES, b"\0")
+
+    def get_handle(self, rank: int, slot: int) -> bytes:
+        off = self._handle_offset(rank, slot)
+        return self._mm[off:off + HANDLE_BYTES]
+
+    # -- mailbox ---------------------------------------------------------------
+
+    def mailbox_index(self, slot: int) -> int:
+        """Index into `words` of mailbox slot `slot`, for hot loops."""
+        if not 0 <= slot < self.mailbox_slots:
+            raise ValueError(f"mailbox slot {slot} out of range (0..{self.mailbox_slots - 1})")
+        return self._mail_w[slot]
+
+    def store(self, slot: int, value: int) -> None:
+        self.words[self._mail_w[slot]] = value
+
+    def load(self, slot: int) -> int:
+        return self.words[self._mail_w[slot]]
+
+    def wait_until(self, slot: int, target: int, timeout: float,
+                   waiting_for: list[int] | None = None) -> None:
+        """Wait until load(slot) >= target. BarrierAborted if the run is aborted,
+        BarrierTimeout (naming `waiting_for`) after `timeout` seconds."""
+        index = self.mailbox_index(slot)
+        w = self.words
+        if w[index] >= target:
+            return
+        if w[ABORT_INDEX]:
+            raise BarrierAborted("run aborted")
+        if not spin_wait(w, index, target, time.monotonic() + timeout, self.spin_seconds):
+            raise BarrierTimeout(waiting_for or [], timeout, where=f"mailbox slot {slot}")
+
+    # -- barrier epochs --------------------------------------------------------
+
+    def epoch_index(self, rank: int) -> int:
+        """Index into `words` of worker `rank`'s epoch, for the barrier."""
+        if not 0 <= rank < self.nworkers:
+            raise ValueError(f"rank {rank} out of range (segment has {self.nworkers} workers)")
+        return self._epoch_w[rank]
+
+    def epoch(self, rank: int) -> int:
+        return self.words[self.epoch_index(rank)]
+
+    def set_epoch(self, rank: int, value: int) -> None:
+        self.words[self.epoch_index(rank)] = value
+
+    def epochs(self) -> list[int]:
+        w = self.words
+        return [w[i] for i in self._epoch_w]
+
+    def waiting_in_barrier(self, rank: int) -> bool:
+        """True when worker `rank` has arrived at the barrier and waits for others
+        (its epoch is ahead of the smallest)."""
+        return self.epoch(rank) > min(self.epochs())

@@ -1,0 +1,15 @@
+"""The scenarios, in the order `list` shows and `run` runs them.
+
+An explicit registry, not discovery: an import error fails loudly, and the
+order is stable. To add a path, write a module here and add it to the list.
+"""
+
+from gpuipc_bench.scenario import Scenario
+from gpuipc_bench.scenarios import barrier, host
+
+_ORDER: list[Scenario] = [
+    host.HostScenario(),
+    barrier.BarrierScenario(),
+]
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ORDER}

@@ -1,0 +1,55 @@
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+SHM = Path("/dev/shm")
+
+
+def our_segments() -> list[str]:
+    if not SHM.is_dir():
+        return []
+    return sorted(p.name for p in SHM.iterdir() if "gpuipc" in p.name)
+
+
+@pytest.fixture
+def no_leaks():
+    """Fails the test if it leaves a shared-memory segment or a child process behind."""
+    before = our_segments()
+    yield
+    assert multiprocessing.active_children() == [], "a worker process was left behind"
+    assert our_segments() == before, "a shared-memory segment was left in /dev/shm"
+
+
+def gpu_count() -> int:
+    from gpuipc_bench.machine import probe
+
+    return probe().gpu_count
+
+
+@pytest.fixture(scope="session")
+def machine():
+    from gpuipc_bench.machine import probe
+
+    return probe()
+
+
+def pytest_collection_modifyitems(config, items):
+    marked = [i for i in items if i.get_closest_marker("gpu") or i.get_closest_marker("gpu2")]
+    if not marked:
+        return
+    from gpuipc_bench.machine import probe
+
+    m = probe()
+    for item in marked:
+        need = 2 if item.get_closest_marker("gpu2") else 1
+        if m.gpu_count < need:
+            why = m.cuda_error or f"this machine has {m.gpu_count} GPU(s)"
+            item.add_marker(pytest.mark.skip(reason=f"needs {need} GPU(s): {why}"))
+
+
+@pytest.fixture
+def small_env(monkeypatch):
+    monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)
+    return os.environ

@@ -1,0 +1,363 @@
+"""The results CSV: rows, round trip, atomic writes, and every way a file can be bad."""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpuipc_bench import results
+from gpuipc_bench.errors import ResultsFormatError
+from gpuipc_bench.results import COLUMNS, MAGIC, ResultsFile, new_row, read_results
+
+DATA = Path(__file__).parent / "data"
+
+
+def sample_rows() -> list[dict]:
+    return [
+        new_row(scenario="ipc", path="ipc", variant="ce", src=0, dst=0, bytes=4096, iteration=0,
+                batch=100, seconds=2.4e-6, verified=True, workers=2, sharing="time-sliced", ceiling="d2d@0"),
+        new_row(scenario="ipc", path="ipc", variant="ce", src=0, dst=0, bytes=4096, iteration=1,
+                batch=100, seconds=2.5e-6, verified=False, workers=2, sharing="time-sliced", ceiling="d2d@0"),
+        new_row(scenario="ipc", path="ipc", variant="host-driven", metric="latency", src="0", dst="0",
+                bytes=8, seconds=9.1e-6, verified=True, workers=2, sharing="time-sliced"),
+        new_row(scenario="ipc", path="ipc", variant="ipc_open_cold", metric="setup", src="0", dst="1",
+                bytes=1 << 26, seconds=0.142e-3, workers=2, sharing="exclusive"),
+        new_row(scenario="peer", path="ceiling", variant="peer@0>1", src="0", dst="1", bytes=1 << 30,
+                seconds=0.02, bandwidth_gbps=53.6870912, verified=True, workers=1),
+        new_row(scenario="host", path="host", variant='odd "name", with #hash', src="host", dst="host",
+                bytes=1, seconds=1e-7, verified=True, workers=2, sharing="none"),
+    ]
+
+
+META = {
+    "tool_version": "0.1.0",
+    "host": "node:17 #rack, row 3",
+    "gpu.0.name": "NVIDIA H100 80GB HBM3",
+    "command": "gpuipc-bench run --sizes 4K,1M --note 'a: b # c'",
+    "note": "line one\nline two\r\nback\\slash \\n literal",
+    "unicode": "µs → ✓",
+    "trailing": "ends with spaces  ",
+}
+
+
+# --------------------------------------------------------------------------- new_row
+
+
+def test_new_row_fills_defaults_and_computes_bandwidth():
+    row = new_row(scenario="ipc", path="ipc", variant="ce", bytes=1_000_000, seconds=1e-4, src=0, dst=1)
+    assert list(row) == list(COLUMNS)
+    assert row["bandwidth_gbps"] == pytest.approx(10.0)
+    assert (row["src"], row["dst"]) == ("0", "1")
+    assert row["batch"] == 1 and row["iteration"] == 0
+    assert row["verified"] is None and row["ceiling"] == ""
+
+
+def test_new_row_leaves_bandwidth_empty_for_latency_and_setup():
+    for metric in ("latency", "setup"):
+        row = new_row(metric=metric, bytes=8, seconds=1e-6)
+        assert math.isnan(row["bandwidth_gbps"])
+
+
+def test_new_row_keeps_given_bandwidth():
+    assert new_row(bytes=100, seconds=1.0, bandwidth_gbps=42.0)["bandwidth_gbps"] == 42.0
+
+
+@pytest.mark.parametrize(
+    "fields, needle",
+    [
+        (dict(seconds=1.0, colour="red"), "colour"),
+        (dict(seconds=1.0, metric="throughput"), "metric"),
+        (dict(seconds=1.0, bytes=1.5), "bytes"),
+        (dict(seconds=1.0, batch=0), "batch"),
+        (dict(seconds=1.0, verified="yes"), "verified"),
+        (dict(metric="latency", seconds=1.0, bandwidth_gbps=3.0), "bandwidth"),
+        (dict(bytes=8), "seconds"),
+    ],
+)
+def test_new_row_rejects_bad_fields(fields, needle):
+    with pytest.raises(ValueError, match=needle):
+        new_row(**fields)
+
+
+# --------------------------------------------------------------------------- round trip
+
+
+def test_round_trip_keeps_every_column_type_and_metadata(tmp_path):
+    path = tmp_path / "run.csv"
+    rf = ResultsFile(path, META)
+    rf.add(sample_rows())
+    rf.write(partial=False)
+
+    df, meta = read_results(path)
+    pd.testing.assert_frame_equal(df, rf.frame)
+    assert list(df.columns) == list(COLUMNS)
+    assert str(df["bytes"].dtype) == "int64" and str(df["seconds"].dtype) == "float64"
+    assert str(df["verified"].dtype) == "boolean"
+    assert df["src"].tolist()[:2] == ["0", "0"]  # device indices stay strings
+    assert pd.isna(df.loc[3, "verified"]) and math.isnan(df.loc[3, "bandwidth_gbps"])
+    assert df.loc[1, "verified"] is False or df.loc[1, "verified"] == False  # noqa: E712
+    for key, value in META.items():
+        assert meta[key] == value
+    assert meta["schema_version"] == "1"
+    assert meta["partial"] == "false" and meta["status"] == "complete"
+
+
+def test_file_starts_with_magic_and_schema_and_is_one_line_per_meta(tmp_path):
+    path = tmp_path / "run.csv"
+    rf = ResultsFile(path, META)
+    rf.add(sample_rows())
+    rf.write(partial=True, status="running")
+    lines = path.read_text(encoding="utf-8").split("\n")
+    assert lines[0] == MAGIC
+    assert lines[1] == "# schema_version: 1"
+    meta_lines = [line for line in lines if line.startswith("# ")]
+    assert len(meta_lines) == 2 + len(META) + 2  # magic, schema, ours, partial, status
+    assert lines[len(meta_lines)] == ",".join(COLUMNS)
+
+
+def test_empty_results_file_round_trips(tmp_path):
+    path = tmp_path / "empty.csv"
+    rf = ResultsFile(path, {"host": "h"})
+    assert list(rf.frame.columns) == list(COLUMNS) and rf.frame.empty
+    rf.write(partial=True, status="failed: no scenario ran")
+    df, meta = read_results(path)
+    assert df.empty and list(df.columns) == list(COLUMNS)
+    assert meta["status"] == "failed: no scenario ran"
+
+
+def test_partial_flag_follows_write(tmp_path):
+    path = tmp_path / "run.csv"
+    rf = ResultsFile(path, {})
+    rf.add(sample_rows()[:1])
+    rf.write(partial=True, status="running: ipc")
+    assert read_results(path)[1]["partial"] == "true"
+    assert read_results(path)[1]["status"] == "running: ipc"
+    rf.add(sample_rows()[1:])
+    rf.write(partial=False)
+    df, meta = read_results(path)
+    assert meta["partial"] == "false" and meta["status"] == "complete"
+    assert len(df) == len(sample_rows())
+
+
+def test_extra_columns_crlf_and_bom_are_accepted(tmp_path):
+    text = (DATA / "small_run.csv").read_text(encoding="utf-8")
+    lines = text.rstrip("\n").split("\n")
+    header_at = next(i for i, line in enumerate(lines) if not line.startswith("#"))
+    lines[header_at] += ",note"
+    for i in range(header_at + 1, len(lines)):
+        lines[i] += ",x#y"
+    path = tmp_path / "extra.csv"
+    path.write_bytes(("\ufeff" + "\r\n".join(lines) + "\r\n").encode("utf-8"))
+    df, meta = read_results(path)
+    assert list(df.columns) == list(COLUMNS) + ["note"]
+    assert set(df["note"]) == {"x#y"}
+    assert meta["host"] == "dgx-a17"
+    reference, _ = read_results(DATA / "small_run.csv")
+    pd.testing.assert_frame_equal(df[list(COLUMNS)], reference)
+
+
+def test_set_meta_rejects_keys_that_cannot_be_one_line():
+    rf = ResultsFile(Path("unused.csv"), {})
+    for key in ("a:b", "two\nlines", "#x", ""):
+        with pytest.raises(ValueError):
+            rf.set_meta(key, "v")
+
+
+# --------------------------------------------------------------------------- atomic writes
+
+
+def test_write_leaves_no_temp_file(tmp_path):
+    rf = ResultsFile(tmp_path / "run.csv", META)
+    rf.add(sample_rows())
+    rf.write(partial=True, status="running")
+    rf.write(partial=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.csv"]
+
+
+def test_failed_write_keeps_previous_file_and_removes_temp(tmp_path, monkeypatch):
+    path = tmp_path / "run.csv"
+    rf = ResultsFile(path, META)
+    rf.add(sample_rows()[:2])
+    rf.write(partial=True, status="running")
+    before = path.read_bytes()
+
+    def broken_replace(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(results.os, "replace", broken_replace)
+    rf.add(sample_rows()[2:])
+    with pytest.raises(OSError):
+        rf.write(partial=False)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.csv"]
+
+
+def test_written_file_is_readable_by_others(tmp_path):
+    path = tmp_path / "run.csv"
+    ResultsFile(path, {}).write(partial=False)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+# --------------------------------------------------------------------------- bad files
+
+
+def valid_text() -> str:
+    return (DATA / "small_run.csv").read_text(encoding="utf-8")
+
+
+def _header_index(text: str) -> int:
+    return next(i for i, line in enumerate(text.split("\n")) if not line.startswith("#"))
+
+
+def _drop_column(text: str, name: str) -> str:
+    lines = text.rstrip("\n").split("\n")
+    h = _header_index(text)
+    idx = lines[h].split(",").index(name)
+    for i in range(h, len(lines)):
+        cells = lines[i].split(",")
+        del cells[idx]
+        lines[i] = ",".join(cells)
+    return "\n".join(lines) + "\n"
+
+
+def _replace_schema(text: str, value: str) -> str:
+    return text.replace("# schema_version: 1\n", f"# schema_version: {value}\n")
+
+
+BAD_FILES = {
+    "empty": (b"", "empty"),
+    "blank": (b"\n\n  \n", "empty"),
+    "binary png": (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\xff\xfe", "binary"),
+    "nul bytes": (b"# gpuipc-bench results\n\x00\x00\x00", "binary"),
+    "plain csv": (b"a,b,c\n1,2,3\n", "not a gpuipc-bench results file"),
+    "other comment": (b"# some other tool\n# schema_version: 1\n", "not a gpuipc-bench results file"),
+    "newer schema": (_replace_schema(valid_text(), "2").encode(),
+                     "written by a newer gpuipc-bench (schema 2); this one reads schema 1"),
+    "schema not a number": (_replace_schema(valid_text(), "one").encode(), "schema_version"),
+    "no schema": (valid_text().replace("# schema_version: 1\n", "").encode(), "schema_version"),
+    "header only magic": (b"# gpuipc-bench results\n# schema_version: 1\n", "no column header"),
+    "missing column": (_drop_column(valid_text(), "seconds").encode(), "missing column(s): seconds"),
+    "truncated row": (valid_text()[: valid_text().rindex(",0.0,") if ",0.0," in valid_text()
+                                   else valid_text().rindex("time-sliced")].encode(), "fields"),
+    "bad integer": (valid_text().replace(",67108864,0,10,", ",64MiB,0,10,", 1).encode(), "bytes"),
+    "bad float": (valid_text().replace(",2.05e-06,", ",fast,", 1).encode(), "seconds"),
+    "bad verified": (valid_text().replace(",True,", ",maybe,", 1).encode(), "verified"),
+    "bad metric": (valid_text().replace(",bandwidth,", ",throughput,", 1).encode(), "metric"),
+    "unterminated quote": ((valid_text() + 'ipc,"ipc,ce\n').encode(), "cannot parse"),
+    "too many fields": ((valid_text() + "a," * 20 + "\n").encode(), "fields"),
+    "latin-1": ("# gpuipc-bench results\n# host: caf\xe9\n".encode("latin-1"), "binary"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FILES))
+def test_bad_files_raise_results_format_error_naming_the_file(tmp_path, case):
+    content, needle = BAD_FILES[case]
+    path = tmp_path / f"bad-{case.replace(' ', '_')}.csv"
+    path.write_bytes(content)
+    with pytest.raises(ResultsFormatError) as info:
+        read_results(path)
+    message = str(info.value)
+    assert str(path) in message
+    assert needle in message
+    assert "\n" not in message
+
+
+def test_missing_file_and_directory(tmp_path):
+    with pytest.raises(ResultsFormatError, match="no such file") as info:
+        read_results(tmp_path / "nope.csv")
+    assert "nope.csv" in str(info.value)
+    with pytest.raises(ResultsFormatError, match="directory"):
+        read_results(tmp_path)
+
+
+def test_truncated_in_the_middle_of_the_last_row(tmp_path):
+    text = valid_text()
+    last_line_start = text.rstrip("\n").rindex("\n") + 1
+    path = tmp_path / "cut.csv"
+    path.write_text(text[: last_line_start + 20], encoding="utf-8")
+    with pytest.raises(ResultsFormatError, match="truncated"):
+        read_results(path)
+
+
+# --------------------------------------------------------------------------- fuzz
+
+
+def _read_or_format_error(path: Path, data: bytes) -> None:
+    path.write_bytes(data)
+    try:
+        df, meta = read_results(path)
+    except ResultsFormatError as exc:
+        assert str(path) in str(exc) and "\n" not in str(exc)
+    else:
+        assert list(df.columns)[: len(COLUMNS)] == list(COLUMNS)
+        assert all(isinstance(k, str) and isinstance(v, str) for k, v in meta.items())
+
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@FUZZ
+@given(data=st.binary(max_size=2000))
+def test_fuzz_arbitrary_bytes(tmp_path, data):
+    _read_or_format_error(tmp_path / "fuzz.csv", data)
+
+
+@FUZZ
+@given(text=st.text(max_size=2000))
+def test_fuzz_text_after_a_valid_header(tmp_path, text):
+    for prefix in ("", MAGIC + "\n", MAGIC + "\n# schema_version: 1\n",
+                   MAGIC + "\n# schema_version: 1\n" + ",".join(COLUMNS) + "\n"):
+        _read_or_format_error(tmp_path / "fuzz.csv", (prefix + text).encode("utf-8", "surrogatepass"))
+
+
+@FUZZ
+@given(cut=st.integers(min_value=0, max_value=len(valid_text().encode())),
+       pos=st.integers(min_value=0, max_value=len(valid_text().encode()) - 1),
+       byte=st.integers(min_value=0, max_value=255))
+def test_fuzz_truncated_and_mutated_valid_file(tmp_path, cut, pos, byte):
+    data = valid_text().encode("utf-8")
+    _read_or_format_error(tmp_path / "fuzz.csv", data[:cut])
+    mutated = bytearray(data)
+    mutated[pos] = byte
+    _read_or_format_error(tmp_path / "fuzz.csv", bytes(mutated))
+
+
+text_field = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.lists(
+        st.fixed_dictionaries({
+            "scenario": text_field, "variant": text_field, "src": text_field, "ceiling": text_field,
+            "metric": st.sampled_from(["bandwidth", "latency", "setup"]),
+            "bytes": st.integers(0, 1 << 50), "iteration": st.integers(0, 10_000),
+            "batch": st.integers(1, 1000),
+            "seconds": st.floats(min_value=1e-12, max_value=1e6, allow_nan=False),
+            "verified": st.sampled_from([True, False, None]),
+        }),
+        max_size=8,
+    ),
+    meta=st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9_.]{0,10}", fullmatch=True).filter(lambda k: k != "schema_version"),
+        text_field, max_size=5,
+    ),
+)
+def test_round_trip_property(tmp_path, rows, meta):
+    path = tmp_path / "prop.csv"
+    rf = ResultsFile(path, meta)
+    rf.add(new_row(**r) for r in rows)
+    rf.write(partial=False)
+    df, back = read_results(path)
+    pd.testing.assert_frame_equal(df, rf.frame)
+    for key, value in meta.items():
+        if key not in ("partial", "status"):
+            assert back[key] == value

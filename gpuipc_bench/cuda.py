@@ -416,9 +416,9 @@ extern "C" __global__ void first_mismatch(u64 ptr, u64 n, u32 seed, u64* out) {
     u64 tid = (u64)blockIdx.x * blockDim.x + threadIdx.x;
     u64 stride = (u64)gridDim.x * blockDim.x;
     u64 nvec = (ptr & 15) == 0 ? n / 16 : 0;
-    const volatile uint4* v = (const volatile uint4*)p;
+    const uint4* v = (const uint4*)p;
     for (u64 i = tid; i < nvec; i += stride) {
-        uint4 g = *(const uint4*)(v + i);
+        uint4 g = v[i];
         u64 w = i * 4;
         note_word(g.x, pattern_word(w, seed), i * 16, out);
         note_word(g.y, pattern_word(w + 1, seed), i * 16 + 4, out);
@@ -1001,12 +1001,16 @@ class Ceilings:
             cache[device] = new_stream(device)
         return cache[device]
 
-    def rows(self, key: str, nbytes: int, warmup: int, iterations: int, **fields) -> Iterator[dict]:
-        """Result rows of `iterations` bandwidth samples of ceiling `key` after `warmup` unreported ones."""
+    def rows(self, key: str, nbytes: int, warmup: int, iterations: int,
+             on_sample: Callable[[int], None] | None = None, **fields) -> Iterator[dict]:
+        """Result rows of `iterations` bandwidth samples of ceiling `key` after `warmup` unreported
+        ones; on_sample(i) is called before sample i (warm-ups included), e.g. to set the phase."""
         from gpuipc_bench.results import new_row
 
         _, src, dst = parse_ceiling(key)
         for i in range(warmup + iterations):
+            if on_sample is not None:
+                on_sample(i)
             seconds, reps, ok = self.bandwidth(key, nbytes)
             if not ok:
                 raise BenchError(f"ceiling {key} copied wrong bytes at size {format_size(nbytes)}")
@@ -1016,11 +1020,14 @@ class Ceilings:
                               verified=ok, ceiling="", **fields)
 
     def latency_rows(self, key: str, nbytes: int, warmup: int, iterations: int, reps: int = 100,
-                     **fields) -> Iterator[dict]:
+                     on_sample: Callable[[int], None] | None = None, **fields) -> Iterator[dict]:
+        """Like rows(), for metric 'latency': one copy + stream synchronize, host-timed."""
         from gpuipc_bench.results import new_row
 
         _, src, dst = parse_ceiling(key)
         for i in range(warmup + iterations):
+            if on_sample is not None:
+                on_sample(i)
             seconds, ok = self.latency(key, nbytes, reps)
             if not ok:
                 raise BenchError(f"ceiling {key} copied wrong bytes at size {format_size(nbytes)}")
@@ -1050,6 +1057,7 @@ def enable_peer_access(device: int, peer: int) -> float | None:
         with cuda_call("cudaDeviceCanAccessPeer", device):
             if not rt.deviceCanAccessPeer(device, peer):
                 return None
+            rt.deviceSynchronize()  # the context exists before the clock starts
         t0 = time.perf_counter()
         try:
             rt.deviceEnablePeerAccess(peer)

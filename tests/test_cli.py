@@ -1,0 +1,136 @@
+"""The command line through click's CliRunner: bad input is refused before any work, runs write a CSV."""
+
+import pytest
+from click.testing import CliRunner
+
+from gpuipc_bench.cli import cli
+from gpuipc_bench.results import read_results
+
+FAST = ["--sizes", "64,4K", "--iterations", "3", "--warmup", "1"]
+
+
+def invoke(*args):
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def test_help_explains():
+    code, out = invoke("--help")
+    assert code == 0 and "run" in out and "report" in out and "staging" in out
+    code, out = invoke("run", "--help")
+    assert code == 0 and "--sizes" in out and "4KiB..1GiB" in out
+
+
+def test_list_says_what_runs_here(machine):
+    code, out = invoke("list")
+    assert code == 0 and "host" in out and "barrier" in out
+    if machine.gpu_count == 0:
+        assert "needs a CUDA GPU" in out or "no" in out
+
+
+def test_info_runs():
+    code, out = invoke("info")
+    assert code == 0 and "CPU" in out
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--scenario", "hots"], "did you mean host"),
+    (["--scenario", "nothing"], "no such scenario"),
+    (["--sizes", "1G..4K"], "reversed"),
+    (["--sizes", "0"], "at least 1 byte"),
+    (["--sizes", "-4"], "not a byte size"),
+    (["--sizes", "12parsecs"], "unknown unit"),
+    (["--iterations", "0"], "--iterations must be at least 1"),
+    (["--warmup", "-1"], "--warmup must be 0 or more"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["-s", "host", "--workers", "99"], "--workers 99: scenario host takes 2 to 8 workers"),
+    (["--devices", "a,b"], "not a comma-separated list"),
+    (["--devices", "0,0"], "names a GPU twice"),
+    (["--timeout", "0"], "--timeout must be positive"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words, no_leaks):
+    code, out = invoke("run", "--out", str(tmp_path / "r.csv"), *args)
+    assert code == 2, out
+    assert words in out
+    assert "Traceback" not in out
+    assert not (tmp_path / "r.csv").exists(), "nothing is written for refused input"
+
+
+def test_device_that_does_not_exist(tmp_path, machine):
+    code, out = invoke("run", "-s", "host", "--devices", str(machine.gpu_count + 3), "--out", str(tmp_path / "r.csv"))
+    assert code == 2 and "--devices" in out
+
+
+def test_unwritable_out_is_refused(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, out = invoke("run", "-s", "host", "--out", str(blocker / "r.csv"), *FAST)
+    assert code == 2 and "--out" in out
+
+
+def test_existing_out_needs_force(tmp_path, no_leaks):
+    out = tmp_path / "r.csv"
+    out.write_text("keep me")
+    code, text = invoke("run", "-s", "host", "--out", str(out), *FAST)
+    assert code == 2 and "--force" in text and out.read_text() == "keep me"
+    code, text = invoke("run", "-s", "host", "--out", str(out), "--force", *FAST)
+    assert code == 0, text
+
+
+def test_gpu_scenario_without_gpu_names_the_cuda_error(tmp_path, machine):
+    from gpuipc_bench.scenarios import SCENARIOS
+
+    gpu_names = [n for n, s in SCENARIOS.items() if s.gpus_needed]
+    if machine.gpu_count or not gpu_names:
+        pytest.skip("this machine has a GPU (or no GPU scenario is registered)")
+    code, out = invoke("run", "-s", gpu_names[0], "--out", str(tmp_path / "r.csv"))
+    assert code == 1 and "cannot run here" in out and "cuda" in out.lower()
+
+
+def test_run_host_end_to_end_then_report(tmp_path, no_leaks):
+    out = tmp_path / "run.csv"
+    code, text = invoke("run", "-s", "host", "--out", str(out), *FAST)
+    assert code == 0, text
+    assert "wrote" in text and "shared-buffer" in text
+    frame, meta = read_results(out)
+    assert meta["partial"] == "false" and meta["schema_version"] == "1"
+    assert set(frame["path"]) == {"host", "ceiling"}
+    assert set(frame["bytes"]) == {64, 4096}
+    code, text = invoke("report", str(out))
+    assert code == 0 and "shared-buffer" in text
+    code, text = invoke("report", "--format", "markdown", str(out))
+    assert code == 0 and "|" in text
+
+
+def test_default_run_skips_gpu_with_a_note(tmp_path, monkeypatch, machine, no_leaks):
+    monkeypatch.chdir(tmp_path)
+    code, text = invoke("run", *FAST)
+    assert code == 0, text
+    written = list((tmp_path / "results").glob("*.csv"))
+    assert len(written) == 1
+    if machine.gpu_count == 0:
+        from gpuipc_bench.scenarios import SCENARIOS
+
+        for name, scenario in SCENARIOS.items():
+            if scenario.gpus_needed:
+                assert f"skipped {name}" in text
+
+
+def test_killed_worker_run_is_partial_and_exits_1(tmp_path, monkeypatch, no_leaks):
+    monkeypatch.setenv("GPUIPC_BENCH_FAULT", "kill:1:sample:3")
+    out = tmp_path / "r.csv"
+    code, text = invoke("run", "-s", "host", "--out", str(out), *FAST)
+    assert code == 1
+    assert "worker 1 (consumer, CPU) was killed by SIGKILL" in text
+    frame, meta = read_results(out)
+    assert meta["partial"] == "true" and "failed: host" in meta["status"]
+    assert len(frame) > 0
+
+
+def test_report_refuses_foreign_files(tmp_path):
+    foreign = tmp_path / "other.csv"
+    foreign.write_text("a,b\n1,2\n")
+    code, out = invoke("report", str(foreign))
+    assert code == 2 and "other.csv" in out
+    code, out = invoke("report", str(tmp_path / "missing.csv"))
+    assert code == 2 and "missing.csv" in out

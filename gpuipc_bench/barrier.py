@@ -6,10 +6,8 @@ for a short while, then yields the CPU, then sleeps with back-off, and checks
 the segment's abort word throughout, so the parent can release everyone when a
 worker dies. A deadline turns a hang into BarrierTimeout naming who is missing.
 
-Cost: under a microsecond a crossing for two workers on idle cores, against
+Cost: about half a microsecond a crossing for two workers on idle cores, against
 ~30 us for multiprocessing.Barrier; `python -m gpuipc_bench.barrier 2` measures both.
-When the workers outnumber the CPUs, waiting skips the spin (see
-segment.default_spin_seconds).
 """
 
 from __future__ import annotations
@@ -18,22 +16,20 @@ import time
 import traceback
 
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, WorkerFailed
-from gpuipc_bench.segment import ABORT_INDEX, YIELD_SECONDS, Segment, spin_wait
+from gpuipc_bench.segment import ABORT_INDEX, SPIN_SECONDS, YIELD_SECONDS, Segment, spin_wait
 
 
 class Barrier:
     """Worker `rank`'s side of the barrier over `segment`. One per worker, made after the fork."""
 
     def __init__(self, segment: Segment, rank: int, timeout: float,
-                 spin_seconds: float | None = None, yield_seconds: float = YIELD_SECONDS):
-        """spin_seconds: how long to spin before yielding; None: the segment's choice
-        (SPIN_SECONDS, or 0 when the workers outnumber the CPUs)."""
+                 spin_seconds: float = SPIN_SECONDS, yield_seconds: float = YIELD_SECONDS):
         if timeout <= 0:
             raise ValueError(f"barrier timeout must be positive (got {timeout})")
         self.segment = segment
         self.rank = rank
         self.timeout = timeout
-        self.spin_seconds = segment.spin_seconds if spin_seconds is None else spin_seconds
+        self.spin_seconds = spin_seconds
         self.yield_seconds = yield_seconds
         self._words = segment.words
         self._mine = segment.epoch_index(rank)

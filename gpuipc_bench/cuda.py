@@ -86,12 +86,17 @@ def _gib(nbytes: int) -> str:
     return f"{nbytes / (1 << 30):.1f} GiB"
 
 
+def _free_total(device: int | None) -> tuple[int, int]:
+    """(free, total) bytes of the current GPU (cudaMemGetInfo)."""
+    return _rt().memGetInfo()
+
+
 def oom_message(nbytes: int, device: int | None) -> str:
     """'cannot allocate 1 GiB on GPU 0: 0.4 GiB free of 79.1 GiB'."""
     where = f" on GPU {device}" if device is not None else ""
     text = f"cannot allocate {format_size(nbytes)}{where}"
     try:
-        free, total = _rt().memGetInfo()
+        free, total = _free_total(device)
         text += f": {_gib(free)} free of {_gib(total)}"
     except Exception:  # noqa: BLE001 - the message is best effort
         pass
@@ -219,7 +224,7 @@ class DeviceBuffer:
     def free(self) -> None:
         if self.ptr:
             ptr, self.ptr = self.ptr, 0
-            with cuda_call("cudaFree", self.device):
+            with _on_device(self.device), cuda_call("cudaFree", self.device):
                 _rt().free(ptr)
 
     close = free
@@ -902,10 +907,20 @@ class Ceilings:
     (cudaMemcpyPeerAsync in one process). Buffers are made at `max_bytes` on first use.
 
     Every sample is verified: the source is filled with a new pattern, the copy checked.
+
+    Peer ceilings copy on this Gpu's stream, so the GPU that measures is the one that
+    reads ('peer@0>1' measured on GPU 1 pulls, like an IPC pull) or writes (a push).
+    By default they use cudaMemcpyAsync on the two UVA pointers after peer access is
+    enabled; peer_copy='memcpy_peer' uses cudaMemcpyPeerAsync instead. On two H200s
+    (NV18) cudaMemcpyPeerAsync pulling 4 KiB from the other GPU took ~13 us a copy
+    against ~2.3 us for cudaMemcpyAsync (equal from 256 MiB up), which would put the
+    "ceiling" below the IPC path it bounds.
     """
 
-    def __init__(self, gpu: Gpu, max_bytes: int):
-        self.gpu, self.max_bytes = gpu, int(max_bytes)
+    def __init__(self, gpu: Gpu, max_bytes: int, peer_copy: str = "memcpy"):
+        if peer_copy not in ("memcpy", "memcpy_peer"):
+            raise ValueError(f"peer_copy is 'memcpy' or 'memcpy_peer', not {peer_copy!r}")
+        self.gpu, self.max_bytes, self.peer_copy = gpu, int(max_bytes), peer_copy
         self._buffers: dict[str, tuple[Any, Any]] = {}
         self._sequence = 0
 
@@ -934,7 +949,7 @@ class Ceilings:
 
     def enqueuer(self, key: str, nbytes: int) -> Callable[[], None]:
         (sp, _), (dp, _), (kind, src, dst) = self._ends(key)
-        if kind == "peer":
+        if kind == "peer" and self.peer_copy == "memcpy_peer":
             fn, stream = _rt().memcpyPeerAsync, self.gpu.stream.ptr
             device = self.gpu.device
 

@@ -11,7 +11,6 @@ renderer (HTML, a comparison of runs) reuses the same tables.
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
@@ -25,10 +24,11 @@ from gpuipc_bench.stats import StabilityWarning, stability_warnings, summarize
 if TYPE_CHECKING:
     from rich.console import Console
 
-# Metadata keys the header reads, first match wins (the machine module writes them).
-DRIVER_KEYS = ("driver_version", "driver", "nvidia_driver")
-CUDA_KEYS = ("cuda_version", "cuda_runtime_version", "cuda_driver_version", "cuda")
-CUPY_KEYS = ("cupy_version", "cupy")
+# Metadata keys the header reads, first match wins (machine.collect_* writes the first ones).
+DRIVER_KEYS = ("driver", "driver_version")
+CUDA_KEYS = ("cuda_runtime", "cuda_runtime_version", "cuda_version", "cuda")
+CUDA_DRIVER_KEYS = ("cuda_driver", "cuda_driver_version")
+CUPY_KEYS = ("cupy", "cupy_version")
 TOOL_KEYS = ("tool_version",)
 TIME_KEYS = ("created_utc",)
 
@@ -122,7 +122,8 @@ def gpu_names(meta: Mapping[str, str]) -> list[str]:
 
 
 def machine_summary(meta: Mapping[str, str]) -> list[str]:
-    """Pieces of the machine line: host, GPUs (identical ones collapsed), driver, CUDA, CuPy."""
+    """Pieces of the machine line: host, GPUs (identical ones collapsed), driver, CUDA,
+    CuPy, MPS when running, and the links between GPUs."""
     parts = [meta.get("host", "").strip() or "unknown host"]
     names = gpu_names(meta)
     if not names:
@@ -131,11 +132,45 @@ def machine_summary(meta: Mapping[str, str]) -> list[str]:
         parts.append(f"{len(names)}× {names[0]}" if len(names) > 1 else names[0])
     else:
         parts.append(", ".join(f"GPU {i}: {n}" for i, n in enumerate(names)))
-    for label, keys in (("driver", DRIVER_KEYS), ("CUDA", CUDA_KEYS), ("CuPy", CUPY_KEYS)):
-        value = _first(meta, keys)
-        if value:
-            parts.append(f"{label} {value}")
+    driver = _first(meta, DRIVER_KEYS)
+    if driver:
+        parts.append(f"driver {driver}")
+    runtime, cuda_driver = _first(meta, CUDA_KEYS), _first(meta, CUDA_DRIVER_KEYS)
+    if runtime and cuda_driver and runtime != cuda_driver:
+        parts.append(f"CUDA {runtime} (driver supports {cuda_driver})")
+    elif runtime or cuda_driver:
+        parts.append(f"CUDA {runtime or cuda_driver}")
+    cupy = _first(meta, CUPY_KEYS)
+    if cupy:
+        parts.append(f"CuPy {cupy}")
+    if meta.get("mps", "").strip() == "running":
+        parts.append("MPS running")
+    links = gpu_links(meta)
+    if links:
+        parts.append(links)
     return parts
+
+
+def gpu_links(meta: Mapping[str, str]) -> str:
+    """'links 0-1 NV18' from the 'link.I-J' (and 'peer.I-J') metadata; 'links all NV18'
+    when every pair is the same; pairs without peer access say 'no P2P'."""
+    pairs = []
+    for key, value in meta.items():
+        m = re.fullmatch(r"link\.(\d+)-(\d+)", key)
+        if m and value.strip():
+            i, j = int(m.group(1)), int(m.group(2))
+            text = value.strip()
+            peer = meta.get(f"peer.{i}-{j}", "").strip()
+            if peer and peer != "yes":
+                text += " no P2P" if peer == "no" else f" P2P {peer}"
+            pairs.append(((i, j), text))
+    if not pairs:
+        return ""
+    pairs.sort()
+    texts = {text for _, text in pairs}
+    if len(pairs) > 1 and len(texts) == 1:
+        return f"links all {texts.pop()}"
+    return "links " + ", ".join(f"{i}-{j} {text}" for (i, j), text in pairs)
 
 
 def run_summary(meta: Mapping[str, str]) -> list[str]:
@@ -376,8 +411,16 @@ def render_markdown(df: pd.DataFrame, meta: Mapping[str, str]) -> str:
         lines += ["**Warnings**", ""]
         lines += [f"- {_md_inline(text)}" for text in describe_warnings(warnings, summary)]
         lines.append("")
-    lines += [f"<sub>{UNITS_NOTE}</sub>", ""]
+    lines += [f"<sub>{UNITS_NOTE}{_verified_note(summary)}</sub>", ""]
     return "\n".join(lines)
+
+
+def _verified_note(summary: pd.DataFrame) -> str:
+    """'; every sample verified' when every measured sample's bytes were checked and right."""
+    flags = summary.loc[summary["metric"] != "setup", "verified"]
+    if len(flags) and flags.notna().all() and flags.astype(bool).all():
+        return "; every sample's bytes verified"
+    return ""
 
 
 def _md_inline(text: str) -> str:

@@ -11,7 +11,8 @@ facts with it, so a file pasted into an issue stands alone:
     ipc,ipc,ce,bandwidth,...
 
 Metadata is a flat str -> str dict, one `# key: value` line each; backslashes,
-newlines and carriage returns in values are escaped as \\\\, \\n and \\r.
+newlines and carriage returns in values are escaped as \\\\, \\n and \\r, other
+control characters as \\xHH.
 Files are written atomically (temp file in the same folder, fsync, rename), after
 every scenario, so a crash keeps what was measured and says the run is partial.
 """
@@ -81,6 +82,7 @@ _DEFAULTS: dict[str, Any] = {
 }
 
 _META_KEY_RE = re.compile(r"^[^\s:#][^:\n\r]*$")
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
 # --------------------------------------------------------------------------- rows
@@ -102,6 +104,8 @@ def new_row(**fields: Any) -> dict[str, Any]:
     for col in STR_COLUMNS:
         value = row[col]
         row[col] = "" if value is None else str(value)
+        if _CONTROL_RE.search(row[col]):
+            raise ValueError(f"{col} must be one line of printable text, not {row[col]!r}")
     if row["metric"] not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {row['metric']!r}")
     for col in INT_COLUMNS:
@@ -265,12 +269,26 @@ def format_results(df: pd.DataFrame, metadata: Mapping[str, str]) -> str:
     return "\n".join(lines) + "\n" + table
 
 
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r"}
+_UNESCAPES = {"n": "\n", "r": "\r", "\\": "\\"}
+
+
 def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+    """Backslash, newline and carriage return as \\\\, \\n, \\r; other control characters as \\xHH."""
+    return re.sub(
+        r"[\\\x00-\x1f\x7f]",
+        lambda m: _ESCAPES.get(m.group(0)) or f"\\x{ord(m.group(0)):02x}",
+        value,
+    )
 
 
 def _unescape(value: str) -> str:
-    return re.sub(r"\\(.)", lambda m: {"n": "\n", "r": "\r"}.get(m.group(1), m.group(1)), value)
+    def one(m: re.Match) -> str:
+        if m.group(1):
+            return chr(int(m.group(1), 16))
+        return _UNESCAPES.get(m.group(2), m.group(2))
+
+    return re.sub(r"\\(?:x([0-9a-fA-F]{2})|(.))", one, value)
 
 
 def _umask() -> int:

@@ -18,6 +18,7 @@ from gpuipc_bench.errors import BarrierAborted, BarrierTimeout
 from gpuipc_bench.segment import Segment
 
 CTX = multiprocessing.get_context("fork")
+pytestmark = pytest.mark.usefixtures("no_leaks")  # conftest: no child process, no /dev/shm file left
 
 
 def _child(fn, rank, conn, args):
@@ -94,7 +95,7 @@ def _lockstep(rank, seg, rounds, spin_seconds):
     return seg.epoch(rank)
 
 
-@pytest.mark.parametrize("spin_seconds", [None, 2e-4], ids=["auto", "spin"])
+@pytest.mark.parametrize("spin_seconds", [2e-4, 0.0], ids=["spin", "no-spin"])
 def test_lockstep_8_workers_300_crossings(spin_seconds):
     n, rounds = 8, 300
     with Segment.create(n, mailbox_slots=n) as seg, forked(n, _lockstep, seg, rounds, spin_seconds) as w:

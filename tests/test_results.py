@@ -78,6 +78,7 @@ def test_new_row_keeps_given_bandwidth():
         (dict(seconds=1.0, verified="yes"), "verified"),
         (dict(metric="latency", seconds=1.0, bandwidth_gbps=3.0), "bandwidth"),
         (dict(bytes=8), "seconds"),
+        (dict(seconds=1.0, variant="two\rlines"), "variant"),
     ],
 )
 def test_new_row_rejects_bad_fields(fields, needle):
@@ -101,7 +102,7 @@ def test_round_trip_keeps_every_column_type_and_metadata(tmp_path):
     assert str(df["verified"].dtype) == "boolean"
     assert df["src"].tolist()[:2] == ["0", "0"]  # device indices stay strings
     assert pd.isna(df.loc[3, "verified"]) and math.isnan(df.loc[3, "bandwidth_gbps"])
-    assert df.loc[1, "verified"] is False or df.loc[1, "verified"] == False  # noqa: E712
+    assert bool(df.loc[1, "verified"]) is False
     for key, value in META.items():
         assert meta[key] == value
     assert meta["schema_version"] == "1"
@@ -245,8 +246,7 @@ BAD_FILES = {
     "no schema": (valid_text().replace("# schema_version: 1\n", "").encode(), "schema_version"),
     "header only magic": (b"# gpuipc-bench results\n# schema_version: 1\n", "no column header"),
     "missing column": (_drop_column(valid_text(), "seconds").encode(), "missing column(s): seconds"),
-    "truncated row": (valid_text()[: valid_text().rindex(",0.0,") if ",0.0," in valid_text()
-                                   else valid_text().rindex("time-sliced")].encode(), "fields"),
+    "truncated row": (valid_text()[: valid_text().rindex("time-sliced")].encode(), "fields"),
     "bad integer": (valid_text().replace(",67108864,0,10,", ",64MiB,0,10,", 1).encode(), "bytes"),
     "bad float": (valid_text().replace(",2.05e-06,", ",fast,", 1).encode(), "seconds"),
     "bad verified": (valid_text().replace(",True,", ",maybe,", 1).encode(), "verified"),
@@ -330,7 +330,8 @@ def test_fuzz_truncated_and_mutated_valid_file(tmp_path, cut, pos, byte):
     _read_or_format_error(tmp_path / "fuzz.csv", bytes(mutated))
 
 
-text_field = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
+text_field = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc")), max_size=12)
+meta_value = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -348,7 +349,7 @@ text_field = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_s
     ),
     meta=st.dictionaries(
         st.from_regex(r"[a-z][a-z0-9_.]{0,10}", fullmatch=True).filter(lambda k: k != "schema_version"),
-        text_field, max_size=5,
+        meta_value, max_size=5,
     ),
 )
 def test_round_trip_property(tmp_path, rows, meta):

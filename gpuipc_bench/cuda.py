@@ -209,7 +209,7 @@ class DeviceBuffer:
 
     def __init__(self, nbytes: int, device: int):
         self.nbytes, self.device, self.ptr = int(nbytes), device, 0
-        with cuda_call("cudaMalloc", device, nbytes=self.nbytes):
+        with _on_device(device), cuda_call("cudaMalloc", device, nbytes=self.nbytes):
             self.ptr = _rt().malloc(max(1, self.nbytes))
 
     def array(self, nbytes: int | None = None):
@@ -548,7 +548,9 @@ class Kernels:
 
     def copy_launcher(self, dst: int, src: int, nbytes: int, stream) -> Callable[[], None]:
         """A zero-argument function that enqueues one SM copy (cheap to call in a batch)."""
-        grid, args, fn = (self._grid((dst, src), nbytes, per_sm=4),), (np.uint64(dst), np.uint64(src), np.uint64(nbytes)), self._copy
+        grid = (self._grid((dst, src), nbytes, per_sm=4),)
+        args = (np.uint64(dst), np.uint64(src), np.uint64(nbytes))
+        fn = self._copy
 
         def launch() -> None:
             fn(grid, (512,), args, stream=stream)
@@ -750,7 +752,7 @@ def time_host(call: Callable[[], Any], reps: int = 1) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def time_setup(call: Callable[[], Any], device: int | None = None, name: str = "setup") -> tuple[Any, float]:
+def time_setup(call: Callable[[], Any], device: int | None = None) -> tuple[Any, float]:
     """(result, seconds) of one synchronised operation: the device is idle before, and the
     clock stops after cudaDeviceSynchronize."""
     rt = _rt()
@@ -903,18 +905,19 @@ def parse_ceiling(key: str) -> tuple[str, Any, Any]:
 
 class Ceilings:
     """What the hardware does, measured with the same gated batches as the paths:
-    d2d@N (device-local copy), h2d@N / d2h@N (pinned, one process), peer@A>B
-    (cudaMemcpyPeerAsync in one process). Buffers are made at `max_bytes` on first use.
+    d2d@N (device-local copy), h2d@N / d2h@N (pinned host memory, one process), and
+    peer@A>B (GPU A to GPU B in one process, peer access enabled). Buffers are made at
+    `max_bytes` on first use and released with the Gpu.
 
     Every sample is verified: the source is filled with a new pattern, the copy checked.
 
-    Peer ceilings copy on this Gpu's stream, so the GPU that measures is the one that
-    reads ('peer@0>1' measured on GPU 1 pulls, like an IPC pull) or writes (a push).
-    By default they use cudaMemcpyAsync on the two UVA pointers after peer access is
-    enabled; peer_copy='memcpy_peer' uses cudaMemcpyPeerAsync instead. On two H200s
-    (NV18) cudaMemcpyPeerAsync pulling 4 KiB from the other GPU took ~13 us a copy
-    against ~2.3 us for cudaMemcpyAsync (equal from 256 MiB up), which would put the
-    "ceiling" below the IPC path it bounds.
+    A peer ceiling is issued by the source GPU (it pushes), with cudaMemcpyAsync on the
+    two UVA pointers (peer_copy='memcpy_peer': cudaMemcpyPeerAsync; the same figures).
+    On two H200s (NV18), a copy issued by the destination GPU (a pull) in one process took
+    ~13 us per 4 KiB (0.31 GB/s) with either call, against ~2.3 us (1.75 GB/s) when the
+    source pushes, and within 1% of it from 256 MiB up; a pull through an IPC mapping in
+    another process took ~2.9 us. Issued by the destination, the "ceiling" fell below the
+    IPC path it is meant to bound.
     """
 
     def __init__(self, gpu: Gpu, max_bytes: int, peer_copy: str = "memcpy"):
@@ -922,99 +925,99 @@ class Ceilings:
             raise ValueError(f"peer_copy is 'memcpy' or 'memcpy_peer', not {peer_copy!r}")
         self.gpu, self.max_bytes, self.peer_copy = gpu, int(max_bytes), peer_copy
         self._buffers: dict[str, tuple[Any, Any]] = {}
+        self._others: dict[int, Gpu] = {}
         self._sequence = 0
 
-    def _ends(self, key: str) -> tuple[tuple[int, int], tuple[int, int], Any]:
-        """((src_ptr, src_dptr), (dst_ptr, dst_dptr), kind) for `key`, made on first use."""
+    def gpu_for(self, device: int) -> Gpu:
+        """This worker's Gpu for `device`: the main one, or one made (and owned by it) on demand."""
+        if device == self.gpu.device:
+            return self.gpu
+        if device not in self._others:
+            with _on_device(device):
+                self._others[device] = self.gpu.adopt(Gpu(device))
+        return self._others[device]
+
+    def _ends(self, key: str):
+        """(src buffer, dst buffer, (kind, src, dst)) for `key`, made on first use."""
         kind, src, dst = parse_ceiling(key)
-        here = self.gpu.device
-        if kind != "peer" and here not in (src, dst):
-            raise ValueError(f"ceiling {key} must be measured on its own GPU, not GPU {here}")
-        if kind == "peer" and here not in (src, dst):
-            raise ValueError(f"ceiling {key} must be measured on GPU {src} or {dst}, not GPU {here}")
+        if kind != "peer" and self.gpu.device not in (src, dst):
+            raise ValueError(f"ceiling {key} must be measured on its own GPU, not GPU {self.gpu.device}")
         if key not in self._buffers:
             n = self.max_bytes
 
             def make(where):
                 if where == "host":
                     return self.gpu.pinned(n)
-                if where == here:
-                    return self.gpu.alloc(n)
+                owner = self.gpu_for(where)
                 with _on_device(where):
-                    return self.gpu.adopt(DeviceBuffer(n, where))
+                    return owner.alloc(n)
 
             self._buffers[key] = (make(src), make(dst))
         s, d = self._buffers[key]
-        return (s.ptr, _dptr(s)), (d.ptr, _dptr(d)), (kind, src, dst)
+        return s, d, (kind, src, dst)
+
+    def _at(self, where) -> Gpu:
+        return self.gpu if where == "host" else self.gpu_for(where)
+
+    def issuer(self, key: str) -> Gpu:
+        """The Gpu whose stream runs the copies of `key`: the source GPU for peer copies."""
+        kind, src, dst = parse_ceiling(key)
+        return self.gpu_for(src) if kind == "peer" else self.gpu
 
     def enqueuer(self, key: str, nbytes: int) -> Callable[[], None]:
-        (sp, _), (dp, _), (kind, src, dst) = self._ends(key)
+        s, d, (kind, src, dst) = self._ends(key)
+        issuer = self.issuer(key)
         if kind == "peer" and self.peer_copy == "memcpy_peer":
-            fn, stream = _rt().memcpyPeerAsync, self.gpu.stream.ptr
-            device = self.gpu.device
+            fn, stream, device, sp, dp = _rt().memcpyPeerAsync, issuer.stream.ptr, issuer.device, s.ptr, d.ptr
 
             def launch() -> None:
                 with cuda_call("cudaMemcpyPeerAsync", device):
                     fn(dp, dst, sp, src, nbytes, stream)
 
             return launch
-        return self.gpu.memcpy_launcher(dp, sp, nbytes)
+        return issuer.memcpy_launcher(d.ptr, s.ptr, nbytes)
 
     def prepare(self, key: str, nbytes: int) -> int:
         """Fill the source with a new pattern; returns its seed."""
-        (sp, sdp), _, (kind, src, dst) = self._ends(key)
+        s, _, (kind, src, dst) = self._ends(key)
         self._sequence += 1
         seed = seed_for(0x5EED0000 + self._sequence)
-        if src == self.gpu.device or src == "host":
-            self.gpu.fill(sdp, nbytes, seed)
-        else:
-            with _on_device(src):
-                k = self._kernels_for(src)
-                k.fill(sp, nbytes, seed, self._stream_for(src))
-                self._stream_for(src).synchronize()
-        self.gpu.synchronize()
+        filler = self._at(src)
+        with _on_device(filler.device):
+            filler.fill(_dptr(s), nbytes, seed)
+            filler.synchronize()
         return seed
 
     def check(self, key: str, nbytes: int, seed: int) -> bool:
-        _, (dp, ddp), (kind, src, dst) = self._ends(key)
-        if dst == self.gpu.device or dst == "host":
-            return self.gpu.mismatch(ddp, nbytes, seed) < 0
-        with _on_device(dst):
-            return self._kernels_for(dst).first_mismatch(dp, nbytes, seed, self._stream_for(dst)) < 0
+        _, d, (kind, src, dst) = self._ends(key)
+        checker = self._at(dst)
+        with _on_device(checker.device):
+            return checker.mismatch(_dptr(d), nbytes, seed) < 0
 
     def bandwidth(self, key: str, nbytes: int) -> tuple[float, int, bool]:
         """(seconds per transfer, reps, verified) of one sample."""
         seed = self.prepare(key, nbytes)
         reps = reps_for(nbytes)
-        seconds = self.gpu.time_batch(self.enqueuer(key, nbytes), reps)
+        issuer = self.issuer(key)
+        with _on_device(issuer.device):
+            seconds = issuer.time_batch(self.enqueuer(key, nbytes), reps)
         return seconds, reps, self.check(key, nbytes, seed)
 
     def latency(self, key: str, nbytes: int, reps: int = 100) -> tuple[float, bool]:
         """(seconds, verified): host-timed single copy + stream synchronize, mean of `reps`."""
         seed = self.prepare(key, nbytes)
         launch = self.enqueuer(key, nbytes)
-        sync = self.gpu.stream.synchronize
+        issuer = self.issuer(key)
+        sync = issuer.stream.synchronize
 
         def one() -> None:
             launch()
             sync()
 
-        one()
-        seconds = time_host(one, reps)
+        with _on_device(issuer.device):
+            one()
+            seconds = time_host(one, reps)
         return seconds, self.check(key, nbytes, seed)
-
-    # other-device helpers (peer ceilings)
-    def _kernels_for(self, device: int) -> Kernels:
-        cache = self.__dict__.setdefault("_other_kernels", {})
-        if device not in cache:
-            cache[device] = self.gpu.adopt(Kernels(device))
-        return cache[device]
-
-    def _stream_for(self, device: int):
-        cache = self.__dict__.setdefault("_other_streams", {})
-        if device not in cache:
-            cache[device] = new_stream(device)
-        return cache[device]
 
     def rows(self, key: str, nbytes: int, warmup: int, iterations: int,
              on_sample: Callable[[int], None] | None = None, **fields) -> Iterator[dict]:

@@ -205,7 +205,7 @@ class Column:
 
 @dataclasses.dataclass
 class Table:
-    """A rendered-agnostic table: a title, columns and rows of strings.
+    """A renderer-agnostic table: a title, columns and rows of strings.
     `groups[i]` is the group (size) of row i; renderers may draw a line between groups."""
 
     title: str
@@ -217,6 +217,23 @@ class Table:
     def column(self, name: str) -> list[str]:
         i = [c.name for c in self.columns].index(name)
         return [row[i] for row in self.rows]
+
+    def without(self, name: str) -> "Table":
+        """The same table less one column (if it has it)."""
+        names = [c.name for c in self.columns]
+        if name not in names:
+            return self
+        i = names.index(name)
+        return dataclasses.replace(
+            self,
+            columns=self.columns[:i] + self.columns[i + 1:],
+            rows=[row[:i] + row[i + 1:] for row in self.rows],
+        )
+
+    def renamed(self, names: Mapping[str, str]) -> "Table":
+        """The same table with some columns relabelled."""
+        columns = [dataclasses.replace(c, name=names.get(c.name, c.name)) for c in self.columns]
+        return dataclasses.replace(self, columns=columns)
 
 
 _METRIC_TITLES = {"bandwidth": "bandwidth", "latency": "one-way latency"}
@@ -430,9 +447,15 @@ def _md_inline(text: str) -> str:
 # --------------------------------------------------------------------------- terminal
 
 
+NARROW_TERMINAL = 100  # columns; below this the bandwidth tables leave out the µs spread
+NARROW_LABELS = {"samples": "n", "verified": "ok"}
+
+
 def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: "Console") -> None:
     """Print the report: machine header, a table per scenario/path/metric, setup costs,
-    then the stability warnings; a partial run says so first."""
+    then the stability warnings; a partial run says so first. Below NARROW_TERMINAL
+    columns the headers get shorter and the bandwidth tables leave out the p5–p95 µs
+    column, so that they fit in 80."""
     from rich import box
     from rich.table import Table as RichTable
     from rich.text import Text
@@ -460,11 +483,16 @@ def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: "Console
         return
 
     for table in build_tables(summary, detailed=True):
+        if console.width < NARROW_TERMINAL:
+            table = table.renamed(NARROW_LABELS)
+            if table.kind == "bandwidth":
+                table = table.without("p5–p95 µs")  # the GB/s spread stays
         rich_table = RichTable(
-            title=Text(table.title, style="bold"), title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False
+            title=Text(table.title, style="bold"), title_justify="left", box=box.SIMPLE_HEAD,
+            pad_edge=False, show_edge=False,
         )
-        for col in table.columns:
-            rich_table.add_column(col.name, justify=col.align, no_wrap=True)
+        for col, width in zip(table.columns, _terminal_widths(table, console.width)):
+            rich_table.add_column(col.name, justify=col.align, width=width, no_wrap=width is None)
         previous = object()
         for group, row in zip(table.groups, table.rows):
             if table.kind != "setup" and group != previous and rich_table.row_count:
@@ -472,6 +500,7 @@ def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: "Console
             previous = group
             rich_table.add_row(*(_styled(col.name, cell) for col, cell in zip(table.columns, row)))
         console.print(rich_table)
+        console.print()
 
     warnings = stability_warnings(df, summary)
     if warnings:
@@ -479,6 +508,17 @@ def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: "Console
         for text in describe_warnings(warnings, summary):
             console.print(Text("  ⚠ " + text, style="yellow"))
     console.print(Text(UNITS_NOTE, style="dim"))
+
+
+def _terminal_widths(table: Table, console_width: int) -> list[int | None]:
+    """None for every column when the table fits as it is; otherwise fixed widths that
+    keep every figure whole and let the headers wrap ('median µs' over two lines)."""
+    cells = [max((len(row[i]) for row in table.rows), default=0) for i in range(len(table.columns))]
+    # between two columns: one space of padding each side and the box's blank separator
+    natural = sum(max(len(c.name), w) for c, w in zip(table.columns, cells)) + 3 * (len(cells) - 1)
+    if natural <= console_width:
+        return [None] * len(cells)
+    return [max(w, *(len(word) for word in c.name.split())) for c, w in zip(table.columns, cells)]
 
 
 def _styled(column: str, cell: str):

@@ -5,9 +5,12 @@ order is stable. To add a path, write a module here and add it to the list.
 """
 
 from gpuipc_bench.scenario import Scenario
-from gpuipc_bench.scenarios import barrier, host
+from gpuipc_bench.scenarios import barrier, host, ipc, mmap, staging
 
 _ORDER: list[Scenario] = [
+    staging.StagingScenario(),
+    ipc.IpcScenario(),
+    mmap.MmapScenario(),
     host.HostScenario(),
     barrier.BarrierScenario(),
 ]

@@ -27,8 +27,8 @@ def small():
     return read_results(SMALL)
 
 
-def terminal_text(df, meta) -> str:
-    console = Console(record=True, width=120, color_system=None)
+def terminal_text(df, meta, width: int = 120) -> str:
+    console = Console(record=True, width=width, color_system=None)
     render_terminal(df, meta, console)
     return console.export_text()
 
@@ -114,6 +114,15 @@ def test_terminal_report_has_the_figures(small):
         assert expected in text, expected
     assert "partial" not in text
     assert max(len(line) for line in text.splitlines()) <= 120
+    assert "…" not in text  # no figure cropped
+
+
+def test_terminal_report_fits_80_columns_without_cropping_figures(small):
+    text = terminal_text(*small, width=80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "…" not in text
+    for expected in ("1,372", "1,348–1,398", "95%", "2,476", "0.142", "64 MiB", "4 KiB"):
+        assert expected in text, expected
 
 
 def test_terminal_report_says_partial(small):

@@ -5,12 +5,13 @@ order is stable. To add a path, write a module here and add it to the list.
 """
 
 from gpuipc_bench.scenario import Scenario
-from gpuipc_bench.scenarios import barrier, host, ipc, mmap, staging
+from gpuipc_bench.scenarios import barrier, host, ipc, mmap, peer, staging
 
 _ORDER: list[Scenario] = [
     staging.StagingScenario(),
     ipc.IpcScenario(),
     mmap.MmapScenario(),
+    peer.PeerScenario(),
     host.HostScenario(),
     barrier.BarrierScenario(),
 ]

@@ -83,10 +83,12 @@ class IpcScenario(Scenario):
         return len(config.sizes_for(self.default_sizes())) * len(specs)
 
     def run(self, ctx) -> Iterator[dict]:
-        return _IpcWorker(ctx, self.default_sizes()).run()
+        return IpcWorker(ctx, self.default_sizes()).run()
 
 
-class _IpcWorker:
+class IpcWorker:
+    path = "ipc"  # the path named in rows and errors (the peer scenario reuses this worker)
+
     def __init__(self, ctx, default_sizes):
         self.ctx = ctx
         self.config = ctx.config
@@ -107,7 +109,7 @@ class _IpcWorker:
         else:
             self.pull_ceiling = self.push_ceiling = f"d2d@{self.cdev}"
         self.latency_ceiling = self.pull_ceiling
-        self.fields = dict(scenario="ipc", workers=ctx.nworkers,
+        self.fields = dict(scenario=self.path, workers=ctx.nworkers,
                            sharing=cuda.sharing_mode([self.pdev, self.cdev]))
         self.seq = 0  # samples so far; both workers count in step
         self.rounds = 0  # ping-pong round trips so far, likewise
@@ -166,7 +168,7 @@ class _IpcWorker:
         return new_row(**self.fields, **fields)
 
     def _setup_row(self, variant: str, seconds: float, nbytes: int = 0, src="", dst="") -> dict:
-        return cuda.setup_row(variant, seconds, nbytes=nbytes, src=src, dst=dst, path="ipc", **self.fields)
+        return cuda.setup_row(variant, seconds, nbytes=nbytes, src=src, dst=dst, path=self.path, **self.fields)
 
     # ------------------------------------------------------------------ setup
 
@@ -254,9 +256,9 @@ class _IpcWorker:
             enqueue = gpu.kernels.copy_launcher(dst, src, nbytes, gpu.stream)
         reps = cuda.reps_for(nbytes)
         seconds = gpu.time_batch(enqueue, reps)
-        verified = gpu.verify(dst, nbytes, seed, "ipc", variant, corrupt=self.corrupt)
+        verified = gpu.verify(dst, nbytes, seed, self.path, variant, corrupt=self.corrupt)
         seg.store(CONSUMED, seq)
-        return self._row(path="ipc", variant=variant, metric="bandwidth", src=self.pdev, dst=self.cdev,
+        return self._row(path=self.path, variant=variant, metric="bandwidth", src=self.pdev, dst=self.cdev,
                          bytes=nbytes, batch=reps, seconds=seconds, verified=verified,
                          ceiling=self.pull_ceiling)
 
@@ -265,7 +267,7 @@ class _IpcWorker:
         if self.producer:
             seg.wait_until(PUSHED, seq, self.timeout, waiting_for=self.other)
             self.peer_event.wait(gpu.stream)
-            gpu.verify(self.buffer.ptr, nbytes, seed, "ipc", "push", corrupt=self.corrupt)
+            gpu.verify(self.buffer.ptr, nbytes, seed, self.path, "push", corrupt=self.corrupt)
             seg.store(VERIFIED, seq)
             return None
         src, dst = self.buffer.ptr, self.mapped.ptr
@@ -275,7 +277,7 @@ class _IpcWorker:
         self.event.record(gpu.stream)
         seg.store(PUSHED, seq)
         seg.wait_until(VERIFIED, seq, self.timeout, waiting_for=self.other)
-        return self._row(path="ipc", variant="push", metric="bandwidth", src=self.cdev, dst=self.pdev,
+        return self._row(path=self.path, variant="push", metric="bandwidth", src=self.cdev, dst=self.pdev,
                          bytes=nbytes, batch=reps, seconds=seconds, verified=True,
                          ceiling=self.push_ceiling)
 
@@ -317,10 +319,10 @@ class _IpcWorker:
                     if words[pong] < k:
                         seg.wait_until(PONG, k, timeout, waiting_for=self.other)
                 seconds = (time.perf_counter() - t0) / ROUND_TRIPS / 2
-                verified = gpu.verify(self.buffer.ptr, nbytes, seed, "ipc", "ce-pingpong",
+                verified = gpu.verify(self.buffer.ptr, nbytes, seed, self.path, "ce-pingpong",
                                       corrupt=self.corrupt)
                 if i >= warmup:
-                    yield self._row(path="ipc", variant="ce-pingpong", metric="latency", src=self.pdev,
+                    yield self._row(path=self.path, variant="ce-pingpong", metric="latency", src=self.pdev,
                                     dst=self.cdev, bytes=nbytes, iteration=i - warmup, batch=ROUND_TRIPS,
                                     seconds=seconds, verified=verified, ceiling=self.latency_ceiling)
             else:

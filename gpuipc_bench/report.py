@@ -494,8 +494,10 @@ def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: "Console
         for col, width in zip(table.columns, _terminal_widths(table, console.width)):
             rich_table.add_column(col.name, justify=col.align, width=width, no_wrap=width is None)
         previous = object()
+        # Separate the sizes only where a size has several rows (variants) to keep apart.
+        sectioned = table.kind != "setup" and len(set(table.groups)) < len(table.groups)
         for group, row in zip(table.groups, table.rows):
-            if table.kind != "setup" and group != previous and rich_table.row_count:
+            if sectioned and group != previous and rich_table.row_count:
                 rich_table.add_section()
             previous = group
             rich_table.add_row(*(_styled(col.name, cell) for col, cell in zip(table.columns, row)))
@@ -505,9 +507,16 @@ def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: "Console
     warnings = stability_warnings(df, summary)
     if warnings:
         console.print(Text("Warnings", style="bold yellow"))
-        for text in describe_warnings(warnings, summary):
+        texts = describe_warnings(warnings, summary)
+        for text in texts[:MAX_TERMINAL_WARNINGS]:
             console.print(Text("  ⚠ " + text, style="yellow"))
+        if len(texts) > MAX_TERMINAL_WARNINGS:
+            console.print(Text(f"  … and {len(texts) - MAX_TERMINAL_WARNINGS} more "
+                               "(all of them: gpuipc-bench report --format markdown)", style="yellow"))
     console.print(Text(UNITS_NOTE, style="dim"))
+
+
+MAX_TERMINAL_WARNINGS = 12
 
 
 def _terminal_widths(table: Table, console_width: int) -> list[int | None]:

@@ -183,7 +183,7 @@ class _MmapWorker:
         for i in range(warmup + self.config.iterations):
             self.ctx.phase("warmup" if i < warmup else "sample", nbytes, i)
             keep = i >= warmup
-            row["iteration"] = i - warmup
+            row["iteration"] = max(0, i - warmup)
             self.seq += 1
             seed, seed_write = cuda.seed_for(2 * self.seq), cuda.seed_for(2 * self.seq + 1)
             rows = []

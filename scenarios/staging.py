@@ -9,9 +9,18 @@ fork, so both workers map the same pages. Variants:
              half the PCIe figure, since the two hops do not overlap)
   pipelined  the same buffer used as two chunk slots: the producer's D2H of chunk
              i+1 overlaps the consumer's H2D of chunk i (should approach one hop)
+  pinned-hostsync  the pinned buffer, ordered by the host instead: each copy is
+             synchronised and the other side is told through the mailbox
   pageable   a second shared buffer, not registered: the driver stages every
              copy through its own pinned buffer and the copies block the host,
-             so this variant is host-driven and host-timed
+             so this variant is host-ordered like pinned-hostsync
+
+The host-ordered variants are host-timed (CLOCK_MONOTONIC, from the producer's
+first copy to the consumer's last). On one GPU without MPS the difference matters:
+a stream waiting on the other process's event keeps its context scheduled, and
+every hand-over then costs a time-slice switch (~0.15 ms on an H200), which
+host ordering avoids; with the two workers on two GPUs the GPU-ordered variants
+overlap and win.
 
 Ordering across the processes is on the GPU: each slot has an interprocess
 event per direction. The producer records "slot filled" after its D2H, the
@@ -36,11 +45,11 @@ from gpuipc_bench.results import new_row
 from gpuipc_bench.scenario import Scenario, WorkerSpec
 
 PRODUCER, CONSUMER = 0, 1
-VARIANTS = ("pinned", "pipelined", "pageable")
+VARIANTS = ("pinned", "pipelined", "pinned-hostsync", "pageable")
 SLOTS_PIPELINED = 2
 MAX_CHUNKS_PER_SAMPLE = 64  # each chunk queues 3 operations per worker behind the gate
 MAX_CHUNKS_PER_TRANSFER = 64
-PAGEABLE_MAX_REPS = 32
+HOST_ORDERED_MAX_REPS = 32
 LATENCY_MAX_BYTES = 64 << 10
 ROUND_TRIPS = 100
 
@@ -205,7 +214,9 @@ class _StagingWorker:
                 self.gpu.synchronize()
             self.ctx.sync()  # the source holds this sample's pattern
             if variant == "pageable":
-                seconds, reps = self.pageable_batch(nbytes)
+                seconds, reps = self.host_ordered_batch(nbytes, self.pageable_addr)
+            elif variant == "pinned-hostsync":
+                seconds, reps = self.host_ordered_batch(nbytes, self.pinned_dptr)
             else:
                 seconds, reps = self.gated_batch(variant, nbytes)
             if self.producer:
@@ -255,11 +266,12 @@ class _StagingWorker:
             self.chunks = k + 1
             seg.store(DRAINED, self.chunks)
 
-    def pageable_batch(self, nbytes):
-        """Host-driven: each copy blocks the host, so no gate; timed on CLOCK_MONOTONIC from the
-        producer's first D2H to the consumer's last H2D (one clock for every process of the node)."""
+    def host_ordered_batch(self, nbytes, host_addr):
+        """Host-ordered: each copy is synchronised, then the mailbox tells the other side; no gate
+        (pageable copies block the host). Timed on CLOCK_MONOTONIC from the producer's first D2H
+        to the consumer's last H2D (one clock for every process of the node)."""
         gpu, seg = self.gpu, self.seg
-        reps = max(1, min(PAGEABLE_MAX_REPS, (64 << 20) // nbytes))
+        reps = max(1, min(HOST_ORDERED_MAX_REPS, (64 << 20) // nbytes))
         first = self.transfers + 1
         self.transfers += reps
         if self.producer:
@@ -267,14 +279,14 @@ class _StagingWorker:
             for k in range(first, first + reps):
                 if k > first:
                     seg.wait_until(C_DONE, k - 1, self.timeout, waiting_for=self.other)
-                gpu.memcpy(self.pageable_addr, self.buffer.ptr, nbytes)
+                gpu.memcpy(host_addr, self.buffer.ptr, nbytes)
                 gpu.synchronize()
                 seg.store(P_DONE, k)
             seg.wait_until(C_DONE, first + reps - 1, self.timeout, waiting_for=self.other)
             return 0.0, reps
         for k in range(first, first + reps):
             seg.wait_until(P_DONE, k, self.timeout, waiting_for=self.other)
-            gpu.memcpy(self.buffer.ptr, self.pageable_addr, nbytes)
+            gpu.memcpy(self.buffer.ptr, host_addr, nbytes)
             gpu.synchronize()
             seg.store(C_DONE, k)
         return (time.monotonic_ns() - seg.load(T0)) / 1e9 / reps, reps

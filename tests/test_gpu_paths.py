@@ -56,7 +56,7 @@ def memory_checked(name):
 def test_staging_moves_the_right_bytes(monkeypatch, no_leaks):
     outcome, rows = run(monkeypatch, "staging")
     assert outcome.ok, outcome.error
-    for variant in ("pinned", "pipelined", "pageable"):
+    for variant in ("pinned", "pipelined", "pinned-hostsync", "pageable"):
         got = [r for r in rows if r["path"] == "staging" and r["variant"] == variant]
         assert sorted({r["bytes"] for r in got}) == list(SIZES), variant
         assert len(got) == 3 * len(SIZES) and all(r["verified"] is True and r["seconds"] > 0 for r in got)

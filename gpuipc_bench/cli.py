@@ -170,11 +170,13 @@ def info():
 @click.option("--out", "-o", type=click.Path(dir_okay=True, path_type=Path), default=None,
               help="CSV file to write. Default: results/<UTC time>-<host>.csv")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--chunk", "chunk", type=SizesType(), default=None,
+              help="Chunk size of pipelined staging (default 16MiB; a message is cut into at most 64).")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds a worker may go without progress before the run is ended.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary; just the CSV path.")
 @click.option("--verbose", "-v", is_flag=True, help="Show worker tracebacks on failure.")
-def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force, timeout, quiet, verbose):
+def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force, chunk, timeout, quiet, verbose):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -188,6 +190,7 @@ def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force,
     config = RunConfig(
         scenarios=tuple(names), sizes=sizes, iterations=iterations, warmup=warmup,
         devices=devices, workers=workers, out=out, timeout=timeout, quiet=quiet, verbose=verbose,
+        **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
     )
     out = out or _default_out()
     check_writable(out, force)
@@ -202,6 +205,12 @@ def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force,
             err.print(f"[yellow]skipped[/] {name}: {reason}")
 
     _run_plan(plan, config, machine, out, err, quiet, verbose)
+
+
+def _single_size(sizes: tuple[int, ...], option: str) -> int:
+    if len(sizes) != 1:
+        raise UsageError(f"{option} takes one size, not a list or range")
+    return sizes[0]
 
 
 def _resolve_names(requested, registry) -> list[str]:
@@ -254,6 +263,8 @@ def _metadata(config: RunConfig, machine) -> dict[str, str]:
         "scenarios": ",".join(config.scenarios),
         "iterations": str(config.iterations),
         "warmup": str(config.warmup),
+        "chunk_bytes": str(config.chunk_bytes),
+        "timeout": f"{config.timeout:g}",
     }
     meta.update(machine.metadata())
     return meta

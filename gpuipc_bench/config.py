@@ -26,7 +26,7 @@ class RunConfig:
     timeout: float = 60.0  # seconds a worker may stay silent at a barrier or a wait
     quiet: bool = False
     verbose: bool = False
-    chunk_bytes: int = 4 << 20  # pipelined staging chunk
+    chunk_bytes: int = 16 << 20  # pipelined staging chunk
     extra: tuple[tuple[str, str], ...] = ()  # scenario-specific knobs, kept hashable
 
     def __post_init__(self):

@@ -744,22 +744,6 @@ def time_batch(stream, enqueue: Callable[[], None], reps: int, gate: Gate,
     return ms / 1e3 / reps
 
 
-def time_events(stream, enqueue: Callable[[], None], reps: int, device: int) -> float:
-    """Seconds per transfer of `reps` calls of enqueue(), timed with events but without a gate:
-    for copies that block the calling thread (staged by the driver), which would deadlock
-    behind one. Launch overhead is in the figure, so small sizes read slower than the link."""
-    import cupy
-
-    with cuda_call("cudaEventRecord", device), cupy.cuda.Device(device):
-        start, end = cupy.cuda.Event(), cupy.cuda.Event()
-        start.record(stream)
-        for _ in range(reps):
-            enqueue()
-        end.record(stream)
-        end.synchronize()
-        return cupy.cuda.get_elapsed_time(start, end) / 1e3 / reps
-
-
 def time_host(call: Callable[[], Any], reps: int = 1) -> float:
     """Host seconds per call of `call` (perf_counter), for latencies and setup costs."""
     t0 = time.perf_counter()

@@ -81,6 +81,7 @@ def run_scenario(
     finally:
         segment.abort()
         _stop_all(workers)
+        _remove_driver_files([w.process.pid for w in workers])
         try:
             scenario.release(shared)
         finally:
@@ -289,6 +290,24 @@ def _find_hung(workers, segment, timeout: float) -> str | None:
             return (f"{worker.spec.describe()} made no progress for {timeout:g} s "
                     f"{_phase_text(phase, nbytes, iteration)} (hung; see --timeout)")
     return None
+
+
+def _remove_driver_files(pids: list[int]) -> None:
+    """The CUDA driver gives each process that makes interprocess events a file
+    /dev/shm/cuda.shm.<n>.<pid in hex>.<n> and does not remove it when the process
+    exits. Our workers are gone by now, so their files are stale: remove them."""
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return
+    ours = {f"{pid:x}" for pid in pids if pid}
+    for name in names:
+        parts = name.split(".")
+        if len(parts) == 5 and parts[:2] == ["cuda", "shm"] and parts[3] in ours:
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
 
 
 def _stop_all(workers: list[_Worker]) -> None:

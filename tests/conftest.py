@@ -10,7 +10,8 @@ SHM = Path("/dev/shm")
 def our_segments() -> list[str]:
     if not SHM.is_dir():
         return []
-    return sorted(p.name for p in SHM.iterdir() if "gpuipc" in p.name)
+    # Ours, and the CUDA driver's per-process files for interprocess events (cuda.shm.*).
+    return sorted(p.name for p in SHM.iterdir() if "gpuipc" in p.name or p.name.startswith("cuda.shm"))
 
 
 @pytest.fixture

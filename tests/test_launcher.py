@@ -1,5 +1,6 @@
 """The launcher with real forked processes: rows come back, faults end the run promptly and cleanly."""
 
+import os
 import time
 
 import pytest
@@ -80,3 +81,18 @@ def test_corruption_is_caught(monkeypatch, no_leaks):
     assert "verification failed on path host/shared-buffer at size 64 B" in message
     assert "offset 32" in message
     assert [r["verified"] for r in rows if r["path"] == "host" and r["metric"] == "bandwidth"] == [False]
+
+
+def test_driver_files_of_dead_workers_are_removed(tmp_path, monkeypatch):
+    from gpuipc_bench import launcher
+
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    for name in ("cuda.shm.0.3c2.1", "cuda.shm.0.3c3.1", "other.0.3c2.1", "cuda.shm.0.3c2"):
+        (shm / name).write_text("")
+    real_listdir, real_join = os.listdir, os.path.join
+    monkeypatch.setattr(launcher.os, "listdir", lambda p: real_listdir(shm if p == "/dev/shm" else p))
+    monkeypatch.setattr(launcher.os.path, "join",
+                        lambda a, *b: real_join(str(shm) if a == "/dev/shm" else a, *b))
+    launcher._remove_driver_files([0x3C2])
+    assert sorted(p.name for p in shm.iterdir()) == ["cuda.shm.0.3c2", "cuda.shm.0.3c3.1", "other.0.3c2.1"]

@@ -265,7 +265,8 @@ def test_nvlink_counting_through_switch_and_direct(monkeypatch):
 def test_a_child_forked_after_probe_can_use_cuda(here):
     """The point of the probe child: the parent stays CUDA-free, so workers forked later work."""
     needs_gpu(here)
-    assert "libcuda.so" not in open("/proc/self/maps").read()
+    # libcuda.so may well be loaded here (CuPy's runtime library loads it); what must
+    # not have happened is cuInit, and the forked child proves that.
     ctx = multiprocessing.get_context("fork")
     receiver, sender = ctx.Pipe(duplex=False)
 

@@ -201,8 +201,11 @@ def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force,
     plan, waived = _plan(config, registry, machine, explicit=bool(scenario_names))
     err = _stderr()
     if waived and not quiet:
+        by_reason: dict[str, list[str]] = {}
         for name, reason in waived:
-            err.print(f"[yellow]skipped[/] {name}: {reason}")
+            by_reason.setdefault(reason, []).append(name)
+        for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
+            err.print(f"[yellow]skipped[/] {', '.join(names)}: {reason}", soft_wrap=True)
 
     _run_plan(plan, config, machine, out, err, quiet, verbose)
 

@@ -14,25 +14,35 @@ from __future__ import annotations
 
 import time
 import traceback
+from typing import Callable
 
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, WorkerFailed
 from gpuipc_bench.segment import ABORT_INDEX, SPIN_SECONDS, YIELD_SECONDS, Segment, spin_wait
 
 
 class Barrier:
-    """Worker `rank`'s side of the barrier over `segment`. One per worker, made after the fork."""
+    """Worker `rank`'s side of the barrier over `segment`. One per worker, made after the fork.
+
+    `on_wait`, if given, is called with no argument each time this worker has
+    published its arrival and has to wait for another (the fault-injection hook
+    that kills a worker "inside the barrier"; see faults.py). It costs nothing
+    on the fast path, where every other worker has already arrived.
+    """
 
     def __init__(self, segment: Segment, rank: int, timeout: float,
-                 spin_seconds: float = SPIN_SECONDS, yield_seconds: float = YIELD_SECONDS):
-        if timeout <= 0:
-            raise ValueError(f"barrier timeout must be positive (got {timeout})")
+                 spin_seconds: float = SPIN_SECONDS, yield_seconds: float = YIELD_SECONDS,
+                 on_wait: Callable[[], None] | None = None):
+        if not timeout > 0 or timeout == float("inf"):
+            raise ValueError(f"barrier timeout must be a positive number of seconds (got {timeout})")
         self.segment = segment
         self.rank = rank
         self.timeout = timeout
         self.spin_seconds = spin_seconds
         self.yield_seconds = yield_seconds
+        self.on_wait = on_wait
         self._words = segment.words
         self._mine = segment.epoch_index(rank)
+        self._waiting = segment.waiting_index(rank)
         self._others = tuple(segment.epoch_index(r) for r in range(segment.nworkers) if r != rank)
 
     def wait(self) -> None:
@@ -42,15 +52,28 @@ class Barrier:
         w[self._mine] = e
         if w[ABORT_INDEX]:
             raise BarrierAborted("run aborted")
-        deadline = 0.0
         for i in self._others:
             if w[i] < e:  # epochs only grow: once caught up, that worker stays caught up
-                if not deadline:
-                    deadline = time.monotonic() + self.timeout
-                if not spin_wait(w, i, e, deadline, self.spin_seconds, self.yield_seconds):
+                self._wait_for_others(e)
+                return
+
+    def _wait_for_others(self, e: int) -> None:
+        """The slow path. While here, this worker's waiting word holds `e`, so that the
+        parent can say a worker that died now died inside the barrier (epochs alone
+        cannot: the others may arrive, see its epoch and leave before the parent looks)."""
+        w = self._words
+        w[self._waiting] = e
+        try:
+            if self.on_wait is not None:
+                self.on_wait()
+            deadline = time.monotonic() + self.timeout
+            for i in self._others:
+                if w[i] < e and not spin_wait(w, i, e, deadline, self.spin_seconds, self.yield_seconds):
                     seg = self.segment
                     missing = [r for r in range(seg.nworkers) if seg.epoch(r) < e]
                     raise BarrierTimeout(missing, self.timeout)
+        finally:
+            w[self._waiting] = 0
 
 
 # -- a quick benchmark: this barrier against multiprocessing.Barrier ---------------

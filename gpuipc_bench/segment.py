@@ -11,7 +11,8 @@ does not make neighbours share one), as int64 words:
     line 1                 abort word (0: running, else the abort code)
     nworkers lines         epoch of each worker (the barrier's hot word; only that worker writes it)
     nworkers lines         info of each worker: pid, device, phase code, phase nbytes,
-                           phase iteration, heartbeat (time.monotonic_ns)
+                           phase iteration, heartbeat (time.monotonic_ns), waiting
+                           (the epoch it waits at inside the barrier, 0 when not waiting)
     2 * nworkers lines     handle table: per worker 4 slots of 64 bytes
                            (cudaIpcMemHandle, cudaIpcEventHandle, 2 spare)
     mailbox_slots lines    mailbox: one int64 word per line (sequence numbers, timestamps)
@@ -53,7 +54,7 @@ PHASES = ("idle", "setup", "warmup", "sample", "latency", "barrier", "teardown",
 _PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
 
 # Info line fields (word offsets inside a worker's info line).
-_PID, _DEVICE, _PHASE, _NBYTES, _ITERATION, _HEARTBEAT = range(6)
+_PID, _DEVICE, _PHASE, _NBYTES, _ITERATION, _HEARTBEAT, _WAITING = range(7)
 
 # Word indices of the fixed lines.
 _MAGIC_W, _VERSION_W, _NWORKERS_W, _SLOTS_W = 0, 1, 2, 3
@@ -329,7 +330,14 @@ class Segment:
         w = self.words
         return [w[i] for i in self._epoch_w]
 
+    def waiting_index(self, rank: int) -> int:
+        """Index into `words` of worker `rank`'s waiting word: the epoch it waits at
+        inside the barrier, 0 when it is not waiting (only that worker writes it)."""
+        return self._info(rank) + _WAITING
+
     def waiting_in_barrier(self, rank: int) -> bool:
-        """True when worker `rank` has arrived at the barrier and waits for others
-        (its epoch is ahead of the smallest)."""
-        return self.epoch(rank) > min(self.epochs())
+        """True when worker `rank` has arrived at the barrier and waits for others:
+        its waiting word holds its current epoch, or its epoch is ahead of the smallest
+        (it arrived and was stopped before it could write the waiting word)."""
+        epoch = self.epoch(rank)
+        return self.words[self.waiting_index(rank)] == epoch > 0 or epoch > min(self.epochs())

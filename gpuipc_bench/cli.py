@@ -18,7 +18,7 @@ import click
 from rich.console import Console
 
 from gpuipc_bench import __version__
-from gpuipc_bench.config import RunConfig, check_writable
+from gpuipc_bench.config import RunConfig, check_memory, check_writable
 from gpuipc_bench.errors import BenchError, NoGpuError, UsageError, WorkerFailed
 from gpuipc_bench.sizes import format_size, parse_sizes
 
@@ -199,6 +199,7 @@ def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force,
     if devices:
         machine.check_devices(devices)
     plan, waived = _plan(config, registry, machine, explicit=bool(scenario_names))
+    check_memory(plan, config, machine)
     err = _stderr()
     if waived and not quiet:
         by_reason: dict[str, list[str]] = {}

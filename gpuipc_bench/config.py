@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuipc_bench.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpuipc_bench.machine import Machine
+    from gpuipc_bench.scenario import Scenario, WorkerSpec
 
 # Sizes swept when --sizes is not given. GPU paths: 4 B to 1 GiB in steps of 4.
 # The host path stops at 64 MiB so that the first run on a laptop takes seconds.
@@ -36,8 +42,9 @@ class RunConfig:
             raise UsageError(f"--warmup must be 0 or more (got {self.warmup})")
         if self.workers is not None and self.workers < 1:
             raise UsageError(f"--workers must be at least 1 (got {self.workers})")
-        if self.timeout <= 0:
-            raise UsageError(f"--timeout must be positive (got {self.timeout})")
+        if not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise UsageError(f"--timeout must be positive (got {self.timeout}); it is in seconds and "
+                             "bounds every wait, so it cannot be infinite")
         if self.chunk_bytes < 1:
             raise UsageError("--chunk must be at least 1 byte")
 
@@ -60,3 +67,63 @@ def check_writable(out: Path, force: bool = False) -> None:
             raise UsageError(f"--out {out}: cannot create folder {parent}: {e.strerror}") from None
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--out {out}: folder {parent} is not writable")
+
+
+def available_host_memory() -> int | None:
+    """Bytes of host memory a new allocation can get without swapping: /proc/meminfo's
+    MemAvailable (else free pages), capped by a cgroup v2 memory limit. None if unknown."""
+    available = None
+    try:
+        with open("/proc/meminfo", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    available = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if available is None:
+        try:
+            available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            return None
+    try:
+        with open("/proc/self/cgroup", encoding="ascii") as fh:
+            v2 = [line.strip()[3:] for line in fh if line.startswith("0::")]
+        if v2:
+            folder = Path("/sys/fs/cgroup") / v2[0].lstrip("/")
+            limit = (folder / "memory.max").read_text().strip()
+            if limit != "max":
+                used = int((folder / "memory.current").read_text())
+                available = min(available, max(0, int(limit) - used))
+    except (OSError, ValueError):
+        pass
+    return available
+
+
+def check_memory(plan: "list[tuple[Scenario, list[WorkerSpec]]]", config: RunConfig, machine: "Machine",
+                 host_available: int | None = None) -> None:
+    """Refuse, before any work, a largest size whose buffers cannot fit in host memory
+    (what is available now) or on a GPU (its whole memory), per Scenario.memory_needed."""
+    from gpuipc_bench.sizes import format_size
+
+    if host_available is None:
+        host_available = available_host_memory()
+    gpu_memory = {gpu.index: gpu.memory_bytes for gpu in machine.gpus}
+    for scenario, specs in plan:
+        host_bytes, gpu_bytes = scenario.memory_needed(config, specs)
+        largest = max(config.sizes_for(scenario.default_sizes()))
+        if config.sizes is not None:
+            what = f"--sizes: the largest size, {format_size(largest)},"
+        else:
+            what = f"--sizes (not given): the default sweep of {scenario.name} reaches {format_size(largest)}, which"
+        if host_available and host_bytes > host_available:
+            raise UsageError(
+                f"{what} needs about {format_size(host_bytes)} of host memory in scenario {scenario.name}, "
+                f"and {format_size(host_available)} is available; give a smaller --sizes")
+        devices = sorted({spec.device for spec in specs if spec.device is not None})
+        for device in devices if gpu_bytes else ():
+            total = gpu_memory.get(device)
+            if total and gpu_bytes > total:
+                raise UsageError(
+                    f"{what} needs about {format_size(gpu_bytes)} on GPU {device} in scenario "
+                    f"{scenario.name}, and GPU {device} has {format_size(total)}; give a smaller --sizes")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import mmap
 import time
 from typing import Any, Callable, Iterator
@@ -1093,3 +1094,303 @@ def setup_row(variant: str, seconds: float, nbytes: int = 0, src: Any = "", dst:
     return new_row(metric="setup", variant=variant, seconds=seconds, bytes=nbytes, src=src, dst=dst,
                    batch=1, verified=None, **fields)
 
+
+
+# --------------------------------------------------------------------------- device-initiated ping-pong
+
+PINGPONG_SOURCE = r"""
+typedef unsigned long long u64;
+typedef unsigned int u32;
+
+#define PP_OK 0
+#define PP_NO_ANSWER 1
+#define PP_DEADLINE 2
+
+__device__ __forceinline__ u64 pp_now() {
+    u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// Result words: [0] status, [1] round that failed, [2] t_start (after round 0), [3] t_end,
+// [4] the flag value last seen by the failing wait, [5] rounds asked for.
+__device__ __forceinline__ void pp_fail(u64* res, int* stop, int why, u32 round, u64 seen) {
+    if (atomicCAS(stop, 0, why) == 0) {
+        res[1] = round;
+        res[4] = seen;
+    }
+}
+
+// Spin until *flag reaches target (wrap-safe) - PP_OK -, the wait passes timeout_ns - PP_NO_ANSWER -,
+// the launch passes deadline_ns - PP_DEADLINE -, or another thread of the block gave up.
+__device__ int pp_wait_ge(volatile u32* flag, u32 target, u64 t_begin, u64 timeout_ns,
+                          u64 deadline_ns, volatile int* stop, u64* seen) {
+    u32 v = *flag;
+    if ((int)(v - target) >= 0) return PP_OK;
+    u64 t0 = pp_now();
+    for (u32 n = 1;; ++n) {
+        v = *flag;
+        if ((int)(v - target) >= 0) return PP_OK;
+        if ((n & 15) == 0) {
+            u64 t = pp_now();
+            *seen = v;
+            if (*stop) return -1;
+            if (t - t0 > timeout_ns) return PP_NO_ANSWER;
+            if (t - t_begin > deadline_ns) return PP_DEADLINE;
+        }
+    }
+}
+
+// Block-wide copy of n bytes (16-byte vectors: both ends are 16-byte aligned by layout).
+// fresh: the source was written by another agent since this block last looked, so bypass L1.
+__device__ __forceinline__ void pp_copy(u64 dst, u64 src, u64 n, bool fresh) {
+    uint4* d = (uint4*)dst;
+    const uint4* s = (const uint4*)src;
+    u64 nvec = n / 16;
+    for (u64 i = threadIdx.x; i < nvec; i += blockDim.x) d[i] = fresh ? __ldcv(s + i) : s[i];
+    volatile const unsigned char* sb = (volatile const unsigned char*)src;
+    unsigned char* db = (unsigned char*)dst;
+    for (u64 k = nvec * 16 + threadIdx.x; k < n; k += blockDim.x) db[k] = sb[k];
+}
+
+// One block. The initiator copies the payload into the peer's buffer, fences (system scope),
+// stores the round's number into the peer's flag, then spins on its own flag for the echo;
+// the responder spins on its flag, copies the payload it received back into the initiator's
+// buffer, fences and stores the initiator's flag. Round 0 is a handshake (both kernels are
+// running); rounds 1..rounds are timed with globaltimer by the initiator.
+extern "C" __global__ void pingpong(u64 my_flag, u64 peer_flag, u64 my_payload, u64 peer_payload,
+                                    u64 src, u64 nbytes, u32 first, u32 rounds, int initiator,
+                                    u64 timeout_ns, u64 deadline_ns, u64 result) {
+    __shared__ int stop;
+    u64* res = (u64*)result;
+    volatile u32* mine = (volatile u32*)my_flag;
+    volatile u32* theirs = (volatile u32*)peer_flag;
+    const bool lead = threadIdx.x == 0;
+    const u64 t_begin = pp_now();
+    u64 t_start = t_begin, seen = 0;
+    if (lead) stop = 0;
+    __syncthreads();
+    for (u32 r = 0; r <= rounds; ++r) {
+        const u32 seq = first + r;
+        if (initiator) {
+            if (nbytes) {
+                pp_copy(peer_payload, src, nbytes, false);
+                __threadfence_system();
+            }
+            __syncthreads();
+            if (lead) {
+                *theirs = seq;
+                int s = pp_wait_ge(mine, seq, t_begin, timeout_ns, deadline_ns, &stop, &seen);
+                if (s > 0) pp_fail(res, &stop, s, r, seen);
+                else if (r == 0) t_start = pp_now();
+            }
+            __syncthreads();
+            if (stop) break;
+        } else {
+            if (lead) {
+                int s = pp_wait_ge(mine, seq, t_begin, timeout_ns, deadline_ns, &stop, &seen);
+                if (s > 0) pp_fail(res, &stop, s, r, seen);
+                else __threadfence_system();
+            }
+            __syncthreads();
+            if (stop) break;
+            if (nbytes) {
+                pp_copy(peer_payload, my_payload, nbytes, true);
+                __threadfence_system();
+            }
+            __syncthreads();
+            if (lead) *theirs = seq;
+        }
+    }
+    if (lead) {
+        res[0] = stop;
+        res[2] = t_start;
+        res[3] = pp_now();
+        res[5] = rounds;
+    }
+}
+
+// LL ("low latency", as NCCL's protocol of that name): every 8-byte word carries 4 payload bytes
+// and the round's number, stored in one single-copy-atomic store, so no fence is needed: the
+// receiver waits until every word of its part shows the round's number. The initiator sends
+// its words and waits for all of them to come back (one barrier a round); each responder
+// thread echoes its words as soon as each arrives.
+__device__ int pp_wait_word(volatile u64* word, u32 target, u64 t_begin, u64 timeout_ns,
+                            u64 deadline_ns, volatile int* stop, u64* value) {
+    u64 v = *word;
+    if ((u32)(v >> 32) == target) { *value = v; return PP_OK; }
+    u64 t0 = pp_now();
+    for (u32 n = 1;; ++n) {
+        v = *word;
+        if ((u32)(v >> 32) == target) { *value = v; return PP_OK; }
+        if ((n & 15) == 0) {
+            u64 t = pp_now();
+            *value = v;
+            if (*stop) return -1;
+            if (t - t0 > timeout_ns) return PP_NO_ANSWER;
+            if (t - t_begin > deadline_ns) return PP_DEADLINE;
+        }
+    }
+}
+
+extern "C" __global__ void pingpong_ll(u64 my_ll, u64 peer_ll, u64 src, u32 nwords, u32 first,
+                                       u32 rounds, int initiator, u64 timeout_ns, u64 deadline_ns,
+                                       u64 result) {
+    __shared__ int stop;
+    u64* res = (u64*)result;
+    volatile u64* mine = (volatile u64*)my_ll;
+    volatile u64* theirs = (volatile u64*)peer_ll;
+    const u32* data = (const u32*)src;
+    const bool lead = threadIdx.x == 0;
+    const u64 t_begin = pp_now();
+    u64 t_start = t_begin, value = 0;
+    if (lead) stop = 0;
+    __syncthreads();
+    for (u32 r = 0; r <= rounds; ++r) {
+        const u32 seq = first + r;
+        if (initiator) {
+            for (u32 i = threadIdx.x; i < nwords; i += blockDim.x)
+                theirs[i] = ((u64)seq << 32) | data[i];
+            for (u32 i = threadIdx.x; i < nwords; i += blockDim.x) {
+                int s = pp_wait_word(mine + i, seq, t_begin, timeout_ns, deadline_ns, &stop, &value);
+                if (s > 0) pp_fail(res, &stop, s, r, value);
+                if (s) break;
+            }
+            __syncthreads();
+            if (stop) break;
+            if (r == 0 && lead) t_start = pp_now();
+        } else {
+            bool quit = false;
+            for (u32 i = threadIdx.x; i < nwords; i += blockDim.x) {
+                int s = pp_wait_word(mine + i, seq, t_begin, timeout_ns, deadline_ns, &stop, &value);
+                if (s > 0) pp_fail(res, &stop, s, r, value);
+                if (s) { quit = true; break; }
+                theirs[i] = value;
+            }
+            if (quit) break;
+        }
+    }
+    __syncthreads();
+    if (lead) {
+        res[0] = stop;
+        res[2] = t_start;
+        res[3] = pp_now();
+        res[5] = rounds;
+    }
+}
+
+// globaltimer (ns, one clock for every context on this GPU) into *out, in stream order.
+extern "C" __global__ void stamp(u64 out) {
+    *(volatile u64*)out = pp_now();
+}
+"""
+
+PP_OK, PP_NO_ANSWER, PP_DEADLINE = 0, 1, 2
+PINGPONG_MAX_THREADS = 1024
+PINGPONG_RESULT_BYTES = 64
+
+
+def ll_words(nbytes: int) -> int:
+    """8-byte LL words that carry `nbytes` of payload (4 bytes each)."""
+    return -(-int(nbytes) // 4)
+
+
+def pingpong_threads(nbytes: int, ll: bool = False) -> int:
+    """Threads of the one ping-pong block: one per 16-byte vector (LL: per 4-byte word), whole
+    warps, 32 to 1024 (a warp for a flag or a few bytes)."""
+    units = ll_words(nbytes) if ll else -(-int(nbytes) // 16)
+    return max(32, min(PINGPONG_MAX_THREADS, -(-units // 32) * 32))
+
+
+@dataclasses.dataclass(frozen=True)
+class PingPongResult:
+    status: int  # PP_OK, PP_NO_ANSWER or PP_DEADLINE
+    round: int  # the round that failed (0: the handshake)
+    t_start: int  # globaltimer ns after the handshake
+    t_end: int
+    seen: int  # the flag (word) value the failing wait saw last
+    rounds: int
+
+    @property
+    def seconds(self) -> float:
+        """Seconds of the timed rounds (all but the handshake)."""
+        return max(0, self.t_end - self.t_start) / 1e9
+
+    @property
+    def round_trip(self) -> float:
+        return self.seconds / max(1, self.rounds)
+
+
+class PingPongKernels:
+    """The device ping-pong kernels (PINGPONG_SOURCE), compiled by NVRTC for `device`."""
+
+    def __init__(self, device: int):
+        import cupy
+
+        self.device = device
+        with cuda_call("nvrtcCompileProgram", device), cupy.cuda.Device(device):
+            self.module = cupy.RawModule(code=PINGPONG_SOURCE, options=("--std=c++14",))
+            self._simple = self.module.get_function("pingpong")
+            self._ll = self.module.get_function("pingpong_ll")
+            self._stamp = self.module.get_function("stamp")
+
+    def launch(self, stream, *, my_flag: int, peer_flag: int, my_payload: int, peer_payload: int,
+               src: int, nbytes: int, first: int, rounds: int, initiator: bool, timeout_s: float,
+               deadline_s: float, result: int) -> None:
+        """Enqueue the flag-and-fence ping-pong kernel (see PINGPONG_SOURCE)."""
+        u64, u32 = np.uint64, np.uint32
+        args = (u64(my_flag), u64(peer_flag), u64(my_payload), u64(peer_payload), u64(src), u64(nbytes),
+                u32(first & 0xFFFFFFFF), u32(rounds), np.int32(1 if initiator else 0),
+                u64(int(timeout_s * 1e9)), u64(int(deadline_s * 1e9)), u64(result))
+        with cuda_call("pingpong launch", self.device):
+            self._simple((1,), (pingpong_threads(nbytes),), args, stream=stream)
+
+    def launch_ll(self, stream, *, my_ll: int, peer_ll: int, src: int, nbytes: int, first: int,
+                  rounds: int, initiator: bool, timeout_s: float, deadline_s: float, result: int) -> None:
+        """Enqueue the LL ping-pong kernel: ll_words(nbytes) words of 4 payload bytes + the round."""
+        u64, u32 = np.uint64, np.uint32
+        args = (u64(my_ll), u64(peer_ll), u64(src), u32(ll_words(nbytes)), u32(first & 0xFFFFFFFF),
+                u32(rounds), np.int32(1 if initiator else 0), u64(int(timeout_s * 1e9)),
+                u64(int(deadline_s * 1e9)), u64(result))
+        with cuda_call("pingpong_ll launch", self.device):
+            self._ll((1,), (pingpong_threads(nbytes, ll=True),), args, stream=stream)
+
+    def stamp(self, out: int, stream) -> None:
+        """Enqueue a write of the GPU's globaltimer (ns) into the 8 bytes at `out`."""
+        with cuda_call("stamp launch", self.device):
+            self._stamp((1,), (1,), (np.uint64(out),), stream=stream)
+
+    def result(self, result: int, stream) -> PingPongResult:
+        """Read a ping-pong result block (after everything queued on `stream`)."""
+        words = read_words(result, 6, stream, self.device)
+        return PingPongResult(status=int(words[0]), round=int(words[1]), t_start=int(words[2]),
+                              t_end=int(words[3]), seen=int(words[4]), rounds=int(words[5]))
+
+    def close(self) -> None:
+        self.module = None
+
+
+def read_words(ptr: int, count: int, stream, device: int) -> np.ndarray:
+    """`count` uint64 words of device (or mapped) memory, after everything queued on `stream`."""
+    host = np.zeros(count, dtype=np.uint64)
+    with cuda_call("cudaMemcpyAsync", device):
+        _rt().memcpyAsync(host.ctypes.data, ptr, 8 * count, MEMCPY_DEFAULT, stream.ptr)
+        stream.synchronize()
+    return host
+
+
+def read_bytes(ptr: int, nbytes: int, stream, device: int) -> np.ndarray:
+    """`nbytes` of device (or mapped) memory as a uint8 array, after everything queued on `stream`."""
+    host = np.zeros(max(0, nbytes), dtype=np.uint8)
+    if nbytes > 0:
+        with cuda_call("cudaMemcpyAsync", device):
+            _rt().memcpyAsync(host.ctypes.data, ptr, nbytes, MEMCPY_DEFAULT, stream.ptr)
+            stream.synchronize()
+    return host
+
+
+def memset(ptr: int, value: int, nbytes: int, stream, device: int) -> None:
+    """cudaMemsetAsync on `stream`."""
+    if nbytes > 0:
+        with cuda_call("cudaMemsetAsync", device):
+            _rt().memsetAsync(ptr, value, nbytes, stream.ptr)

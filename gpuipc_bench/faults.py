@@ -5,8 +5,15 @@ GPUIPC_BENCH_FAULT holds one fault, read by each worker:
   hang:RANK:PHASE[:N]   ... stops (sleeps) there instead
   raise:RANK:PHASE[:N]  ... raises RuntimeError there
   corrupt               scenarios flip one received byte before verifying it
-PHASE is a segment phase name ('setup', 'sample', 'teardown', ...) or 'barrier'
-(just before the worker arrives at the barrier).
+PHASE is a segment phase name ('setup', 'sample', 'teardown', ...) or 'barrier'.
+A 'barrier' fault fires inside the barrier: from the Nth crossing on, at the
+first crossing where the worker has published its arrival and waits for another
+worker (Barrier's on_wait hook), so that it dies, hangs or raises while others
+still count on it.
+
+GPUIPC_BENCH_FAULT_FIRED, if set, names a file to which the worker appends
+'ACTION:RANK:PHASE' just before the fault acts, so that a test can wait for the
+moment instead of sleeping.
 """
 
 from __future__ import annotations
@@ -14,8 +21,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import Callable
 
 ENV = "GPUIPC_BENCH_FAULT"
+FIRED_ENV = "GPUIPC_BENCH_FAULT_FIRED"
 
 
 def corrupt_requested() -> bool:
@@ -27,12 +36,15 @@ class FaultPlan:
 
     def __init__(self, rank: int, text: str | None = None):
         text = os.environ.get(ENV, "") if text is None else text
+        self.rank = rank
         self.action = None
+        self.phase = ""
         parts = text.split(":")
         if len(parts) in (3, 4) and parts[0] in ("kill", "hang", "raise") and parts[1] == str(rank):
             self.action, self.phase = parts[0], parts[2]
             self.when = int(parts[3]) if len(parts) == 4 else 1
         self.seen = 0
+        self.armed = False  # a 'barrier' fault waits for the worker to be inside the barrier
 
     def hit(self, phase: str) -> None:
         if self.action is None or phase != self.phase:
@@ -40,6 +52,27 @@ class FaultPlan:
         self.seen += 1
         if self.seen != self.when:
             return
+        if phase == "barrier":
+            self.armed = True  # fired by in_barrier(), called by the barrier itself
+            return
+        self._fire(phase)
+
+    def in_barrier(self) -> None:
+        """The barrier's on_wait hook: this worker has arrived and waits for another."""
+        if self.armed:
+            self.armed = False
+            self._fire("barrier")
+
+    @property
+    def barrier_hook(self) -> Callable[[], None] | None:
+        """What to give Barrier as on_wait: None unless this worker has a 'barrier' fault."""
+        return self.in_barrier if self.action is not None and self.phase == "barrier" else None
+
+    def _fire(self, phase: str) -> None:
+        note = os.environ.get(FIRED_ENV)
+        if note:
+            with open(note, "a", encoding="utf-8") as fh:
+                fh.write(f"{self.action}:{self.rank}:{phase}\n")
         if self.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         elif self.action == "hang":

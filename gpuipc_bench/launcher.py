@@ -68,19 +68,22 @@ def run_scenario(
     segment = Segment.create(len(specs), scenario.mailbox_slots(config, specs))
     workers: list[_Worker] = []
     shared: Any = None
+
+    def deliver(row: dict) -> None:
+        outcome.rows += 1
+        on_row(row)
+
     try:
         shared = scenario.prepare(config, specs)
         for spec in specs:
             workers.append(_start_worker(scenario, spec, specs, config, segment, shared))
-
-        def deliver(row: dict) -> None:
-            outcome.rows += 1
-            on_row(row)
-
         outcome.error = _supervise(workers, segment, config, deliver, on_progress or (lambda n: None))
     finally:
         segment.abort()
         _stop_all(workers)
+        # Interrupted (Ctrl-C, SIGTERM) or given up on stuck workers: rows they sent
+        # may still sit in the pipes. Keep them: they are samples already taken.
+        _salvage_rows(workers, deliver)
         _remove_driver_files([w.process.pid for w in workers])
         try:
             scenario.release(shared)
@@ -123,11 +126,14 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
     try:
         segment.set_pid(spec.rank, os.getpid())
         segment.set_device(spec.rank, spec.device)
-        barrier = Barrier(segment, spec.rank, timeout=config.timeout)
-        ctx = WorkerContext(spec, specs, config, segment, barrier, shared, conn.send, FaultPlan(spec.rank))
+        faults = FaultPlan(spec.rank)
+        barrier = Barrier(segment, spec.rank, timeout=config.timeout, on_wait=faults.barrier_hook)
+        ctx = WorkerContext(spec, specs, config, segment, barrier, shared, conn.send, faults)
         ctx.phase("setup")
         for row in scenario.run(ctx):
             conn.send(("row", row))
+        if segment.phase(spec.rank)[0] != "teardown":
+            ctx.phase("teardown")  # the scenario did not say; from here on only goodbyes
         ctx.phase("done")
         conn.send(("done",))
     except BarrierAborted:
@@ -261,9 +267,10 @@ def _death_message(worker: _Worker, segment) -> str:
     else:
         how = f"exited with code {code} without reporting"
     phase, nbytes, iteration = segment.phase(worker.spec.rank)
+    where = _phase_text(phase, nbytes, iteration)
     if segment.waiting_in_barrier(worker.spec.rank):
-        phase = "barrier"
-    return f"{worker.spec.describe()} {how} {_phase_text(phase, nbytes, iteration)}"
+        where = "inside the barrier " + where
+    return f"{worker.spec.describe()} {how} {where}"
 
 
 def _phase_text(phase: str, nbytes: int, iteration: int) -> str:
@@ -322,4 +329,18 @@ def _stop_all(workers: list[_Worker]) -> None:
         if worker.process.is_alive():
             worker.process.kill()
         worker.process.join()
-        worker.conn.close()
+
+
+def _salvage_rows(workers: list[_Worker], deliver: Callable[[dict], None]) -> None:
+    """After the workers are gone: deliver the rows still unread in their pipes, then
+    close the pipes. A no-op after a normal run, which read every pipe to its end."""
+    for worker in workers:
+        try:
+            while not worker.closed and worker.conn.poll():
+                message = worker.conn.recv()
+                if message[0] == "row":
+                    deliver(message[1])
+        except Exception:  # noqa: BLE001 - a torn last message, or a bad row: keep what we have
+            pass
+        finally:
+            worker.conn.close()

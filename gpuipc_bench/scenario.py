@@ -73,6 +73,21 @@ class Scenario:
         """How many int64 mailbox slots the scenario needs in the shared segment."""
         return 16
 
+    def memory_needed(self, config: "RunConfig", specs: list[WorkerSpec]) -> tuple[int, int]:
+        """(host bytes, bytes on each GPU it uses) that the largest size needs at once: checked
+        against the machine before any work, so that a size that cannot fit is refused
+        with a message instead of ending in the OOM killer or cudaErrorMemoryAllocation.
+
+        A rough default from the largest size L: a CPU scenario 3 L of host memory (a
+        shared buffer, a source and a destination); a GPU scenario 2 L of host memory
+        (pinned staging) and 3 L on each GPU (source, destination and one more). A
+        scenario that knows better overrides it; an estimate that is too high refuses runs
+        that would fit, so err low."""
+        largest = max(config.sizes_for(self.default_sizes()))
+        if self.gpus_needed == 0:
+            return 3 * largest, 0
+        return 2 * largest, 3 * largest
+
     def progress_total(self, config: "RunConfig", specs: list[WorkerSpec]) -> int:
         """Progress steps the workers report in all (each worker: one per size by default)."""
         return len(config.sizes_for(self.default_sizes())) * len(specs)
@@ -105,7 +120,7 @@ class WorkerContext:
     def sync(self) -> None:
         """Cross the shared-memory barrier with every worker of this scenario."""
         if self.faults:
-            self.faults.hit("barrier")
+            self.faults.hit("barrier")  # arms a 'barrier' fault; the barrier fires it inside
         self.barrier.wait()
 
     def phase(self, name: str, nbytes: int = 0, iteration: int = 0) -> None:

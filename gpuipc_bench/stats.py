@@ -237,15 +237,20 @@ def _transfer_times(summary: pd.DataFrame) -> pd.DataFrame:
 
 @dataclasses.dataclass(frozen=True)
 class Band:
-    """Consecutive sizes of one link where one path/variant is the fastest (within TIE)."""
+    """Consecutive sizes of one link where one path/variant is the fastest (within TIE),
+    with how much slower the other paths are on that link (margin_min..margin_max
+    times the winner's time, size by size)."""
 
     lo_bytes: int
     hi_bytes: int
     winner: str  # 'ipc/ce'
     winner_gbps: float  # its median GB/s at hi_bytes
+    winner_lo_s: float = math.nan  # its median seconds per transfer at lo_bytes
     tied: tuple[str, ...] = ()  # within TIE of the fastest at every size of the band
-    runner_up: str | None = None  # the fastest of the others at hi_bytes
+    runner_up: str | None = None  # at hi_bytes, the fastest variant of another path (None: no other path)
     runner_up_gbps: float = math.nan
+    margin_min: float = math.nan  # over the band, the other paths' best time / the winner's time: least ...
+    margin_max: float = math.nan  # ... and most
     sizes: int = 1  # measured sizes in the band
 
 
@@ -291,17 +296,31 @@ def _bands(table: pd.DataFrame, gbps: pd.DataFrame, tie: float) -> list[Band]:
                 n += 1
             return n
 
-        winner = max(candidates, key=lambda lab: (run_length(lab), -table.iloc[i][lab]))
+        def closeness(lab: str) -> float:  # mean log-ratio to the fastest over the run: lower is closer
+            n = run_length(lab)
+            return float(np.mean(np.log(table.iloc[i:i + n][lab] / best.iloc[i:i + n])))
+
+        winner = max(candidates, key=lambda lab: (run_length(lab), -closeness(lab)))
         n = run_length(winner)
         span = close.iloc[i:i + n]
         tied = tuple(lab for lab in table.columns if lab != winner and bool(span[lab].all()))
-        hi = sizes[i + n - 1]
-        others = table.loc[hi].drop(labels=[winner, *tied]).dropna()
-        runner = others.idxmin() if len(others) else None
+        lo, hi = sizes[i], sizes[i + n - 1]
+        # The next best *path* (another path's fastest variant), size by size over the band.
+        path_of = {lab: lab.split("/", 1)[0] for lab in table.columns}
+        others = [lab for lab in table.columns if path_of[lab] != path_of[winner]]
+        span_t = table.iloc[i:i + n]
+        runner, margins = None, []
+        if others:
+            other_best = span_t[others].min(axis=1, skipna=True)
+            margins = [float(m) for m in (other_best / span_t[winner]).dropna()]
+            at_hi = span_t.loc[hi, others].dropna()
+            runner = at_hi.idxmin() if len(at_hi) else None
         bands.append(Band(
-            lo_bytes=int(sizes[i]), hi_bytes=int(hi), winner=winner, winner_gbps=float(gbps.loc[hi, winner]),
-            tied=tied, runner_up=runner,
-            runner_up_gbps=float(gbps.loc[hi, runner]) if runner is not None else math.nan, sizes=n,
+            lo_bytes=int(lo), hi_bytes=int(hi), winner=winner, winner_gbps=float(gbps.loc[hi, winner]),
+            winner_lo_s=float(table.loc[lo, winner]), tied=tied, runner_up=runner,
+            runner_up_gbps=float(gbps.loc[hi, runner]) if runner is not None else math.nan,
+            margin_min=min(margins) if margins else math.nan, margin_max=max(margins) if margins else math.nan,
+            sizes=n,
         ))
         i += n
     return bands
@@ -312,13 +331,21 @@ def _bands(table: pd.DataFrame, gbps: pd.DataFrame, tie: float) -> list[Band]:
 
 @dataclasses.dataclass(frozen=True)
 class Crossing:
-    """Where a path with a setup cost starts to beat the baseline, over the sizes both
-    measured: from_bytes is the smallest size from which it wins at every larger size
-    (None: it never does), last_loss the largest size below that where it loses
-    (None: it wins from the smallest size compared)."""
+    """Where a path with a setup cost beats the baseline, over the sizes both measured.
+
+    from_bytes: the break-even, the smallest size from which it wins at every larger
+    size compared (None: it loses at the largest size, so there is none);
+    last_loss: the largest size below from_bytes where it loses (None: it wins from
+    the smallest size compared); wins: every run of consecutive sizes where it wins,
+    as (first, last) pairs, which also shows wins below the largest size."""
 
     from_bytes: int | None
     last_loss: int | None
+    wins: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def never(self) -> bool:
+        return not self.wins
 
 
 @dataclasses.dataclass(frozen=True)
@@ -333,6 +360,7 @@ class BreakEven:
     variants: tuple[str, ...]  # the path's variants taken into account
     setup: tuple[str, ...]  # the setup operations counted
     setup_s: float  # their total median seconds (at the largest size compared, if it depends on size)
+    setup_min_s: float  # ... at the smallest size compared (the same as setup_s unless size_dependent)
     size_dependent: bool  # the cost was measured per size (host_register): each size pays its own
     baseline_src: str
     baseline_dst: str
@@ -389,7 +417,7 @@ def break_even(summary: pd.DataFrame, amortise_over: int = AMORTISE_OVER,
 
             out.append(BreakEven(
                 path=path, src=str(src), dst=str(dst), variants=variants, setup=present,
-                setup_s=cost[sizes[-1]], size_dependent=sized,
+                setup_s=cost[sizes[-1]], setup_min_s=cost[sizes[0]], size_dependent=sized,
                 baseline_src=str(base_link[0]), baseline_dst=str(base_link[1]),
                 amortise_over=amortise_over, amortised=crossing(amortise_over), per_transfer=crossing(1),
                 sizes=tuple(int(s) for s in sizes), composed=composed,
@@ -464,12 +492,21 @@ def _setup_seconds(setup: pd.DataFrame, path: str, ops: Sequence[str], src: str,
 
 
 def _crossing(sizes: Sequence[int], wins: Sequence[bool]) -> Crossing:
+    runs: list[tuple[int, int]] = []
+    start = None
+    for i, (size, won) in enumerate(zip(sizes, wins)):
+        if won and start is None:
+            start = i
+        if start is not None and (not won or i == len(sizes) - 1):
+            end = i if won else i - 1
+            runs.append((int(sizes[start]), int(sizes[end])))
+            start = None
     if not wins or not wins[-1]:
-        return Crossing(None, None)
+        return Crossing(None, None, tuple(runs))
     k = len(wins) - 1
     while k > 0 and wins[k - 1]:
         k -= 1
-    return Crossing(int(sizes[k]), int(sizes[k - 1]) if k > 0 else None)
+    return Crossing(int(sizes[k]), int(sizes[k - 1]) if k > 0 else None, tuple(runs))
 
 
 # --------------------------------------------------------------------------- comparing runs

@@ -38,10 +38,7 @@ import time
 from typing import Iterator
 
 from gpuipc_bench import cuda
-from gpuipc_bench.config import DEFAULT_GPU_SIZES
-from gpuipc_bench.faults import corrupt_requested
-from gpuipc_bench.results import new_row
-from gpuipc_bench.scenario import Scenario, WorkerSpec
+from gpuipc_bench.pair import PairScenario, PairWorker
 
 # Mailbox slots.
 READY = 0  # producer: pattern of sample `seq` written, IPC event recorded
@@ -54,121 +51,31 @@ SLOTS = 6
 # Handle-table slots (per worker).
 MEM, EVENT = 0, 1
 
-PRODUCER, CONSUMER = 0, 1
 VARIANTS = ("ce", "sm", "push")
 LATENCY_MAX_BYTES = 1 << 20
 ROUND_TRIPS = 100
 
 
-class IpcScenario(Scenario):
-    name = "ipc"
-    summary = "CUDA IPC: a second process maps the producer's cudaMalloc memory (pull ce/sm, push)"
-    gpus_needed = 1
-    min_workers = 2
-    max_workers = 2
-    default_workers = 2
-
-    def default_sizes(self):
-        return DEFAULT_GPU_SIZES
-
-    def workers(self, config, machine):
-        devices = list(config.devices) if config.devices else [0]
-        consumer = devices[1] if len(devices) > 1 else devices[0]
-        return [WorkerSpec(PRODUCER, "producer", devices[0]), WorkerSpec(CONSUMER, "consumer", consumer)]
-
-    def mailbox_slots(self, config, specs):
-        return SLOTS
-
-    def progress_total(self, config, specs) -> int:
-        return len(config.sizes_for(self.default_sizes())) * len(specs)
-
-    def run(self, ctx) -> Iterator[dict]:
-        return IpcWorker(ctx, self.default_sizes()).run()
-
-
-class IpcWorker:
-    path = "ipc"  # the path named in rows and errors (the peer scenario reuses this worker)
+class IpcWorker(PairWorker):
+    path = "ipc"  # the peer scenario reuses this worker with path "peer"
 
     def __init__(self, ctx, default_sizes):
-        self.ctx = ctx
-        self.config = ctx.config
-        self.seg = ctx.segment
-        self.timeout = ctx.config.timeout
-        self.producer = ctx.rank == PRODUCER
-        self.other = [CONSUMER if self.producer else PRODUCER]
-        self.pdev = ctx.specs[PRODUCER].device
-        self.cdev = ctx.specs[CONSUMER].device
-        self.device = ctx.spec.device
+        super().__init__(ctx, default_sizes)
         self.cross = self.pdev != self.cdev
-        self.sizes = tuple(sorted(ctx.config.sizes_for(default_sizes)))
-        self.max_bytes = max(self.sizes)
-        self.corrupt = corrupt_requested()
         if self.cross:
             self.pull_ceiling = f"peer@{self.pdev}>{self.cdev}"
             self.push_ceiling = f"peer@{self.cdev}>{self.pdev}"
         else:
             self.pull_ceiling = self.push_ceiling = f"d2d@{self.cdev}"
         self.latency_ceiling = self.pull_ceiling
-        self.fields = dict(scenario=self.path, workers=ctx.nworkers,
-                           sharing=cuda.sharing_mode([self.pdev, self.cdev]))
-        self.seq = 0  # samples so far; both workers count in step
-        self.rounds = 0  # ping-pong round trips so far, likewise
-        self.gpu: cuda.Gpu | None = None
-        self.imports: list = []  # what this worker opened from the other (closed first)
+        self.rounds = 0  # ping-pong round trips so far; both workers count in step
 
-    # ------------------------------------------------------------------ driver
-
-    def run(self) -> Iterator[dict]:
-        clean = False
-        try:
-            self.ctx.phase("setup")
-            self.gpu = cuda.Gpu(self.device)
-            yield from self.setup()
-            for nbytes in self.sizes:
-                yield from self.bandwidth(nbytes)
-                if not self.producer:
-                    yield from self.ceilings(nbytes)
-                if nbytes <= LATENCY_MAX_BYTES:
-                    yield from self.latency(nbytes)
-                self.ctx.progress()
-            self.ctx.phase("teardown")
-            clean = True
-        finally:
-            self.teardown(clean)
-
-    def teardown(self, clean: bool) -> None:
-        """Importers close before exporters free: close what we opened, cross the barrier
-        (on a clean exit only: after a failure the other worker may be gone), then free."""
-        first: BaseException | None = None
-        for item in reversed(self.imports):
-            try:
-                self.gpu.release(item)
-            except BaseException as exc:  # noqa: BLE001 - keep releasing
-                first = first or exc
-        self.imports = []
-        try:
-            if clean:
-                self.ctx.sync()
-        finally:
-            if self.gpu is not None:
-                gpu, self.gpu = self.gpu, None
-                try:
-                    gpu.close()
-                except BaseException as exc:  # noqa: BLE001
-                    first = first or exc
-        if first is not None and clean:
-            raise first
-
-    def _import(self, resource):
-        self.gpu.adopt(resource)
-        self.imports.append(resource)
-        return resource
-
-    def _row(self, **fields) -> dict:
-        return new_row(**self.fields, **fields)
-
-    def _setup_row(self, variant: str, seconds: float, nbytes: int = 0, src="", dst="") -> dict:
-        return cuda.setup_row(variant, seconds, nbytes=nbytes, src=src, dst=dst, path=self.path, **self.fields)
+    def measure(self, nbytes: int) -> Iterator[dict]:
+        yield from self.bandwidth(nbytes)
+        if not self.producer:
+            yield from self.ceilings(nbytes)
+        if nbytes <= LATENCY_MAX_BYTES:
+            yield from self.latency(nbytes)
 
     # ------------------------------------------------------------------ setup
 
@@ -286,9 +193,7 @@ class IpcWorker:
     def ceilings(self, nbytes: int) -> Iterator[dict]:
         keys = [self.pull_ceiling] + ([self.push_ceiling] if self.push_ceiling != self.pull_ceiling else [])
         for key in keys:
-            yield from self.ceilings_.rows(
-                key, nbytes, self.config.warmup, self.config.iterations,
-                on_sample=lambda i: self.ctx.phase("sample", nbytes, i), **self.fields)
+            yield from self._ceiling_rows(self.ceilings_, key, nbytes)
 
     # ------------------------------------------------------------------ latency
 
@@ -336,3 +241,12 @@ class IpcWorker:
             yield from self.ceilings_.latency_rows(
                 self.latency_ceiling, nbytes, warmup, iterations, reps=ROUND_TRIPS,
                 on_sample=lambda i: self.ctx.phase("latency", nbytes, i), **self.fields)
+
+
+class IpcScenario(PairScenario):
+    name = "ipc"
+    summary = "CUDA IPC: a second process maps the producer's cudaMalloc memory (pull ce/sm, push)"
+    worker_class = IpcWorker
+
+    def mailbox_slots(self, config, specs):
+        return SLOTS

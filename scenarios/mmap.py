@@ -25,14 +25,10 @@ import secrets
 from dataclasses import dataclass
 
 from gpuipc_bench import cuda
-from gpuipc_bench.config import DEFAULT_GPU_SIZES
 from gpuipc_bench.errors import BenchError
-from gpuipc_bench.faults import corrupt_requested
-from gpuipc_bench.results import new_row
-from gpuipc_bench.scenario import Scenario, WorkerSpec
+from gpuipc_bench.pair import PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.segment import PREFIX, _shm_dir
 
-PRODUCER, CONSUMER = 0, 1
 FILLED = 0  # handle slot of the producer's "region filled" event
 
 # Mailbox slots.
@@ -72,78 +68,12 @@ def shared_region(nbytes: int) -> _Region:
     return _Region(mm, path)
 
 
-class MmapScenario(Scenario):
-    name = "mmap"
-    summary = "a /dev/shm MAP_SHARED region pinned with cudaHostRegister: DMA in/out and zero-copy kernels"
-    gpus_needed = 1
-    min_workers = max_workers = default_workers = 2
+class _MmapWorker(PairWorker):
+    path = "mmap"
 
-    def default_sizes(self):
-        return DEFAULT_GPU_SIZES
-
-    def workers(self, config, machine):
-        devices = list(config.devices) if config.devices else [0]
-        return [WorkerSpec(PRODUCER, "producer", devices[0]),
-                WorkerSpec(CONSUMER, "consumer", devices[-1])]
-
-    def mailbox_slots(self, config, specs):
-        return 4
-
-    def prepare(self, config, specs):
-        return shared_region(max(config.sizes_for(self.default_sizes())))
-
-    def release(self, shared):
-        if shared is not None:
-            shared.close()
-
-    def run(self, ctx):
-        return _MmapWorker(ctx, self.default_sizes()).run()
-
-
-class _MmapWorker:
-    def __init__(self, ctx, default_sizes):
-        self.ctx, self.config, self.seg = ctx, ctx.config, ctx.segment
-        self.timeout = ctx.config.timeout
-        self.producer = ctx.rank == PRODUCER
-        self.other = [CONSUMER if self.producer else PRODUCER]
-        self.device = ctx.spec.device
-        self.pdev, self.cdev = ctx.specs[PRODUCER].device, ctx.specs[CONSUMER].device
-        self.sizes = tuple(sorted(ctx.config.sizes_for(default_sizes)))
-        self.max_bytes = max(self.sizes)
-        self.corrupt = corrupt_requested()
-        self.fields = dict(scenario="mmap", workers=ctx.nworkers,
-                           sharing=cuda.sharing_mode([self.pdev, self.cdev]))
-        self.seq = 0
-        self.gpu = None
-        self.opened = None
-
-    def run(self):
-        clean = False
-        try:
-            self.ctx.phase("setup")
-            self.gpu = cuda.Gpu(self.device)
-            yield from self.setup()
-            for nbytes in self.sizes:
-                yield from self.samples(nbytes)
-                yield from self.ceilings(nbytes)
-                self.ctx.progress()
-            self.ctx.phase("teardown")
-            clean = True
-        finally:
-            if self.opened is not None and self.gpu is not None:
-                try:
-                    self.gpu.release(self.opened)
-                except Exception:  # noqa: BLE001 - gpu.close() below reports the first error
-                    pass
-            try:
-                if clean:
-                    self.ctx.sync()
-            finally:
-                if self.gpu is not None:
-                    self.gpu.close()
-
-    def _row(self, **fields):
-        return new_row(**self.fields, **fields)
+    def measure(self, nbytes):
+        yield from self.samples(nbytes)
+        yield from self.ceilings(nbytes)
 
     def setup(self):
         gpu, seg = self.gpu, self.seg
@@ -154,11 +84,11 @@ class _MmapWorker:
             for nbytes in self.sizes:
                 registration, seconds = cuda.time_setup(
                     lambda: cuda.HostRegistration(self.addr, nbytes, self.device), self.device)
-                rows.append(cuda.setup_row("host_register", seconds, nbytes=nbytes, src="host",
-                                           dst=self.device, path="mmap", **self.fields))
+                rows.append(self._setup_row("host_register", seconds, nbytes=nbytes, src="host",
+                                            dst=self.device))
                 _, seconds = cuda.time_setup(registration.close, self.device)
-                rows.append(cuda.setup_row("host_unregister", seconds, nbytes=nbytes, src="host",
-                                           dst=self.device, path="mmap", **self.fields))
+                rows.append(self._setup_row("host_unregister", seconds, nbytes=nbytes, src="host",
+                                            dst=self.device))
         self.ctx.sync()
         registration = gpu.adopt(cuda.HostRegistration(self.addr, len(region), self.device))
         self.region = registration.dptr
@@ -168,7 +98,7 @@ class _MmapWorker:
             seg.put_handle(PRODUCER, FILLED, self.filled.export())
         self.ctx.sync()
         if not self.producer:
-            self.opened = self.filled = gpu.adopt(cuda.IpcEvent.open(seg.get_handle(PRODUCER, FILLED), self.device))
+            self.filled = self._import(cuda.IpcEvent.open(seg.get_handle(PRODUCER, FILLED), self.device))
         self.ceilings_ = cuda.Ceilings(gpu, self.max_bytes)
         self.ctx.sync()
         yield from rows
@@ -225,11 +155,22 @@ class _MmapWorker:
                 yield from rows
 
     def ceilings(self, nbytes):
-        """The producer's D2H and the consumer's H2D ceilings, one worker after the other."""
-        for turn in (PRODUCER, CONSUMER):
-            if self.ctx.rank == turn:
-                key = f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}"
-                yield from self.ceilings_.rows(
-                    key, nbytes, self.config.warmup, self.config.iterations,
-                    on_sample=lambda i: self.ctx.phase("sample", nbytes, i), **self.fields)
-            self.ctx.sync()
+        """The producer's D2H and the consumer's H2D ceilings, in turn."""
+        key = f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}"
+        yield from self._in_turn(lambda: self._ceiling_rows(self.ceilings_, key, nbytes))
+
+
+class MmapScenario(PairScenario):
+    name = "mmap"
+    summary = "a /dev/shm MAP_SHARED region pinned with cudaHostRegister: DMA in/out and zero-copy kernels"
+    worker_class = _MmapWorker
+
+    def mailbox_slots(self, config, specs):
+        return 4
+
+    def prepare(self, config, specs):
+        return shared_region(max(config.sizes_for(self.default_sizes())))
+
+    def release(self, shared):
+        if shared is not None:
+            shared.close()

@@ -22,32 +22,11 @@ import time
 from gpuipc_bench import cuda
 from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.scenario import WorkerSpec
-from gpuipc_bench.scenarios.ipc import CONSUMER, PRODUCER, IpcScenario, IpcWorker
+from gpuipc_bench.pair import CONSUMER, PRODUCER
+from gpuipc_bench.scenarios.ipc import IpcScenario, IpcWorker
 from gpuipc_bench.sizes import format_size
 
 P2P_OFF_MAX_REPS = 32
-
-
-class PeerScenario(IpcScenario):
-    name = "peer"
-    summary = "two GPUs: peer copies in one process (P2P on and off) and across processes through IPC"
-    gpus_needed = 2
-
-    def waive_reason(self, machine):
-        reason = super().waive_reason(machine)
-        if reason is None and (0, 1) not in machine.peer_access:
-            reason = "GPUs 0 and 1 cannot access each other's memory (no peer access between them)"
-        return reason
-
-    def workers(self, config, machine):
-        devices = list(config.devices) if config.devices else [0, 1]
-        if len(devices) != 2:
-            raise UsageError(f"--devices {','.join(map(str, devices))}: the peer scenario needs two GPUs "
-                             "(e.g. --devices 0,1)")
-        return [WorkerSpec(PRODUCER, "producer", devices[0]), WorkerSpec(CONSUMER, "consumer", devices[1])]
-
-    def run(self, ctx):
-        return PeerWorker(ctx, self.default_sizes()).run()
 
 
 class PeerWorker(IpcWorker):
@@ -93,3 +72,23 @@ class PeerWorker(IpcWorker):
                     yield self._row(path="peer", variant="p2p-off", metric="bandwidth", src=self.pdev,
                                     dst=self.cdev, bytes=nbytes, iteration=i - warmup, batch=reps,
                                     seconds=seconds, verified=True, ceiling=key)
+
+
+class PeerScenario(IpcScenario):
+    name = "peer"
+    summary = "two GPUs: peer copies in one process (P2P on and off) and across processes through IPC"
+    gpus_needed = 2
+    worker_class = PeerWorker
+
+    def waive_reason(self, machine):
+        reason = super().waive_reason(machine)
+        if reason is None and (0, 1) not in machine.peer_access:
+            reason = "GPUs 0 and 1 cannot access each other's memory (no peer access between them)"
+        return reason
+
+    def workers(self, config, machine):
+        devices = list(config.devices) if config.devices else [0, 1]
+        if len(devices) != 2:
+            raise UsageError(f"--devices {','.join(map(str, devices))}: the peer scenario needs two GPUs "
+                             "(e.g. --devices 0,1)")
+        return [WorkerSpec(PRODUCER, "producer", devices[0]), WorkerSpec(CONSUMER, "consumer", devices[1])]

@@ -39,12 +39,8 @@ import time
 from dataclasses import dataclass
 
 from gpuipc_bench import cuda
-from gpuipc_bench.config import DEFAULT_GPU_SIZES
-from gpuipc_bench.faults import corrupt_requested
-from gpuipc_bench.results import new_row
-from gpuipc_bench.scenario import Scenario, WorkerSpec
+from gpuipc_bench.pair import PairScenario, PairWorker
 
-PRODUCER, CONSUMER = 0, 1
 VARIANTS = ("pinned", "pipelined", "pinned-hostsync", "pageable")
 SLOTS_PIPELINED = 2
 MAX_CHUNKS_PER_SAMPLE = 64  # each chunk queues 3 operations per worker behind the gate
@@ -85,93 +81,24 @@ def chunking(nbytes: int, variant: str, chunk_bytes: int) -> tuple[int, int]:
     return -(-nbytes // chunks), chunks
 
 
-class StagingScenario(Scenario):
-    name = "staging"
-    summary = "cudaMemcpy D2H into a shared host buffer, H2D out of it (pinned, pipelined, pageable)"
-    gpus_needed = 1
-    min_workers = max_workers = default_workers = 2
+class _StagingWorker(PairWorker):
+    path = "staging"
 
-    def default_sizes(self):
-        return DEFAULT_GPU_SIZES
-
-    def workers(self, config, machine):
-        devices = list(config.devices) if config.devices else [0]
-        return [WorkerSpec(PRODUCER, "producer", devices[0]),
-                WorkerSpec(CONSUMER, "consumer", devices[-1])]
-
-    def mailbox_slots(self, config, specs):
-        return MAILBOX
-
-    def prepare(self, config, specs):
-        largest = max(config.sizes_for(self.default_sizes()))
-        # Room for one whole message, or two pipelined chunks of it.
-        return _Shared(cuda.SharedGatePage(),
-                       mmap.mmap(-1, largest * 2, flags=mmap.MAP_SHARED),
-                       mmap.mmap(-1, largest, flags=mmap.MAP_SHARED))
-
-    def release(self, shared):
-        if shared is not None:
-            shared.close()
-
-    def run(self, ctx):
-        return _StagingWorker(ctx, self.default_sizes()).run()
-
-
-class _StagingWorker:
     def __init__(self, ctx, default_sizes):
-        self.ctx, self.config, self.seg = ctx, ctx.config, ctx.segment
-        self.timeout = ctx.config.timeout
-        self.producer = ctx.rank == PRODUCER
-        self.other = [CONSUMER if self.producer else PRODUCER]
-        self.device = ctx.spec.device
-        self.pdev, self.cdev = ctx.specs[PRODUCER].device, ctx.specs[CONSUMER].device
-        self.sizes = tuple(sorted(ctx.config.sizes_for(default_sizes)))
-        self.max_bytes = max(self.sizes)
-        self.corrupt = corrupt_requested()
-        self.fields = dict(scenario="staging", workers=ctx.nworkers,
-                           sharing=cuda.sharing_mode([self.pdev, self.cdev]))
+        super().__init__(ctx, default_sizes)
         self.ceiling = f"h2d@{self.cdev}"  # one hop; sequential staging is two
-        self.seq = 0  # samples so far, in step on both sides
         self.chunks = 0  # chunks enqueued so far, in step on both sides
-        self.transfers = 0  # host-driven transfers so far, in step
-        self.gpu = None
-        self.opened: list = []
+        self.transfers = 0  # host-ordered transfers so far, in step
 
-    def run(self):
-        clean = False
-        try:
-            self.ctx.phase("setup")
-            self.gpu = cuda.Gpu(self.device, shared_gate=self.ctx.shared.gate)
-            yield from self.setup()
-            for nbytes in self.sizes:
-                for variant in VARIANTS:
-                    yield from self.bandwidth(variant, nbytes)
-                yield from self.ceilings(nbytes)
-                if nbytes <= LATENCY_MAX_BYTES:
-                    yield from self.latency(nbytes)
-                self.ctx.progress()
-            self.ctx.phase("teardown")
-            clean = True
-        finally:
-            self.teardown(clean)
+    def open_gpu(self):
+        return cuda.Gpu(self.device, shared_gate=self.ctx.shared.gate)
 
-    def teardown(self, clean):
-        """Close the other side's events first, meet, then free our own."""
-        for event in reversed(self.opened):
-            try:
-                self.gpu.release(event)
-            except Exception:  # noqa: BLE001 - keep releasing; gpu.close() reports
-                pass
-        try:
-            if clean:
-                self.ctx.sync()
-        finally:
-            if self.gpu is not None:
-                gpu, self.gpu = self.gpu, None
-                gpu.close()
-
-    def _row(self, **fields):
-        return new_row(**self.fields, **fields)
+    def measure(self, nbytes):
+        for variant in VARIANTS:
+            yield from self.bandwidth(variant, nbytes)
+        yield from self.ceilings(nbytes)
+        if nbytes <= LATENCY_MAX_BYTES:
+            yield from self.latency(nbytes)
 
     def setup(self):
         gpu, seg, shared = self.gpu, self.seg, self.ctx.shared
@@ -183,8 +110,8 @@ class _StagingWorker:
             lambda: cuda.HostRegistration(self.pinned_addr, len(shared.pinned), self.device), self.device)
         gpu.adopt(registration)
         self.pinned_dptr = registration.dptr
-        rows = [cuda.setup_row("host_register", seconds, nbytes=len(shared.pinned), src="host",
-                               dst=self.device, path="staging", **self.fields)]
+        rows = [self._setup_row("host_register", seconds, nbytes=len(shared.pinned), src="host",
+                                dst=self.device)]
         # My events: the producer's say "slot filled", the consumer's "slot drained".
         self.mine = [gpu.adopt(cuda.IpcEvent.create(self.device)) for _ in range(SLOTS_PIPELINED)]
         for slot, event in enumerate(self.mine):
@@ -193,8 +120,7 @@ class _StagingWorker:
         self.theirs = []
         for slot in range(SLOTS_PIPELINED):
             event = cuda.IpcEvent.open(seg.get_handle(self.other[0], slot), self.device)
-            self.opened.append(gpu.adopt(event))
-            self.theirs.append(event)
+            self.theirs.append(self._import(event))
         self.ceilings_ = cuda.Ceilings(gpu, self.max_bytes)
         self.ctx.sync()
         if not self.producer:
@@ -294,19 +220,16 @@ class _StagingWorker:
     # ------------------------------------------------------------------ ceilings, latency
 
     def ceilings(self, nbytes):
-        """Each worker measures the hop it makes (producer D2H, consumer H2D), one after the
-        other so that the two do not share the GPU while measuring."""
-        for turn in (PRODUCER, CONSUMER):
-            if self.ctx.rank == turn:
-                key = f"d2h@{self.pdev}" if self.producer else self.ceiling
-                yield from self.ceilings_.rows(
-                    key, nbytes, self.config.warmup, self.config.iterations,
-                    on_sample=lambda i: self.ctx.phase("sample", nbytes, i), **self.fields)
-                if not self.producer and nbytes <= LATENCY_MAX_BYTES:
-                    yield from self.ceilings_.latency_rows(
-                        key, nbytes, self.config.warmup, self.config.iterations,
-                        on_sample=lambda i: self.ctx.phase("latency", nbytes, i), **self.fields)
-            self.ctx.sync()
+        """Each worker measures the hop it makes (producer D2H, consumer H2D), in turn."""
+        def mine():
+            if self.producer:
+                yield from self._ceiling_rows(self.ceilings_, f"d2h@{self.pdev}", nbytes)
+                return
+            yield from self._ceiling_rows(self.ceilings_, self.ceiling, nbytes)
+            if nbytes <= LATENCY_MAX_BYTES:
+                yield from self._ceiling_rows(self.ceilings_, self.ceiling, nbytes, latency=True)
+
+        yield from self._in_turn(mine)
 
     def latency(self, nbytes):
         """Ping-pong through the pinned buffer: D2H, signal, H2D, and back. One-way = round trip / 2."""
@@ -351,3 +274,23 @@ class _StagingWorker:
                                     src=self.pdev, dst=self.cdev, bytes=nbytes, iteration=i - warmup,
                                     batch=ROUND_TRIPS, seconds=seconds, verified=verified,
                                     ceiling=self.ceiling)
+
+
+class StagingScenario(PairScenario):
+    name = "staging"
+    summary = "cudaMemcpy D2H into a shared host buffer, H2D out of it (pinned, pipelined, pageable)"
+    worker_class = _StagingWorker
+
+    def mailbox_slots(self, config, specs):
+        return MAILBOX
+
+    def prepare(self, config, specs):
+        largest = max(config.sizes_for(self.default_sizes()))
+        # Room for one whole message, or two pipelined chunks of it.
+        return _Shared(cuda.SharedGatePage(),
+                       mmap.mmap(-1, largest * 2, flags=mmap.MAP_SHARED),
+                       mmap.mmap(-1, largest, flags=mmap.MAP_SHARED))
+
+    def release(self, shared):
+        if shared is not None:
+            shared.close()

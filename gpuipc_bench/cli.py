@@ -176,7 +176,11 @@ def info():
               help="Seconds a worker may go without progress before the run is ended.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary; just the CSV path.")
 @click.option("--verbose", "-v", is_flag=True, help="Show worker tracebacks on failure.")
-def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force, chunk, timeout, quiet, verbose):
+@click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, metavar="DIR|FILE.png",
+              help="Also draw the run's plots (bandwidth, latency, setup costs) into a folder, or the "
+                   "bandwidth figure into FILE.png/.svg and the others beside it.")
+def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force, chunk, timeout, quiet, verbose,
+        plot=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -208,7 +212,37 @@ def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force,
         for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
             err.print(f"[yellow]skipped[/] {', '.join(names)}: {reason}", soft_wrap=True)
 
-    _run_plan(plan, config, machine, out, err, quiet, verbose)
+    if plot is not None:
+        from gpuipc_bench.plots import check_plot_dest
+
+        check_plot_dest(plot)
+    try:
+        _run_plan(plan, config, machine, out, err, quiet, verbose)
+    except BenchError:
+        if plot is not None:
+            _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
+        raise
+    if plot is not None:
+        _plot_run(out, plot, err, quiet)
+
+
+def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> None:
+    """Draw the plots of the run just written to `out`."""
+    from gpuipc_bench.plots import save_plots
+    from gpuipc_bench.results import read_results
+
+    try:
+        frame, meta = read_results(out)
+        if frame.empty:
+            return
+        written = save_plots(frame, meta, plot, Path(out).stem)
+    except BenchError as e:
+        if not failed:
+            raise
+        err.print(f"[yellow]no plots[/]: {e}", soft_wrap=True)
+        return
+    if not quiet:
+        err.print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
 
 
 def _single_size(sizes: tuple[int, ...], option: str) -> int:
@@ -220,7 +254,7 @@ def _single_size(sizes: tuple[int, ...], option: str) -> int:
 def _resolve_names(requested, registry) -> list[str]:
     for name in requested:
         if name not in registry:
-            close = difflib.get_close_matches(name, registry, n=3)
+            close = difflib.get_close_matches(name.lower(), registry, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; choose from {', '.join(registry)}"
             raise UsageError(f"--scenario {name}: no such scenario{hint}")
     return list(dict.fromkeys(requested)) or list(registry)
@@ -336,20 +370,77 @@ def _status(done, failures, running=False) -> str:
 
 @cli.command()
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["table", "markdown"]), default="table", show_default=True,
-              help="table: for the terminal; markdown: to paste into a GitHub issue.")
-def report(files, fmt):
-    """Summarise results CSVs: median and spread per path, variant and size, against the ceiling."""
-    from gpuipc_bench.report import load_runs, render_markdown, render_terminal
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]), default="table",
+              show_default=True,
+              help="table: for the terminal; markdown: a compact summary to paste into a GitHub issue; "
+                   "csv, json: the summary (median, spread, fraction of the ceiling per group) for scripts.")
+@click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, metavar="DIR|FILE.png",
+              help="Draw bandwidth and latency against size, and the setup costs: into a folder "
+                   "(RUN-bandwidth.png, RUN-latency.png, RUN-setup.png), or the bandwidth figure into "
+                   "FILE.png/.svg and the others beside it.")
+@click.option("--plot-format", "plot_format", type=click.Choice(["png", "svg"]), default=None,
+              help="Image format of --plot into a folder (default png).")
+@click.option("--amortise-over", "amortise_over", type=click.IntRange(min=1), default=1000, show_default=True,
+              metavar="N", help="Break-even: the setup cost is paid once per N transfers (and, apart, every transfer).")
+def report(files, fmt, plot, plot_format, amortise_over):
+    """Summarise results CSVs: median and spread per path, variant and size, against the
+    ceiling; the fastest path per size and the break-even of the paths with a setup cost.
 
+    \b
+    Several files: each run, then the ratios of their medians (run N / run 1), with a
+    warning when the machines differ (GPUs, driver, links).
+    \b
+    gpuipc-bench report RUN.csv                      tables in the terminal
+    gpuipc-bench report RUN.csv --format markdown    to paste into an issue
+    gpuipc-bench report RUN.csv --plot plots/        PNG figures
+    gpuipc-bench report H100.csv H200.csv            side by side, with ratios
+    """
+    from gpuipc_bench.report import (
+        check_reportable, load_runs, render_comparison_terminal, render_csv, render_json, render_markdown_runs,
+        render_terminal,
+    )
+
+    if plot_format and plot is None:
+        raise UsageError("--plot-format needs --plot DIR")
+    if plot is not None:
+        from gpuipc_bench.plots import check_plot_dest, plot_targets
+
+        check_plot_dest(plot)
+        plot_targets(plot, "run", plot_format, len(files) > 1)  # refuses a bad suffix before any work
     runs = load_runs(files)
     for path, (frame, meta) in zip(files, runs):
-        if frame.empty:
-            raise BenchError(f"{path}: the run holds no samples (status: {meta.get('status', 'unknown')})")
-        if fmt == "markdown":
-            click.echo(render_markdown(frame, meta))
-        else:
-            render_terminal(frame, meta, _stdout())
+        check_reportable(path, frame, meta)
+    sources = [str(path) for path in files]
+    if fmt == "markdown":
+        click.echo(render_markdown_runs(runs, sources, amortise_over=amortise_over))
+    elif fmt == "csv":
+        click.echo(render_csv(runs, sources), nl=False)
+    elif fmt == "json":
+        click.echo(render_json(runs, sources, amortise_over=amortise_over))
+    else:
+        console = _stdout()
+        for i, (source, (frame, meta)) in enumerate(zip(sources, runs)):
+            if len(runs) > 1:
+                console.rule(f"run {i + 1}: {source}", style="bold", characters="═")
+            render_terminal(frame, meta, console, amortise_over=amortise_over)
+        if len(runs) > 1:
+            console.rule("comparison", style="bold", characters="═")
+            render_comparison_terminal(runs, sources, console)
+    if plot is not None:
+        _report_plots(runs, files, plot, plot_format)
+
+
+def _report_plots(runs, files, plot: Path, plot_format) -> None:
+    from gpuipc_bench.plots import save_plots
+
+    stems: list[str] = []
+    for path in files:
+        stem = Path(path).stem
+        stems.append(stem if stem not in stems else f"{stem}-{len(stems) + 1}")
+    written = []
+    for (frame, meta), stem in zip(runs, stems):
+        written += save_plots(frame, meta, plot, stem, plot_format, several=len(runs) > 1)
+    _stderr().print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
 
 
 def main():

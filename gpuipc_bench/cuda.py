@@ -1122,6 +1122,7 @@ __device__ __forceinline__ void pp_fail(u64* res, int* stop, int why, u32 round,
 }
 
 // Spin until *flag reaches target (wrap-safe) - PP_OK -, the wait passes timeout_ns - PP_NO_ANSWER -,
+// (the clock is read every 64 polls, off the path of a flag that arrives)
 // the launch passes deadline_ns - PP_DEADLINE -, or another thread of the block gave up.
 __device__ int pp_wait_ge(volatile u32* flag, u32 target, u64 t_begin, u64 timeout_ns,
                           u64 deadline_ns, volatile int* stop, u64* seen) {
@@ -1131,7 +1132,7 @@ __device__ int pp_wait_ge(volatile u32* flag, u32 target, u64 t_begin, u64 timeo
     for (u32 n = 1;; ++n) {
         v = *flag;
         if ((int)(v - target) >= 0) return PP_OK;
-        if ((n & 15) == 0) {
+        if ((n & 63) == 0) {
             u64 t = pp_now();
             *seen = v;
             if (*stop) return -1;
@@ -1170,6 +1171,28 @@ extern "C" __global__ void pingpong(u64 my_flag, u64 peer_flag, u64 my_payload, 
     u64 t_start = t_begin, seen = 0;
     if (lead) stop = 0;
     __syncthreads();
+    if (nbytes == 0) {  // the flags alone: one thread, no barrier on the path
+        if (!lead) return;
+        int s = PP_OK;
+        u32 r = 0;
+        for (; r <= rounds; ++r) {
+            const u32 seq = first + r;
+            if (initiator) *theirs = seq;
+            s = pp_wait_ge(mine, seq, t_begin, timeout_ns, deadline_ns, &stop, &seen);
+            if (s) break;
+            if (!initiator) *theirs = seq;
+            else if (r == 0) t_start = pp_now();
+        }
+        if (s > 0) {
+            res[1] = r;
+            res[4] = seen;
+        }
+        res[0] = s > 0 ? s : PP_OK;
+        res[2] = t_start;
+        res[3] = pp_now();
+        res[5] = rounds;
+        return;
+    }
     for (u32 r = 0; r <= rounds; ++r) {
         const u32 seq = first + r;
         if (initiator) {
@@ -1190,7 +1213,7 @@ extern "C" __global__ void pingpong(u64 my_flag, u64 peer_flag, u64 my_payload, 
             if (lead) {
                 int s = pp_wait_ge(mine, seq, t_begin, timeout_ns, deadline_ns, &stop, &seen);
                 if (s > 0) pp_fail(res, &stop, s, r, seen);
-                else __threadfence_system();
+                else if (nbytes) __threadfence_system();  // acquire: the payload came before the flag
             }
             __syncthreads();
             if (stop) break;
@@ -1223,7 +1246,7 @@ __device__ int pp_wait_word(volatile u64* word, u32 target, u64 t_begin, u64 tim
     for (u32 n = 1;; ++n) {
         v = *word;
         if ((u32)(v >> 32) == target) { *value = v; return PP_OK; }
-        if ((n & 15) == 0) {
+        if ((n & 63) == 0) {
             u64 t = pp_now();
             *value = v;
             if (*stop) return -1;
@@ -1244,13 +1267,15 @@ extern "C" __global__ void pingpong_ll(u64 my_ll, u64 peer_ll, u64 src, u32 nwor
     const bool lead = threadIdx.x == 0;
     const u64 t_begin = pp_now();
     u64 t_start = t_begin, value = 0;
+    // The initiator's first word in a register: no load between an echo and the next send.
+    const u32 own = (initiator && threadIdx.x < nwords) ? data[threadIdx.x] : 0;
     if (lead) stop = 0;
     __syncthreads();
     for (u32 r = 0; r <= rounds; ++r) {
         const u32 seq = first + r;
         if (initiator) {
             for (u32 i = threadIdx.x; i < nwords; i += blockDim.x)
-                theirs[i] = ((u64)seq << 32) | data[i];
+                theirs[i] = ((u64)seq << 32) | (i == threadIdx.x ? own : data[i]);
             for (u32 i = threadIdx.x; i < nwords; i += blockDim.x) {
                 int s = pp_wait_word(mine + i, seq, t_begin, timeout_ns, deadline_ns, &stop, &value);
                 if (s > 0) pp_fail(res, &stop, s, r, value);

@@ -19,6 +19,12 @@ class ResultsFormatError(UsageError):
     """A file given to `report` is not a gpuipc-bench CSV we can read."""
 
 
+class NewerSchemaError(ResultsFormatError):
+    """A gpuipc-bench results file written by a newer version (a newer schema): ours, so not exit 2."""
+
+    exit_code = 1
+
+
 class NoGpuError(BenchError):
     """CUDA is not usable here; the message carries the CUDA error's name."""
 

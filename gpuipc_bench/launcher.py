@@ -148,6 +148,7 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
                 "bench": isinstance(exc, BenchError),
                 "traceback": traceback.format_exc(),
                 "phase": phase, "bytes": nbytes, "iteration": iteration,
+                "missing": list(getattr(exc, "missing", [])),  # BarrierTimeout: who did not come
             }))
         except OSError:
             pass
@@ -181,12 +182,15 @@ def _supervise(workers, segment, config, on_row, on_progress) -> BenchError | No
     by_conn = {w.conn: w for w in workers}
     by_sentinel = {w.process.sentinel: w for w in workers}
 
-    def fail(error: BenchError) -> None:
+    def fail(error: BenchError, stuck: list[int] | tuple = ()) -> None:
         nonlocal first_error, abort_deadline
         if first_error is None:
             first_error = error
             segment.abort()
             abort_deadline = time.monotonic() + ABORT_GRACE_S
+            for worker in workers:  # workers that missed a deadline will not leave on their own
+                if worker.spec.rank in stuck and worker.process.is_alive():
+                    worker.process.terminate()
 
     while any(w.process.is_alive() or not w.closed for w in workers):
         waitables = [w.conn for w in workers if not w.closed]
@@ -204,7 +208,8 @@ def _supervise(workers, segment, config, on_row, on_progress) -> BenchError | No
         if first_error is None:
             hung = _find_hung(workers, segment, config.timeout)
             if hung is not None:
-                fail(WorkerFailed(hung))
+                message, silent = hung
+                fail(WorkerFailed(message), stuck=silent)
         if abort_deadline is not None and time.monotonic() > abort_deadline:
             break  # the rest are stuck; _stop_all kills them
     del by_sentinel
@@ -226,7 +231,7 @@ def _drain(worker: _Worker, on_row, on_progress, fail, segment) -> None:
             elif kind == "error":
                 worker.finished = True
                 worker.error = message[1]
-                fail(_error_from_worker(worker, message[1], segment))
+                fail(_error_from_worker(worker, message[1], segment), stuck=message[1].get("missing", ()))
     except (EOFError, OSError):
         worker.closed = True
         return
@@ -250,10 +255,13 @@ def _missing_from_timeout(info: dict, segment) -> str:
     if info["type"] != "BarrierTimeout":
         return ""
     notes = []
-    for rank in range(segment.nworkers):
-        phase, nbytes, iteration = segment.phase(rank)
-        if f"worker {rank}" in info["message"]:
-            notes.append(f"worker {rank} was last seen {_phase_text(phase, nbytes, iteration)}")
+    for rank in info.get("missing", ()):
+        if 0 <= rank < segment.nworkers:
+            phase, nbytes, iteration = segment.phase(rank)
+            where = _phase_text(phase, nbytes, iteration)
+            if segment.waiting_in_barrier(rank):
+                where = "inside the barrier " + where
+            notes.append(f"worker {rank} was last seen {where}")
     return " (" + "; ".join(notes) + ")" if notes else ""
 
 
@@ -283,9 +291,13 @@ def _phase_text(phase: str, nbytes: int, iteration: int) -> str:
     return f"during {phase}"
 
 
-def _find_hung(workers, segment, timeout: float) -> str | None:
-    """A worker whose phase heartbeat has not moved for `timeout` seconds is hung."""
+def _find_hung(workers, segment, timeout: float) -> tuple[str, list[int]] | None:
+    """A worker whose phase heartbeat has not moved for `timeout` seconds is hung:
+    (the message, the ranks of every worker that silent), or None. When several are
+    silent (one hangs, the others block waiting for it), the one that went silent
+    first is named."""
     now = time.monotonic()
+    silent = []
     for worker in workers:
         if worker.finished or not worker.process.is_alive():
             continue
@@ -293,10 +305,14 @@ def _find_hung(workers, segment, timeout: float) -> str | None:
         if beat != worker.last_beat:
             worker.last_beat, worker.last_change = beat, now
         elif now - worker.last_change > timeout + 1.0:
-            phase, nbytes, iteration = segment.phase(worker.spec.rank)
-            return (f"{worker.spec.describe()} made no progress for {timeout:g} s "
-                    f"{_phase_text(phase, nbytes, iteration)} (hung; see --timeout)")
-    return None
+            silent.append(worker)
+    if not silent:
+        return None
+    worker = min(silent, key=lambda w: (w.last_beat, w.spec.rank))  # heartbeats: one monotonic clock
+    phase, nbytes, iteration = segment.phase(worker.spec.rank)
+    message = (f"{worker.spec.describe()} made no progress for {timeout:g} s "
+               f"{_phase_text(phase, nbytes, iteration)} (hung; see --timeout)")
+    return message, [w.spec.rank for w in silent]
 
 
 def _remove_driver_files(pids: list[int]) -> None:

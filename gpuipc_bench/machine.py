@@ -509,6 +509,7 @@ def render_info(machine: Machine, console) -> None:
                 gpu.pci_bus_id or "n/a",
             )
         console.print(table)
+        _render_mig(machine, console)
         if any(g.pcie_gen and g.pcie_max_gen and g.pcie_gen < g.pcie_max_gen for g in machine.gpus):
             console.print("  [dim]An idle GPU lowers its PCIe link speed; it returns to max under load.[/]")
 
@@ -523,6 +524,24 @@ def render_info(machine: Machine, console) -> None:
         highlight=False,
     )
     console.print(f"[bold]MPS[/] {machine.mps}", highlight=False)
+
+
+def _render_mig(machine: Machine, console) -> None:
+    """The MIG instances of each GPU that has them, one UUID a line."""
+    listed = False
+    for gpu in machine.gpus:
+        if not gpu.mig_instances:
+            continue
+        listed = True
+        console.print(f"[bold]MIG instances of GPU {gpu.index}[/] ({len(gpu.mig_instances)})", highlight=False)
+        for uuid in gpu.mig_instances:
+            console.print(f"  {uuid}", highlight=False)
+    if listed:
+        console.print("  [dim]--devices takes CUDA indices; to run on one MIG instance, set "
+                      "CUDA_VISIBLE_DEVICES=MIG-<uuid> (it is then GPU 0).[/]", highlight=False)
+    elif any(g.mig_mode == "enabled" for g in machine.gpus):
+        console.print("  [dim]MIG is enabled, but NVML listed no instance (none created, or not visible).[/]",
+                      highlight=False)
 
 
 def _render_topology(machine: Machine, console) -> None:

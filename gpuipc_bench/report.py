@@ -1,11 +1,21 @@
-"""Reports from results: rich tables for the terminal, GitHub markdown for issues.
+"""Reports from results: rich tables for the terminal, GitHub markdown for issues, CSV and
+JSON for scripts, and the comparison of several runs.
 
-Both renderers share one intermediate form: `build_tables(summary, detailed)` turns
-the summary (stats.summarize) into plain `Table`s of strings, one per
-(scenario, path, metric), plus one table of setup costs. Keys that are the same for
-every row of a table (the link, the worker count, the sharing mode, the ceiling,
-the sample count) go into its title; keys that vary become columns. A later
-renderer (HTML, a comparison of runs) reuses the same tables.
+- Terminal (render_terminal): `build_tables(summary, detailed=True)` turns the summary
+  (stats.summarize) into plain `Table`s of strings, one per (scenario, path, metric)
+  and one of setup costs; keys that are the same for every row go into the title,
+  keys that vary become columns. Then the verdict (stats.verdicts, stats.break_even)
+  and the stability warnings. Narrow terminals get shorter headers, fewer repeated
+  columns and one table per link, never a cropped figure.
+- Markdown (render_markdown, render_markdown_runs): a compact summary for an issue
+  comment: the machine, the verdict, headline tables at a few representative sizes
+  (headline_tables), setup costs, warnings; under MARKDOWN_LIMIT characters.
+- Data (render_csv, render_json): the summary with its ceilings, for scripts.
+- Several runs: ratios of the medians against the first run (stats.compare), and
+  the machine facts that differ (machine_differences).
+
+The logic (what wins where, break-even, ratios) is in stats; this module only words
+and lays it out.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 import pandas as pd
 
+from gpuipc_bench.errors import BenchError
 from gpuipc_bench.results import read_results
 from gpuipc_bench.sizes import format_size
 from gpuipc_bench.stats import (
@@ -48,6 +59,18 @@ UNITS_NOTE = (
 def load_runs(paths: Iterable[Path | str]) -> list[tuple[pd.DataFrame, dict[str, str]]]:
     """Read each results file; the first bad one raises ResultsFormatError naming it."""
     return [read_results(Path(p)) for p in paths]
+
+
+def check_reportable(path: Path | str, df: pd.DataFrame, meta: Mapping[str, str]) -> None:
+    """Refuse, with one line, a run there is nothing to report on: no samples at all, or
+    measured samples that every one failed verification."""
+    status = meta.get("status", "").strip() or "unknown"
+    if df.empty:
+        raise BenchError(f"{path}: the run holds no samples (status: {status})")
+    flags = df.loc[df["metric"] != "setup", "verified"].dropna()
+    if len(flags) and not flags.astype(bool).any():
+        raise BenchError(f"{path}: every one of its {len(flags)} measured samples failed verification (the bytes "
+                         f"that arrived were not the bytes sent), so there is no figure to report (status: {status})")
 
 
 # --------------------------------------------------------------------------- number formats
@@ -242,14 +265,20 @@ class Table:
 _METRIC_TITLES = {"bandwidth": "bandwidth", "latency": "one-way latency"}
 
 
-def build_tables(summary: pd.DataFrame, detailed: bool) -> list[Table]:
+def build_tables(summary: pd.DataFrame, detailed: bool, width: int | None = None) -> list[Table]:
     """Tables for one run's summary. detailed=True: every column (terminal);
-    detailed=False: the compact set for markdown."""
+    detailed=False: the compact set. With a `width`, a table whose rows span several
+    links and that would not fit in it (see _fit) becomes one table per link."""
     tables: list[Table] = []
     measured = summary[summary["metric"] != "setup"]
     keys = ["scenario", "path", "metric"]
     for (scenario, path, metric), part in measured.groupby(keys, sort=False):
-        tables.append(_measure_table(scenario, path, metric, part, detailed))
+        table = _measure_table(scenario, path, metric, part, detailed)
+        if width is not None and _varying(part)["link"] and _natural_width(_fit(table, width)) > width:
+            for _, sub in part.groupby(["src", "dst"], sort=False):
+                tables.append(_measure_table(scenario, path, metric, sub, detailed))
+        else:
+            tables.append(table)
     setup = summary[summary["metric"] == "setup"]
     if not setup.empty:
         tables.append(_setup_table(setup, detailed))
@@ -605,7 +634,7 @@ def break_even_table(items: Sequence[BreakEven]) -> Table:
         cost = f"{fmt_num(be.setup_s * 1e3)} ms"
         if be.size_dependent:
             cost = f"{fmt_num(be.setup_min_s * 1e3)}–{fmt_num(be.setup_s * 1e3)} ms by size"
-        what = "GPU→host + host→GPU halves" if be.composed else "/".join(be.variants)
+        what = "halves added" if be.composed else "/".join(be.variants)
         rows.append([f"{be.path} ({what})", link(be.src, be.dst), " + ".join(be.setup), cost,
                      describe_crossing(be.amortised), describe_crossing(be.per_transfer)])
     return Table(f"break-even against {BASELINE_PATH}", "break-even", columns, rows, [be.path for be in items])
@@ -701,6 +730,7 @@ def comparison_tables(comparison: pd.DataFrame, run: int) -> list[Table]:
     setup = both[both["metric"] == "setup"]
     if not setup.empty:
         keep = setup.sort_values("bytes", kind="stable").drop_duplicates(["path", "variant", "src", "dst"], keep="last")
+        keep = keep.sort_index()  # back in summary order
         columns = [Column("path", "left"), Column("operation", "left"), Column("link", "left"), Column("size"),
                    Column("run 1 ms"), Column(f"run {run + 1} ms"), Column("ratio")]
         rows = [[str(r.path), str(r.variant), link(r.src, r.dst), format_size(int(r.bytes)) if r.bytes else DASH,
@@ -711,9 +741,10 @@ def comparison_tables(comparison: pd.DataFrame, run: int) -> list[Table]:
 
 
 def fmt_ratio(value) -> str:
+    """0.9921 -> '0.99×', 12.34 -> '12.3×': two decimals are as much as run-to-run noise allows."""
     if value is None or pd.isna(value):
         return DASH
-    return f"{fmt_num(value)}×"
+    return f"{value:.2f}×" if abs(value) < 10 else f"{fmt_num(value)}×"
 
 
 def only_in_one(comparison: pd.DataFrame, run: int) -> tuple[int, int]:
@@ -751,6 +782,9 @@ def _md_header(meta: Mapping[str, str], level: str = "##", title: str = "gpuipc-
     command = meta.get("command", "").strip()
     if command:
         lines += ["", "`" + command.replace("`", "'") + "`"]
+    remark = meta.get("note", "").strip()
+    if remark:
+        lines += ["", f"> note: {_md_inline(remark)}"]
     note = partial_note(meta)
     if note:
         lines += ["", f"> **⚠ {note}**"]
@@ -774,7 +808,7 @@ def _md_verdict(summary: pd.DataFrame, amortise_over: int, level: str = "###") -
     items = break_even(summary, amortise_over=amortise_over)
     if items:
         table = break_even_table(items)
-        lines += _md_table(table, level="####") + [""]
+        lines += _md_table(table, level=level + "#") + [""]
         lines += [f"<sub>{_md_inline(note)}</sub><br>" for note in break_even_notes(items)[:-1]]
         lines += [f"<sub>{_md_inline(break_even_notes(items)[-1])}</sub>", ""]
     return lines
@@ -970,7 +1004,7 @@ def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: "Console
         console.print(Text("No samples in this file.", style="yellow"))
         return
 
-    for table in build_tables(summary, detailed=True):
+    for table in build_tables(summary, detailed=True, width=console.width):
         _print_table(_fit(table, console.width), console)
         console.print()
 
@@ -1005,6 +1039,9 @@ def _print_header(meta: Mapping[str, str], console: "Console", prefix: str = "gp
         if command:
             line.append((" · " if run else "") + command, style="dim")
         console.print(line)
+    remark = meta.get("note", "").strip()
+    if remark:
+        console.print(Text("note: " + remark, style="italic"))
     note = partial_note(meta)
     if note:
         console.print(Text("⚠ " + note, style="bold red"))
@@ -1023,18 +1060,28 @@ def _print_verdict(summary: pd.DataFrame, amortise_over: int, console: "Console"
         console.print(Text(verdict_heading(), style="dim"))
         grid = RichTable.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
-        grid.add_column(justify="right", no_wrap=True)
         grid.add_column(no_wrap=True)
         grid.add_column()
         for v in links:
-            grid.add_row(Text(link(v.src, v.dst), style="bold"), "", "", "")
+            grid.add_row(Text(link(v.src, v.dst), style="bold"), "", "")
             for band in v.bands:
                 sizes, winner, details = describe_band(band)
-                grid.add_row("", sizes, Text(winner, style="bold green"), Text(details))
+                grid.add_row(Text("  " + sizes), Text(winner, style="bold green"), Text(details))
         console.print(grid)
         console.print()
     if items:
-        _print_table(_fit(break_even_table(items), console.width), console)
+        n = items[0].amortise_over
+        console.print(Text(f"Break-even against {BASELINE_PATH}: the sizes where a path with a setup cost is "
+                           "faster, its setup included", style="bold"))
+        table = break_even_table(items)
+        once_label, every_label = f"paid once per {n:,} transfers:", "paid every transfer:"
+        pad = max(len(once_label), len(every_label)) + 1
+        for be, row in zip(items, table.rows):
+            what, where_, setup, cost, once, every = row
+            console.print(Text.assemble(("  " + be.path, "bold"),
+                                        f" · {where_} · {what.split(' ', 1)[1][1:-1]} · {setup} {cost}"))
+            console.print(Text.assemble(("      " + once_label.ljust(pad), "dim"), (once, "bold")))
+            console.print(Text.assemble(("      " + every_label.ljust(pad), "dim"), (every, "bold")))
         for note in break_even_notes(items):
             console.print(Text(note, style="dim"))
         console.print()
@@ -1049,11 +1096,9 @@ def _print_table(table: Table, console: "Console") -> None:
         title=Text(table.title, style="bold"), title_justify="left", box=box.SIMPLE_HEAD,
         pad_edge=False, show_edge=False,
     )
-    fixed = table.kind in ("bandwidth", "latency", "setup", "ceiling")
     for col, width in zip(table.columns, _terminal_widths(table, console.width)):
-        wrap_ok = not fixed and col.align == "left"  # prose cells may wrap; figures never
-        rich_table.add_column(col.name, justify=col.align, width=width if not wrap_ok else None,
-                              no_wrap=not wrap_ok, overflow="fold" if col.name in ("variant", "path/variant") else "ellipsis")
+        # Fixed widths hold the longest cell, so only the headers wrap ('median µs' over two lines).
+        rich_table.add_column(col.name, justify=col.align, width=width, no_wrap=width is None)
     previous = object()
     # Separate the sizes only where a size has several rows (variants) to keep apart.
     sectioned = table.kind in ("bandwidth", "latency") and len(set(table.groups)) < len(table.groups)
@@ -1083,11 +1128,16 @@ def _fit(table: Table, width: int) -> Table:
     table = table.renamed(NARROW_LABELS)
     if table.kind == "bandwidth":
         table = table.without("p5–p95 µs")  # the GB/s spread stays
+    for name in [c.name for c in table.columns]:
+        if _natural_width(table) > width and table.rows and all(cell == DASH for cell in table.column(name)):
+            table = table.without(name)  # e.g. the spread of one-sample setup rows
     if _natural_width(table) > width and "n" in [c.name for c in table.columns]:
         counts = set(table.column("n"))
-        if len(counts) == 1 and table.kind != "setup":
+        if len(counts) == 1:
             n = counts.pop()
-            table = dataclasses.replace(table.without("n"), title=f"{table.title} · {n} samples")
+            table = dataclasses.replace(table.without("n"), title=f"{table.title} · {n} sample{'s' * (n != '1')}")
+    if _natural_width(table) > width and table.kind == "setup":
+        table = table.without("sharing")  # the measurement tables above show it
     return table
 
 

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from gpuipc_bench.errors import ResultsFormatError
+from gpuipc_bench.errors import NewerSchemaError, ResultsFormatError
 
 SCHEMA_VERSION = 1
 MAGIC = "# gpuipc-bench results"
@@ -384,9 +384,10 @@ def _check_schema(metadata: dict[str, str], bad) -> None:
     except ValueError:
         raise bad(f"schema_version {version_text!r} is not a number") from None
     if version > SCHEMA_VERSION:
-        raise bad(
-            f"written by a newer gpuipc-bench (schema {version}); this one reads schema {SCHEMA_VERSION}"
-        )
+        raise NewerSchemaError(str(bad(
+            f"written by a newer gpuipc-bench (schema {version}); this one reads schema {SCHEMA_VERSION} "
+            "(pip install -U gpuipc-bench)"
+        )))
     if version < 1:
         raise bad(f"unknown schema_version {version}")
 

@@ -3,6 +3,12 @@
 Median first, spread always: every summary row carries p5/p95, IQR and CV next to
 the median, and the warnings about unstable figures are data (StabilityWarning),
 rendered after the tables by the report.
+
+On top of the summary, as data for the report to word:
+- verdicts: on each link, the fastest path/variant per band of sizes (LinkVerdict, Band);
+- break_even: where a path with a setup cost (IPC open, host registration, peer
+  enable) beats staging, the cost paid once per N transfers or with every transfer;
+- compare: ratios of the medians of several runs against the first.
 """
 
 from __future__ import annotations
@@ -210,9 +216,8 @@ def is_gpu(device: str) -> bool:
 
 def link_rank(src: str, dst: str) -> tuple:
     """Sort key of a link: GPU→GPU first, then host→GPU, GPU→host, host→host."""
-    kind = (not is_gpu(src)) * 1 + (not is_gpu(dst)) * 2
-    order = {0: 0, 1: 1, 2: 2, 3: 3}[kind]
-    return (order, int(src) if is_gpu(src) else -1, int(dst) if is_gpu(dst) else -1, str(src), str(dst))
+    kind = (not is_gpu(src)) * 1 + (not is_gpu(dst)) * 2  # 0 GPU→GPU, 1 host→GPU, 2 GPU→host, 3 host→host
+    return (kind, int(src) if is_gpu(src) else -1, int(dst) if is_gpu(dst) else -1, str(src), str(dst))
 
 
 def label(path: str, variant: str) -> str:
@@ -231,8 +236,8 @@ def _transfer_times(summary: pd.DataFrame) -> pd.DataFrame:
         & (summary["bytes"] > 0)
     ]
     rows = rows.assign(label=[label(p, v) for p, v in zip(rows["path"], rows["variant"])])
-    rows = rows.sort_values("median_s", kind="stable")
-    return rows.drop_duplicates(["label", "src", "dst", "bytes"], keep="first")
+    rows = rows.sort_values("median_s", kind="stable").drop_duplicates(["label", "src", "dst", "bytes"], keep="first")
+    return rows.sort_index()  # back in summary order
 
 
 @dataclasses.dataclass(frozen=True)
@@ -275,8 +280,7 @@ def verdicts(summary: pd.DataFrame, tie: float = TIE) -> list[LinkVerdict]:
     for (src, dst), part in times.groupby(["src", "dst"], sort=False):
         table = part.pivot(index="bytes", columns="label", values="median_s").sort_index()
         gbps = part.pivot(index="bytes", columns="label", values="median_gbps").sort_index()
-        labels = list(dict.fromkeys(part.sort_values("median_s", kind="stable")["label"]))
-        labels = [lab for lab in pd.unique(times["label"]) if lab in labels]  # summary order
+        labels = list(pd.unique(part["label"]))  # summary order
         table = table[labels]
         out.append(LinkVerdict(str(src), str(dst), tuple(labels), tuple(_bands(table, gbps, tie))))
     return sorted(out, key=lambda v: link_rank(v.src, v.dst))

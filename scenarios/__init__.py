@@ -5,13 +5,15 @@ order is stable. To add a path, write a module here and add it to the list.
 """
 
 from gpuipc_bench.scenario import Scenario
-from gpuipc_bench.scenarios import barrier, host, ipc, mmap, peer, staging
+from gpuipc_bench.scenarios import barrier, host, ipc, latency, mmap, peer, sharing, staging
 
 _ORDER: list[Scenario] = [
     staging.StagingScenario(),
     ipc.IpcScenario(),
     mmap.MmapScenario(),
     peer.PeerScenario(),
+    latency.LatencyScenario(),
+    sharing.SharingScenario(),
     host.HostScenario(),
     barrier.BarrierScenario(),
 ]

@@ -234,3 +234,62 @@ def test_measure_crossing_shape():
         assert len(s["samples_s"]) == 10
         assert all(x > 0 for x in s["samples_s"])
         assert s["p5_s"] <= s["median_s"] <= s["p95_s"]
+
+
+# -- inside the barrier: the waiting word and the on_wait hook --------------------------------
+
+
+def test_on_wait_runs_only_when_waiting_with_the_waiting_word_set():
+    with Segment.create(2) as seg:
+        seen = []
+        b = Barrier(seg, 0, timeout=0.05, on_wait=lambda: seen.append(
+            (seg.epoch(0), seg.words[seg.waiting_index(0)], seg.waiting_in_barrier(0))))
+        seg.set_epoch(1, 1)  # worker 1 is already there: the fast path, no hook
+        b.wait()
+        assert seen == [] and seg.words[seg.waiting_index(0)] == 0
+        with pytest.raises(BarrierTimeout):  # worker 1 is not at crossing 2: wait, hook, time out
+            b.wait()
+        assert seen == [(2, 2, True)]
+        assert seg.words[seg.waiting_index(0)] == 0, "the waiting word is cleared on the way out"
+
+
+def test_a_hook_that_raises_leaves_the_barrier_clean():
+    with Segment.create(2) as seg:
+        def boom():
+            raise RuntimeError("injected")
+
+        with pytest.raises(RuntimeError, match="injected"):
+            Barrier(seg, 0, timeout=10, on_wait=boom).wait()
+        assert seg.words[seg.waiting_index(0)] == 0
+
+
+def _die_inside(rank, seg):
+    """Worker 1 arrives first and is killed while it waits; worker 0 then arrives and passes."""
+    if rank == 1:
+        Barrier(seg, 1, timeout=30, on_wait=lambda: os.kill(os.getpid(), signal.SIGKILL)).wait()
+        return "survived"
+    deadline = time.monotonic() + 10
+    while seg.epoch(1) < 1:
+        if time.monotonic() > deadline:
+            return "worker 1 never arrived"
+        time.sleep(0.001)
+    Barrier(seg, 0, timeout=30).wait()  # worker 1 published its arrival: this passes at once
+    return seg.epochs()
+
+
+def test_killed_while_waiting_is_seen_inside_the_barrier_after_the_others_leave():
+    """Epochs alone cannot tell: both are at 1 once worker 0 has passed. The waiting word can."""
+    with Segment.create(2) as seg, forked(2, _die_inside, seg) as w:
+        w.procs[1].join(10)
+        assert w.procs[1].exitcode == -signal.SIGKILL
+        w.readers[1].close()
+        w.readers[1] = None
+        assert w.results(timeout=10)[0] == [1, 1]
+        assert seg.waiting_in_barrier(1), "worker 1 died inside the barrier"
+        assert not seg.waiting_in_barrier(0), "worker 0 passed it"
+
+
+@pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1.0])
+def test_timeout_must_be_a_finite_positive_number(timeout):
+    with Segment.create(2) as seg, pytest.raises(ValueError):
+        Barrier(seg, 0, timeout=timeout)

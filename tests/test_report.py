@@ -65,9 +65,9 @@ def test_markdown_shows_partial_run_and_failed_verification(small):
     meta = {**meta, "partial": "true", "status": "failed: scenario peer: worker 1 died"}
     text = render_markdown(df, meta)
     assert "partial run" in text and "failed: scenario peer: worker 1 died" in text
-    ipc_table = text.split("### ipc · bandwidth")[1].split("###")[0]
-    assert "| verified |" in ipc_table
-    assert "| 4 KiB | sm |" in ipc_table and "✗ |" in ipc_table
+    bandwidth = text.split("### bandwidth")[1].split("###")[0]
+    assert "| verified |" in bandwidth
+    assert [line for line in bandwidth.splitlines() if "| 4 KiB | ipc/sm |" in line and line.endswith("✗ |")]
     assert "every sample's bytes verified" not in text
 
 
@@ -88,9 +88,10 @@ def test_markdown_lists_links_when_a_path_has_several(tmp_path):
     rf.write(partial=False)
     text = render_markdown(*read_results(tmp_path / "peer.csv"))
     assert "GPU 0: A, GPU 1: B" in text
-    assert "| size | variant | link | ceiling |" in text
-    assert "| 1 MiB | ce | GPU 0 → GPU 1 | peer@0>1 |" in text
-    assert "| 1 MiB | ce | GPU 1 → GPU 0 | peer@1>0 |" in text
+    assert "| size | path/variant | link |" in text
+    assert "| 1 MiB | peer/ce | GPU 0 → GPU 1 |" in text
+    assert "| 1 MiB | peer/ce | GPU 1 → GPU 0 |" in text
+    assert "No link has two path/variants to compare" in text  # one variant on each link
 
 
 # --------------------------------------------------------------------------- terminal

@@ -362,3 +362,59 @@ def test_round_trip_property(tmp_path, rows, meta):
     for key, value in meta.items():
         if key not in ("partial", "status"):
             assert back[key] == value
+
+
+# --------------------------------------------------------------------------- truncation never lies
+
+
+def _original_frame():
+    return read_results(DATA / "small_run.csv")[0]
+
+
+def _row_ends(data: bytes) -> list[int]:
+    """Byte offsets just after each table row of the reference file (after its newline)."""
+    header = data.index(b"\n" + ",".join(COLUMNS).encode() + b"\n") + 1
+    first_row = data.index(b"\n", header) + 1
+    ends, at = [], first_row
+    while (nl := data.find(b"\n", at)) != -1:
+        ends.append(nl + 1)
+        at = nl + 1
+    return ends
+
+
+def test_truncation_at_each_row_end_keeps_exactly_the_rows_before(tmp_path):
+    data = (DATA / "small_run.csv").read_bytes()
+    original = _original_frame()
+    ends = _row_ends(data)
+    assert len(ends) == len(original) > 5
+    path = tmp_path / "cut.csv"
+    for k, end in enumerate(ends, start=1):
+        path.write_bytes(data[:end])
+        df, _ = read_results(path)
+        pd.testing.assert_frame_equal(df, original.iloc[:k].reset_index(drop=True))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cut=st.integers(min_value=0, max_value=len((DATA / "small_run.csv").read_bytes())))
+def test_fuzz_truncation_never_changes_a_kept_row(tmp_path, cut):
+    """A file cut anywhere is refused, or reads as the rows before the cut, of which only the
+    last may be shortened, and then only in its last column (free text, nothing to check it by)."""
+    data = (DATA / "small_run.csv").read_bytes()
+    path = tmp_path / "cut.csv"
+    path.write_bytes(data[:cut])
+    try:
+        df, _ = read_results(path)
+    except ResultsFormatError as exc:
+        assert str(path) in str(exc)
+        return
+    original = _original_frame()
+    k = len(df)
+    assert k <= len(original)
+    if k == 0:
+        return
+    pd.testing.assert_frame_equal(df.iloc[: k - 1], original.iloc[: k - 1])
+    last, whole = df.iloc[k - 1], original.iloc[k - 1]
+    for col in COLUMNS[:-1]:
+        a, b = last[col], whole[col]
+        assert (pd.isna(a) and pd.isna(b)) if pd.isna(a) or pd.isna(b) else a == b, col
+    assert str(whole[COLUMNS[-1]]).startswith(str(last[COLUMNS[-1]]))

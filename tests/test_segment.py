@@ -110,6 +110,87 @@ def test_bad_sizes_refused():
         Segment.create(2, mailbox_slots=-1)
 
 
+def test_names_are_unpredictable():
+    """64 bits from the system's CSPRNG in every name: a name seen once says nothing of the next."""
+    names = []
+    for _ in range(64):
+        with Segment.create(1) as seg:
+            names.append(os.path.basename(seg.name))
+    assert len(set(names)) == len(names)
+    tokens = [n[len(PREFIX):] for n in names]
+    assert all(len(t) == 16 and all(c in "0123456789abcdef" for c in t) for t in tokens)
+    # every hex digit position varies across the names (a counter or a pid would not)
+    assert all(len({t[i] for t in tokens}) > 4 for i in range(16))
+
+
+def test_a_failed_create_leaves_nothing(monkeypatch):
+    """ftruncate fails (say /dev/shm is full): the error is ours, and no name is left behind."""
+    before = _ours()
+
+    def full(fd, size):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(segment_mod.os, "ftruncate", full)
+    with pytest.raises(BenchError, match="No space left on device"):
+        Segment.create(2)
+    assert _ours() <= before
+
+
+class _Inspect:
+    """A scenario whose workers look at their own segment while the run is alive."""
+
+    name = "inspect"
+    gpus_needed = 0
+
+    def default_sizes(self):
+        return (1,)
+
+    def mailbox_slots(self, config, specs):
+        return 1
+
+    def prepare(self, config, specs):
+        return None
+
+    def release(self, shared):
+        pass
+
+    def progress_total(self, config, specs):
+        return 1
+
+    def run(self, ctx):
+        name = ctx.segment.name
+        try:
+            os.close(os.open(name, os.O_RDWR))
+            attach = "opened"
+        except FileNotFoundError:
+            attach = "no such file"
+        with open("/proc/self/maps") as fh:
+            maps = [line.split() for line in fh if name in line]
+        ctx.sync()  # both have looked while both are alive
+        yield {"rank": ctx.rank, "exists": os.path.lexists(name), "attach": attach,
+               "maps": [(fields[1], " ".join(fields[5:])) for fields in maps]}
+
+
+def test_nobody_can_attach_while_a_run_is_alive():
+    """Inside a live run the segment has no name: another process (any user) cannot open it;
+    the workers reach it only through the mapping they inherited, shown as deleted."""
+    from gpuipc_bench.config import RunConfig
+    from gpuipc_bench.launcher import run_scenario
+    from gpuipc_bench.scenario import Scenario, WorkerSpec
+
+    scenario = type("Inspect", (_Inspect, Scenario), {})()
+    specs = [WorkerSpec(0, "producer", None), WorkerSpec(1, "consumer", None)]
+    rows = []
+    outcome = run_scenario(scenario, RunConfig(scenarios=("inspect",), timeout=10), specs, on_row=rows.append)
+    assert outcome.ok, outcome.error
+    assert sorted(r["rank"] for r in rows) == [0, 1]
+    for row in rows:
+        assert row["exists"] is False and row["attach"] == "no such file"
+        assert len(row["maps"]) == 1
+        perms, path = row["maps"][0]
+        assert perms == "rw-s" and path.endswith("(deleted)"), row["maps"]
+
+
 # -- layout ---------------------------------------------------------------------------------
 
 

@@ -1,0 +1,298 @@
+"""A private CUDA MPS control daemon: started for one scenario, stopped on every exit path.
+
+The tool never touches the system's MPS daemon (/tmp/nvidia-mps) and never changes a
+GPU setting (compute mode or any other). It starts its own `nvidia-cuda-mps-control -d`
+with its own pipe and log directories (tempfile.mkdtemp, mode 0700), so that only the
+processes given `MpsDaemon.env()` before they initialise CUDA become its clients:
+
+    daemon = MpsDaemon.start()          # MpsUnavailable(reason) when it cannot
+    os.environ.update(daemon.env())     # in a worker, before its first CUDA call
+    daemon.server_pids(), daemon.client_pids(pid)   # prove the workers are its clients
+    daemon.stop()                       # quit, then SIGTERM/SIGKILL by pid, then remove the dirs
+
+The daemon writes its pid to <pipe dir>/nvidia-cuda-mps-control.pid (removed when it
+stops); control commands go through `nvidia-cuda-mps-control` (no argument) with the same
+CUDA_MPS_PIPE_DIRECTORY, one command a line on its standard input. A process is only
+ever signalled when its /proc environment names this daemon's pipe directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from gpuipc_bench.errors import BenchError
+
+BINARY = "nvidia-cuda-mps-control"
+PID_FILE = "nvidia-cuda-mps-control.pid"
+CONTROL = "control"  # the control socket (a FIFO in old drivers)
+PIPE_ENV = "CUDA_MPS_PIPE_DIRECTORY"
+LOG_ENV = "CUDA_MPS_LOG_DIRECTORY"
+START_TIMEOUT_S = 10.0
+COMMAND_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+PREFIX = "gpuipc-bench-mps-"
+
+
+class MpsUnavailable(BenchError):
+    """MPS cannot be used here; the message is the reason (the MPS half is waived with it)."""
+
+
+def find_binary(path: str | None = None) -> str | None:
+    """The nvidia-cuda-mps-control on PATH (or on `path`), or None."""
+    return shutil.which(BINARY, path=path)
+
+
+def daemon_env(pipe_dir: str, log_dir: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the daemon and of its clients: `base` (default os.environ) with the
+    pipe and log directories set."""
+    env = dict(os.environ if base is None else base)
+    env[PIPE_ENV] = str(pipe_dir)
+    env[LOG_ENV] = str(log_dir)
+    return env
+
+
+def start_command(binary: str) -> list[str]:
+    """Start the control daemon in the background (it forks and returns)."""
+    return [binary, "-d"]
+
+
+def control_command(binary: str) -> list[str]:
+    """Send commands (standard input, one a line) to the daemon of CUDA_MPS_PIPE_DIRECTORY."""
+    return [binary]
+
+
+def parse_pids(text: str) -> list[int]:
+    """The process ids in get_server_list / get_client_list output (one a line; other text ignored)."""
+    pids = []
+    for line in text.splitlines():
+        word = line.strip()
+        if word.isdigit() and int(word) > 0:
+            pids.append(int(word))
+    return pids
+
+
+def stale_reason(pipe_dir: str | Path) -> str | None:
+    """Why `pipe_dir` cannot take a new daemon (a control socket or pid file is there), or None."""
+    pipe_dir = Path(pipe_dir)
+    found = [name for name in (CONTROL, PID_FILE) if os.path.lexists(pipe_dir / name)]
+    if not found:
+        return None
+    return (f"the MPS pipe directory {pipe_dir} already holds {' and '.join(found)} (a daemon runs "
+            "there, or a dead one left them); not starting another")
+
+
+def _read_pid(pipe_dir: str) -> int | None:
+    try:
+        text = Path(pipe_dir, PID_FILE).read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+def alive(pid: int) -> bool:
+    """The process exists and is not a zombie."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat.rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def belongs_to(pid: int, pipe_dir: str) -> bool:
+    """True when process `pid` runs with CUDA_MPS_PIPE_DIRECTORY=pipe_dir (so it is this daemon
+    or its server, not a process that took a recycled pid)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"{PIPE_ENV}={pipe_dir}".encode() in environ
+
+
+DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"
+
+
+def serves_this_process(environ: dict[str, str] | None = None) -> bool:
+    """Would CUDA, initialised now in this process, become an MPS client? True when a live
+    (not zombie) control daemon owns the pipe directory this process would use
+    (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps). A private daemon elsewhere, or the
+    remains of one that stopped, do not count."""
+    environ = os.environ if environ is None else environ
+    pipe_dir = environ.get(PIPE_ENV) or DEFAULT_PIPE_DIR
+    if not os.path.lexists(os.path.join(pipe_dir, CONTROL)):
+        return False
+    pid = _read_pid(pipe_dir)
+    return pid is not None and alive(pid)
+
+
+@dataclasses.dataclass
+class MpsDaemon:
+    binary: str
+    pipe_dir: str
+    log_dir: str
+    pid: int | None = None
+    owns_dirs: bool = True
+    known_servers: set[int] = dataclasses.field(default_factory=set)
+
+    # ---------------------------------------------------------------- start
+
+    @classmethod
+    def start(cls, binary: str | None = None, pipe_dir: str | None = None, log_dir: str | None = None,
+              timeout: float = START_TIMEOUT_S) -> "MpsDaemon":
+        """Start a private daemon, or raise MpsUnavailable with the reason (leaving nothing behind).
+        Without pipe_dir/log_dir, fresh ones are made (and removed by stop())."""
+        binary = binary or find_binary()
+        if not binary:
+            raise MpsUnavailable(f"{BINARY} is not on PATH")
+        if pipe_dir is not None:
+            reason = stale_reason(pipe_dir)
+            if reason:
+                raise MpsUnavailable(reason)
+        owns = pipe_dir is None and log_dir is None
+        try:
+            pipe_dir = pipe_dir or tempfile.mkdtemp(prefix=PREFIX + "pipe-")
+            log_dir = log_dir or tempfile.mkdtemp(prefix=PREFIX + "log-")
+        except OSError as exc:
+            raise MpsUnavailable(f"cannot make the MPS pipe and log directories: {exc.strerror}") from None
+        daemon = cls(binary, str(pipe_dir), str(log_dir), owns_dirs=owns)
+        try:
+            daemon._launch(timeout)
+        except BaseException:
+            daemon.stop()
+            raise
+        return daemon
+
+    def _launch(self, timeout: float) -> None:
+        out_path = Path(self.log_dir, "gpuipc-bench-start.out")
+        try:
+            with open(out_path, "wb") as out:  # not a pipe: the daemon may keep it open
+                proc = subprocess.run(start_command(self.binary), env=self.full_env(), stdin=subprocess.DEVNULL,
+                                      stdout=out, stderr=subprocess.STDOUT, timeout=timeout, close_fds=True)
+        except subprocess.TimeoutExpired:
+            raise MpsUnavailable(f"{BINARY} -d did not return within {timeout:g} s") from None
+        except OSError as exc:
+            raise MpsUnavailable(f"cannot run {self.binary}: {exc.strerror}") from None
+        if proc.returncode != 0:
+            raise MpsUnavailable(f"{BINARY} -d exited with code {proc.returncode}{self._said(out_path)}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid = _read_pid(self.pipe_dir)
+            if pid is not None and alive(pid):
+                self.pid = pid
+                break
+            time.sleep(0.05)
+        else:
+            raise MpsUnavailable(f"the MPS control daemon did not start within {timeout:g} s "
+                                 f"(no live pid in {Path(self.pipe_dir, PID_FILE)}){self._said(out_path)}")
+        self.control("get_server_list", timeout=timeout)  # it answers commands
+
+    def _said(self, out_path: Path) -> str:
+        text = ""
+        for path in (out_path, Path(self.log_dir, "control.log")):
+            try:
+                text += path.read_text(errors="replace")
+            except OSError:
+                pass
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        return f": {' / '.join(lines[-3:])}" if lines else ""
+
+    # ---------------------------------------------------------------- use
+
+    def env(self) -> dict[str, str]:
+        """What a client sets before it initialises CUDA."""
+        return {PIPE_ENV: self.pipe_dir, LOG_ENV: self.log_dir}
+
+    def full_env(self) -> dict[str, str]:
+        return daemon_env(self.pipe_dir, self.log_dir)
+
+    def control(self, command: str, timeout: float = COMMAND_TIMEOUT_S) -> str:
+        """Send one command; its output. MpsUnavailable when the daemon does not answer."""
+        try:
+            proc = subprocess.run(control_command(self.binary), input=command + "\n", env=self.full_env(),
+                                  capture_output=True, text=True, timeout=timeout, close_fds=True)
+        except subprocess.TimeoutExpired:
+            raise MpsUnavailable(f"the MPS daemon did not answer '{command}' within {timeout:g} s") from None
+        except OSError as exc:
+            raise MpsUnavailable(f"cannot run {self.binary}: {exc.strerror}") from None
+        if proc.returncode != 0:
+            said = (proc.stderr or proc.stdout).strip().splitlines()
+            raise MpsUnavailable(f"the MPS daemon refused '{command}' (exit code {proc.returncode})"
+                                 + (f": {said[-1]}" if said else ""))
+        return proc.stdout
+
+    def server_pids(self) -> list[int]:
+        pids = parse_pids(self.control("get_server_list"))
+        self.known_servers.update(pids)
+        return pids
+
+    def client_pids(self, server_pid: int) -> list[int]:
+        return parse_pids(self.control(f"get_client_list {server_pid}"))
+
+    def running(self) -> bool:
+        return self.pid is not None and alive(self.pid)
+
+    # ---------------------------------------------------------------- stop
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> list[str]:
+        """Quit the daemon and its servers, kill what is left (by pid, only processes of this
+        pipe directory), remove the directories made by start(). Never raises; returns what
+        went wrong, one sentence each."""
+        problems: list[str] = []
+        if self.pid is not None and alive(self.pid):
+            try:
+                self.server_pids()
+            except MpsUnavailable:
+                pass
+            try:
+                self.control("quit", timeout=timeout)
+            except MpsUnavailable as exc:
+                problems.append(str(exc))
+            deadline = time.monotonic() + timeout
+            while alive(self.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        for pid in [p for p in (self.pid, *sorted(self.known_servers)) if p]:
+            problem = self._end(pid)
+            if problem:
+                problems.append(problem)
+        self.pid = None
+        if self.owns_dirs:
+            for folder in (self.pipe_dir, self.log_dir):
+                shutil.rmtree(folder, ignore_errors=True)
+                if os.path.exists(folder):
+                    problems.append(f"could not remove {folder}")
+        return problems
+
+    def _end(self, pid: int) -> str | None:
+        """Wait a little for `pid` to go, then SIGTERM, then SIGKILL it, if it is ours."""
+        deadline = time.monotonic() + 2.0
+        while alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not alive(pid):
+            return None
+        if not belongs_to(pid, self.pipe_dir):
+            return f"process {pid} of the MPS daemon did not exit, and is not ours to signal"
+        for sig, wait in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 2.0)):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                return None
+            except PermissionError:
+                return f"not allowed to stop process {pid} of the MPS daemon"
+            deadline = time.monotonic() + wait
+            while alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if not alive(pid):
+                return None
+        return f"process {pid} of the MPS daemon is still there after SIGKILL"

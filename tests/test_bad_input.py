@@ -1,0 +1,295 @@
+"""Bad input on every option and subcommand: one line, exit code 2, no traceback, no work.
+
+"No work" is checked, not assumed: the launcher is replaced by a tripwire, and the
+test fails if a worker would have been forked, a results file written or anything
+left in /dev/shm. (tests/test_cli.py holds the first cases; these are the rest.)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import our_segments
+from gpuipc_bench import config as config_mod
+from gpuipc_bench.cli import cli
+from gpuipc_bench.config import RunConfig, check_memory
+from gpuipc_bench.errors import UsageError
+from gpuipc_bench.machine import GpuInfo, Machine
+from gpuipc_bench.scenarios import SCENARIOS
+
+GiB = 1 << 30
+
+
+@pytest.fixture
+def no_work(monkeypatch, tmp_path):
+    """Fails the test if a scenario is started; checks nothing is written or left behind."""
+    import gpuipc_bench.launcher
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("a scenario was started: bad input must be refused before any work")
+
+    monkeypatch.setattr(gpuipc_bench.launcher, "run_scenario", tripwire)
+    monkeypatch.chdir(tmp_path)
+    before = our_segments()
+    yield tmp_path
+    assert our_segments() == before
+    assert not [p for p in tmp_path.rglob("*.csv") if p.is_file()], "a results file was written for refused input"
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def assert_refused(code: int, output: str, *words: str) -> None:
+    """Exit 2, exactly one 'Error:' line holding every word, and no traceback."""
+    assert code == 2, output
+    errors = [line for line in output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, output
+    for word in words:
+        assert word in errors[0], f"{word!r} not in {errors[0]!r}"
+    assert "Traceback" not in output
+
+
+RUN = ["run", "-s", "host", "--out", "r.csv"]
+
+
+@pytest.mark.parametrize("args,words", [
+    # --sizes
+    (["--sizes", "4K.."], ["--sizes", "not a byte size"]),
+    (["--sizes", "..4K"], ["--sizes", "not a byte size"]),
+    (["--sizes", "4K..1M:x1"], ["--sizes", "step"]),
+    (["--sizes", "4K..1M:x"], ["--sizes", "step"]),
+    (["--sizes", "4K..1M:/2"], ["--sizes", "step"]),
+    (["--sizes", "4K;8K"], ["--sizes", "not a byte size"]),
+    (["--sizes", "4K,,8K"], ["--sizes", "empty item"]),
+    (["--sizes", ""], ["--sizes", "no sizes"]),
+    (["--sizes", "1.5B"], ["--sizes", "whole number"]),
+    (["--sizes", "1e3"], ["--sizes", "not a byte size"]),
+    (["--sizes", "nan"], ["--sizes", "not a byte size"]),
+    (["--sizes", "2048T"], ["--sizes", "larger than any buffer"]),
+    (["--sizes", "4M..4K:x4"], ["--sizes", "reversed"]),
+    # numbers
+    (["--iterations", "-5"], ["--iterations must be at least 1"]),
+    (["--iterations", "many"], ["--iterations", "not a valid integer"]),
+    (["--iterations", "1.5"], ["--iterations", "not a valid integer"]),
+    (["--warmup", "x"], ["--warmup", "not a valid integer"]),
+    (["--workers", "-3"], ["--workers must be at least 1"]),
+    (["--workers", "1"], ["--workers 1: scenario host takes 2 to 8 workers"]),
+    (["--timeout", "-1"], ["--timeout must be positive"]),
+    (["--timeout", "nan"], ["--timeout must be positive"]),
+    (["--timeout", "inf"], ["--timeout must be positive", "cannot be infinite"]),
+    (["--timeout", "soon"], ["--timeout", "not a valid float"]),
+    # --chunk
+    (["--chunk", "0"], ["--chunk", "at least 1 byte"]),
+    (["--chunk", "4K,8K"], ["--chunk takes one size"]),
+    (["--chunk", "4K..1M"], ["--chunk takes one size"]),
+    (["--chunk", "big"], ["--chunk", "not a byte size"]),
+    # --devices
+    (["--devices", "-1"], ["--devices", "GPU indices start at 0"]),
+    (["--devices", ""], ["--devices", "not a comma-separated list"]),
+    (["--devices", "0,"], ["--devices", "not a comma-separated list"]),
+    (["--devices", "1.5"], ["--devices", "not a comma-separated list"]),
+    (["--devices", "0,1,0"], ["--devices", "names a GPU twice"]),
+    # --scenario
+    (["-s", ""], ["--scenario", "no such scenario"]),
+    (["-s", "HOST"], ["--scenario HOST: no such scenario", "did you mean host"]),
+    # the command line itself
+    (["--bogus"], ["No such option '--bogus'"]),
+    (["extra-argument"], ["unexpected extra argument"]),
+    (["--sizes"], ["--sizes", "requires an argument"]),
+])
+def test_run_refuses(no_work, args, words):
+    assert_refused(*invoke(*RUN, *args), *words)
+
+
+def test_huge_size_beyond_host_memory(no_work):
+    available = config_mod.available_host_memory()
+    assert available and available > 0
+    code, output = invoke(*RUN, "--sizes", "4K,1T")
+    assert_refused(code, output, "--sizes", "1024 GiB", "host memory", "available")
+
+
+def test_huge_default_sweep_is_named_as_the_default(no_work, monkeypatch):
+    monkeypatch.setattr(config_mod, "available_host_memory", lambda: 1 << 20)  # a 1 MiB machine
+    code, output = invoke(*RUN)
+    assert_refused(code, output, "--sizes (not given)", "default sweep of host", "1 MiB is available")
+
+
+def test_output_that_is_a_directory(no_work):
+    (no_work / "d.csv").mkdir()
+    assert_refused(*invoke("run", "-s", "host", "--out", "d.csv", "--sizes", "64"), "--out", "is a directory")
+
+
+def test_output_refused_before_the_machine_is_probed(no_work, monkeypatch):
+    """The cheap checks come first: a bad --out costs no probe child."""
+    import gpuipc_bench.machine
+
+    def probe(*a, **k):
+        raise AssertionError("probed the machine for a run that was going to be refused")
+
+    monkeypatch.setattr(gpuipc_bench.machine, "probe", probe)
+    (no_work / "r.csv").write_text("keep")
+    assert_refused(*invoke(*RUN, "--sizes", "64"), "--out", "--force")
+    assert (no_work / "r.csv").read_text() == "keep"
+    (no_work / "r.csv").unlink()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["bench"], ["No such command 'bench'"]),
+    (["report"], ["Missing argument 'FILES...'"]),
+    (["report", "--format", "html", "x.csv"], ["--format", "'html' is not one of"]),
+    (["list", "--all"], ["No such option '--all'"]),
+    (["info", "extra"], ["unexpected extra argument"]),
+    (["--no-such-flag"], ["No such option '--no-such-flag'"]),
+])
+def test_subcommands_refuse(no_work, args, words):
+    assert_refused(*invoke(*args), *words)
+
+
+def _results_text() -> str:
+    from pathlib import Path
+
+    return (Path(__file__).parent / "data" / "small_run.csv").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("name,content,words", [
+    ("truncated.csv", _results_text()[: _results_text().rindex("\n", 0, -1) + 30], ["truncated"]),
+    ("cut-in-header.csv", _results_text()[:40], ["schema_version"]),
+    ("foreign.csv", "time,value\n1,2\n", ["not a gpuipc-bench results file"]),
+    ("empty.csv", "", ["the file is empty"]),
+    ("binary.csv", b"\x89PNG\r\n\x1a\n\x00\x00", ["binary"]),
+])
+def test_report_refuses_bad_files(no_work, name, content, words):
+    path = no_work / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    code, output = invoke("report", str(path))
+    path.unlink()  # no_work checks no CSV is left: this one was ours
+    assert_refused(code, output, name, *words)
+
+
+def test_report_refuses_a_missing_file_and_a_directory(no_work):
+    assert_refused(*invoke("report", "missing.csv"), "missing.csv", "no such file")
+    (no_work / "folder").mkdir()
+    assert_refused(*invoke("report", "folder"), "folder", "directory")
+
+
+def test_report_names_the_bad_one_of_several(no_work):
+    good = no_work / "good.csv"
+    good.write_text(_results_text(), encoding="utf-8")
+    bad = no_work / "bad.csv"
+    bad.write_text("a,b\n", encoding="utf-8")
+    code, output = invoke("report", str(good), str(bad))
+    good.unlink()
+    bad.unlink()
+    assert_refused(code, output, "bad.csv")
+    assert "good.csv" not in [line for line in output.splitlines() if line.startswith("Error:")][0]
+
+
+# --------------------------------------------------------------------------- the memory check
+
+
+def fake_machine(gpu_memory: tuple[int, ...]) -> Machine:
+    gpus = tuple(GpuInfo(index=i, name="Fake GPU", uuid="", pci_bus_id="", memory_bytes=m,
+                         compute_capability="9.0", pcie_gen=None, pcie_width=None, pcie_max_gen=None,
+                         pcie_max_width=None, mig_mode="n/a") for i, m in enumerate(gpu_memory))
+    return Machine(hostname="fake", cpu_model="cpu", cpu_count=2, os="Linux", python="3",
+                   gpus=gpus, cuda_error=None, driver_version=None, cuda_driver_version=None,
+                   cuda_runtime_version=None, cupy_version=None,
+                   peer_access=frozenset((i, j) for i in range(len(gpus)) for j in range(len(gpus)) if i != j),
+                   links={}, mps="not running")
+
+
+def plan_for(name: str, config: RunConfig, machine: Machine):
+    scenario = SCENARIOS[name]
+    return [(scenario, scenario.workers(config, machine))]
+
+
+GPU_NAMES = [name for name, s in SCENARIOS.items() if s.gpus_needed]
+
+
+@pytest.mark.parametrize("name", GPU_NAMES)
+def test_gpu_memory_check(name):
+    machine = fake_machine((80 * GiB, 80 * GiB))
+    need = 1 if SCENARIOS[name].gpus_needed == 1 else 2
+    devices = (0,) if need == 1 else (0, 1)
+    fits = RunConfig(scenarios=(name,), sizes=(4096, 16 * GiB), devices=devices)
+    check_memory(plan_for(name, fits, machine), fits, machine, host_available=1 << 50)
+    too_big = dataclasses.replace(fits, sizes=(4096, 40 * GiB))
+    with pytest.raises(UsageError) as info:
+        check_memory(plan_for(name, too_big, machine), too_big, machine, host_available=1 << 50)
+    message = str(info.value)
+    assert "--sizes" in message and "40 GiB" in message and "80 GiB" in message and "GPU 0" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("name", GPU_NAMES)
+def test_gpu_scenarios_also_need_host_memory(name):
+    machine = fake_machine((1 << 50, 1 << 50))
+    devices = (0,) if SCENARIOS[name].gpus_needed == 1 else (0, 1)
+    config = RunConfig(scenarios=(name,), sizes=(64 * GiB,), devices=devices)
+    with pytest.raises(UsageError, match="host memory"):
+        check_memory(plan_for(name, config, machine), config, machine, host_available=64 * GiB)
+
+
+def test_memory_check_follows_the_gpu_in_use():
+    """The second GPU is small; a run on the first fits, a run on the second does not."""
+    machine = fake_machine((80 * GiB, 8 * GiB))
+    name = next(n for n in GPU_NAMES if SCENARIOS[n].gpus_needed == 1)
+    for device, ok in ((0, True), (1, False)):
+        config = RunConfig(scenarios=(name,), sizes=(4 * GiB,), devices=(device,))
+        if ok:
+            check_memory(plan_for(name, config, machine), config, machine, host_available=1 << 50)
+        else:
+            with pytest.raises(UsageError, match="GPU 1 has 8 GiB"):
+                check_memory(plan_for(name, config, machine), config, machine, host_available=1 << 50)
+
+
+def test_default_memory_estimate_is_not_zero_for_any_scenario():
+    """Every registered scenario asks for memory in proportion to its largest size."""
+    for name, scenario in SCENARIOS.items():
+        config = RunConfig(scenarios=(name,), sizes=(GiB,), devices=(0, 1) if scenario.gpus_needed > 1 else None)
+        specs = scenario.workers(config, fake_machine((80 * GiB, 80 * GiB)))
+        host, gpu = scenario.memory_needed(config, specs)
+        if name == "barrier":
+            continue  # it moves no payload
+        assert host >= GiB, name
+        assert (gpu >= GiB) == bool(scenario.gpus_needed), name
+
+
+def test_huge_size_beyond_gpu_memory_through_the_cli(no_work, monkeypatch):
+    """The whole path from the command line, with a machine that has one 16 GiB GPU."""
+    import gpuipc_bench.machine
+
+    monkeypatch.setattr(gpuipc_bench.machine, "probe", lambda *a, **k: fake_machine((16 * GiB,)))
+    monkeypatch.setattr(config_mod, "available_host_memory", lambda: 1 << 50)
+    name = next(n for n in GPU_NAMES if SCENARIOS[n].gpus_needed == 1)
+    code, output = invoke("run", "-s", name, "--out", "r.csv", "--sizes", "4K..8G")
+    assert_refused(code, output, "--sizes", "8 GiB", "GPU 0", "16 GiB")
+
+
+def test_available_host_memory_is_sane():
+    available = config_mod.available_host_memory()
+    with open("/proc/meminfo") as fh:
+        total = int(next(line for line in fh if line.startswith("MemTotal:")).split()[1]) * 1024
+    assert 0 < available <= total
+
+
+@pytest.mark.gpu
+def test_huge_size_beyond_the_real_gpu(no_work, machine):
+    name = next(n for n in GPU_NAMES if SCENARIOS[n].gpus_needed == 1)
+    memory = machine.gpus[0].memory_bytes
+    size = 1 << (memory.bit_length())  # the next power of two above the whole GPU
+    monkeypatch_host = pytest.MonkeyPatch()
+    monkeypatch_host.setattr(config_mod, "available_host_memory", lambda: 1 << 50)
+    try:
+        code, output = invoke("run", "-s", name, "--out", "r.csv", "--sizes", str(size))
+    finally:
+        monkeypatch_host.undo()
+    assert_refused(code, output, "--sizes", "GPU 0")

@@ -266,6 +266,8 @@ class MpsDaemon:
             problem = self._end(pid)
             if problem:
                 problems.append(problem)
+        for pid in [p for p in (self.pid, *sorted(self.known_servers)) if p]:
+            self._await_reaped(pid)
         self.pid = None
         if self.owns_dirs:
             for folder in (self.pipe_dir, self.log_dir):
@@ -273,6 +275,20 @@ class MpsDaemon:
                 if os.path.exists(folder):
                     problems.append(f"could not remove {folder}")
         return problems
+
+    @staticmethod
+    def _await_reaped(pid: int, timeout: float = 5.0) -> None:
+        """A daemon that exited stays a zombie (its /proc entry, named nvidia-cuda-mps-*, is still
+        there) until init reaps it, a few seconds later; a probe of the machine made meanwhile
+        would think MPS still runs. Wait a little for the entry to go (not an error if it stays)."""
+        deadline = time.monotonic() + timeout
+        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+            try:
+                if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                    return  # alive and not ours to wait for (a recycled pid)
+            except (OSError, IndexError):
+                return
+            time.sleep(0.05)
 
     def _end(self, pid: int) -> str | None:
         """Wait a little for `pid` to go, then SIGTERM, then SIGKILL it, if it is ours."""

@@ -170,20 +170,15 @@ def mem_info(device: int) -> tuple[int, int]:
 
 def sharing_mode(devices: list[int | None]) -> str:
     """How the workers share their GPUs: 'time-sliced' when two processes share one GPU
-    (or 'mps' when an MPS daemon runs), 'exclusive' when each has its own."""
+    (or 'mps' when an MPS daemon serves this process), 'exclusive' when each has its own."""
+    from gpuipc_bench.mps import serves_this_process
+
     gpus = [d for d in devices if d is not None]
     if not gpus:
         return "none"
     if len(set(gpus)) == len(gpus):
         return "exclusive"
-    try:
-        from gpuipc_bench.machine import _mps_state
-
-        if _mps_state() == "running":
-            return "mps"
-    except Exception:  # noqa: BLE001 - best effort
-        pass
-    return "time-sliced"
+    return "mps" if serves_this_process() else "time-sliced"
 
 
 def reps_for(nbytes: int, target: int = BATCH_BYTES, max_reps: int = MAX_REPS) -> int:

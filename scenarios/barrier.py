@@ -31,6 +31,9 @@ class BarrierScenario(Scenario):
         n = config.workers or self.default_workers
         return [WorkerSpec(r, "peer", None) for r in range(n)]
 
+    def memory_needed(self, config, specs):
+        return 0, 0  # no buffers: --sizes does not apply
+
     def prepare(self, config, specs):
         # Created before the fork so that every worker inherits it.
         return multiprocessing.get_context("fork").Barrier(len(specs))

@@ -57,6 +57,11 @@ class HostScenario(Scenario):
         n = config.workers or self.default_workers
         return [WorkerSpec(r, "producer" if r == 0 else "consumer", None) for r in range(n)]
 
+    def memory_needed(self, config, specs):
+        # The shared buffer, and in each worker a base pattern, a sample pattern and a copy.
+        largest = max(config.sizes_for(self.default_sizes()))
+        return (1 + 3 * len(specs)) * largest, 0
+
     def mailbox_slots(self, config, specs):
         return ACK0 + len(specs)
 

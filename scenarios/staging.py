@@ -281,6 +281,13 @@ class StagingScenario(PairScenario):
     summary = "cudaMemcpy D2H into a shared host buffer, H2D out of it (pinned, pipelined, pageable)"
     worker_class = _StagingWorker
 
+    def memory_needed(self, config, specs):
+        # Host: the pinned buffer (two slots), the pageable one, and each worker's pinned
+        # ceiling buffer. GPU: each worker's buffer and its ceiling buffer.
+        largest = max(config.sizes_for(self.default_sizes()))
+        per_gpu = 2 * largest * max(sum(1 for s in specs if s.device == d) for d in {s.device for s in specs})
+        return 5 * largest, per_gpu
+
     def mailbox_slots(self, config, specs):
         return MAILBOX
 

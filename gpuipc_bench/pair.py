@@ -111,7 +111,7 @@ class PairWorker:
         return resource
 
     def _row(self, **fields) -> dict:
-        return new_row(**self.fields, **fields)
+        return new_row(**{**self.fields, **fields})  # a row may override the common fields
 
     def _setup_row(self, variant: str, seconds: float, nbytes: int = 0, src: Any = "", dst: Any = "") -> dict:
         return cuda.setup_row(variant, seconds, nbytes=nbytes, src=src, dst=dst, path=self.path, **self.fields)

@@ -49,9 +49,10 @@ from typing import Iterator
 
 import numpy as np
 
-from gpuipc_bench import cuda, mps
+from gpuipc_bench import cuda
 from gpuipc_bench.errors import BenchError, UsageError, VerificationError
 from gpuipc_bench.faults import corrupt_requested
+from gpuipc_bench.pair import PairWorker
 from gpuipc_bench.results import new_row
 from gpuipc_bench.scenario import Scenario, WorkerSpec
 from gpuipc_bench.sizes import format_size
@@ -124,15 +125,6 @@ class Layout:
 
 def path_for(devices) -> str:
     return "ipc" if len(set(devices)) == 1 else "peer"
-
-
-def sharing_of(devices) -> str:
-    """'exclusive' on two GPUs; on one, 'mps' when a live MPS daemon serves this process's pipe
-    directory (the workers are its clients), else 'time-sliced'. (Any MPS process on the machine,
-    such as another's private daemon, does not make these workers MPS clients.)"""
-    if len(set(devices)) > 1:
-        return "exclusive"
-    return "mps" if mps.serves_this_process() else "time-sliced"
 
 
 class DevicePingPong:
@@ -352,78 +344,41 @@ def latency_sizes(config, default) -> tuple[int, ...]:
     return tuple(sorted({s for s in config.sizes_for(default) if s <= LATENCY_MAX_BYTES}))
 
 
-class LatencyWorker:
+class LatencyWorker(PairWorker):
     pingpong_class = DevicePingPong
 
     def __init__(self, ctx, sizes):
-        self.ctx, self.seg, self.config = ctx, ctx.segment, ctx.config
-        self.sizes = sizes
+        super().__init__(ctx, sizes)
+        self.sizes = sizes  # payloads up to 1 MiB, 0 B (flags alone) included
         self.initiator = ctx.rank == 0
         self.peer = 1 - ctx.rank
-        self.device = ctx.spec.device
-        self.devices = (ctx.specs[0].device, ctx.specs[1].device)
+        self.devices = (self.pdev, self.cdev)
         self.path = path_for(self.devices)
-        self.fields = dict(scenario="latency", workers=ctx.nworkers, sharing=sharing_of(self.devices))
-        self.corrupt = corrupt_requested()
-        self.gpu: cuda.Gpu | None = None
+        self.fields = {**self.fields, "scenario": "latency"}
         self.pp: DevicePingPong | None = None
         self.event = self.peer_event = None
         self.host_rounds = 0
         self.host_samples = 0
         self.flag_rounds = 0
 
-    def run(self) -> Iterator[dict]:
-        clean = False
-        ctx = self.ctx
-        try:
-            ctx.phase("setup")
-            self.gpu = cuda.Gpu(self.device)
-            self.pp = self.pingpong_class(ctx, INITIATOR if self.initiator else RESPONDER, self.peer, self.gpu,
-                                          max_bytes=max(self.sizes, default=0), fields=self.fields, path=self.path)
-            self.pp.setup()
-            self.setup_event()
-            yield from self.barrier_rows()
-            yield from self.flag_rows()
-            ctx.progress()
-            for nbytes in self.sizes:
-                for protocol in PROTOCOLS:
-                    if protocol == "device-ll" and nbytes == 0:
-                        continue
-                    yield from self.pp.measure(protocol, nbytes, self.config.warmup, self.config.iterations)
-                if nbytes > 0:
-                    yield from self.host_pingpong(nbytes)
-                ctx.progress()
-            ctx.phase("teardown")
-            clean = True
-        finally:
-            self.teardown(clean)
+    def setup(self) -> Iterator[dict]:
+        # The ping-pong's mapping of the other's memory is closed before teardown's barrier.
+        self.pp = self._import(self.pingpong_class(
+            self.ctx, INITIATOR if self.initiator else RESPONDER, self.peer, self.gpu,
+            max_bytes=max(self.sizes, default=0), fields=self.fields, path=self.path))
+        self.pp.setup()
+        self.setup_event()
+        yield from self.barrier_rows()
+        yield from self.flag_rows()
+        self.ctx.progress()
 
-    def teardown(self, clean: bool) -> None:
-        """Close what this worker opened of the other's, meet (clean exits only), then free."""
-        first: BaseException | None = None
-        try:
-            if self.pp is not None:
-                self.pp.close()
-            if self.peer_event is not None:
-                event, self.peer_event = self.peer_event, None
-                self.gpu.release(event)
-        except BaseException as exc:  # noqa: BLE001 - keep releasing
-            first = exc
-        try:
-            if clean:
-                self.ctx.sync()
-        finally:
-            if self.gpu is not None:
-                gpu, self.gpu = self.gpu, None
-                try:
-                    gpu.close()
-                except BaseException as exc:  # noqa: BLE001
-                    first = first or exc
-        if first is not None and clean:
-            raise first
-
-    def _row(self, **fields) -> dict:
-        return new_row(**{**self.fields, **fields})
+    def measure(self, nbytes: int) -> Iterator[dict]:
+        for protocol in PROTOCOLS:
+            if protocol == "device-ll" and nbytes == 0:
+                continue
+            yield from self.pp.measure(protocol, nbytes, self.config.warmup, self.config.iterations)
+        if nbytes > 0:
+            yield from self.host_pingpong(nbytes)
 
     # ---------------------------------------------------------------- no GPU: barrier, flags
 
@@ -478,7 +433,7 @@ class LatencyWorker:
             self.seg.put_handle(ctx.rank, EVENT_HANDLE, self.event.export())
         ctx.sync()
         if not self.initiator:
-            self.peer_event = gpu.adopt(cuda.IpcEvent.open(self.seg.get_handle(self.peer, EVENT_HANDLE), self.device))
+            self.peer_event = self._import(cuda.IpcEvent.open(self.seg.get_handle(self.peer, EVENT_HANDLE), self.device))
         ctx.sync()
 
     def host_pingpong(self, nbytes: int) -> Iterator[dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import fake_cuda
-from gpuipc_bench import mps
+from gpuipc_bench import cuda, mps
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.launcher import run_scenario
@@ -135,7 +135,7 @@ def test_serves_this_process(fake_mps, tmp_path):
     try:
         assert mps.serves_this_process({mps.PIPE_ENV: daemon.pipe_dir})
         assert not mps.serves_this_process({mps.PIPE_ENV: str(tmp_path)}), "a daemon elsewhere does not count"
-        assert latency.sharing_of((0, 1)) == "exclusive"
+        assert cuda.sharing_mode([0, 1]) == "exclusive"
     finally:
         pipe_dir = daemon.pipe_dir
         daemon.stop()

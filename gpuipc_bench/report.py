@@ -487,10 +487,7 @@ def _headline_bandwidth(part: pd.DataFrame) -> Table:
     show_n = part["samples"].nunique() > 1
     show_verified = (part["verified"] == False).any()  # noqa: E712
     title = " · ".join(["bandwidth at a few sizes, fastest first on each link"] + extra)
-    columns = [Column("size"), Column("path/variant", "left"), Column("link", "left")]
-    columns += [Column(k, "left") for k in ("workers", "sharing") if varying[k]]
-    if show_n:
-        columns.append(Column("n"))
+    columns = _headline_lead_columns(varying, show_n)
     columns += [Column("median µs"), Column("GB/s"), Column("p5–p95 GB/s")]
     if has_ceiling:
         columns.append(Column("% ceiling"))
@@ -499,10 +496,7 @@ def _headline_bandwidth(part: pd.DataFrame) -> Table:
     rows, groups = [], []
     for _, row in part.iterrows():
         n = int(row["samples"])
-        cells = [format_size(int(row["bytes"])), f"{row['path']}/{row['variant']}", link(row["src"], row["dst"])]
-        cells += [str(row[k]) for k in ("workers", "sharing") if varying[k]]
-        if show_n:
-            cells.append(str(n))
+        cells = _headline_lead_cells(row, varying, show_n)
         cells += [fmt_num(row["median_s"] * 1e6), fmt_num(row["median_gbps"]),
                   fmt_range(row["p5_gbps"], row["p95_gbps"], n)]
         if has_ceiling:
@@ -513,6 +507,19 @@ def _headline_bandwidth(part: pd.DataFrame) -> Table:
         rows.append(cells)
         groups.append(int(row["bytes"]))
     return Table(title, "bandwidth", columns, rows, groups)
+
+
+def _headline_lead_columns(varying: dict, show_n: bool) -> list[Column]:
+    """size, path/variant, link, then workers/sharing where they vary, then n where it varies."""
+    columns = [Column("size"), Column("path/variant", "left"), Column("link", "left")]
+    columns += [Column(k, "left") for k in ("workers", "sharing") if varying[k]]
+    return columns + ([Column("n")] if show_n else [])
+
+
+def _headline_lead_cells(row, varying: dict, show_n: bool) -> list[str]:
+    cells = [format_size(int(row["bytes"])), f"{row['path']}/{row['variant']}", link(row["src"], row["dst"])]
+    cells += [str(row[k]) for k in ("workers", "sharing") if varying[k]]
+    return cells + ([str(int(row["samples"]))] if show_n else [])
 
 
 def _ceiling_matrix(ceilings: pd.DataFrame, df: pd.DataFrame, sizes: Sequence[int]) -> Table:
@@ -534,18 +541,12 @@ def _headline_latency(part: pd.DataFrame) -> Table:
     extra, varying = _context(part)
     show_n = part["samples"].nunique() > 1
     title = " · ".join(["one-way latency at a few sizes, fastest first on each link"] + extra)
-    columns = [Column("size"), Column("path/variant", "left"), Column("link", "left")]
-    columns += [Column(k, "left") for k in ("workers", "sharing") if varying[k]]
-    if show_n:
-        columns.append(Column("n"))
+    columns = _headline_lead_columns(varying, show_n)
     columns += [Column("median µs"), Column("p5–p95 µs")]
     rows, groups = [], []
     for _, row in part.iterrows():
         n = int(row["samples"])
-        cells = [format_size(int(row["bytes"])), f"{row['path']}/{row['variant']}", link(row["src"], row["dst"])]
-        cells += [str(row[k]) for k in ("workers", "sharing") if varying[k]]
-        if show_n:
-            cells.append(str(n))
+        cells = _headline_lead_cells(row, varying, show_n)
         cells += [fmt_num(row["median_s"] * 1e6), fmt_range(row["p5_s"] * 1e6, row["p95_s"] * 1e6, n)]
         rows.append(cells)
         groups.append(int(row["bytes"]))

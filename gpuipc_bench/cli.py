@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import datetime
 import difflib
+import os
+import re
 import shlex
 import signal
 import socket
@@ -45,16 +47,34 @@ class SizesType(click.ParamType):
             self.fail(str(e), param, ctx)
 
 
+# A GPU or MIG instance by UUID: GPU-<uuid>, MIG-<uuid>, or the older MIG-GPU-<uuid>/<gi>/<ci>.
+UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z/-]+$")
+
+
+def _select_by_uuid(devices):
+    """UUIDs given to --devices: (indices 0..n-1, value for CUDA_VISIBLE_DEVICES); else (devices, None).
+    The parent never initialises CUDA, so the forked workers see only these devices."""
+    if not devices or not isinstance(devices[0], str):
+        return devices, None
+    return tuple(range(len(devices))), ",".join(devices)
+
+
 class DevicesType(click.ParamType):
     name = "DEVICES"
 
     def convert(self, value, param, ctx):
         if isinstance(value, tuple):
             return value
+        items = [item.strip() for item in str(value).split(",")]
+        if all(UUID_RE.match(item) for item in items):
+            if len(set(items)) != len(items):
+                self.fail(f"'{value}' names a device twice", param, ctx)
+            return tuple(items)
         try:
-            devices = tuple(int(item) for item in str(value).split(","))
+            devices = tuple(int(item) for item in items)
         except ValueError:
-            self.fail(f"'{value}' is not a comma-separated list of GPU indices (e.g. 0 or 0,1)", param, ctx)
+            self.fail(f"'{value}' is not a comma-separated list of GPU indices (e.g. 0 or 0,1) "
+                      "or of GPU/MIG UUIDs (see gpuipc-bench info)", param, ctx)
         if any(d < 0 for d in devices):
             self.fail(f"'{value}': GPU indices start at 0", param, ctx)
         if len(set(devices)) != len(devices):
@@ -164,7 +184,8 @@ def info():
 @click.option("--warmup", type=int, default=3, show_default=True,
               help="Untimed samples per size before the timed ones.")
 @click.option("--devices", type=DevicesType(), default=None,
-              help="GPU indices to use, e.g. 0 or 0,1 (CUDA numbering). Default: GPU 0 (and 1 for peer).")
+              help="GPUs to use: CUDA indices (0 or 0,1), or GPU/MIG UUIDs as `info` lists them "
+                   "(MIG-..., run with CUDA_VISIBLE_DEVICES set to them). Default: GPU 0 (and 1 for peer).")
 @click.option("--workers", type=int, default=None,
               help="Worker processes per scenario, where the scenario allows more than 2.")
 @click.option("--out", "-o", type=click.Path(dir_okay=True, path_type=Path), default=None,
@@ -189,41 +210,56 @@ def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force,
     """
     from gpuipc_bench.machine import probe
 
-    registry = _scenarios()
-    names = _resolve_names(scenario_names, registry)
-    config = RunConfig(
-        scenarios=tuple(names), sizes=sizes, iterations=iterations, warmup=warmup,
-        devices=devices, workers=workers, out=out, timeout=timeout, quiet=quiet, verbose=verbose,
-        **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
-    )
-    out = out or _default_out()
-    check_writable(out, force)
-
-    machine = probe()
-    if devices:
-        machine.check_devices(devices)
-    plan, waived = _plan(config, registry, machine, explicit=bool(scenario_names))
-    check_memory(plan, config, machine)
-    err = _stderr()
-    if waived and not quiet:
-        by_reason: dict[str, list[str]] = {}
-        for name, reason in waived:
-            by_reason.setdefault(reason, []).append(name)
-        for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
-            err.print(f"[yellow]skipped[/] {', '.join(names)}: {reason}", soft_wrap=True)
-
-    if plot is not None:
-        from gpuipc_bench.plots import check_plot_dest
-
-        check_plot_dest(plot)
+    devices, visible = _select_by_uuid(devices)
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
     try:
-        _run_plan(plan, config, machine, out, err, quiet, verbose)
-    except BenchError:
+        registry = _scenarios()
+        names = _resolve_names(scenario_names, registry)
+        config = RunConfig(
+            scenarios=tuple(names), sizes=sizes, iterations=iterations, warmup=warmup,
+            devices=devices, workers=workers, out=out, timeout=timeout, quiet=quiet, verbose=verbose,
+            **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
+        )
+        out = out or _default_out()
+        check_writable(out, force)
+
+        machine = probe()
+        if visible and machine.gpu_count < len(devices):
+            raise UsageError(f"--devices {visible}: CUDA sees {machine.gpu_count} of these devices "
+                             f"({machine.cuda_error or 'one MIG instance per process at most'}); "
+                             "gpuipc-bench info lists the GPU and MIG UUIDs")
+        if devices:
+            machine.check_devices(devices)
+        plan, waived = _plan(config, registry, machine, explicit=bool(scenario_names))
+        check_memory(plan, config, machine)
+        err = _stderr()
+        if waived and not quiet:
+            by_reason: dict[str, list[str]] = {}
+            for name, reason in waived:
+                by_reason.setdefault(reason, []).append(name)
+            for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
+                err.print(f"[yellow]skipped[/] {', '.join(names)}: {reason}", soft_wrap=True)
+
         if plot is not None:
-            _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
-        raise
-    if plot is not None:
-        _plot_run(out, plot, err, quiet)
+            from gpuipc_bench.plots import check_plot_dest
+
+            check_plot_dest(plot)
+        try:
+            _run_plan(plan, config, machine, out, err, quiet, verbose)
+        except BenchError:
+            if plot is not None:
+                _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
+            raise
+        if plot is not None:
+            _plot_run(out, plot, err, quiet)
+    finally:
+        if visible:
+            if previous is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = previous
 
 
 def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> None:

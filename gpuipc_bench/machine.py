@@ -537,8 +537,8 @@ def _render_mig(machine: Machine, console) -> None:
         for uuid in gpu.mig_instances:
             console.print(f"  {uuid}", highlight=False)
     if listed:
-        console.print("  [dim]--devices takes CUDA indices; to run on one MIG instance, set "
-                      "CUDA_VISIBLE_DEVICES=MIG-<uuid> (it is then GPU 0).[/]", highlight=False)
+        console.print("  [dim]run on one MIG instance with --devices MIG-<uuid> (CUDA enumerates one "
+                      "instance per process; IPC between instances is not supported).[/]", highlight=False)
     elif any(g.mig_mode == "enabled" for g in machine.gpus):
         console.print("  [dim]MIG is enabled, but NVML listed no instance (none created, or not visible).[/]",
                       highlight=False)

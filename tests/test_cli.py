@@ -135,3 +135,33 @@ def test_report_refuses_foreign_files(tmp_path):
     assert code == 2 and "other.csv" in out
     code, out = invoke("report", str(tmp_path / "missing.csv"))
     assert code == 2 and "missing.csv" in out
+
+
+def test_devices_by_uuid_parse():
+    from gpuipc_bench.cli import DevicesType, _select_by_uuid
+
+    parse = DevicesType().convert
+    uuid = "MIG-6f2a1c3e-0d1b-5a7e-9c4b-1e2f3a4b5c6d"
+    assert parse(uuid, None, None) == (uuid,)
+    assert _select_by_uuid((uuid, "GPU-1234-abcd")) == ((0, 1), f"{uuid},GPU-1234-abcd")
+    assert _select_by_uuid((0, 1)) == ((0, 1), None)
+
+
+def test_devices_by_uuid_that_cuda_does_not_see(tmp_path, monkeypatch, machine):
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    code, out = invoke("run", "-s", "host", "--devices", "MIG-00000000-0000-0000-0000-000000000000",
+                       "--out", str(tmp_path / "r.csv"))
+    assert code == 2 and "--devices MIG-00000000-0000-0000-0000-000000000000: CUDA sees 0" in out
+    assert "CUDA_VISIBLE_DEVICES" not in __import__("os").environ, "the selection does not outlive the run"
+    assert not (tmp_path / "r.csv").exists()
+
+
+@pytest.mark.gpu2
+def test_devices_by_uuid_selects_that_gpu(tmp_path, machine, no_leaks):
+    second = machine.gpus[1].uuid
+    out = tmp_path / "r.csv"
+    code, text = invoke("run", "-s", "ipc", "--devices", second, "--sizes", "4K", "-n", "2", "--out", str(out))
+    assert code == 0, text
+    frame, meta = read_results(out)
+    assert meta["gpu_count"] == "1" and meta["gpu.0.uuid"] == second
+    assert meta["cuda_visible_devices"] == second

@@ -346,4 +346,4 @@ def test_info_lists_mig_instances():
     text = out.getvalue()
     assert "enabled (2 instances)" in text
     assert "MIG instances of GPU 0 (2)" in text and "  MIG-aaaa" in text and "  MIG-bbbb" in text
-    assert "CUDA_VISIBLE_DEVICES=MIG-<uuid>" in text
+    assert "--devices MIG-<uuid>" in text

@@ -180,7 +180,6 @@ def _supervise(workers, segment, config, on_row, on_progress) -> BenchError | No
     first_error: BenchError | None = None
     abort_deadline: float | None = None
     by_conn = {w.conn: w for w in workers}
-    by_sentinel = {w.process.sentinel: w for w in workers}
 
     def fail(error: BenchError, stuck: list[int] | tuple = ()) -> None:
         nonlocal first_error, abort_deadline
@@ -212,7 +211,6 @@ def _supervise(workers, segment, config, on_row, on_progress) -> BenchError | No
                 fail(WorkerFailed(message), stuck=silent)
         if abort_deadline is not None and time.monotonic() > abort_deadline:
             break  # the rest are stuck; _stop_all kills them
-    del by_sentinel
     return first_error
 
 

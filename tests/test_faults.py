@@ -367,6 +367,27 @@ def test_signal_mid_run_stops_everything(tmp_path, signum, code, group):
     assert our_segments() == before
 
 
+def test_workers_die_with_a_killed_parent(tmp_path):
+    """SIGKILL of the parent runs no cleanup of ours: the workers still go (PR_SET_PDEATHSIG),
+    and the shared segment was never in /dev/shm to be left there."""
+    before = our_segments()
+    fired = tmp_path / "fired"
+    proc, tag = process_run(tmp_path, "hang:1:sample:3", "-s", "host", "--out", "r.csv", *FAST,
+                            "--timeout", "60", fired=fired)
+    assert wait_for_file(fired, proc) == "hang:1:sample\n"
+    assert len(tagged_processes(tag)) == 3, "the parent and two workers are running"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=20)
+    deadline = time.monotonic() + 5
+    while tagged_processes(tag) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = tagged_processes(tag)
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"workers outlived their killed parent: {left}"
+    assert our_segments() == before
+
+
 def test_interrupt_keeps_rows_still_in_the_pipes(monkeypatch, tmp_path, clean_slate):
     """Ctrl-C while rows are on their way: the launcher still reads what the workers sent."""
     fired = tmp_path / "fired"

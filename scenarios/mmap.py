@@ -28,6 +28,7 @@ from gpuipc_bench import cuda
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.pair import PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.segment import PREFIX, _shm_dir
+from gpuipc_bench.sizes import format_size
 
 FILLED = 0  # handle slot of the producer's "region filled" event
 
@@ -50,7 +51,12 @@ class _Region:
 def shared_region(nbytes: int) -> _Region:
     """A MAP_SHARED file mapping under /dev/shm that no exit path can leave behind:
     created exclusively (never a planted file or link), mode 0600, unlinked once mapped."""
-    path = os.path.join(_shm_dir(), f"{PREFIX}mmap-{secrets.token_hex(8)}")
+    folder = _shm_dir()
+    free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+    if free < nbytes:  # a too-small tmpfs would kill the workers with SIGBUS when they touch it
+        raise BenchError(f"the mmap region needs {format_size(nbytes)} in {folder}, which has "
+                         f"{format_size(free)} free; give a smaller --sizes or a larger {folder}")
+    path = os.path.join(folder, f"{PREFIX}mmap-{secrets.token_hex(8)}")
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
         fd = os.open(path, flags, 0o600)

@@ -113,3 +113,19 @@ def test_peer_moves_the_right_bytes(monkeypatch, no_leaks):
     assert {(r["src"], r["dst"], r["ceiling"]) for r in off} == {("0", "1", "peer@0>1")}
     assert {"peer@0>1", "peer@1>0"} <= {r["variant"] for r in rows if r["path"] == "ceiling"}
     assert {r["sharing"] for r in rows} == {"exclusive"}
+
+
+def test_mmap_region_refuses_a_full_tmpfs(monkeypatch):
+    """No GPU needed: the region is made in the parent, before any worker."""
+    import os as _os
+
+    from gpuipc_bench.errors import BenchError
+    from gpuipc_bench.scenarios import mmap as mmap_scenario
+
+    class Tiny:
+        f_bavail, f_frsize = 10, 4096
+
+    monkeypatch.setattr(mmap_scenario.os, "statvfs", lambda path: Tiny())
+    with pytest.raises(BenchError, match="needs 1 MiB in .* which has 40 KiB free"):
+        mmap_scenario.shared_region(1 << 20)
+    assert not [n for n in _os.listdir(mmap_scenario._shm_dir()) if "mmap-" in n]

@@ -167,6 +167,11 @@ def finish(proc: subprocess.Popen, tag: str, timeout: float = 30.0) -> tuple[int
         proc.communicate()
         pytest.fail(f"the run did not end within {timeout:g} s")
     # The parent has exited and its workers were reaped; nothing tagged may live on.
+    assert_none_left(tag)
+    return proc.returncode, stdout, stderr
+
+
+def assert_none_left(tag: str) -> None:
     deadline = time.monotonic() + 5
     while tagged_processes(tag) and time.monotonic() < deadline:
         time.sleep(0.05)  # a process killed a moment ago may still be on its way out
@@ -174,7 +179,16 @@ def finish(proc: subprocess.Popen, tag: str, timeout: float = 30.0) -> tuple[int
     for pid in left:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"processes of the run outlived it: {left}"
-    return proc.returncode, stdout, stderr
+
+
+def held_run(tmp_path) -> tuple[subprocess.Popen, str]:
+    """A real host run whose consumer hangs in its third sample: parent and two workers alive."""
+    fired = tmp_path / "fired"
+    proc, tag = process_run(tmp_path, "hang:1:sample:3", "-s", "host", "--out", "r.csv", *FAST,
+                            "--timeout", "60", fired=fired)
+    assert wait_for_file(fired, proc) == "hang:1:sample\n"
+    assert len(tagged_processes(tag)) == 3, "the parent and two workers are running"
+    return proc, tag
 
 
 # --------------------------------------------------------------------------- SIGKILL in each phase
@@ -349,11 +363,7 @@ def test_signal_mid_run_stops_everything(tmp_path, signum, code, group):
     """A worker held mid-run by a 'hang' fault; the signal then ends the run at once with
     its exit code, every process gone, and the CSV saying interrupted with the samples taken."""
     before = our_segments()
-    fired = tmp_path / "fired"
-    proc, tag = process_run(tmp_path, "hang:1:sample:3", "-s", "host", "--out", "r.csv", *FAST,
-                            "--timeout", "60", fired=fired)
-    assert wait_for_file(fired, proc) == "hang:1:sample\n"
-    assert len(tagged_processes(tag)) == 3, "the parent and two workers are running"
+    proc, tag = held_run(tmp_path)
     start = time.monotonic()
     (os.killpg if group else os.kill)(proc.pid, signum)
     returncode, stdout, stderr = finish(proc, tag, timeout=20)
@@ -371,20 +381,10 @@ def test_workers_die_with_a_killed_parent(tmp_path):
     """SIGKILL of the parent runs no cleanup of ours: the workers still go (PR_SET_PDEATHSIG),
     and the shared segment was never in /dev/shm to be left there."""
     before = our_segments()
-    fired = tmp_path / "fired"
-    proc, tag = process_run(tmp_path, "hang:1:sample:3", "-s", "host", "--out", "r.csv", *FAST,
-                            "--timeout", "60", fired=fired)
-    assert wait_for_file(fired, proc) == "hang:1:sample\n"
-    assert len(tagged_processes(tag)) == 3, "the parent and two workers are running"
+    proc, tag = held_run(tmp_path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=20)
-    deadline = time.monotonic() + 5
-    while tagged_processes(tag) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = tagged_processes(tag)
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert not left, f"workers outlived their killed parent: {left}"
+    assert_none_left(tag)
     assert our_segments() == before
 
 

@@ -1,4 +1,4 @@
-"""The results table and its CSV file (schema version 1).
+"""The results table and its CSV file (schema version 2).
 
 One row per sample, tidy long format (see COLUMNS). The CSV carries the machine
 facts with it, so a file pasted into an issue stands alone:
@@ -15,6 +15,15 @@ newlines and carriage returns in values are escaped as \\\\, \\n and \\r, other
 control characters as \\xHH.
 Files are written atomically (temp file in the same folder, fsync, rename), after
 every scenario, so a crash keeps what was measured and says the run is partial.
+
+Schema history (read_results reads every version; rows come out in the newest form):
+  1  first release (2026-11).
+  2  columns `measure` (stream | handoff | pingpong | '') and `l2_resident`; kernel-copy
+     ceilings named '<kind>-sm@...' next to the copy-engine '<kind>@...'; setup rows
+     repeated (iteration 0..n-1); path facts in the header ('# path.<name>: ...').
+     A schema-1 file reads with measure 'handoff' for staging and host bandwidth rows
+     (they handed every transfer over), 'stream' for the other bandwidth rows,
+     'pingpong' for latency rows, and l2_resident unknown (empty).
 """
 
 from __future__ import annotations
@@ -33,13 +42,14 @@ import pandas as pd
 
 from gpuipc_bench.errors import NewerSchemaError, ResultsFormatError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 MAGIC = "# gpuipc-bench results"
 
 COLUMNS: tuple[str, ...] = (
     "scenario",  # scenario module name, e.g. 'ipc'
     "path",  # staging, ipc, mmap, peer, host, barrier, ceiling
-    "variant",  # pinned, ce, sm, push, ...; ceiling rows: 'd2d@0', 'peer@0>1'; setup rows: the operation
+    "variant",  # pinned, ce, sm, push, ...; ceiling rows: 'd2d@0', 'd2d-sm@0', 'peer@0>1'; setup rows: the operation
+    "measure",  # stream | handoff | pingpong | '' (setup rows); see MEASURES
     "metric",  # bandwidth | latency | setup
     "src",  # '0', '1', ... or 'host'
     "dst",
@@ -52,21 +62,29 @@ COLUMNS: tuple[str, ...] = (
     "workers",  # processes in the run
     "sharing",  # exclusive, time-sliced, mps, mig, none
     "ceiling",  # the variant of the ceiling rows this row is compared with; '' if none
+    "l2_resident",  # True: the sample's buffers could stay in the GPU's L2 (a cache figure); empty: n/a
 )
 
 PATHS: tuple[str, ...] = ("staging", "ipc", "mmap", "peer", "host", "barrier", "ceiling")
 METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
-SHARING: tuple[str, ...] = ("exclusive", "time-sliced", "mps", "mig", "none")
+# How a figure was taken:
+#   stream    transfers queued back to back after one hand-off: pipelined throughput (GB/s)
+#   handoff   every transfer signalled from producer to consumer, the consumer's copy ordered
+#             after it: the time per transfer a program pays (and the GB/s that gives)
+#   pingpong  round trip / 2 (latency rows)
+#   ''        setup rows (one operation, timed alone)
+MEASURES: tuple[str, ...] = ("stream", "handoff", "pingpong", "")
 
-STR_COLUMNS = ("scenario", "path", "variant", "metric", "src", "dst", "sharing", "ceiling")
+STR_COLUMNS = ("scenario", "path", "variant", "measure", "metric", "src", "dst", "sharing", "ceiling")
 INT_COLUMNS = ("bytes", "iteration", "batch", "workers")
 FLOAT_COLUMNS = ("seconds", "bandwidth_gbps")
-BOOL_COLUMNS = ("verified",)
+BOOL_COLUMNS = ("verified", "l2_resident")
 
 _DEFAULTS: dict[str, Any] = {
     "scenario": "",
     "path": "",
     "variant": "",
+    "measure": "",
     "metric": "bandwidth",
     "src": "",
     "dst": "",
@@ -79,6 +97,7 @@ _DEFAULTS: dict[str, Any] = {
     "workers": 1,
     "sharing": "none",
     "ceiling": "",
+    "l2_resident": None,
 }
 
 _META_KEY_RE = re.compile(r"^[^\s:#][^:\n\r]*$")
@@ -108,6 +127,9 @@ def new_row(**fields: Any) -> dict[str, Any]:
             raise ValueError(f"{col} must be one line of printable text, not {row[col]!r}")
     if row["metric"] not in METRICS:
         raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {row['metric']!r}")
+    if row["measure"] not in MEASURES:
+        raise ValueError(f"measure must be one of {', '.join(m or repr(m) for m in MEASURES)}, "
+                         f"not {row['measure']!r}")
     for col in INT_COLUMNS:
         row[col] = _as_int(col, row[col])
     if row["batch"] < 1:
@@ -129,12 +151,13 @@ def new_row(**fields: Any) -> dict[str, Any]:
             raise ValueError(f"bandwidth_gbps is only for bandwidth rows, not {row['metric']} rows")
         row["bandwidth_gbps"] = math.nan
 
-    verified = row["verified"]
-    if verified is not None and verified is not pd.NA:
-        if not isinstance(verified, (bool, np.bool_)):
-            raise ValueError(f"verified must be True, False or None, not {verified!r}")
-        verified = bool(verified)
-    row["verified"] = None if verified is pd.NA else verified
+    for col in BOOL_COLUMNS:
+        flag = row[col]
+        if flag is not None and flag is not pd.NA:
+            if not isinstance(flag, (bool, np.bool_)):
+                raise ValueError(f"{col} must be True, False or None, not {flag!r}")
+            flag = bool(flag)
+        row[col] = None if flag is pd.NA else flag
     return {col: row[col] for col in COLUMNS}
 
 
@@ -361,12 +384,12 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
         body_start = i
         break
 
-    _check_schema(metadata, bad)
+    version = _check_schema(metadata, bad)
     body = "\n".join(lines[body_start:])
     if not body.strip():
         raise bad("no column header line after the metadata (the file is truncated)")
     try:
-        df = _parse_table(body, bad, first_line=body_start + 1)
+        df = _parse_table(body, bad, first_line=body_start + 1, version=version)
     except ResultsFormatError:
         raise
     except (csv.Error, ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
@@ -375,7 +398,7 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
     return df, metadata
 
 
-def _check_schema(metadata: dict[str, str], bad) -> None:
+def _check_schema(metadata: dict[str, str], bad) -> int:
     version_text = metadata.get("schema_version")
     if version_text is None:
         raise bad("no '# schema_version:' line in the header")
@@ -390,16 +413,22 @@ def _check_schema(metadata: dict[str, str], bad) -> None:
         )))
     if version < 1:
         raise bad(f"unknown schema_version {version}")
+    return version
 
 
-def _parse_table(body: str, bad, first_line: int = 1) -> pd.DataFrame:
+# Columns each schema version added, with how to fill them in an older file (see the history above).
+_ADDED_IN = {2: ("measure", "l2_resident")}
+
+
+def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSION) -> pd.DataFrame:
     reader = csv.reader(io.StringIO(body, newline=""), strict=True)
     header = next(reader)
     header = [name.strip() for name in header]
     dupes = sorted({name for name in header if header.count(name) > 1})
     if dupes:
         raise bad(f"duplicate column(s): {', '.join(dupes)}")
-    missing = [c for c in COLUMNS if c not in header]
+    later = {c for v, cols in _ADDED_IN.items() if v > version for c in cols}
+    missing = [c for c in COLUMNS if c not in header and c not in later]
     if missing:
         raise bad(f"missing column(s): {', '.join(missing)}")
     records: list[list[str]] = []
@@ -416,9 +445,17 @@ def _parse_table(body: str, bad, first_line: int = 1) -> pd.DataFrame:
         {name: pd.Series([], dtype=object) for name in header}
     )
 
+    for col in sorted(later - set(header)):
+        raw[col] = [""] * len(raw)
+    if "measure" in later and "measure" not in header:
+        raw["measure"] = [_v1_measure(p, m) for p, m in zip(raw["path"], raw["metric"])]
     converted: dict[str, Any] = {}
     for col in STR_COLUMNS:
         converted[col] = raw[col].astype(object)
+    bad_measure = raw["measure"][~raw["measure"].isin(MEASURES)]
+    if len(bad_measure):
+        raise bad(f"unknown measure {bad_measure.iloc[0]!r} (expected one of {', '.join(m for m in MEASURES if m)} "
+                  "or empty)")
     bad_metric = raw["metric"][~raw["metric"].isin(METRICS)]
     if len(bad_metric):
         raise bad(f"unknown metric {bad_metric.iloc[0]!r} (expected one of {', '.join(METRICS)})")
@@ -426,7 +463,8 @@ def _parse_table(body: str, bad, first_line: int = 1) -> pd.DataFrame:
         converted[col] = [_cell_int(col, v, bad) for v in raw[col]]
     converted["seconds"] = [_cell_float("seconds", v, bad, required=True) for v in raw["seconds"]]
     converted["bandwidth_gbps"] = [_cell_float("bandwidth_gbps", v, bad) for v in raw["bandwidth_gbps"]]
-    converted["verified"] = [_cell_bool(v, bad) for v in raw["verified"]]
+    for col in BOOL_COLUMNS:
+        converted[col] = [_cell_bool(col, v, bad) for v in raw[col]]
     for col in header:
         if col not in COLUMNS:
             converted[col] = raw[col].astype(object)
@@ -458,7 +496,7 @@ def _cell_float(col: str, value: str, bad, required: bool = False) -> float:
         raise bad(f"column {col}: {value!r} is not a number") from None
 
 
-def _cell_bool(value: str, bad) -> Any:
+def _cell_bool(col: str, value: str, bad) -> Any:
     text = value.strip().lower()
     if not text:
         return pd.NA
@@ -466,4 +504,14 @@ def _cell_bool(value: str, bad) -> Any:
         return True
     if text in _FALSE:
         return False
-    raise bad(f"column verified: {value!r} is not True or False")
+    raise bad(f"column {col}: {value!r} is not True or False")
+
+
+def _v1_measure(path: str, metric: str) -> str:
+    """The measure of a schema-1 row: staging and host handed every transfer over; the other
+    bandwidth rows were batches after one hand-off; latency rows were ping-pongs."""
+    if metric == "latency":
+        return "pingpong"
+    if metric == "bandwidth":
+        return "handoff" if path in ("staging", "host") else "stream"
+    return ""

@@ -93,7 +93,7 @@ def test_run_host_end_to_end_then_report(tmp_path, no_leaks):
     assert code == 0, text
     assert "wrote" in text and "shared-buffer" in text
     frame, meta = read_results(out)
-    assert meta["partial"] == "false" and meta["schema_version"] == "1"
+    assert meta["partial"] == "false" and meta["schema_version"] == "2"
     assert set(frame["path"]) == {"host", "ceiling"}
     assert set(frame["bytes"]) == {64, 4096}
     code, text = invoke("report", str(out))

@@ -211,7 +211,7 @@ def test_a_file_that_is_not_ours_is_exit_2_in_one_line(tmp_path):
 
 def test_a_newer_schema_is_ours_so_exit_1(tmp_path):
     newer = tmp_path / "newer.csv"
-    newer.write_text(SMALL.read_text().replace("# schema_version: 1\n", "# schema_version: 7\n"))
+    newer.write_text(SMALL.read_text().replace("# schema_version: 2\n", "# schema_version: 7\n"))
     code, out = invoke("report", newer)
     assert code == 1
     assert "written by a newer gpuipc-bench (schema 7)" in out and "pip install -U gpuipc-bench" in out

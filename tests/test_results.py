@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpuipc_bench import results
 from gpuipc_bench.errors import ResultsFormatError
-from gpuipc_bench.results import COLUMNS, MAGIC, ResultsFile, new_row, read_results
+from gpuipc_bench.results import COLUMNS, MAGIC, SCHEMA_VERSION, ResultsFile, new_row, read_results
 
 DATA = Path(__file__).parent / "data"
 
@@ -105,7 +105,7 @@ def test_round_trip_keeps_every_column_type_and_metadata(tmp_path):
     assert bool(df.loc[1, "verified"]) is False
     for key, value in META.items():
         assert meta[key] == value
-    assert meta["schema_version"] == "1"
+    assert meta["schema_version"] == str(SCHEMA_VERSION)
     assert meta["partial"] == "false" and meta["status"] == "complete"
 
 
@@ -116,7 +116,7 @@ def test_file_starts_with_magic_and_schema_and_is_one_line_per_meta(tmp_path):
     rf.write(partial=True, status="running")
     lines = path.read_text(encoding="utf-8").split("\n")
     assert lines[0] == MAGIC
-    assert lines[1] == "# schema_version: 1"
+    assert lines[1] == f"# schema_version: {SCHEMA_VERSION}"
     meta_lines = [line for line in lines if line.startswith("# ")]
     assert len(meta_lines) == 2 + len(META) + 2  # magic, schema, ours, partial, status
     assert lines[len(meta_lines)] == ",".join(COLUMNS)
@@ -230,7 +230,7 @@ def _drop_column(text: str, name: str) -> str:
 
 
 def _replace_schema(text: str, value: str) -> str:
-    return text.replace("# schema_version: 1\n", f"# schema_version: {value}\n")
+    return text.replace(f"# schema_version: {SCHEMA_VERSION}\n", f"# schema_version: {value}\n")
 
 
 BAD_FILES = {
@@ -240,10 +240,10 @@ BAD_FILES = {
     "nul bytes": (b"# gpuipc-bench results\n\x00\x00\x00", "binary"),
     "plain csv": (b"a,b,c\n1,2,3\n", "not a gpuipc-bench results file"),
     "other comment": (b"# some other tool\n# schema_version: 1\n", "not a gpuipc-bench results file"),
-    "newer schema": (_replace_schema(valid_text(), "2").encode(),
-                     "written by a newer gpuipc-bench (schema 2); this one reads schema 1"),
+    "newer schema": (_replace_schema(valid_text(), str(SCHEMA_VERSION + 1)).encode(),
+                     f"written by a newer gpuipc-bench (schema {SCHEMA_VERSION + 1}); this one reads schema {SCHEMA_VERSION}"),
     "schema not a number": (_replace_schema(valid_text(), "one").encode(), "schema_version"),
-    "no schema": (valid_text().replace("# schema_version: 1\n", "").encode(), "schema_version"),
+    "no schema": (valid_text().replace(f"# schema_version: {SCHEMA_VERSION}\n", "").encode(), "schema_version"),
     "header only magic": (b"# gpuipc-bench results\n# schema_version: 1\n", "no column header"),
     "missing column": (_drop_column(valid_text(), "seconds").encode(), "missing column(s): seconds"),
     "truncated row": (valid_text()[: valid_text().rindex("time-sliced")].encode(), "fields"),
@@ -418,3 +418,21 @@ def test_fuzz_truncation_never_changes_a_kept_row(tmp_path, cut):
         a, b = last[col], whole[col]
         assert (pd.isna(a) and pd.isna(b)) if pd.isna(a) or pd.isna(b) else a == b, col
     assert str(whole[COLUMNS[-1]]).startswith(str(last[COLUMNS[-1]]))
+
+
+def test_schema_1_files_read_with_the_measure_derived_and_l2_unknown():
+    v1, _ = read_results(DATA / "small_run_v1.csv")
+    v2, _ = read_results(DATA / "small_run.csv")
+    assert list(v1.columns) == list(COLUMNS)
+    bandwidth = v1["metric"] == "bandwidth"
+    staging = v1["path"] == "staging"
+    assert set(v1.loc[bandwidth & staging, "measure"]) == {"handoff"}
+    assert set(v1.loc[bandwidth & ~staging & (v1["path"] != "host"), "measure"]) == {"stream"}
+    assert set(v1.loc[v1["metric"] == "latency", "measure"]) == {"pingpong"}
+    assert v1["l2_resident"].isna().all()
+    pd.testing.assert_frame_equal(v1, v2)  # the committed schema-2 copy was written from it
+
+
+def test_a_row_refuses_an_unknown_measure():
+    with pytest.raises(ValueError, match="measure"):
+        new_row(seconds=1.0, measure="burst")

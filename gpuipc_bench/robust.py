@@ -1,0 +1,113 @@
+"""Distribution-free statistics of a handful of samples: pure functions, no pandas.
+
+The median is the figure; its 95% confidence interval comes from order statistics
+(no assumption about the distribution: for n samples the interval
+[x(j), x(n-j+1)] covers the true median with probability 1 - 2 P(Bin(n, 1/2) < j));
+the spread is the median absolute deviation (MAD), robust to one stray sample where
+the standard deviation is not.
+
+The sample loop stops on `enough`: at least `min_n` samples and the interval within
++-`rel` of the median, at most `max_n`; a group whose range is wide ((max - min) /
+median > `wide`) needs `wide_n` samples before it may stop.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+CONFIDENCE = 0.95
+MIN_SAMPLES = 6
+MAX_SAMPLES = 20
+PRECISION = 0.01  # the interval of the median within +-1%
+WIDE_RANGE = 0.05  # (max - min) / median above this ...
+WIDE_MIN_SAMPLES = 12  # ... needs this many samples
+
+
+def _finite(values: Sequence[float]) -> list[float]:
+    return sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
+
+
+def median(values: Sequence[float]) -> float:
+    xs = _finite(values)
+    if not xs:
+        return math.nan
+    n, mid = len(xs), len(xs) // 2
+    return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def ci_rank(n: int, confidence: float = CONFIDENCE) -> int | None:
+    """The 1-based rank j such that [x(j), x(n-j+1)] is the narrowest order-statistic interval
+    covering the median with at least `confidence`; None when n is too small for any
+    (n < 6 at 95%: even [min, max] covers with only 1 - 2 / 2**n)."""
+    if n < 1:
+        return None
+    alpha = (1 - confidence) / 2
+    # Largest j with P(Bin(n, 1/2) <= j - 1) <= alpha.
+    cdf, best = 0.0, None
+    for k in range(n):
+        cdf += math.comb(n, k) / 2 ** n
+        if cdf <= alpha:
+            best = k + 1
+        else:
+            break
+    return best
+
+
+def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    """(low, median, high): the median and its distribution-free interval. low/high are NaN
+    when there are too few samples for the confidence asked (fewer than 6 at 95%)."""
+    xs = _finite(values)
+    m = median(xs)
+    j = ci_rank(len(xs), confidence)
+    if j is None:
+        return math.nan, m, math.nan
+    return xs[j - 1], m, xs[len(xs) - j]
+
+
+def mad(values: Sequence[float]) -> float:
+    """Median absolute deviation from the median (unscaled)."""
+    xs = _finite(values)
+    if not xs:
+        return math.nan
+    m = median(xs)
+    return median([abs(x - m) for x in xs])
+
+
+def relative_ci_halfwidth(values: Sequence[float], confidence: float = CONFIDENCE) -> float:
+    """The larger distance from the median to an end of its interval, over the median (inf
+    when there is no interval yet)."""
+    lo, m, hi = median_ci(values, confidence)
+    if math.isnan(lo) or not m:
+        return math.inf
+    return max(m - lo, hi - m) / abs(m)
+
+
+def bimodal(values: Sequence[float], gap: float = 0.02, min_share: float = 0.2) -> bool:
+    """Two clusters: a gap between neighbouring sorted samples wider than `gap` of the median,
+    with at least `min_share` of the samples on each side (e.g. 26.8 vs 28.0 GB/s,
+    9 and 10 samples). Needs 6 samples or more."""
+    xs = _finite(values)
+    n = len(xs)
+    if n < 6:
+        return False
+    m = median(xs)
+    if not m:
+        return False
+    return any((xs[i] - xs[i - 1]) / abs(m) > gap and min(i, n - i) / n >= min_share for i in range(1, n))
+
+
+def enough(values: Sequence[float], min_n: int = MIN_SAMPLES, max_n: int = MAX_SAMPLES,
+           rel: float = PRECISION, wide: float = WIDE_RANGE, wide_n: int = WIDE_MIN_SAMPLES) -> bool:
+    """Whether the sample loop may stop: max_n reached, or min_n reached with the median's
+    interval within +-rel (and wide_n reached when the range is wide)."""
+    xs = _finite(values)
+    n = len(values)
+    if n >= max_n:
+        return True
+    if n < min_n or len(xs) < n:  # a NaN sample: keep going until max_n
+        return False
+    m = median(xs)
+    if m and (xs[-1] - xs[0]) / abs(m) > wide and n < min(wide_n, max_n):
+        return False
+    return relative_ci_halfwidth(xs) <= rel

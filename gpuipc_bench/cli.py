@@ -349,7 +349,15 @@ def _metadata(config: RunConfig, machine) -> dict[str, str]:
         "timeout": f"{config.timeout:g}",
     }
     meta.update(machine.metadata())
+    meta.update(path_facts())
     return meta
+
+
+def path_facts() -> dict[str, str]:
+    """The facts of every path the registry knows, for the CSV header (gpuipc_bench.paths)."""
+    from gpuipc_bench.paths import CEILING, to_metadata
+
+    return to_metadata([p for s in _scenarios().values() for p in s.paths] + [CEILING])
 
 
 def _run_plan(plan, config, machine, out, err, quiet, verbose):

@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
 from gpuipc_bench.gpu.device import Gpu
 from gpuipc_bench.gpu.memory import Ring, reps_for
-from gpuipc_bench.gpu.timing import time_setup
+from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
 from gpuipc_bench.sampler import Sample, Sampler
 from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
 
@@ -32,8 +32,26 @@ class PairScenario(Scenario):
         return [WorkerSpec(PRODUCER, "producer", devices[0], gpu_cpus(machine, devices[0])),
                 WorkerSpec(CONSUMER, "consumer", consumer, gpu_cpus(machine, consumer))]
 
+    def prepare(self, config, specs):
+        """The page of the shared gate that lets both workers' batches go with one store."""
+        return PairShared(SharedGatePage())
+
+    def release(self, shared):
+        if shared is not None:
+            shared.close()
+
     def run(self, ctx) -> Iterator[dict]:
         return self.worker_class(ctx, self).run()
+
+
+class PairShared:
+    """What the parent makes for a pair before the fork (scenarios add their buffers)."""
+
+    def __init__(self, gate: SharedGatePage):
+        self.gate = gate
+
+    def close(self) -> None:
+        self.gate.close()
 
 
 class PairWorker:

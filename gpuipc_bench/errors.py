@@ -30,13 +30,16 @@ class NoGpuError(BenchError):
 
 
 class BarrierTimeout(BenchError):
-    """Some workers did not arrive at the barrier before the deadline."""
+    """A wait (at the barrier, or for a hand-off) saw no progress from the workers it waited
+    for during `timeout` seconds. `where` is worded for users: "the barrier", "the producer's
+    'filled' signal"."""
 
-    def __init__(self, missing: list[int], timeout: float, where: str = "barrier"):
+    def __init__(self, missing: list[int], timeout: float, where: str = "the barrier"):
         self.missing = list(missing)
         self.timeout = timeout
-        names = ", ".join(f"worker {r}" for r in self.missing) or "no one"
-        super().__init__(f"{names} did not arrive at the {where} within {timeout:g} s")
+        self.where = where
+        names = ", ".join(f"worker {r}" for r in self.missing) or "the other workers"
+        super().__init__(f"{names} made no progress for {timeout:g} s (awaited at {where})")
 
 
 class BarrierAborted(BenchError):

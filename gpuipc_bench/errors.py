@@ -65,3 +65,19 @@ class WorkerFailed(BenchError):
         self.traceback_text = traceback_text
         self.cause_name = cause_name
         super().__init__(detail)
+
+
+class Interrupted(BaseException):
+    """A signal (SIGINT, SIGTERM, SIGHUP) ends the run. Raised in the parent where it is, so
+    that every `finally` cleans up; the launcher adds the scenario and the size in flight.
+    A BaseException, like KeyboardInterrupt: no `except Exception` may swallow it."""
+
+    def __init__(self, signum: int, scenario: str = "", at: str = ""):
+        self.signum = int(signum)
+        self.scenario = scenario
+        self.at = at
+        super().__init__(signum, scenario, at)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

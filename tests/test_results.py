@@ -186,13 +186,13 @@ def test_failed_write_keeps_previous_file_and_removes_temp(tmp_path, monkeypatch
     rf = ResultsFile(path, META)
     rf.add(sample_rows()[:2])
     rf.write(partial=True, status="running")
+    rf.add(sample_rows()[2:])  # appended to the file as they come
     before = path.read_bytes()
 
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(results.os, "replace", broken_replace)
-    rf.add(sample_rows()[2:])
     with pytest.raises(OSError):
         rf.write(partial=False)
     assert path.read_bytes() == before

@@ -132,8 +132,10 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
-    set_process_title(f"gpuipc-bench: {scenario.name} {spec.role} "
-                      + ("CPU" if spec.device is None else f"GPU{spec.device}"))
+    where = "CPU" if spec.device is None else f"GPU{spec.device}"
+    same_role = sum(1 for other in specs if other.role == spec.role)
+    set_process_title(f"gpuipc-bench: {scenario.name} {spec.role}{f' {spec.rank}' if same_role > 1 else ''} {where}",
+                      f"{scenario.name[:6]} {spec.role[:4]}{spec.rank}")
     code = 0
     rank = spec.rank
     try:
@@ -181,16 +183,15 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
             os._exit(code)
 
 
-def set_process_title(title: str) -> None:
-    """Name this process for ps/top: the whole title where setproctitle is installed,
-    else the 15 bytes of the kernel's name for it (ps -e, top, pgrep)."""
+def set_process_title(title: str, short: str) -> None:
+    """Name this process for ps: `title` where setproctitle is installed (ps -f, ps aux),
+    and always `short`, the kernel's 15-byte name of it (ps, top, pgrep)."""
     try:
         import setproctitle  # optional
 
         setproctitle.setproctitle(title)
     except ImportError:
         pass
-    short = title.removeprefix("gpuipc-bench: ").replace("producer", "prod").replace("consumer", "cons")
     try:
         import ctypes
 

@@ -363,6 +363,8 @@ class Segment:
                 if time.monotonic() - last >= timeout:
                     raise BarrierTimeout(list(others), timeout, where=where)
                 deadline = last + timeout
+            if me is not None:  # the wait is over: progress (it lived on the others' until now)
+                w[self._info(me) + _HEARTBEAT] = time.monotonic_ns()
         finally:
             if mine is not None:
                 w[mine] = 0

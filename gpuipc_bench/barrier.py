@@ -19,7 +19,7 @@ import traceback
 from typing import Callable
 
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, WorkerFailed
-from gpuipc_bench.segment import ABORT_INDEX, SPIN_SECONDS, YIELD_SECONDS, Segment, spin_wait
+from gpuipc_bench.segment import ABORT_INDEX, SPIN_SECONDS, YIELD_SECONDS, Segment
 
 
 class Barrier:

@@ -159,7 +159,7 @@ def gone_within(seconds: float, *pids: int) -> bool:
 
 def test_the_guard_stops_the_daemon_of_a_killed_run(fake_mps):
     """Issue 12 item 5: SIGKILL of the run (no cleanup of its own runs) still stops the daemon."""
-    child, daemon_pid, guard_pid, pipe_dir = start_in_a_child(fake_mps)
+    child, daemon_pid, guard_pid, _ = start_in_a_child(fake_mps)
     assert mps.alive(daemon_pid) and mps.alive(guard_pid)
     child.kill()
     child.wait()
@@ -172,7 +172,7 @@ def test_the_guard_stops_the_daemon_of_a_killed_run(fake_mps):
 def test_a_stale_daemon_of_an_earlier_run_is_stopped_and_named(fake_mps):
     """The guard was killed too (say, the whole session was SIGKILLed): the next run finds
     the daemon, whose owner is gone, stops it and says so."""
-    child, daemon_pid, guard_pid, pipe_dir = start_in_a_child(fake_mps)
+    child, daemon_pid, guard_pid, _ = start_in_a_child(fake_mps)
     os.kill(guard_pid, signal.SIGKILL)
     child.kill()
     child.wait()

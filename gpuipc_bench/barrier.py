@@ -4,7 +4,9 @@ Each worker publishes a crossing count (its epoch) in its own line of the
 segment and waits until every other worker's epoch has caught up. Waiting spins
 for a short while, then yields the CPU, then sleeps with back-off, and checks
 the segment's abort word throughout, so the parent can release everyone when a
-worker dies. A deadline turns a hang into BarrierTimeout naming who is missing.
+worker dies. A worker that makes no progress for the timeout (its heartbeat, see
+segment.py) turns the wait into BarrierTimeout naming who is missing; one that is
+busy, however long, does not.
 
 Cost: about half a microsecond a crossing for two workers on idle cores, against
 ~30 us for multiprocessing.Barrier; `python -m gpuipc_bench.barrier 2` measures both.
@@ -17,7 +19,7 @@ import traceback
 from typing import Callable
 
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, WorkerFailed
-from gpuipc_bench.segment import ABORT_INDEX, SPIN_SECONDS, YIELD_SECONDS, Segment, spin_wait
+from gpuipc_bench.segment import ABORT_INDEX, SPIN_SECONDS, YIELD_SECONDS, Segment
 
 
 class Barrier:
@@ -43,7 +45,7 @@ class Barrier:
         self._words = segment.words
         self._mine = segment.epoch_index(rank)
         self._waiting = segment.waiting_index(rank)
-        self._others = tuple(segment.epoch_index(r) for r in range(segment.nworkers) if r != rank)
+        self._others = tuple((r, segment.epoch_index(r)) for r in range(segment.nworkers) if r != rank)
 
     def wait(self) -> None:
         """Cross: publish this worker's next epoch, wait until every worker has published it."""
@@ -52,7 +54,7 @@ class Barrier:
         w[self._mine] = e
         if w[ABORT_INDEX]:
             raise BarrierAborted("run aborted")
-        for i in self._others:
+        for _, i in self._others:
             if w[i] < e:  # epochs only grow: once caught up, that worker stays caught up
                 self._wait_for_others(e)
                 return
@@ -66,12 +68,15 @@ class Barrier:
         try:
             if self.on_wait is not None:
                 self.on_wait()
-            deadline = time.monotonic() + self.timeout
-            for i in self._others:
-                if w[i] < e and not spin_wait(w, i, e, deadline, self.spin_seconds, self.yield_seconds):
-                    seg = self.segment
-                    missing = [r for r in range(seg.nworkers) if seg.epoch(r) < e]
-                    raise BarrierTimeout(missing, self.timeout)
+            seg = self.segment
+            for r, i in self._others:
+                if w[i] < e:
+                    try:
+                        seg.await_word(i, e, self.timeout, (r,), "the barrier", self.rank,
+                                       self.spin_seconds, self.yield_seconds)
+                    except BarrierTimeout:
+                        missing = [m for m in range(seg.nworkers) if seg.epoch(m) < e]
+                        raise BarrierTimeout(missing, self.timeout) from None
         finally:
             w[self._waiting] = 0
 

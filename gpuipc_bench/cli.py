@@ -1,11 +1,14 @@
 """The command line: list, info, run, report. A thin layer: parse, validate, hand over.
 
-Progress and notes go to stderr, results to stdout. Every BenchError becomes one
-line and an exit code (2 for bad input); tracebacks only with --verbose.
+Progress and notes go to stderr, results to stdout. Every BenchError, and every
+complaint of click's about the command line, becomes one `Error:` line and an exit
+code (2 for bad input); tracebacks only with --verbose. SIGINT, SIGTERM and SIGHUP end
+any command at once with 130, 143 or 129, keeping what was measured.
 """
 
 from __future__ import annotations
 
+import codecs
 import datetime
 import difflib
 import os
@@ -18,13 +21,12 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
 from gpuipc_bench import __version__
-from gpuipc_bench.config import RunConfig, check_memory, check_writable
-from gpuipc_bench.errors import BenchError, NoGpuError, UsageError, WorkerFailed
+from gpuipc_bench.config import BOUNDS, RunConfig, bound_problem, check_memory, check_writable
+from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
 from gpuipc_bench.sizes import format_size, parse_sizes
-
-EXIT_SIGINT, EXIT_SIGTERM = 130, 143
 
 
 def _stdout() -> Console:
@@ -33,6 +35,29 @@ def _stdout() -> Console:
 
 def _stderr() -> Console:
     return Console(stderr=True, highlight=False)
+
+
+class Bounded(click.ParamType):
+    """A number within config.BOUNDS[bound]: one message for too small, too large, NaN or
+    not a number. A new bounded option is a line in BOUNDS and `type=Bounded("name")`."""
+
+    def __init__(self, bound: str, kind: type = int):
+        self.bound, self.kind = bound, kind
+        low, high, _ = BOUNDS[bound]
+        self.name = f"{low:g}..{high:g}"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            number = value
+        else:
+            try:
+                number = self.kind(str(value).strip())
+            except (ValueError, OverflowError):
+                self.fail(f"{value!r} is not a {'whole number' if self.kind is int else 'number'}", param, ctx)
+        problem = bound_problem(self.bound, number)
+        if problem:
+            self.fail(problem, param, ctx)
+        return number
 
 
 class SizesType(click.ParamType):
@@ -90,32 +115,70 @@ class BenchCommandError(click.ClickException):
         self.exit_code = error.exit_code
 
 
+def _one_line(error: click.UsageError) -> click.UsageError:
+    """click's complaint about the command line as one 'Error:' line naming the option
+    (no usage block): exit code 2."""
+    if isinstance(error, click.exceptions.NoArgsIsHelpError):
+        return error  # shows the help
+    return click.UsageError(error.format_message())
+
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _end_on_signals():
+    """From here on SIGINT, SIGTERM and SIGHUP raise Interrupted where the parent is (once:
+    a second signal while cleaning up is ignored, so that the cleanup finishes). SIGHUP
+    left ignored (nohup) stays ignored. Returns the function that restores the handlers."""
+    received: list[int] = []
+
+    def handler(signum, frame):
+        if received:
+            return
+        received.append(signum)
+        raise Interrupted(signum)
+
+    previous = {}
+    for signum in SIGNALS:
+        if signum == signal.SIGHUP and signal.getsignal(signum) == signal.SIG_IGN:
+            continue
+        previous[signum] = signal.signal(signum, handler)
+
+    def restore():
+        for signum, old in previous.items():
+            signal.signal(signum, old)
+
+    return restore
+
+
+def _signal_name(signum: int) -> str:
+    return {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}.get(
+        signum, f"signal {signum}")
+
+
 class BenchGroup(click.Group):
-    """Turns our errors and signals into messages and exit codes, for every command."""
+    """Turns our errors, click's and signals into messages and exit codes, for every command."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.UsageError as e:
+            raise _one_line(e) from None
 
     def invoke(self, ctx):
-        previous = signal.getsignal(signal.SIGTERM)
-        signal.signal(signal.SIGTERM, _raise_terminated)
+        restore = _end_on_signals()
         try:
             return super().invoke(ctx)
+        except click.UsageError as e:
+            raise _one_line(e) from None
         except BenchError as e:
             raise BenchCommandError(e) from None
-        except KeyboardInterrupt:
-            _stderr().print("[red]interrupted[/]: workers stopped, results so far kept")
-            sys.exit(EXIT_SIGINT)
-        except _Terminated:
-            _stderr().print("[red]terminated[/]: workers stopped, results so far kept")
-            sys.exit(EXIT_SIGTERM)
+        except (Interrupted, KeyboardInterrupt) as e:
+            signum = e.signum if isinstance(e, Interrupted) else signal.SIGINT
+            _stderr().print(f"[red]{_signal_name(signum)}[/]")
+            sys.exit(128 + signum)
         finally:
-            signal.signal(signal.SIGTERM, previous)
-
-
-class _Terminated(BaseException):
-    """SIGTERM, raised where the parent is so that every `finally` runs its cleanup."""
-
-
-def _raise_terminated(signum, frame):
-    raise _Terminated()
+            restore()
 
 
 @click.group(cls=BenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -179,28 +242,29 @@ def info():
               help="Message sizes: a range doubling from A to B (4KiB..1GiB), with a step "
                    "(4..1G:x4), or a list (4K,64K,1M). K/M/G are powers of 1024, kB/MB/GB of 1000. "
                    "Default: 4 B..256 MiB in steps of 4 (host: up to 64 MiB).")
-@click.option("--iterations", "-n", type=int, default=None, metavar="N",
+@click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",
               help="Exactly N timed samples per group (turns the adaptive count off).")
-@click.option("--min-samples", type=int, default=6, show_default=True,
+@click.option("--min-samples", type=Bounded("min_samples"), default=6, show_default=True,
               help="Timed samples per group at least; more are taken until the median's 95% interval "
                    "is within +-1% (12 when the spread is wide), up to --max-samples.")
-@click.option("--max-samples", type=int, default=20, show_default=True,
+@click.option("--max-samples", type=Bounded("max_samples"), default=20, show_default=True,
               help="Timed samples per group at most.")
-@click.option("--warmup", type=int, default=1, show_default=True,
+@click.option("--warmup", type=Bounded("warmup"), default=1, show_default=True,
               help="Untimed samples per group before the timed ones (each also queues 2 untimed "
                    "operations before its start event).")
 @click.option("--devices", type=DevicesType(), default=None,
               help="GPUs to use: CUDA indices (0 or 0,1), or GPU/MIG UUIDs as `info` lists them "
                    "(MIG-..., run with CUDA_VISIBLE_DEVICES set to them). Default: GPU 0 (and 1 for peer).")
-@click.option("--workers", type=int, default=None,
+@click.option("--workers", type=Bounded("workers"), default=None,
               help="Worker processes per scenario, where the scenario allows more than 2.")
 @click.option("--out", "-o", type=click.Path(dir_okay=True, path_type=Path), default=None,
               help="CSV file to write. Default: results/<UTC time>-<host>.csv")
 @click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
 @click.option("--chunk", "chunk", type=SizesType(), default=None,
               help="Chunk size of pipelined staging (default 16MiB; a message is cut into at most 64).")
-@click.option("--timeout", type=float, default=60.0, show_default=True,
-              help="Seconds a worker may go without progress before the run is ended.")
+@click.option("--timeout", type=Bounded("timeout", float), default=60.0, show_default=True,
+              help="Seconds a worker may go without progress before the run is ended (a long "
+                   "phase that makes progress is never cut short).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary; just the CSV path.")
 @click.option("--verbose", "-v", is_flag=True, help="Show worker tracebacks on failure.")
 @click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, metavar="DIR|FILE.png",
@@ -211,8 +275,8 @@ def run(scenario_names, sizes, iterations, min_samples, max_samples, warmup, dev
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
-    baseline runs. Naming a GPU scenario with --scenario on such a machine is an
-    error.
+    baseline runs. Naming a GPU scenario with --scenario on such a machine is bad
+    input (exit 2).
     """
     from gpuipc_bench.machine import probe
 
@@ -233,6 +297,7 @@ def run(scenario_names, sizes, iterations, min_samples, max_samples, warmup, dev
         check_writable(out, force)
 
         machine = probe()
+        _stop_stale_mps(_stderr())
         if visible and machine.gpu_count < len(devices):
             raise UsageError(f"--devices {visible}: CUDA sees {machine.gpu_count} of these devices "
                              f"({machine.cuda_error or 'one MIG instance per process at most'}); "
@@ -311,8 +376,7 @@ def _plan(config, registry, machine, explicit):
         reason = scenario.waive_reason(machine)
         if reason is not None:
             if explicit:
-                error = NoGpuError if machine.gpu_count < scenario.gpus_needed else BenchError
-                raise error(f"scenario {name} cannot run here: {reason}")
+                raise UsageError(f"--scenario {name}: cannot run here: {reason}")
             waived.append((name, reason))
             continue
         if config.workers is not None and not scenario.min_workers <= config.workers <= scenario.max_workers:
@@ -368,7 +432,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose):
 
     results = ResultsFile(out, _metadata(config, machine))
     results.write(partial=True, status="running")
-    failures: list[tuple[str, BenchError]] = []
+    failures: list[tuple[str, BenchError, int]] = []
     done: list[str] = []
     progress = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), console=err, disable=quiet, transient=False)
@@ -382,28 +446,42 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose):
                     on_progress=lambda n, task=task: progress.advance(task, n),
                 )
                 if outcome.error is not None:
-                    failures.append((scenario.name, outcome.error))
+                    failures.append((scenario.name, outcome.error, outcome.rows))
                     progress.update(task, description=f"[red]{scenario.name}")
                 else:
                     done.append(scenario.name)
                 results.write(partial=bool(failures), status=_status(done, failures, running=True))
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        where = f" during {exc.scenario}{' ' + exc.at if exc.at else ''}" if getattr(exc, "scenario", "") else ""
+        results.write(partial=True, status=f"{_signal_name(signum)}{where} ({signal.Signals(signum).name})"
+                                           + "".join(f"; {part}" for part in [_status(done, failures)] if part))
+        results.close()
+        err.print(f"[red]{_signal_name(signum)}[/]{escape(where)}; {len(results)} samples kept in "
+                  f"{escape(str(out))}", soft_wrap=True)
+        if quiet:
+            print(out, flush=True)
+        raise click.exceptions.Exit(128 + signum) from None
     except BaseException:
-        results.write(partial=True, status="interrupted; " + _status(done, failures))
+        results.write(partial=True, status="failed; " + _status(done, failures))
+        results.close()
         raise
-    results.write(partial=bool(failures), status=_status(done, failures))
+    results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
+    results.close()
 
     if not quiet:
         from gpuipc_bench.report import render_terminal
 
         render_terminal(results.frame, results.metadata, _stdout())
-    for name, error in failures:
-        err.print(f"[red]error[/] in scenario {name}: {error}", soft_wrap=True)
+    for name, error, rows in failures:
+        err.print(f"[red]error[/] in scenario {escape(name)} ({rows} samples kept): {escape(str(error))}",
+                  soft_wrap=True)
         if verbose and isinstance(error, WorkerFailed) and error.traceback_text:
             err.print(error.traceback_text, markup=False, highlight=False)
-    rows = len(results.frame)
-    err.print(f"wrote {out} ({rows} rows{', partial' if failures else ''})")
+    rows = len(results)
+    err.print(f"wrote {escape(str(out))} ({rows} rows{', partial' if failures else ''})", soft_wrap=True)
     if quiet:
-        click.echo(str(out))
+        print(out, flush=True)
     if failures:
         raise BenchError(f"{len(failures)} of {len(plan)} scenarios failed; samples taken before "
                          f"the failure are kept in {out}")
@@ -414,10 +492,18 @@ def _status(done, failures, running=False) -> str:
     if done:
         parts.append("completed: " + ",".join(done))
     if failures:
-        parts.append("failed: " + "; ".join(f"{name} ({err})" for name, err in failures))
+        parts.append("failed: " + "; ".join(f"{name} ({err})" for name, err, _ in failures))
     if running:
         parts.append("running")
-    return "; ".join(parts) or "nothing run"
+    return "; ".join(parts)
+
+
+def _stop_stale_mps(err) -> None:
+    """Stop any private MPS daemon an earlier run left behind (its guard was killed too), and say so."""
+    from gpuipc_bench import mps
+
+    for note in mps.stop_stale_daemons():
+        err.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)
 
 
 @cli.command()
@@ -495,7 +581,71 @@ def _report_plots(runs, files, plot: Path, plot_format) -> None:
     _stderr().print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
 
 
+# What a terminal without Unicode shows instead (anything else becomes '?').
+_ASCII = {"±": "+-", "µ": "u", "…": "...", "×": "x", "≥": ">=", "≤": "<=", "→": "->", "—": "-", "–": "-",
+          "·": ".", "≈": "~", "═": "=", "─": "-", "━": "-", "│": "|", "•": "*", "✓": "ok", "✗": "x", "°": " deg"}
+
+
+def _ascii_fallback(error: UnicodeError):
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    text = error.object[error.start:error.end]
+    return "".join(_ASCII.get(c, "?") for c in text), error.end
+
+
+codecs.register_error("gpuipc-bench-ascii", _ascii_fallback)
+
+
+class _StdoutUntilClosed:
+    """sys.stdout that drops the output once its reader has gone (`| head`): the run goes
+    on, writes its CSV and its messages on stderr, and exits as it would have."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self.reader_gone = False
+
+    def write(self, text):
+        if not self.reader_gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._gone()
+        return len(text)
+
+    def flush(self):
+        if not self.reader_gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._gone()
+
+    def _gone(self):
+        self.reader_gone = True
+        try:  # what is still buffered goes nowhere, also at exit
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+def _degrade_output() -> None:
+    """Output degrades instead of failing: characters the streams' encoding lacks become ASCII
+    look-alikes, and a closed standard output ends only the output."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="gpuipc-bench-ascii")
+        except (AttributeError, ValueError):
+            pass
+    if sys.stdout is not None:
+        sys.stdout = _StdoutUntilClosed(sys.stdout)
+
+
 def main():
+    _degrade_output()
     cli(prog_name="gpuipc-bench")
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +14,35 @@ from gpuipc_bench.scenario import DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES  # noqa:
 if TYPE_CHECKING:
     from gpuipc_bench.machine import Machine
     from gpuipc_bench.scenario import Scenario, WorkerSpec
+
+
+# The bounds of the numeric options: (least, most, what the number counts). The CLI's
+# Bounded type and RunConfig both check them, with one message; a new option adds a line.
+BOUNDS: dict[str, tuple[float, float, str]] = {
+    "iterations": (1, 100_000, "timed samples per group"),
+    "min_samples": (1, 100_000, "timed samples per group"),
+    "max_samples": (1, 100_000, "timed samples per group"),
+    "warmup": (0, 10_000, "untimed samples per group"),
+    "workers": (1, 64, "worker processes"),
+    "timeout": (0.1, 86_400, "seconds"),
+}
+
+
+def bound_problem(name: str, value: float) -> str | None:
+    """What is wrong with `value` for option `name` ('must be 0 to 10000 untimed samples
+    per size (got -1)'), or None when it is within BOUNDS[name]."""
+    low, high, what = BOUNDS[name]
+    if low <= value <= high:  # NaN is not
+        return None
+    got = f"{value:g}" if isinstance(value, float) else str(value)
+    return f"must be {low:g} to {high:g} {what} (got {got})"
+
+
+def check_bound(name: str, value: float) -> None:
+    """UsageError unless `value` is within BOUNDS[name], naming the option."""
+    problem = bound_problem(name, value)
+    if problem:
+        raise UsageError(f"--{name.replace('_', '-')}: {problem}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -35,32 +64,35 @@ class RunConfig:
 
     def __post_init__(self):
         if self.iterations is not None:
-            if self.iterations < 1:
-                raise UsageError(f"--iterations must be at least 1 (got {self.iterations})")
+            check_bound("iterations", self.iterations)
             object.__setattr__(self, "min_samples", self.iterations)
             object.__setattr__(self, "max_samples", self.iterations)
-        if self.min_samples < 1:
-            raise UsageError(f"--min-samples must be at least 1 (got {self.min_samples})")
+        check_bound("min_samples", self.min_samples)
+        check_bound("max_samples", self.max_samples)
         if self.max_samples < self.min_samples:
             raise UsageError(f"--max-samples {self.max_samples} is below --min-samples {self.min_samples}")
-        if self.warmup < 0:
-            raise UsageError(f"--warmup must be 0 or more (got {self.warmup})")
-        if self.workers is not None and self.workers < 1:
-            raise UsageError(f"--workers must be at least 1 (got {self.workers})")
-        if not (self.timeout > 0 and math.isfinite(self.timeout)):
-            raise UsageError(f"--timeout must be positive (got {self.timeout}); it is in seconds and "
-                             "bounds every wait, so it cannot be infinite")
+        check_bound("warmup", self.warmup)
+        if self.workers is not None:
+            check_bound("workers", self.workers)
+        check_bound("timeout", self.timeout)
         if self.chunk_bytes < 1:
             raise UsageError("--chunk must be at least 1 byte")
 
 
 def check_writable(out: Path, force: bool = False) -> None:
-    """Refuse an output path we could not write, before any work starts."""
+    """Refuse an output path we could not write, before any work starts. Only a regular
+    file is ever replaced: a device, a FIFO or a socket is refused (a symlink is followed:
+    what it points to counts)."""
     out = Path(out)
-    if out.exists() and out.is_dir():
+    kind = _file_kind(out)
+    if kind == "directory":
         raise UsageError(f"--out {out}: is a directory; give a file name ending in .csv")
-    if out.exists() and not force:
+    if kind not in (None, "regular file"):
+        raise UsageError(f"--out {out}: is a {kind}, not a regular file; the results are only "
+                         "ever written to a regular file (give a file name ending in .csv)")
+    if kind is not None and not force:
         raise UsageError(f"--out {out}: file exists; use --force to overwrite it")
+    out = Path(os.path.realpath(out))  # a symlink: its target's folder
     parent = out.parent if str(out.parent) else Path(".")
     if not parent.exists():
         try:
@@ -69,6 +101,22 @@ def check_writable(out: Path, force: bool = False) -> None:
             raise UsageError(f"--out {out}: cannot create folder {parent}: {e.strerror}") from None
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--out {out}: folder {parent} is not writable")
+
+
+def _file_kind(path: Path) -> str | None:
+    """'regular file', 'directory', 'character device', ... of what `path` leads to, or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return "file that cannot be examined"
+    for test, name in ((stat.S_ISREG, "regular file"), (stat.S_ISDIR, "directory"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"),
+                       (stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket")):
+        if test(mode):
+            return name
+    return "special file"
 
 
 def available_host_memory() -> int | None:

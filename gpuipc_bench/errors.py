@@ -30,13 +30,16 @@ class NoGpuError(BenchError):
 
 
 class BarrierTimeout(BenchError):
-    """Some workers did not arrive at the barrier before the deadline."""
+    """A wait (at the barrier, or for a hand-off) saw no progress from the workers it waited
+    for during `timeout` seconds. `where` is worded for users: "the barrier", "the producer's
+    'filled' signal"."""
 
-    def __init__(self, missing: list[int], timeout: float, where: str = "barrier"):
+    def __init__(self, missing: list[int], timeout: float, where: str = "the barrier"):
         self.missing = list(missing)
         self.timeout = timeout
-        names = ", ".join(f"worker {r}" for r in self.missing) or "no one"
-        super().__init__(f"{names} did not arrive at the {where} within {timeout:g} s")
+        self.where = where
+        names = ", ".join(f"worker {r}" for r in self.missing) or "the other workers"
+        super().__init__(f"{names} made no progress for {timeout:g} s (awaited at {where})")
 
 
 class BarrierAborted(BenchError):
@@ -64,3 +67,19 @@ class WorkerFailed(BenchError):
         self.traceback_text = traceback_text
         self.cause_name = cause_name
         super().__init__(detail)
+
+
+class Interrupted(BaseException):
+    """A signal (SIGINT, SIGTERM, SIGHUP) ends the run. Raised in the parent where it is, so
+    that every `finally` cleans up; the launcher adds the scenario and the size in flight.
+    A BaseException, like KeyboardInterrupt: no `except Exception` may swallow it."""
+
+    def __init__(self, signum: int, scenario: str = "", at: str = ""):
+        self.signum = int(signum)
+        self.scenario = scenario
+        self.at = at
+        super().__init__(signum, scenario, at)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

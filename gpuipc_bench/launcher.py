@@ -10,8 +10,15 @@ Each worker gets its arguments explicitly and talks back through its own pipe:
   ("done",)            finished cleanly
   ("aborted",)         left because another worker failed
   ("error", dict)      raised: type, message, traceback, phase
-A worker that dies without saying "done" or "error" was killed; one whose
-heartbeat stops for longer than the timeout is declared hung.
+A worker that dies without saying "done" or "error" was killed; one that makes no
+progress for longer than the timeout is declared hung. Progress is the worker's
+heartbeat in the segment: every phase it enters, every row it sends, every progress
+step. A worker waiting for another lives on the other's progress (segment.py), so a
+long phase is never mistaken for a hang.
+
+A signal to the parent (Interrupted, or KeyboardInterrupt) stops every worker at once
+(SIGTERM, then SIGKILL a second later), keeps the rows already in the pipes and
+propagates as Interrupted naming the scenario and the size in flight.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any, Callable
 
 from gpuipc_bench.barrier import Barrier
 from gpuipc_bench.config import RunConfig
-from gpuipc_bench.errors import BarrierAborted, BenchError, WorkerFailed
+from gpuipc_bench.errors import BarrierAborted, BenchError, Interrupted, WorkerFailed
 from gpuipc_bench.faults import FaultPlan
 from gpuipc_bench.scenario import Scenario, WorkerContext, WorkerSpec
 from gpuipc_bench.segment import Segment
@@ -45,11 +52,10 @@ class Outcome:
     scenario: str
     rows: int = 0
     error: BenchError | None = None
-    interrupted: bool = False
 
     @property
     def ok(self) -> bool:
-        return self.error is None and not self.interrupted
+        return self.error is None
 
 
 def run_scenario(
@@ -62,7 +68,8 @@ def run_scenario(
     """Run one scenario across forked workers. Rows reach `on_row` as they arrive.
 
     Returns an Outcome carrying the first real error (a worker's exception, death
-    or hang); KeyboardInterrupt and SystemExit propagate after every worker is gone.
+    or hang). A signal (Interrupted or KeyboardInterrupt) propagates as Interrupted, with
+    the scenario and the size in flight, after every worker is gone.
     """
     outcome = Outcome(scenario.name)
     segment = Segment.create(len(specs), scenario.mailbox_slots(config, specs))
@@ -78,6 +85,9 @@ def run_scenario(
         for spec in specs:
             workers.append(_start_worker(scenario, spec, specs, config, segment, shared))
         outcome.error = _supervise(workers, segment, config, deliver, on_progress or (lambda n: None))
+    except (KeyboardInterrupt, Interrupted) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        raise Interrupted(signum, scenario.name, _size_in_flight(segment)) from None
     finally:
         segment.abort()
         _stop_all(workers)
@@ -100,8 +110,7 @@ class _Worker:
     finished: bool = False  # said "done", "aborted" or "error"
     closed: bool = False  # pipe reached EOF
     error: dict | None = None
-    last_beat: int = 0
-    last_change: float = dataclasses.field(default_factory=time.monotonic)
+    started: float = dataclasses.field(default_factory=time.monotonic)
 
 
 def _start_worker(scenario, spec, specs, config, segment, shared) -> _Worker:
@@ -118,20 +127,32 @@ def _start_worker(scenario, spec, specs, config, segment, shared) -> _Worker:
 
 
 def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
-    # Ctrl-C reaches the whole process group; the parent decides and ends us.
+    # Ctrl-C and a hang-up reach the whole process group; the parent decides and ends us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
+    where = "CPU" if spec.device is None else f"GPU{spec.device}"
+    same_role = sum(1 for other in specs if other.role == spec.role)
+    set_process_title(f"gpuipc-bench: {scenario.name} {spec.role}{f' {spec.rank}' if same_role > 1 else ''} {where}",
+                      f"{scenario.name[:6]} {spec.role[:4]}{spec.rank}")
     code = 0
+    rank = spec.rank
     try:
-        segment.set_pid(spec.rank, os.getpid())
-        segment.set_device(spec.rank, spec.device)
-        faults = FaultPlan(spec.rank)
-        barrier = Barrier(segment, spec.rank, timeout=config.timeout, on_wait=faults.barrier_hook)
-        ctx = WorkerContext(spec, specs, config, segment, barrier, shared, conn.send, faults)
+        segment.bind(rank)
+        segment.set_pid(rank, os.getpid())
+        segment.set_device(rank, spec.device)
+        faults = FaultPlan(rank)
+        barrier = Barrier(segment, rank, timeout=config.timeout, on_wait=faults.barrier_hook)
+
+        def send(message: tuple) -> None:  # every message to the parent is a sign of progress
+            segment.beat(rank)
+            conn.send(message)
+
+        ctx = WorkerContext(spec, specs, config, segment, barrier, shared, send, faults)
         ctx.phase("setup")
         for row in scenario.run(ctx):
-            conn.send(("row", row))
+            send(("row", row))
         if segment.phase(spec.rank)[0] != "teardown":
             ctx.phase("teardown")  # the scenario did not say; from here on only goodbyes
         ctx.phase("done")
@@ -148,7 +169,8 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
                 "bench": isinstance(exc, BenchError),
                 "traceback": traceback.format_exc(),
                 "phase": phase, "bytes": nbytes, "iteration": iteration,
-                "missing": list(getattr(exc, "missing", [])),  # BarrierTimeout: who did not come
+                "missing": list(getattr(exc, "missing", [])),  # BarrierTimeout: who was silent
+                "where": getattr(exc, "where", ""), "timeout": getattr(exc, "timeout", config.timeout),
             }))
         except OSError:
             pass
@@ -159,6 +181,24 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
         finally:
             # Skip atexit handlers and finalizers inherited from the parent.
             os._exit(code)
+
+
+def set_process_title(title: str, short: str) -> None:
+    """Name this process for ps: `title` where setproctitle is installed (ps -f, ps aux),
+    and always `short`, the kernel's 15-byte name of it (ps, top, pgrep)."""
+    try:
+        import setproctitle  # optional
+
+        setproctitle.setproctitle(title)
+    except ImportError:
+        pass
+    try:
+        import ctypes
+
+        PR_SET_NAME = 15
+        ctypes.CDLL(None).prctl(PR_SET_NAME, short.encode()[:15], 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _die_with_parent() -> None:
@@ -197,10 +237,10 @@ def _supervise(workers, segment, config, on_row, on_progress) -> BenchError | No
         for ready in multiprocessing.connection.wait(waitables, timeout=POLL_S):
             worker = by_conn.get(ready)
             if worker is not None:
-                _drain(worker, on_row, on_progress, fail, segment)
+                _drain(worker, workers, on_row, on_progress, fail, segment)
         for worker in workers:
             if not worker.process.is_alive() and not worker.closed:
-                _drain(worker, on_row, on_progress, fail, segment)
+                _drain(worker, workers, on_row, on_progress, fail, segment)
             if not worker.process.is_alive() and worker.closed and not worker.finished:
                 worker.finished = True
                 fail(WorkerFailed(_death_message(worker, segment)))
@@ -214,7 +254,7 @@ def _supervise(workers, segment, config, on_row, on_progress) -> BenchError | No
     return first_error
 
 
-def _drain(worker: _Worker, on_row, on_progress, fail, segment) -> None:
+def _drain(worker: _Worker, workers, on_row, on_progress, fail, segment) -> None:
     """Read everything the worker has sent; a dead worker's pipe still holds its last rows."""
     try:
         while worker.conn.poll():
@@ -229,7 +269,8 @@ def _drain(worker: _Worker, on_row, on_progress, fail, segment) -> None:
             elif kind == "error":
                 worker.finished = True
                 worker.error = message[1]
-                fail(_error_from_worker(worker, message[1], segment), stuck=message[1].get("missing", ()))
+                fail(_error_from_worker(worker, workers, message[1], segment),
+                     stuck=message[1].get("missing", ()))
     except (EOFError, OSError):
         worker.closed = True
         return
@@ -237,30 +278,28 @@ def _drain(worker: _Worker, on_row, on_progress, fail, segment) -> None:
         worker.closed = True
 
 
-def _error_from_worker(worker: _Worker, info: dict, segment) -> BenchError:
-    where = _phase_text(info["phase"], info["bytes"], info["iteration"])
-    message = info["message"] if info["bench"] else f"{info['type']}: {info['message']}"
-    missing = _missing_from_timeout(info, segment)
-    return WorkerFailed(
-        f"{worker.spec.describe()} failed {where}: {message}{missing}",
-        traceback_text=info["traceback"],
-        cause_name=info["type"],
-    )
+def _error_from_worker(worker: _Worker, workers, info: dict, segment) -> BenchError:
+    if info["type"] == "BarrierTimeout" and info.get("missing"):
+        # A wait ran out: name the worker that went silent, not the one that waited.
+        chain = segment.waits_chain(info["missing"][0])
+        if worker.spec.rank in chain:  # they waited for each other: the first one named is it
+            chain = chain[:chain.index(worker.spec.rank)] or chain[:1]
+        culprit = next(w for w in workers if w.spec.rank == chain[-1])
+        message = (f"{_silent_worker(culprit, segment, info['timeout'])}; "
+                   f"{worker.spec.describe()} waited for it at {info['where']}")
+    else:
+        where = _phase_text(segment, worker.spec.rank, info["phase"], info["bytes"], info["iteration"])
+        cause = info["message"] if info["bench"] else f"{info['type']}: {info['message']}"
+        message = f"{worker.spec.describe()} failed {where}: {cause}"
+    return WorkerFailed(message, traceback_text=info["traceback"], cause_name=info["type"])
 
 
-def _missing_from_timeout(info: dict, segment) -> str:
-    """For a barrier timeout, say what the late workers were doing."""
-    if info["type"] != "BarrierTimeout":
-        return ""
-    notes = []
-    for rank in info.get("missing", ()):
-        if 0 <= rank < segment.nworkers:
-            phase, nbytes, iteration = segment.phase(rank)
-            where = _phase_text(phase, nbytes, iteration)
-            if segment.waiting_in_barrier(rank):
-                where = "inside the barrier " + where
-            notes.append(f"worker {rank} was last seen {where}")
-    return " (" + "; ".join(notes) + ")" if notes else ""
+def _silent_worker(worker: _Worker, segment, timeout: float) -> str:
+    phase, nbytes, iteration = segment.phase(worker.spec.rank)
+    where = _phase_text(segment, worker.spec.rank, phase, nbytes, iteration)
+    if segment.waiting_in_barrier(worker.spec.rank) and phase != "barrier":
+        where = "inside the barrier " + where
+    return f"{worker.spec.describe()} made no progress for {timeout:g} s {where} (hung? see --timeout)"
 
 
 def _death_message(worker: _Worker, segment) -> str:
@@ -272,45 +311,54 @@ def _death_message(worker: _Worker, segment) -> str:
             how = f"was killed by signal {-code}"
     else:
         how = f"exited with code {code} without reporting"
-    phase, nbytes, iteration = segment.phase(worker.spec.rank)
-    where = _phase_text(phase, nbytes, iteration)
-    if segment.waiting_in_barrier(worker.spec.rank):
+    rank = worker.spec.rank
+    phase, nbytes, iteration = segment.phase(rank)
+    where = _phase_text(segment, rank, phase, nbytes, iteration)
+    if segment.waiting_in_barrier(rank) and phase != "barrier":
         where = "inside the barrier " + where
     return f"{worker.spec.describe()} {how} {where}"
 
 
-def _phase_text(phase: str, nbytes: int, iteration: int) -> str:
+def _phase_text(segment, rank: int, phase: str, nbytes: int, iteration: int) -> str:
+    """What a worker was doing, in a user's words: 'during sample 3 at 64 MiB',
+    'while measuring the d2d@0 ceiling at 1 GiB', 'during setup'."""
     from gpuipc_bench.sizes import format_size
 
-    if phase in ("sample", "warmup", "latency") and nbytes:
-        return f"during {phase} {iteration} at {format_size(nbytes)}"
-    if phase == "barrier":
-        return "inside the barrier"
-    return f"during {phase}"
+    at = f" at {format_size(nbytes)}" if nbytes else ""
+    if phase == "ceiling":
+        label = segment.phase_label(rank)
+        return f"while measuring the {label + ' ' if label else ''}ceiling{at}"
+    if phase in ("sample", "warmup", "latency"):
+        what = {"sample": "sample", "warmup": "warm-up", "latency": "latency sample"}[phase]
+        return f"during {what} {iteration}{at}"
+    return {"barrier": "inside the barrier", "idle": "before it started", "done": "after it finished"}.get(
+        phase, f"during {phase}")
+
+
+def _size_in_flight(segment) -> str:
+    """'at 64 MiB' (the largest size a worker is on now), or '' if none is."""
+    from gpuipc_bench.sizes import format_size
+
+    try:
+        sizes = [segment.phase(r)[1] for r in range(segment.nworkers)]
+    except ValueError:  # the segment is already closed
+        return ""
+    return f"at {format_size(max(sizes))}" if any(sizes) else ""
 
 
 def _find_hung(workers, segment, timeout: float) -> tuple[str, list[int]] | None:
-    """A worker whose phase heartbeat has not moved for `timeout` seconds is hung:
-    (the message, the ranks of every worker that silent), or None. When several are
-    silent (one hangs, the others block waiting for it), the one that went silent
-    first is named."""
+    """A worker that has made no progress for `timeout` seconds, and waits for no one who
+    has, is hung: (the message, the ranks of every worker that silent), or None. When
+    several are silent (one hangs, the others block waiting for it), the one that went
+    silent first is named."""
     now = time.monotonic()
-    silent = []
-    for worker in workers:
-        if worker.finished or not worker.process.is_alive():
-            continue
-        beat = segment.heartbeat(worker.spec.rank)
-        if beat != worker.last_beat:
-            worker.last_beat, worker.last_change = beat, now
-        elif now - worker.last_change > timeout + 1.0:
-            silent.append(worker)
+    silent = [w for w in workers if not w.finished and w.process.is_alive()
+              and now - max(segment.last_progress(w.spec.rank), w.started) > timeout + 1.0]
     if not silent:
         return None
-    worker = min(silent, key=lambda w: (w.last_beat, w.spec.rank))  # heartbeats: one monotonic clock
-    phase, nbytes, iteration = segment.phase(worker.spec.rank)
-    message = (f"{worker.spec.describe()} made no progress for {timeout:g} s "
-               f"{_phase_text(phase, nbytes, iteration)} (hung; see --timeout)")
-    return message, [w.spec.rank for w in silent]
+    # heartbeats are one monotonic clock across processes: the oldest stopped first
+    worker = min(silent, key=lambda w: (segment.heartbeat(w.spec.rank), w.spec.rank))
+    return _silent_worker(worker, segment, timeout), [w.spec.rank for w in silent]
 
 
 def _remove_driver_files(pids: list[int]) -> None:

@@ -10,6 +10,13 @@ processes given `MpsDaemon.env()` before they initialise CUDA become its clients
     daemon.server_pids(), daemon.client_pids(pid)   # prove the workers are its clients
     daemon.stop()                       # quit, then SIGTERM/SIGKILL by pid, then remove the dirs
 
+The daemon never outlives the run, however the run ends: start() also starts a guard,
+a small process in a session of its own that holds one end of a pipe whose other end
+only the run holds. When the pipe closes without the word "stopped" (the run was
+SIGKILLed, or died before it could stop the daemon), the guard stops the daemon. And a
+run that finds a daemon of an earlier run whose owner is gone (owner file in the pipe
+directory) stops it and says so (stop_stale_daemons).
+
 The daemon writes its pid to <pipe dir>/nvidia-cuda-mps-control.pid (removed when it
 stops); control commands go through `nvidia-cuda-mps-control` (no argument) with the same
 CUDA_MPS_PIPE_DIRECTORY, one command a line on its standard input. A process is only
@@ -19,10 +26,12 @@ ever signalled when its /proc environment names this daemon's pipe directory.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +47,9 @@ START_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 PREFIX = "gpuipc-bench-mps-"
+OWNER_FILE = "gpuipc-bench-owner"  # in the pipe directory: the run's pid, its start time, log dir, binary
+END_GRACE_S = 2.0  # how long a process of the daemon gets to exit on its own after 'quit'
+REAP_WAIT_S = 5.0  # how long to wait for init to reap an exited daemon
 
 
 class MpsUnavailable(BenchError):
@@ -145,6 +157,7 @@ class MpsDaemon:
     pid: int | None = None
     owns_dirs: bool = True
     known_servers: set[int] = dataclasses.field(default_factory=set)
+    guard: subprocess.Popen | None = None
 
     # ---------------------------------------------------------------- start
 
@@ -168,11 +181,48 @@ class MpsDaemon:
             raise MpsUnavailable(f"cannot make the MPS pipe and log directories: {exc.strerror}") from None
         daemon = cls(binary, str(pipe_dir), str(log_dir), owns_dirs=owns)
         try:
+            daemon._write_owner()
             daemon._launch(timeout)
+            daemon._start_guard()
         except BaseException:
             daemon.stop()
             raise
         return daemon
+
+    def _write_owner(self) -> None:
+        me = os.getpid()
+        Path(self.pipe_dir, OWNER_FILE).write_text(
+            f"{me}\n{_start_time(me)}\n{self.log_dir}\n{self.binary}\n", encoding="utf-8")
+
+    def _start_guard(self) -> None:
+        """The process that stops the daemon if this one dies first (see the module's doc)."""
+        package_root = str(Path(__file__).resolve().parent.parent)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        try:
+            self.guard = subprocess.Popen(
+                [sys.executable, "-m", "gpuipc_bench.mps", "guard", self.binary, self.pipe_dir, self.log_dir,
+                 str(self.pid), "1" if self.owns_dirs else "0"],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                env=env, close_fds=True, start_new_session=True)
+        except OSError as exc:
+            raise MpsUnavailable(f"cannot start the guard of the MPS daemon: {exc.strerror}") from None
+
+    def _release_guard(self) -> None:
+        """The daemon is stopped: tell the guard, which then exits without doing anything."""
+        guard, self.guard = self.guard, None
+        if guard is None:
+            return
+        try:
+            guard.stdin.write(b"stopped\n")
+            guard.stdin.close()
+        except OSError:
+            pass
+        try:
+            guard.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            guard.kill()
+            guard.wait()
 
     def _launch(self, timeout: float) -> None:
         out_path = Path(self.log_dir, "gpuipc-bench-start.out")
@@ -274,14 +324,20 @@ class MpsDaemon:
                 shutil.rmtree(folder, ignore_errors=True)
                 if os.path.exists(folder):
                     problems.append(f"could not remove {folder}")
+        else:
+            try:
+                os.unlink(Path(self.pipe_dir, OWNER_FILE))
+            except OSError:
+                pass
+        self._release_guard()
         return problems
 
     @staticmethod
-    def _await_reaped(pid: int, timeout: float = 5.0) -> None:
+    def _await_reaped(pid: int, timeout: float | None = None) -> None:
         """A daemon that exited stays a zombie (its /proc entry, named nvidia-cuda-mps-*, is still
         there) until init reaps it, a few seconds later; a probe of the machine made meanwhile
         would think MPS still runs. Wait a little for the entry to go (not an error if it stays)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (REAP_WAIT_S if timeout is None else timeout)
         while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
             try:
                 if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
@@ -292,7 +348,7 @@ class MpsDaemon:
 
     def _end(self, pid: int) -> str | None:
         """Wait a little for `pid` to go, then SIGTERM, then SIGKILL it, if it is ours."""
-        deadline = time.monotonic() + 2.0
+        deadline = time.monotonic() + END_GRACE_S
         while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
         if not alive(pid):
@@ -312,3 +368,51 @@ class MpsDaemon:
             if not alive(pid):
                 return None
         return f"process {pid} of the MPS daemon is still there after SIGKILL"
+
+
+def _start_time(pid: int) -> str:
+    """The start time of process `pid` (field 22 of /proc/<pid>/stat), '' if it is gone:
+    a pid and its start time name one process, even once the pid is recycled."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def stop_stale_daemons(temp_dir: str | None = None) -> list[str]:
+    """Stop the private daemons of earlier runs whose owner is gone (its guard was killed too),
+    and remove their folders; one sentence for each daemon stopped."""
+    notes = []
+    pattern = os.path.join(temp_dir or tempfile.gettempdir(), PREFIX + "pipe-*")
+    for pipe_dir in sorted(glob.glob(pattern)):
+        try:
+            owner, started, log_dir, binary = Path(pipe_dir, OWNER_FILE).read_text(encoding="utf-8").split("\n")[:4]
+            owner_pid = int(owner)
+        except (OSError, ValueError):
+            continue  # not one of ours, or still being set up
+        if started and _start_time(owner_pid) == started:
+            continue  # its run is still going
+        pid = _read_pid(pipe_dir)
+        running = pid is not None and alive(pid) and belongs_to(pid, pipe_dir)
+        daemon = MpsDaemon(find_binary() or binary, pipe_dir, log_dir, pid=pid if running else None)
+        problems = daemon.stop()
+        if running:
+            notes.append(f"stopped the private MPS daemon (pid {pid}) that an earlier run (pid {owner_pid}) "
+                         "left running" + "".join(f"; {p}" for p in problems))
+    return notes
+
+
+def _guard_main(binary: str, pipe_dir: str, log_dir: str, pid: str, owns_dirs: str) -> None:
+    """The guard: wait for the run's end of the pipe to close; unless the run said it stopped
+    the daemon, stop it."""
+    for signum in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)  # the run's Ctrl-C or hang-up is the run's to handle
+    said = sys.stdin.buffer.read()
+    if said.endswith(b"stopped\n"):
+        return
+    MpsDaemon(binary, pipe_dir, log_dir, pid=int(pid) if pid.isdigit() else None,
+              owns_dirs=owns_dirs == "1").stop()
+
+
+if __name__ == "__main__" and len(sys.argv) == 7 and sys.argv[1] == "guard":
+    _guard_main(*sys.argv[2:])

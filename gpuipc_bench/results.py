@@ -13,8 +13,11 @@ facts with it, so a file pasted into an issue stands alone:
 Metadata is a flat str -> str dict, one `# key: value` line each; backslashes,
 newlines and carriage returns in values are escaped as \\\\, \\n and \\r, other
 control characters as \\xHH.
-Files are written atomically (temp file in the same folder, fsync, rename), after
-every scenario, so a crash keeps what was measured and says the run is partial.
+A run's file is written atomically (temp file in the same folder, fsync, rename) at its
+start and after every scenario, and each row is appended (and flushed) as it arrives
+in between, so a killed run keeps every sample it had sent and its header says the run
+is partial. Only a regular file is ever replaced; a symlink is followed. A reader
+drops the torn last line a kill in the middle of an append can leave in a partial file.
 
 Schema history (read_results reads every version; rows come out in the newest form):
   1  first release (2026-11).
@@ -33,6 +36,7 @@ import io
 import math
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -40,7 +44,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 import pandas as pd
 
-from gpuipc_bench.errors import NewerSchemaError, ResultsFormatError
+from gpuipc_bench.errors import BenchError, NewerSchemaError, ResultsFormatError
 
 SCHEMA_VERSION = 2
 MAGIC = "# gpuipc-bench results"
@@ -209,11 +213,12 @@ def typed_frame(df: pd.DataFrame) -> pd.DataFrame:
 
 
 class ResultsFile:
-    """The results of one run, written to `path` after every scenario.
+    """The results of one run, in `path`: rewritten whole by write(), rows appended by add().
 
     rf = ResultsFile(Path("run.csv"), {"host": "node17", ...})
-    rf.add(rows); rf.write(partial=True, status="running")   # after each scenario
-    rf.write(partial=False)                                   # at the end
+    rf.write(partial=True, status="running")   # the header; from now on rows are appended
+    rf.add(rows)                                 # as they arrive: appended and flushed
+    rf.write(partial=False); rf.close()          # at the end: the final header, atomically
     """
 
     def __init__(self, path: Path, metadata: Mapping[str, str] | None = None):
@@ -222,10 +227,16 @@ class ResultsFile:
         for key, value in (metadata or {}).items():
             self.set_meta(key, value)
         self._rows: list[dict[str, Any]] = []
+        self._append: Any = None  # the written file, open for appending rows
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        """Append rows (dicts as made by new_row; they are checked again)."""
-        self._rows.extend(new_row(**row) for row in rows)
+        """Append rows (dicts as made by new_row; they are checked again); once the file has
+        been written, they are appended to it and flushed at once."""
+        new = [new_row(**row) for row in rows]
+        self._rows.extend(new)
+        if self._append is not None and new:
+            self._append.write(format_rows(new))
+            self._append.flush()
 
     def set_meta(self, key: str, value: Any) -> None:
         key = str(key).strip()
@@ -243,36 +254,77 @@ class ResultsFile:
         return len(self._rows)
 
     def write(self, partial: bool, status: str = "complete") -> None:
-        """Write everything measured so far, atomically; `partial` says the run did not finish."""
+        """Write everything measured so far, atomically; `partial` says the run did not finish.
+        Rows added later are appended to what this wrote."""
         self.set_meta("partial", "true" if partial else "false")
         self.set_meta("status", status)
-        write_results(self.path, self.frame, self.metadata)
+        self.close()
+        target = write_results(self.path, self.frame, self.metadata)
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        self._append = os.fdopen(fd, "w", encoding="utf-8", newline="")
+
+    def close(self) -> None:
+        """Stop appending (the file stays as written). Idempotent."""
+        if self._append is not None:
+            try:
+                self._append.close()
+            finally:
+                self._append = None
 
 
-def write_results(path: Path, df: pd.DataFrame, metadata: Mapping[str, str]) -> None:
-    """Write `df` with `metadata` as a schema-1 results CSV, atomically.
+def format_rows(rows: Iterable[Mapping[str, Any]]) -> str:
+    """CSV lines for rows made by new_row, in COLUMNS order, as format_results writes them."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for row in rows:
+        writer.writerow([_cell_text(row[col]) for col in COLUMNS])
+    return out.getvalue()
 
-    The text goes to a temp file in the same folder, is flushed and fsynced, then
-    renamed over `path`; on any failure the temp file is removed and `path` is left
-    as it was.
+
+def _cell_text(value: Any) -> str:
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def write_results(path: Path, df: pd.DataFrame, metadata: Mapping[str, str]) -> Path:
+    """Write `df` with `metadata` as a results CSV, atomically; returns the file written.
+
+    A symlink is followed (its target is written). Only a regular file is ever replaced:
+    a device, a FIFO or anything else there raises BenchError and is left alone. The text
+    goes to a temp file in the same folder, is flushed and fsynced, then renamed over the
+    target; on any failure the temp file is removed and the target is left as it was.
     """
-    path = Path(path)
+    target = Path(os.path.realpath(path))
+    _refuse_unless_regular(Path(path), target)
     text = format_results(df, metadata)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp_name, 0o666 & ~_umask())
-        os.replace(tmp_name, path)
+        _refuse_unless_regular(Path(path), target)  # again: it may have changed while we wrote
+        os.replace(tmp_name, target)
     except BaseException:
         try:
             os.unlink(tmp_name)
         except OSError:
             pass
         raise
-    _fsync_dir(path.parent)
+    _fsync_dir(target.parent)
+    return target
+
+
+def _refuse_unless_regular(path: Path, target: Path) -> None:
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        shown = f"{path} (which leads to {target})" if path != target else str(path)
+        raise BenchError(f"{shown} is not a regular file; not replacing it with the results")
 
 
 def format_results(df: pd.DataFrame, metadata: Mapping[str, str]) -> str:
@@ -345,15 +397,7 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
     def bad(reason: str) -> ResultsFormatError:
         return ResultsFormatError(f"{path}: {reason}")
 
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise bad("no such file") from None
-    except IsADirectoryError:
-        raise bad("is a directory, not a results file") from None
-    except OSError as exc:
-        raise bad(f"cannot read it ({exc.strerror or exc})") from None
-
+    raw = _read_bounded(path, bad)
     if not raw.strip():
         raise bad("the file is empty")
     try:
@@ -389,13 +433,68 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
     if not body.strip():
         raise bad("no column header line after the metadata (the file is truncated)")
     try:
-        df = _parse_table(body, bad, first_line=body_start + 1, version=version)
+        df = _parse_table(body, bad, first_line=body_start + 1, version=version,
+                          partial=metadata.get("partial") == "true")
     except ResultsFormatError:
         raise
     except (csv.Error, ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
         raise bad(f"cannot parse the table: {message}") from None
     return df, metadata
+
+
+MAX_RESULTS_BYTES = 1 << 30  # far more than any run writes; a larger file is not ours
+_HEAD_BYTES = 512
+
+
+def _read_bounded(path: Path, bad) -> bytes:
+    """The bytes of a results file, refusing before reading it whole what cannot be one: not
+    a regular file (a device, a FIFO: never opened), larger than MAX_RESULTS_BYTES, or not
+    starting with the magic line. Read in bounded chunks, so that a file that grows while
+    it is read stops at the limit."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise bad("no such file") from None
+    except OSError as exc:
+        raise bad(f"cannot read it ({exc.strerror or exc})") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise bad("is a directory, not a results file")
+    if not stat.S_ISREG(st.st_mode):
+        raise bad("is not a regular file (a device, a pipe or a socket), so not a results file")
+    if st.st_size > MAX_RESULTS_BYTES:
+        raise bad(f"is {st.st_size} bytes, larger than any results file ({MAX_RESULTS_BYTES} bytes at most)")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(_HEAD_BYTES)
+            problem = _head_problem(head)
+            if problem:
+                raise bad(problem)
+            chunks = [head]
+            total = len(head)
+            while chunk := fh.read(1 << 20):
+                total += len(chunk)
+                if total > MAX_RESULTS_BYTES:
+                    raise bad(f"is larger than any results file ({MAX_RESULTS_BYTES} bytes at most)")
+                chunks.append(chunk)
+    except IsADirectoryError:
+        raise bad("is a directory, not a results file") from None
+    except OSError as exc:
+        raise bad(f"cannot read it ({exc.strerror or exc})") from None
+    return b"".join(chunks)
+
+
+def _head_problem(head: bytes) -> str | None:
+    """Why a file starting with `head` cannot be a results file, or None if it may be one."""
+    if b"\x00" in head:
+        return "not a gpuipc-bench results file (binary data: it contains NUL bytes)"
+    start = head.removeprefix(b"\xef\xbb\xbf")
+    magic = MAGIC.encode()
+    if not start.strip() or start[:len(magic)] == magic[:len(start)]:
+        return None
+    shown = start.split(b"\n", 1)[0].rstrip(b"\r").decode("utf-8", "replace")
+    shown = shown if len(shown) <= 60 else shown[:57] + "..."
+    return f"not a gpuipc-bench results file (first line is {shown!r}, expected {MAGIC!r})"
 
 
 def _check_schema(metadata: dict[str, str], bad) -> int:
@@ -420,7 +519,10 @@ def _check_schema(metadata: dict[str, str], bad) -> int:
 _ADDED_IN = {2: ("measure", "l2_resident")}
 
 
-def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSION) -> pd.DataFrame:
+def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSION,
+                 partial: bool = False) -> pd.DataFrame:
+    if partial and not body.endswith("\n"):
+        body = body[:body.rfind("\n") + 1]  # a kill in the middle of an append: drop the torn line
     reader = csv.reader(io.StringIO(body, newline=""), strict=True)
     header = next(reader)
     header = [name.strip() for name in header]
@@ -432,15 +534,15 @@ def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERS
     if missing:
         raise bad(f"missing column(s): {', '.join(missing)}")
     records: list[list[str]] = []
+    lines: list[int] = []  # the file's line number of each record
     for record in reader:
         if not record:
             continue  # blank line
+        line = first_line - 1 + reader.line_num
         if len(record) != len(header):
-            raise bad(
-                f"line {first_line - 1 + reader.line_num}: {len(record)} fields, "
-                f"expected {len(header)} (the file may be truncated)"
-            )
+            raise bad(f"line {line}: {len(record)} fields, expected {len(header)} (the file may be truncated)")
         records.append(record)
+        lines.append(line)
     raw = pd.DataFrame(records, columns=header, dtype=object) if records else pd.DataFrame(
         {name: pd.Series([], dtype=object) for name in header}
     )
@@ -449,22 +551,31 @@ def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERS
         raw[col] = [""] * len(raw)
     if "measure" in later and "measure" not in header:
         raw["measure"] = [_v1_measure(p, m) for p, m in zip(raw["path"], raw["metric"])]
+
+    def column(col: str, convert) -> list:
+        out = []
+        for value, line in zip(raw[col], lines):
+            try:
+                out.append(convert(value))
+            except _BadCell as exc:
+                raise bad(f"line {line}, column {col}: {exc}") from None
+        return out
+
     converted: dict[str, Any] = {}
     for col in STR_COLUMNS:
         converted[col] = raw[col].astype(object)
-    bad_measure = raw["measure"][~raw["measure"].isin(MEASURES)]
-    if len(bad_measure):
-        raise bad(f"unknown measure {bad_measure.iloc[0]!r} (expected one of {', '.join(m for m in MEASURES if m)} "
-                  "or empty)")
-    bad_metric = raw["metric"][~raw["metric"].isin(METRICS)]
-    if len(bad_metric):
-        raise bad(f"unknown metric {bad_metric.iloc[0]!r} (expected one of {', '.join(METRICS)})")
+    column("measure", _choice(MEASURES))
+    column("metric", _choice(METRICS))
     for col in INT_COLUMNS:
-        converted[col] = [_cell_int(col, v, bad) for v in raw[col]]
-    converted["seconds"] = [_cell_float("seconds", v, bad, required=True) for v in raw["seconds"]]
-    converted["bandwidth_gbps"] = [_cell_float("bandwidth_gbps", v, bad) for v in raw["bandwidth_gbps"]]
+        converted[col] = column(col, _int_cell(1 if col == "batch" else 0))
+    converted["seconds"] = column("seconds", _float_cell(required=True, positive=True))
+    converted["bandwidth_gbps"] = column("bandwidth_gbps", _float_cell())
+    for line, metric, gbps in zip(lines, raw["metric"], converted["bandwidth_gbps"]):
+        if metric == "bandwidth" and not (math.isfinite(gbps) and gbps >= 0):
+            raise bad(f"line {line}, column bandwidth_gbps: {gbps!r} is not a bandwidth (a bandwidth row "
+                      "needs a finite number, 0 or more)")
     for col in BOOL_COLUMNS:
-        converted[col] = [_cell_bool(col, v, bad) for v in raw[col]]
+        converted[col] = column(col, _bool_cell)
     for col in header:
         if col not in COLUMNS:
             converted[col] = raw[col].astype(object)
@@ -474,29 +585,54 @@ def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERS
     return typed_frame(frame)
 
 
+class _BadCell(ValueError):
+    """What is wrong with one cell; read_results adds the file, the line and the column."""
+
+
 _INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
 _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
 
 
-def _cell_int(col: str, value: str, bad) -> int:
-    if not _INT_RE.match(value) or len(value.strip()) > 19:
-        raise bad(f"column {col}: {value!r} is not an integer")
-    return int(value)
+def _choice(allowed: tuple[str, ...]):
+    def convert(value: str) -> str:
+        if value not in allowed:
+            raise _BadCell(f"{value!r} is not one of {', '.join(repr(a) for a in allowed)}")
+        return value
+
+    return convert
 
 
-def _cell_float(col: str, value: str, bad, required: bool = False) -> float:
-    if not value.strip():
-        if required:
-            raise bad(f"column {col}: empty value")
-        return math.nan
-    try:
-        return float(value)
-    except ValueError:
-        raise bad(f"column {col}: {value!r} is not a number") from None
+def _int_cell(least: int):
+    def convert(value: str) -> int:
+        if not _INT_RE.match(value) or len(value.strip()) > 19:
+            raise _BadCell(f"{value!r} is not an integer")
+        number = int(value)
+        if number < least:
+            raise _BadCell(f"{number} is less than {least}")
+        return number
+
+    return convert
 
 
-def _cell_bool(col: str, value: str, bad) -> Any:
+def _float_cell(required: bool = False, positive: bool = False):
+    def convert(value: str) -> float:
+        if not value.strip():
+            if required:
+                raise _BadCell("empty value")
+            return math.nan
+        try:
+            number = float(value)
+        except ValueError:
+            raise _BadCell(f"{value!r} is not a number") from None
+        if positive and not (math.isfinite(number) and number > 0):
+            raise _BadCell(f"{value.strip()} is not a time (a finite number of seconds, more than 0)")
+        return number
+
+    return convert
+
+
+def _bool_cell(value: str) -> Any:
     text = value.strip().lower()
     if not text:
         return pd.NA
@@ -504,7 +640,7 @@ def _cell_bool(col: str, value: str, bad) -> Any:
         return True
     if text in _FALSE:
         return False
-    raise bad(f"column {col}: {value!r} is not True or False")
+    raise _BadCell(f"{value!r} is not True or False")
 
 
 def _v1_measure(path: str, metric: str) -> str:

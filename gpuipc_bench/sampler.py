@@ -87,7 +87,8 @@ class Sampler:
         warm_left = counts.warmup
         while True:
             warm = warm_left > 0
-            self.ctx.phase("warmup" if warm else phase, nbytes, index)
+            self.ctx.phase("warmup" if warm else phase, nbytes, index,
+                           label=group.get("variant", "") if phase == "ceiling" else "")
             if solo:
                 self.solo_seq += 1
                 trial = Trial(self.solo_seq, seed_for(self.solo_seq) ^ SOLO_SEEDS, reps, index, warm)

@@ -14,7 +14,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from gpuipc_bench.errors import BarrierAborted, BarrierTimeout
+from gpuipc_bench.errors import BarrierAborted
 from gpuipc_bench.paths import PathInfo
 
 if TYPE_CHECKING:
@@ -183,10 +183,11 @@ class WorkerContext:
             self.faults.hit("barrier")  # arms a 'barrier' fault; the barrier fires it inside
         self.barrier.wait()
 
-    def phase(self, name: str, nbytes: int = 0, iteration: int = 0) -> None:
+    def phase(self, name: str, nbytes: int = 0, iteration: int = 0, label: str = "") -> None:
         """Say what this worker is doing (and that it is alive), so that a death or hang is
-        reported precisely and a long phase is not taken for a hang."""
-        self.segment.set_phase(self.rank, name, nbytes, iteration)
+        reported precisely and a long phase is not taken for a hang. `label` names what the
+        phase measures where the phase alone does not (a ceiling: 'd2d@0')."""
+        self.segment.set_phase(self.rank, name, nbytes, iteration, label=label)
         if self.faults:
             self.faults.hit(name)
 
@@ -238,7 +239,7 @@ class WorkerContext:
     def wait(self, name: str, target: int, who: list[int] | None = None, what: str | None = None) -> None:
         """Wait (spin, then yield, then sleep) until slot `name` reaches `target`."""
         self.segment.wait_until(self.slot(name), target, self.config.timeout,
-                                waiting_for=who if who is not None else self.others())
+                                waiting_for=who if who is not None else self.others(), where=what)
 
     def spin(self, name: str, target: int, who: list[int] | None = None) -> None:
         """Wait for slot `name` to reach `target` without ever sleeping: for waits inside a timed
@@ -254,9 +255,9 @@ class WorkerContext:
             if n & 1023 == 0:
                 if self.segment.aborted:
                     raise BarrierAborted("run aborted")
-                if time.monotonic() > deadline:
-                    raise BarrierTimeout(who if who is not None else self.others(), self.config.timeout,
-                                         where=f"{name} signal")
+                if time.monotonic() > deadline:  # long enough: the wait that knows who is silent decides
+                    self.wait(name, target, who)
+                    return
                 os.sched_yield()
 
     # ---------------------------------------------------------------- the handle table, by name

@@ -12,10 +12,16 @@ does not make neighbours share one), as int64 words:
     nworkers lines         epoch of each worker (the barrier's hot word; only that worker writes it)
     nworkers lines         info of each worker: pid, device, phase code, phase nbytes,
                            phase iteration, heartbeat (time.monotonic_ns), waiting
-                           (the epoch it waits at inside the barrier, 0 when not waiting)
+                           (the epoch it waits at inside the barrier, 0 when not waiting),
+                           waiting_for (1 + the rank it waits for, 0 when not waiting),
+                           then 64 bytes of phase label (UTF-8, e.g. the ceiling's name)
     16 * nworkers lines    handle table: per worker 32 slots of 64 bytes
                            (cudaIpcMemHandles, cudaIpcEventHandles), named by the scenario
     mailbox_slots lines    mailbox: one int64 word per line (sequence numbers, timestamps)
+
+Timeouts bound a silence, not a phase: a worker's heartbeat moves whenever it shows
+progress (a phase, a row, a progress step), and a wait for other workers gives up
+only once every one of them has been silent for the timeout.
 
 Words are read and written through `memoryview(mmap).cast("q")` (`words`):
 ~25 ns a read in CPython, ~70 ns through load()/store(). CPython stores an item with an 8-byte memcpy that compiles to
@@ -32,6 +38,7 @@ scenarios must not rely on it for data they do not verify.
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import secrets
@@ -42,7 +49,7 @@ from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, BenchError
 
 PREFIX = "gpuipc-bench-"
 MAGIC = int.from_bytes(b"gpuipcSG", "little")
-LAYOUT_VERSION = 1
+LAYOUT_VERSION = 2
 
 LINE = 128  # bytes per line
 _WPL = LINE // 8  # int64 words per line
@@ -50,11 +57,12 @@ HANDLE_BYTES = 64
 HANDLE_SLOTS = 32  # per worker: memory handles and the events of the signals
 _HANDLE_LINES = HANDLE_SLOTS * HANDLE_BYTES // LINE  # per worker
 
-PHASES = ("idle", "setup", "warmup", "sample", "latency", "barrier", "teardown", "done", "ceiling")
+PHASES = ("idle", "setup", "warmup", "sample", "ceiling", "latency", "barrier", "teardown", "done")
 _PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
 
 # Info line fields (word offsets inside a worker's info line).
-_PID, _DEVICE, _PHASE, _NBYTES, _ITERATION, _HEARTBEAT, _WAITING = range(7)
+_PID, _DEVICE, _PHASE, _NBYTES, _ITERATION, _HEARTBEAT, _WAITING, _WAITING_FOR, _LABEL = range(9)
+LABEL_BYTES = LINE - 8 * _LABEL
 
 # Word indices of the fixed lines.
 _MAGIC_W, _VERSION_W, _NWORKERS_W, _SLOTS_W = 0, 1, 2, 3
@@ -126,6 +134,58 @@ def spin_wait(words, index: int, target: int, deadline: float,
     return True
 
 
+def map_shared_file(size: int, what: str) -> tuple[mmap.mmap, str]:
+    """A new MAP_SHARED mapping of `size` bytes backed by a file in /dev/shm that exists
+    only for a moment: created exclusively (mode 0600, never following a planted link),
+    unlinked at once, its pages allocated, then mapped. Returns (mapping, the name it had).
+
+    The pages are allocated (posix_fallocate), not only sized (ftruncate): on a full
+    /dev/shm a sized-only file maps fine and the first write to it is a SIGBUS."""
+    folder = _shm_dir()
+    path = os.path.join(folder, PREFIX + _token())
+    flags = (os.O_RDWR | os.O_CREAT | os.O_EXCL
+             | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        fd = os.open(path, flags, 0o600)
+    except FileExistsError:
+        raise BenchError(
+            f"refusing to use {what} {path}: something with that name "
+            "already exists (planted file or link?); nothing was changed") from None
+    except OSError as exc:
+        raise BenchError(f"cannot create {what} {path}: {exc.strerror}") from exc
+    try:
+        os.unlink(path)  # from here on the file lives only as long as its mappings
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno in (errno.ENOSPC, errno.ENOMEM, errno.EFBIG, errno.EDQUOT):
+                raise BenchError(
+                    f"{folder} is full: the {what} needs {size} bytes ({_free_text(folder)}); "
+                    f"free some space in {folder}") from None
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENODEV):
+                raise
+            os.ftruncate(fd, size)  # a filesystem without fallocate
+        try:
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE, trackfd=False)
+        except TypeError:  # Python < 3.13: mmap keeps a dup of the fd (CLOEXEC)
+            mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
+                           prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError as exc:
+        raise BenchError(f"cannot map {what} {path}: {exc.strerror}") from exc
+    finally:
+        os.close(fd)
+    return mm, path
+
+
+def _free_text(folder: str) -> str:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return "free space unknown"
+    return f"{st.f_bavail * st.f_frsize} bytes free"
+
+
 class Segment:
     """One run's shared memory. Create with Segment.create() in the parent, then fork."""
 
@@ -137,6 +197,8 @@ class Segment:
         self._view = memoryview(mm)
         self.words = self._view.cast("q")  # int64 words; for hot loops with *_index()
         self._closed = False
+        self.rank: int | None = None  # this process's worker rank, once bound (see bind)
+        self._labels: dict[int, str] = {}
         n = nworkers
         self._epoch_w = tuple((2 + r) * _WPL for r in range(n))
         self._info_w = tuple((2 + n + r) * _WPL for r in range(n))
@@ -157,30 +219,7 @@ class Segment:
         if mailbox_slots < 0:
             raise ValueError(f"mailbox_slots must be 0 or more (got {mailbox_slots})")
         size = cls.size_for(nworkers, mailbox_slots)
-        path = os.path.join(_shm_dir(), PREFIX + _token())
-        flags = (os.O_RDWR | os.O_CREAT | os.O_EXCL
-                 | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-        try:
-            fd = os.open(path, flags, 0o600)
-        except FileExistsError:
-            raise BenchError(
-                f"refusing to use shared-memory segment {path}: something with that name "
-                "already exists (planted file or link?); nothing was changed") from None
-        except OSError as exc:
-            raise BenchError(f"cannot create shared-memory segment {path}: {exc.strerror}") from exc
-        try:
-            os.unlink(path)  # from here on the segment lives only as long as its mappings
-            os.ftruncate(fd, size)
-            try:
-                mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
-                               prot=mmap.PROT_READ | mmap.PROT_WRITE, trackfd=False)
-            except TypeError:  # Python < 3.13: mmap keeps a dup of the fd (CLOEXEC)
-                mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
-                               prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        except OSError as exc:
-            raise BenchError(f"cannot map shared-memory segment {path}: {exc.strerror}") from exc
-        finally:
-            os.close(fd)
+        mm, path = map_shared_file(size, "shared-memory segment")
         seg = cls(mm, path, nworkers, mailbox_slots)
         w = seg.words
         w[_MAGIC_W], w[_VERSION_W], w[_NWORKERS_W], w[_SLOTS_W] = MAGIC, LAYOUT_VERSION, nworkers, mailbox_slots
@@ -243,12 +282,23 @@ class Segment:
         d = self.words[self._info(rank) + _DEVICE]
         return None if d < 0 else d
 
-    def set_phase(self, rank: int, name: str, nbytes: int = 0, iteration: int = 0) -> None:
-        """Say what worker `rank` is doing; also stamps its heartbeat."""
+    def bind(self, rank: int) -> None:
+        """Say which worker this process is (after the fork), so that its waits are published."""
+        self._info(rank)
+        self.rank = rank
+
+    def set_phase(self, rank: int, name: str, nbytes: int = 0, iteration: int = 0, label: str = "") -> None:
+        """Say what worker `rank` is doing; also stamps its heartbeat. `label` names what the
+        phase measures where the phase alone does not (the ceiling's link, e.g. 'd2d@0')."""
         code = _PHASE_CODE.get(name)
         if code is None:
             raise ValueError(f"unknown phase {name!r}; phases are {', '.join(PHASES)}")
         w, base = self.words, self._info(rank)
+        if self._labels.get(rank, "") != label:
+            data = label.encode("utf-8", "replace")[:LABEL_BYTES]
+            off = (base + _LABEL) * 8
+            self._mm[off:off + LABEL_BYTES] = data.ljust(LABEL_BYTES, b"\0")
+            self._labels[rank] = label
         w[base + _NBYTES] = nbytes
         w[base + _ITERATION] = iteration
         w[base + _PHASE] = code
@@ -260,9 +310,64 @@ class Segment:
         name = PHASES[code] if 0 <= code < len(PHASES) else f"phase#{code}"
         return name, w[base + _NBYTES], w[base + _ITERATION]
 
+    def phase_label(self, rank: int) -> str:
+        off = (self._info(rank) + _LABEL) * 8
+        return self._mm[off:off + LABEL_BYTES].rstrip(b"\0").decode("utf-8", "replace")
+
+    def beat(self, rank: int) -> None:
+        """Stamp worker `rank`'s heartbeat: it is making progress (a row, a progress step)."""
+        self.words[self._info(rank) + _HEARTBEAT] = time.monotonic_ns()
+
     def heartbeat(self, rank: int) -> int:
-        """time.monotonic_ns() of the last set_phase of worker `rank` (0: never)."""
+        """time.monotonic_ns() of worker `rank`'s last sign of progress (0: never)."""
         return self.words[self._info(rank) + _HEARTBEAT]
+
+    def waiting_for(self, rank: int) -> int | None:
+        """The rank worker `rank` is waiting for right now (barrier or mailbox), or None."""
+        value = self.words[self._info(rank) + _WAITING_FOR]
+        return value - 1 if 0 < value <= self.nworkers else None
+
+    def waits_chain(self, rank: int) -> list[int]:
+        """`rank`, the worker it waits for, the one that one waits for, ... (no repeats)."""
+        chain = [rank]
+        other = self.waiting_for(rank)
+        while other is not None and other not in chain:
+            chain.append(other)
+            other = self.waiting_for(other)
+        return chain
+
+    def last_progress(self, rank: int) -> float:
+        """When worker `rank` last made progress, in time.monotonic() seconds: its own
+        heartbeat, or that of the worker it waits for (and so on), whichever is latest.
+        A worker that waits for a busy one is not silent."""
+        return max(self.heartbeat(r) for r in self.waits_chain(rank)) / 1e9
+
+    def await_word(self, index: int, target: int, timeout: float, others: tuple[int, ...] | list[int] = (),
+                   where: str = "the barrier", me: int | None = None, spin_seconds: float = SPIN_SECONDS,
+                   yield_seconds: float = YIELD_SECONDS) -> None:
+        """Wait until words[index] >= target, for workers `others`. Times out (BarrierTimeout
+        naming them) only once none of them has made progress for `timeout` seconds
+        (without `others`: after `timeout`); BarrierAborted as soon as the run is aborted.
+        While it waits, worker `me` (default: the bound rank) is published as waiting for
+        the first of `others`."""
+        w = self.words
+        start = time.monotonic()
+        deadline = start + timeout
+        me = self.rank if me is None else me
+        mine = None if me is None or not others else self._info(me) + _WAITING_FOR
+        if mine is not None:
+            w[mine] = others[0] + 1
+        try:
+            while not spin_wait(w, index, target, deadline, spin_seconds, yield_seconds):
+                last = max([start] + [self.last_progress(r) for r in others])
+                if time.monotonic() - last >= timeout:
+                    raise BarrierTimeout(list(others), timeout, where=where)
+                deadline = last + timeout
+            if me is not None:  # the wait is over: progress (it lived on the others' until now)
+                w[self._info(me) + _HEARTBEAT] = time.monotonic_ns()
+        finally:
+            if mine is not None:
+                w[mine] = 0
 
     # -- handle table ----------------------------------------------------------
 
@@ -300,17 +405,22 @@ class Segment:
         return self.words[self._mail_w[slot]]
 
     def wait_until(self, slot: int, target: int, timeout: float,
-                   waiting_for: list[int] | None = None) -> None:
-        """Wait until load(slot) >= target. BarrierAborted if the run is aborted,
-        BarrierTimeout (naming `waiting_for`) after `timeout` seconds."""
+                   waiting_for: list[int] | None = None, where: str | None = None) -> None:
+        """Wait until load(slot) >= target, a value worker(s) `waiting_for` will store.
+        BarrierAborted if the run is aborted; BarrierTimeout (naming them, and `where`, a
+        name a user can read, like "the producer's 'filled' signal") once they have made
+        no progress for `timeout` seconds."""
         index = self.mailbox_index(slot)
         w = self.words
         if w[index] >= target:
             return
         if w[ABORT_INDEX]:
             raise BarrierAborted("run aborted")
-        if not spin_wait(w, index, target, time.monotonic() + timeout):
-            raise BarrierTimeout(waiting_for or [], timeout, where=f"mailbox slot {slot}")
+        others = tuple(waiting_for or ())
+        if where is None:
+            where = (f"a hand-off from {', '.join(f'worker {r}' for r in others)}" if others
+                     else "a hand-off")
+        self.await_word(index, target, timeout, others, where)
 
     # -- barrier epochs --------------------------------------------------------
 

@@ -47,10 +47,11 @@ def invoke(*args: str) -> tuple[int, str]:
 
 
 def assert_refused(code: int, output: str, *words: str) -> None:
-    """Exit 2, exactly one 'Error:' line holding every word, and no traceback."""
+    """Exit 2, one line: 'Error:' holding every word (no usage block, no traceback)."""
     assert code == 2, output
     errors = [line for line in output.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1, output
+    assert output.strip() == errors[0], f"more than the one Error: line:\n{output}"
     for word in words:
         assert word in errors[0], f"{word!r} not in {errors[0]!r}"
     assert "Traceback" not in output
@@ -75,16 +76,22 @@ RUN = ["run", "-s", "host", "--out", "r.csv"]
     (["--sizes", "2048T"], ["--sizes", "larger than any buffer"]),
     (["--sizes", "4M..4K:x4"], ["--sizes", "reversed"]),
     # numbers
-    (["--iterations", "-5"], ["--iterations must be at least 1"]),
-    (["--iterations", "many"], ["--iterations", "not a valid integer"]),
-    (["--iterations", "1.5"], ["--iterations", "not a valid integer"]),
-    (["--warmup", "x"], ["--warmup", "not a valid integer"]),
-    (["--workers", "-3"], ["--workers must be at least 1"]),
+    (["--iterations", "-5"], ["--iterations", "must be 1 to 100000 timed samples per group (got -5)"]),
+    (["--iterations", "many"], ["--iterations", "'many' is not a whole number"]),
+    (["--iterations", "1.5"], ["--iterations", "'1.5' is not a whole number"]),
+    (["--warmup", "x"], ["--warmup", "'x' is not a whole number"]),
+    (["--workers", "-3"], ["--workers", "must be 1 to 64 worker processes (got -3)"]),
     (["--workers", "1"], ["--workers 1: scenario host takes 2 to 8 workers"]),
-    (["--timeout", "-1"], ["--timeout must be positive"]),
-    (["--timeout", "nan"], ["--timeout must be positive"]),
-    (["--timeout", "inf"], ["--timeout must be positive", "cannot be infinite"]),
-    (["--timeout", "soon"], ["--timeout", "not a valid float"]),
+    (["--timeout", "-1"], ["--timeout", "must be 0.1 to 86400 seconds (got -1)"]),
+    (["--timeout", "nan"], ["--timeout", "(got nan)"]),
+    (["--timeout", "inf"], ["--timeout", "(got inf)"]),
+    (["--timeout", "soon"], ["--timeout", "'soon' is not a number"]),
+    # item 12 of issue 12: unbounded numbers run for ever
+    (["-n", str(10 ** 20)], ["--iterations", "must be 1 to 100000", f"(got {10 ** 20})"]),
+    (["--warmup", str(10 ** 10)], ["--warmup", "must be 0 to 10000", f"(got {10 ** 10})"]),
+    (["--iterations", "10**20"], ["--iterations", "not a whole number"]),
+    (["--workers", "1000000"], ["--workers", "must be 1 to 64"]),
+    (["--timeout", "1e300"], ["--timeout", "must be 0.1 to 86400 seconds"]),
     # --chunk
     (["--chunk", "0"], ["--chunk", "at least 1 byte"]),
     (["--chunk", "4K,8K"], ["--chunk takes one size"]),

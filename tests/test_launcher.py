@@ -1,34 +1,25 @@
 """The launcher with real forked processes: rows come back, faults end the run promptly and cleanly."""
 
 import os
-import time
 
 import pytest
 
-from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import WorkerFailed
-from gpuipc_bench.launcher import run_scenario
-from gpuipc_bench.scenarios import SCENARIOS
-
-HOST = SCENARIOS["host"]
 
 
-def run_host(monkeypatch, fault=None, timeout=10.0, workers=2, sizes=(64, 4096, 1 << 16), iterations=4, warmup=1):
-    if fault:
-        monkeypatch.setenv("GPUIPC_BENCH_FAULT", fault)
-    else:
-        monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)
-    config = RunConfig(scenarios=("host",), sizes=sizes, iterations=iterations, warmup=warmup,
-                       timeout=timeout, workers=workers)
-    specs = HOST.workers(config, None)
-    rows, steps = [], []
-    start = time.monotonic()
-    outcome = run_scenario(HOST, config, specs, on_row=rows.append, on_progress=steps.append)
-    return outcome, rows, time.monotonic() - start
+@pytest.fixture
+def run_host(run_scenario):
+    """The host scenario through the launcher: (outcome, rows, seconds)."""
+
+    def run(fault=None, timeout=10.0, workers=2, sizes=(64, 4096, 1 << 16), iterations=4, warmup=1):
+        return run_scenario("host", fault, sizes=sizes, iterations=iterations, warmup=warmup,
+                            timeout=timeout, workers=workers)
+
+    return run
 
 
-def test_rows_come_back(monkeypatch, no_leaks):
-    outcome, rows, _ = run_host(monkeypatch)
+def test_rows_come_back(run_host, no_leaks):
+    outcome, rows, _ = run_host()
     assert outcome.ok and outcome.rows == len(rows)
     metrics = {(r["path"], r["metric"]) for r in rows}
     assert metrics == {("host", "bandwidth"), ("ceiling", "bandwidth"), ("host", "latency")}
@@ -37,15 +28,15 @@ def test_rows_come_back(monkeypatch, no_leaks):
     assert all(r["verified"] is True and r["seconds"] > 0 for r in bandwidth)
 
 
-def test_many_consumers(monkeypatch, no_leaks):
-    outcome, rows, _ = run_host(monkeypatch, workers=4, sizes=(4096,), iterations=2)
+def test_many_consumers(run_host, no_leaks):
+    outcome, rows, _ = run_host(workers=4, sizes=(4096,), iterations=2)
     assert outcome.ok
     timed = [r for r in rows if r["path"] == "host" and r["metric"] == "bandwidth"]
     assert len(timed) == 2 and {r["workers"] for r in timed} == {4}  # timed until the last consumer is done
 
 
-def test_killed_worker_ends_run_keeps_samples(monkeypatch, no_leaks):
-    outcome, rows, elapsed = run_host(monkeypatch, fault="kill:1:sample:7", timeout=30)
+def test_killed_worker_ends_run_keeps_samples(run_host, no_leaks):
+    outcome, rows, elapsed = run_host(fault="kill:1:sample:7", timeout=30)
     assert isinstance(outcome.error, WorkerFailed)
     message = str(outcome.error)
     assert "worker 1 (consumer, CPU) was killed by SIGKILL" in message
@@ -56,27 +47,27 @@ def test_killed_worker_ends_run_keeps_samples(monkeypatch, no_leaks):
 
 
 @pytest.mark.parametrize("phase", ["setup:1", "barrier:5", "latency:2"])
-def test_killed_anywhere(monkeypatch, no_leaks, phase):
-    outcome, rows, elapsed = run_host(monkeypatch, fault=f"kill:0:{phase}", timeout=30)
+def test_killed_anywhere(run_host, no_leaks, phase):
+    outcome, rows, elapsed = run_host(fault=f"kill:0:{phase}", timeout=30)
     assert "worker 0 (producer, CPU) was killed by SIGKILL" in str(outcome.error)
     assert elapsed < 10
 
 
-def test_hung_worker_is_named(monkeypatch, no_leaks):
-    outcome, rows, elapsed = run_host(monkeypatch, fault="hang:1:sample:3", timeout=1.5)
+def test_hung_worker_is_named(run_host, no_leaks):
+    outcome, rows, elapsed = run_host(fault="hang:1:sample:3", timeout=1.5)
     message = str(outcome.error)
     assert "worker 1" in message and ("did not arrive" in message or "no progress" in message)
     assert elapsed < 1.5 + 6
 
 
-def test_exception_in_worker(monkeypatch, no_leaks):
-    outcome, rows, _ = run_host(monkeypatch, fault="raise:1:sample:2")
+def test_exception_in_worker(run_host, no_leaks):
+    outcome, rows, _ = run_host(fault="raise:1:sample:2")
     assert "RuntimeError: injected fault in phase sample" in str(outcome.error)
     assert "Traceback" in outcome.error.traceback_text
 
 
-def test_corruption_is_caught(monkeypatch, no_leaks):
-    outcome, rows, _ = run_host(monkeypatch, fault="corrupt", warmup=0)
+def test_corruption_is_caught(run_host, no_leaks):
+    outcome, rows, _ = run_host(fault="corrupt", warmup=0)
     message = str(outcome.error)
     assert "verification failed on path host/shared-buffer at size 64 B" in message
     assert "offset 32" in message

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import io
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +98,81 @@ def test_a_recycled_pid_is_never_signalled(fake_mps, monkeypatch):
     finally:
         problems = daemon.stop(timeout=0.5)
     assert problems == [f"process {os.getpid()} of the MPS daemon did not exit, and is not ours to signal"]
+
+
+# --------------------------------------------------------------------------- the daemon never outlives the run
+
+
+def start_in_a_child(temp: Path) -> tuple[subprocess.Popen, int, int, str]:
+    """A process that starts a private daemon (the fake) and then waits to be killed:
+    (the process, the daemon's pid, its guard's pid, the pipe directory)."""
+    code = ("import time; from gpuipc_bench import mps; d = mps.MpsDaemon.start(); "
+            "print(d.pid, d.guard.pid, d.pipe_dir, flush=True); time.sleep(120)")
+    env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+    daemon_pid, guard_pid, pipe_dir = child.stdout.readline().split()
+    return child, int(daemon_pid), int(guard_pid), pipe_dir
+
+
+def gone_within(seconds: float, *pids: int) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(mps.alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(mps.alive(pid) for pid in pids)
+
+
+def test_the_guard_stops_the_daemon_of_a_killed_run(fake_mps):
+    """Issue 12 item 5: SIGKILL of the run (no cleanup of its own runs) still stops the daemon."""
+    child, daemon_pid, guard_pid, _ = start_in_a_child(fake_mps)
+    assert mps.alive(daemon_pid) and mps.alive(guard_pid)
+    child.kill()
+    child.wait()
+    start = time.monotonic()
+    assert gone_within(5, daemon_pid, guard_pid), "the daemon (or its guard) outlived the run by 5 s"
+    assert time.monotonic() - start < 5
+    assert ours(fake_mps) == [], "and its folders are removed"
+
+
+def test_a_stale_daemon_of_an_earlier_run_is_stopped_and_named(fake_mps):
+    """The guard was killed too (say, the whole session was SIGKILLed): the next run finds
+    the daemon, whose owner is gone, stops it and says so."""
+    child, daemon_pid, guard_pid, _ = start_in_a_child(fake_mps)
+    os.kill(guard_pid, signal.SIGKILL)
+    child.kill()
+    child.wait()
+    assert gone_within(5, guard_pid) and mps.alive(daemon_pid)
+    assert mps.stop_stale_daemons() == [
+        f"stopped the private MPS daemon (pid {daemon_pid}) that an earlier run (pid {child.pid}) left running"]
+    assert not mps.alive(daemon_pid)
+    assert ours(fake_mps) == []
+    assert mps.stop_stale_daemons() == []
+
+
+def test_a_live_run_s_daemon_is_not_stale(fake_mps):
+    daemon = mps.MpsDaemon.start()
+    try:
+        assert mps.stop_stale_daemons() == [] and daemon.running()
+    finally:
+        guard = daemon.guard
+        daemon.stop()
+    assert guard.poll() is not None, "the guard leaves with the daemon it guarded"
+
+
+def test_run_stops_a_stale_daemon_and_says_so(fake_mps, tmp_path, no_leaks):
+    child, daemon_pid, guard_pid, _ = start_in_a_child(fake_mps)
+    os.kill(guard_pid, signal.SIGKILL)
+    child.kill()
+    child.wait()
+    from click.testing import CliRunner
+
+    from gpuipc_bench.cli import cli
+
+    result = CliRunner().invoke(cli, ["run", "-s", "barrier", "-n", "1", "--warmup", "0",
+                                      "--out", str(tmp_path / "r.csv")], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert (f"note: stopped the private MPS daemon (pid {daemon_pid}) that an earlier run (pid {child.pid}) "
+            "left running") in " ".join(result.output.split())
+    assert not mps.alive(daemon_pid)
 
 
 def test_serves_this_process(fake_mps, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import stat
 from pathlib import Path
 
 import pandas as pd
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuipc_bench import results
-from gpuipc_bench.errors import ResultsFormatError
+from gpuipc_bench.errors import BenchError, ResultsFormatError
 from gpuipc_bench.results import COLUMNS, MAGIC, SCHEMA_VERSION, ResultsFile, new_row, read_results
 
 DATA = Path(__file__).parent / "data"
@@ -186,13 +187,13 @@ def test_failed_write_keeps_previous_file_and_removes_temp(tmp_path, monkeypatch
     rf = ResultsFile(path, META)
     rf.add(sample_rows()[:2])
     rf.write(partial=True, status="running")
+    rf.add(sample_rows()[2:])  # appended to the file as they come
     before = path.read_bytes()
 
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(results.os, "replace", broken_replace)
-    rf.add(sample_rows()[2:])
     with pytest.raises(OSError):
         rf.write(partial=False)
     assert path.read_bytes() == before
@@ -436,3 +437,80 @@ def test_schema_1_files_read_with_the_measure_derived_and_l2_unknown():
 def test_a_row_refuses_an_unknown_measure():
     with pytest.raises(ValueError, match="measure"):
         new_row(seconds=1.0, measure="burst")
+
+
+# --------------------------------------------------------------------------- faults (issue 12)
+
+
+def test_rows_are_appended_as_they_come_and_a_torn_last_line_is_dropped(tmp_path):
+    """A SIGKILL keeps every row added since the last full write; a kill in the middle of an
+    append leaves a torn last line, which a reader of a partial file drops."""
+    path = tmp_path / "run.csv"
+    rf = ResultsFile(path, META)
+    rf.write(partial=True, status="running")
+    rows = sample_rows()
+    rf.add(rows[:3])
+    frame, meta = read_results(path)  # no final write: what a SIGKILL leaves
+    assert len(frame) == 3 and meta["partial"] == "true" and meta["status"] == "running"
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write("ceiling,ceiling,d2d@0,stream,bandw")  # torn
+    assert len(read_results(path)[0]) == 3
+    rf.add(rows[3:4])  # appends after the torn text: that line is now whole but wrong
+    with pytest.raises(ResultsFormatError, match="line"):
+        read_results(path)
+    rf.write(partial=False)  # the final write puts everything right
+    rf.close()
+    assert len(read_results(path)[0]) == 4
+
+
+def test_a_torn_line_in_a_complete_file_is_an_error(tmp_path):
+    path = tmp_path / "run.csv"
+    rf = ResultsFile(path, META)
+    rf.add(sample_rows())
+    rf.write(partial=False)
+    rf.close()
+    path.write_text(path.read_text()[:-10])
+    with pytest.raises(ResultsFormatError, match="the file may be truncated"):
+        read_results(path)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_only_a_regular_file_is_ever_replaced(tmp_path, kind):
+    path = tmp_path / "run.csv"
+    if kind == "fifo":
+        os.mkfifo(path)
+    else:
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+        except PermissionError:
+            pytest.skip("mknod needs root")
+    with pytest.raises(BenchError, match="is not a regular file; not replacing it"):
+        ResultsFile(path, META).write(partial=False)
+    mode = os.lstat(path).st_mode
+    assert stat.S_ISFIFO(mode) if kind == "fifo" else stat.S_ISCHR(mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.csv"], "no temp file left"
+
+
+def test_a_symlink_is_followed_not_replaced(tmp_path):
+    target = tmp_path / "data" / "real.csv"
+    target.parent.mkdir()
+    link = tmp_path / "run.csv"
+    link.symlink_to(target)
+    rf = ResultsFile(link, META)
+    rf.write(partial=True, status="running")
+    rf.add(sample_rows()[:2])
+    rf.write(partial=False)
+    rf.close()
+    assert link.is_symlink() and len(read_results(target)[0]) == 2
+
+
+def test_the_reader_refuses_what_cannot_be_a_results_file_before_reading_it(tmp_path, monkeypatch):
+    fifo = tmp_path / "fifo.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(ResultsFormatError, match="not a regular file"):
+        read_results(fifo)  # would block for ever if it were opened
+    monkeypatch.setattr(results, "MAX_RESULTS_BYTES", 100)
+    big = tmp_path / "big.csv"
+    big.write_text("# gpuipc-bench results\n" + "#\n" * 100)
+    with pytest.raises(ResultsFormatError, match="larger than any results file"):
+        read_results(big)

@@ -124,15 +124,20 @@ def test_names_are_unpredictable():
 
 
 def test_a_failed_create_leaves_nothing(monkeypatch):
-    """ftruncate fails (say /dev/shm is full): the error is ours, and no name is left behind."""
+    """/dev/shm is full: the pages are allocated up front, so the error is one line naming
+    the folder and the bytes needed (not a SIGBUS at the first write), and no name is left."""
     before = _ours()
 
-    def full(fd, size):
+    def full(fd, offset, size):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(segment_mod.os, "ftruncate", full)
-    with pytest.raises(BenchError, match="No space left on device"):
+    monkeypatch.setattr(segment_mod.os, "posix_fallocate", full)
+    with pytest.raises(BenchError) as info:
         Segment.create(2)
+    message = str(info.value)
+    assert message.startswith(f"{segment_mod._shm_dir()} is full: the shared-memory segment needs "
+                              f"{Segment.size_for(2, 16)} bytes"), message
+    assert "\n" not in message
     assert _ours() <= before
 
 
@@ -280,7 +285,9 @@ def test_mailbox_and_wait_until():
             seg.wait_until(4, 1, timeout=0.05, waiting_for=[1])
         assert 0.05 <= time.monotonic() - t0 < 2
         assert info.value.missing == [1]
-        assert str(info.value) == "worker 1 did not arrive at the mailbox slot 4 within 0.05 s"
+        assert str(info.value) == "worker 1 made no progress for 0.05 s (awaited at a hand-off from worker 1)"
+        with pytest.raises(BarrierTimeout, match="awaited at the producer's 'filled' signal"):
+            seg.wait_until(4, 1, timeout=0.05, waiting_for=[1], where="the producer's 'filled' signal")
         with pytest.raises(ValueError):
             seg.wait_until(6, 1, timeout=0.01)
         seg.abort()
@@ -345,3 +352,51 @@ def test_fields_hold_any_int64(phase, nbytes, iteration, value):
         assert seg.phase(0) == ("idle", 0, 0)
         assert seg.load(0) == value
         assert seg.epochs() == [0, 0] and not seg.aborted
+
+
+# -- timeouts bound a silence -----------------------------------------------------------------
+
+
+def _busy_then_store(seg, seconds):
+    """Worker 1: busy (beating every 50 ms) for `seconds`, then stores the awaited value."""
+    seg.bind(1)
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        seg.set_phase(1, "ceiling", 64 << 20, 0, label="memcpy@host")
+        time.sleep(0.05)
+    seg.store(0, 1)
+    time.sleep(60)  # killed by the test
+
+
+def test_a_wait_outlasts_its_timeout_while_the_other_makes_progress():
+    with Segment.create(2, mailbox_slots=1) as seg:
+        p = CTX.Process(target=_busy_then_store, args=(seg, 1.0), daemon=True)
+        p.start()
+        try:
+            t0 = time.monotonic()
+            seg.wait_until(0, 1, timeout=0.3, waiting_for=[1])  # 1 s of progress, 0.3 s timeout
+            assert time.monotonic() - t0 >= 0.9
+            assert seg.phase(1) == ("ceiling", 64 << 20, 0) and seg.phase_label(1) == "memcpy@host"
+        finally:
+            p.kill()
+            p.join()
+
+
+def test_a_waiting_worker_is_published_and_lives_on_the_progress_of_whom_it_waits_for():
+    with Segment.create(3, mailbox_slots=1) as seg:
+        seg.bind(0)
+        seen = []
+
+        def look():
+            seg.beat(2)  # worker 0 itself is silent, but the one it waits for is not
+            seen.append((seg.waiting_for(0), seg.waits_chain(0), abs(seg.last_progress(0) - time.monotonic()) < 1))
+
+        import threading
+
+        timer = threading.Timer(0.05, look)
+        timer.start()
+        with pytest.raises(BarrierTimeout):
+            seg.wait_until(0, 1, timeout=0.2, waiting_for=[2])
+        timer.join()
+        assert seen == [(2, [0, 2], True)]
+        assert seg.waiting_for(0) is None and seg.waits_chain(0) == [0]

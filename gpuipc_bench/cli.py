@@ -17,6 +17,7 @@ import shlex
 import signal
 import socket
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -440,6 +441,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose):
         with progress:
             for scenario, specs in plan:
                 task = progress.add_task(scenario.name, total=scenario.progress_total(config, specs))
+                started = time.monotonic()
                 outcome = run_scenario(
                     scenario, config, specs,
                     on_row=lambda row: results.add([row]),
@@ -450,6 +452,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose):
                     progress.update(task, description=f"[red]{scenario.name}")
                 else:
                     done.append(scenario.name)
+                results.set_meta(f"seconds.{scenario.name}", f"{time.monotonic() - started:.1f}")
                 results.write(partial=bool(failures), status=_status(done, failures, running=True))
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT

@@ -39,10 +39,12 @@ import re
 import stat
 import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: `run` and `list` start faster
+    import pandas as pd
 
 from gpuipc_bench.errors import BenchError, NewerSchemaError, ResultsFormatError
 
@@ -157,11 +159,11 @@ def new_row(**fields: Any) -> dict[str, Any]:
 
     for col in BOOL_COLUMNS:
         flag = row[col]
-        if flag is not None and flag is not pd.NA:
+        if flag is not None and not _is_na(flag):
             if not isinstance(flag, (bool, np.bool_)):
                 raise ValueError(f"{col} must be True, False or None, not {flag!r}")
             flag = bool(flag)
-        row[col] = None if flag is pd.NA else flag
+        row[col] = None if _is_na(flag) else flag
     return {col: row[col] for col in COLUMNS}
 
 
@@ -184,18 +186,29 @@ def _as_float(col: str, value: Any) -> float:
         raise ValueError(f"{col} must be a number, not {value!r}") from None
 
 
+def _pd():
+    import pandas
+
+    return pandas
+
+
+def _is_na(value: Any) -> bool:
+    """pandas.NA, without importing pandas."""
+    return type(value).__name__ == "NAType"
+
+
 def empty_frame() -> pd.DataFrame:
     """A results frame with no rows and the right columns and dtypes."""
-    return typed_frame(pd.DataFrame({col: [] for col in COLUMNS}))
+    return typed_frame(_pd().DataFrame({col: [] for col in COLUMNS}))
 
 
 def typed_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Give the COLUMNS their dtypes (str, int64, float64, nullable boolean) and order;
     extra columns are kept after them, unchanged."""
-    out = pd.DataFrame(index=range(len(df)))
+    out = _pd().DataFrame(index=range(len(df)))
     values = df.reset_index(drop=True)
     for col in STR_COLUMNS:
-        out[col] = values[col].fillna("").astype(str) if len(values) else pd.Series([], dtype=str)
+        out[col] = values[col].fillna("").astype(str) if len(values) else _pd().Series([], dtype=str)
     for col in INT_COLUMNS:
         out[col] = values[col].astype("int64")
     for col in FLOAT_COLUMNS:
@@ -248,7 +261,7 @@ class ResultsFile:
     def frame(self) -> pd.DataFrame:
         if not self._rows:
             return empty_frame()
-        return typed_frame(pd.DataFrame.from_records(self._rows, columns=list(COLUMNS)))
+        return typed_frame(_pd().DataFrame.from_records(self._rows, columns=list(COLUMNS)))
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -282,7 +295,7 @@ def format_rows(rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def _cell_text(value: Any) -> str:
-    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+    if value is None or _is_na(value) or (isinstance(value, float) and math.isnan(value)):
         return ""
     return repr(value) if isinstance(value, float) else str(value)
 
@@ -543,8 +556,8 @@ def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERS
             raise bad(f"line {line}: {len(record)} fields, expected {len(header)} (the file may be truncated)")
         records.append(record)
         lines.append(line)
-    raw = pd.DataFrame(records, columns=header, dtype=object) if records else pd.DataFrame(
-        {name: pd.Series([], dtype=object) for name in header}
+    raw = _pd().DataFrame(records, columns=header, dtype=object) if records else _pd().DataFrame(
+        {name: _pd().Series([], dtype=object) for name in header}
     )
 
     for col in sorted(later - set(header)):
@@ -579,7 +592,7 @@ def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERS
     for col in header:
         if col not in COLUMNS:
             converted[col] = raw[col].astype(object)
-    frame = pd.DataFrame(converted, columns=list(COLUMNS) + [c for c in header if c not in COLUMNS])
+    frame = _pd().DataFrame(converted, columns=list(COLUMNS) + [c for c in header if c not in COLUMNS])
     if not records:
         frame = frame.astype({c: "int64" for c in INT_COLUMNS} | {c: "float64" for c in FLOAT_COLUMNS})
     return typed_frame(frame)
@@ -635,7 +648,7 @@ def _float_cell(required: bool = False, positive: bool = False):
 def _bool_cell(value: str) -> Any:
     text = value.strip().lower()
     if not text:
-        return pd.NA
+        return _pd().NA
     if text in _TRUE:
         return True
     if text in _FALSE:

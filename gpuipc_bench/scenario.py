@@ -133,6 +133,24 @@ def sharing_mode(devices: list[int | None]) -> str:
     return "mps" if serves_this_process() else "time-sliced"
 
 
+def unlink_driver_files(pid: int) -> None:
+    """Unlink the CUDA driver's /dev/shm/cuda.shm.<n>.<pid in hex>.<n> files of process `pid`
+    (made for its interprocess events, never removed by the driver). Called by each worker once
+    every worker has opened the others' handles (lock_names): the mappings stay valid, and no
+    file is left behind however the run ends, a SIGKILL of the parent included."""
+    try:
+        names = os.listdir("/dev/shm")
+    except OSError:
+        return
+    for name in names:
+        parts = name.split(".")
+        if len(parts) == 5 and parts[:2] == ["cuda", "shm"] and parts[3] == f"{pid:x}":
+            try:
+                os.unlink(os.path.join("/dev/shm", name))
+            except OSError:
+                pass
+
+
 @dataclasses.dataclass
 class WorkerContext:
     """Everything a worker has. Built by the launcher inside the forked child."""
@@ -226,6 +244,7 @@ class WorkerContext:
         if len(sums) != 1:
             raise RuntimeError("the workers named their mailbox slots or handles in different orders")
         self._locked = True
+        unlink_driver_files(os.getpid())
 
     def store(self, name: str, value: int) -> None:
         self.segment.store(self.slot(name), value)

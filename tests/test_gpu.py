@@ -247,7 +247,7 @@ def test_peer_moves_the_right_bytes(monkeypatch, no_leaks):
 
 @pytest.mark.gpu
 def test_latency_on_one_gpu(monkeypatch, no_leaks):
-    outcome, rows = run(monkeypatch, "latency", sizes=(0, 4, 4099))
+    outcome, rows = run(monkeypatch, "latency", sizes=(0, 4, 4096))
     assert outcome.ok, outcome.error
     variants = {r["variant"] for r in rows}
     assert {"device-pingpong", "device-ll", "host-pingpong", "flag-pingpong", "barrier"} <= variants
@@ -268,7 +268,7 @@ def test_latency_catches_a_wrong_answer(monkeypatch, no_leaks):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("protocol, nbytes", [("device-pingpong", 0), ("device-ll", 64)])
+@pytest.mark.parametrize("protocol, nbytes", [("device-pingpong", 0), ("device-ll", 4096)])
 def test_a_silent_peer_ends_the_kernel_within_the_spin_timeout(monkeypatch, no_leaks, protocol, nbytes):
     from gpuipc_bench.pingpong import DevicePingPong
 

@@ -242,7 +242,7 @@ def info():
 @click.option("--sizes", type=SizesType(), default=None,
               help="Message sizes: a range doubling from A to B (4KiB..1GiB), with a step "
                    "(4..1G:x4), or a list (4K,64K,1M). K/M/G are powers of 1024, kB/MB/GB of 1000. "
-                   "Default: 4 B..256 MiB in steps of 4 (host: up to 64 MiB).")
+                   "Default: 4 B..256 MiB in steps of 4 (host: up to 16 MiB).")
 @click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",
               help="Exactly N timed samples per group (turns the adaptive count off).")
 @click.option("--min-samples", type=Bounded("min_samples"), default=6, show_default=True,

@@ -37,8 +37,11 @@ def ops_per_transfer(units: int, handoff: bool) -> int:
     return 2 * units + (1 if handoff else 0)
 
 
+MAX_TRANSFERS = 64  # a sample's transfers: each is enqueued in step with the other process, from Python
+
+
 def max_transfers(units: int, handoff: bool) -> int:
-    return max(1, QUEUE_OPS // ops_per_transfer(units, handoff))
+    return max(1, min(MAX_TRANSFERS, QUEUE_OPS // ops_per_transfer(units, handoff)))
 
 
 class Exchange:

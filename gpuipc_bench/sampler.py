@@ -30,7 +30,7 @@ from gpuipc_bench.patterns import seed_for
 from gpuipc_bench.results import new_row
 
 TARGET_SAMPLE_S = 0.005  # a sample of many transfers lasts about this long once calibrated
-SETUP_REPEATS = 5  # every setup operation is timed this many times, each on fresh objects
+SETUP_REPEATS = 6  # every setup operation is timed this many times, each on fresh objects (6: a 95% interval)
 _REPS_BITS = 20  # the decision word: sample number << 20 | reps << 1 | stop
 SOLO_SEEDS = 0x50105EED  # solo samples' seeds differ from the shared ones
 

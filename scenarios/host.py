@@ -28,7 +28,7 @@ from gpuipc_bench.sampler import Sample, Sampler
 from gpuipc_bench.scenario import Scenario, WorkerSpec
 
 PINGPONG_MAX_BYTES = 64 << 10
-BATCH_BYTES = 64 << 20  # a sample moves about this much, in at most MAX_BATCH transfers
+BATCH_BYTES = 16 << 20  # a sample moves about this much, in at most MAX_BATCH transfers
 MAX_BATCH = 1000
 PINGPONG_ROUNDS = 200
 CEILING = "memcpy@host"

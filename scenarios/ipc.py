@@ -13,7 +13,7 @@ the second). Variants: the consumer pulls from the producer's memory with the co
            slot r + 1 after that. Push: the consumer copies, signals, the producer signals back.
 
 The receiving side verifies every slot after each sample (a copy that ran before its mark
-fails). Set-up rows, 5 each on fresh allocations: cudaIpcGetMemHandle, the first
+fails). Set-up rows, 6 each on fresh allocations: cudaIpcGetMemHandle, the first
 cudaIpcOpenMemHandle, cudaIpcCloseMemHandle, and the event handle's export and open.
 
 Latency ('ce-pingpong', host-driven, at 4 B, 4 KiB, 64 KiB and 1 MiB of the sweep): the
@@ -37,11 +37,10 @@ from gpuipc_bench.gpu.device import enable_peer_access
 from gpuipc_bench.gpu.memory import DeviceBuffer, IpcEvent, MappedBuffer, Ring, reps_for
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import Sample
+from gpuipc_bench.sampler import SETUP_REPEATS, Sample
 from gpuipc_bench.signal import Signal
 
 VARIANTS = ("ce", "sm", "push")
-HANDOFF_MAX_TRANSFERS = 128
 PINGPONG_SIZES = (4, 4 << 10, 64 << 10, 1 << 20)
 PINGPONG_ROUNDS = 200  # before calibration to about 5 ms a sample
 REPLY = 0x5A5A5A5A  # the consumer answers with the pattern of seed ^ REPLY
@@ -77,10 +76,10 @@ class IpcWorker(PairWorker):
         yield from rows
 
     def setup_costs(self) -> Iterator[dict]:
-        """Export (producer) and first open, close, event open (consumer), 5 times on fresh objects."""
+        """Export (producer) and first open, close, event open (consumer), each on fresh objects."""
         ctx, n = self.ctx, self.ring_bytes()
         src, dst = self.pdev, self.cdev
-        for i in range(5):
+        for i in range(SETUP_REPEATS):
             ctx.phase("setup", n, i)
             if self.producer:
                 buf = DeviceBuffer(n, self.device)
@@ -152,7 +151,7 @@ class IpcWorker(PairWorker):
             reps, timer = reps_for(nbytes), self.ctx.rank == CONSUMER
             take = self.push_stream if push else self.pull_stream
         else:
-            reps = min(reps_for(nbytes), max_transfers(1, True), HANDOFF_MAX_TRANSFERS)
+            reps = min(reps_for(nbytes), max_transfers(1, True))
             timer = self.ctx.rank == (PRODUCER if push else CONSUMER)
             take = self.push_handoff if push else self.pull_handoff
         group = self.group(variant, measure, nbytes, src, dst, self.ceiling_for(variant), reps)

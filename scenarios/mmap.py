@@ -13,7 +13,7 @@ slot r into region slot r, then into the consumer's device ring slot r:
 
 Measured like staging's GPU-ordered variants (stream and handoff, gpuipc_bench.exchange), and
 verified slot by slot by the consumer. Set-up rows: the first touch of the region's pages
-(once), then cudaHostRegister and cudaHostUnregister of the whole region, 5 times each.
+(once), then cudaHostRegister and cudaHostUnregister of the whole region, 6 times each.
 Ceilings: the producer's d2h@GPU and d2h-sm@GPU, the consumer's h2d@GPU and h2d-sm@GPU.
 """
 
@@ -25,11 +25,11 @@ import secrets
 from dataclasses import dataclass
 
 from gpuipc_bench.errors import BenchError
-from gpuipc_bench.gpu.memory import Ring, reps_for, ring_capacity
+from gpuipc_bench.gpu.memory import reps_for, ring_capacity
 from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.pair import MEASURES, PairScenario
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.scenarios.staging import HANDOFF_MAX_TRANSFERS, StagingWorker
+from gpuipc_bench.scenarios.staging import StagingWorker
 from gpuipc_bench.exchange import max_transfers
 from gpuipc_bench.segment import PREFIX, _shm_dir
 from gpuipc_bench.sizes import format_size
@@ -89,17 +89,13 @@ class MmapWorker(StagingWorker):
         for variant, engine in VARIANTS.items():
             for measure in MEASURES:
                 handoff = measure == "handoff"
-                cap = HANDOFF_MAX_TRANSFERS if handoff else reps_for(nbytes)
-                reps = min(reps_for(nbytes), max_transfers(1, handoff), cap)
-                group = self.group(variant, measure, nbytes, self.pdev, self.cdev, self.hops(engine), reps)
-                yield from self.sampler.run(
-                    group, lambda trial, e=engine, v=variant, h=handoff: self.gpu_ordered(v, nbytes, nbytes, 1, h, trial, e),
-                    timer=not self.producer, reps=reps)
+                reps = min(reps_for(nbytes), max_transfers(1, handoff))
+                group = self.group(variant, measure, nbytes, self.pdev, self.cdev,
+                                   self.two_hops(variant, measure, "-sm" if engine == "sm" else ""), reps)
+                take = lambda trial, e=engine, v=variant, h=handoff: self.gpu_ordered(  # noqa: E731
+                    v, nbytes, nbytes, 1, h, trial, e)
+                yield from self.sampler.run(group, take, timer=not self.producer, reps=reps)
         yield from self.in_turn(lambda: self.my_ceilings(nbytes))
-
-    def hops(self, engine: str) -> str:
-        sm = "-sm" if engine == "sm" else ""
-        return f"d2h{sm}@{self.pdev}+h2d{sm}@{self.cdev}"
 
     def my_ceilings(self, nbytes):
         for sm in ("", "-sm"):
@@ -135,4 +131,3 @@ class MmapScenario(PairScenario):
             shared.close()
 
 
-__all__ = ["MmapScenario", "MmapWorker", "Ring", "shared_region"]

@@ -1,9 +1,9 @@
 """sharing: N worker processes on one GPU, time-sliced (the default) and under MPS.
 
 One GPU (the first of --devices, default 0). A group of M workers (--workers, default 8)
-runs the sweep N = 1, 2, 4, ..., M: the first N workers of the group run the same
-transfer at once while the others wait at the barriers. Transfers, each worker on its
-own buffers:
+runs the sweep N = 1, 2, 4, ..., M (pinned h2d, which one worker already saturates, at
+N = 1, 2 and M): the first N workers of the group run the same transfer at once while the
+others wait at the barriers. Transfers, each worker on its own buffers:
 
   d2d   cudaMemcpyAsync device -> device (a 64 MiB message by default; --sizes changes it)
   h2d   cudaMemcpyAsync from the worker's pinned host buffer to the device
@@ -13,10 +13,9 @@ every worker) released by one store, so they start together. Each batch is brack
 two one-thread kernels that write the GPU's %globaltimer (one clock for every context
 of the GPU), so the batches of different processes can be compared:
 
-  per-worker row  seconds = (end of this worker's batch - earliest start of any batch) / batch
-                  (the bandwidth this worker got from the moment they all started)
-  aggregate row   variant '<transfer>-aggregate', bytes = N x message,
-                  seconds = (last end - earliest start) / batch: what the GPU moved for all
+  row   variant '<transfer>-aggregate', bytes = N x message, workers = N,
+        seconds = (last end - earliest start) / batch: what the GPU moved for all of them
+        (a reference: N processes each copying its own memory, never a verdict candidate)
 
 Ceilings: the group's first worker alone (d2d@<gpu>, h2d@<gpu>). Then the device
 ping-pong latency between the group's first two workers (the latency scenario's
@@ -208,7 +207,7 @@ def _probe_child(conn, env, device) -> None:
 class SharingScenario(Scenario):
     name = "sharing"
     summary = ("N = 1..8 processes on one GPU (d2d and pinned h2d), time-sliced vs MPS: "
-               "per-worker and aggregate bandwidth, co-located device ping-pong")
+               "aggregate bandwidth, co-located device ping-pong")
     gpus_needed = 1
     min_workers = 2
     max_workers = MAX_GROUP
@@ -403,8 +402,9 @@ class SharingWorker:
             return str(exc)
         missing = sorted(pids - clients)
         if missing and clients:  # (an empty list: this driver names no clients; the server is ours)
+            listed = ", ".join(map(str, sorted(clients))) or "none"
             return (f"worker processes {', '.join(map(str, missing))} are not clients of the private MPS "
-                    f"server (pid {', '.join(map(str, servers))}; clients: {', '.join(map(str, sorted(clients))) or 'none'})")
+                    f"server (pid {', '.join(map(str, servers))}; clients: {listed})")
         return None
 
     # ---------------------------------------------------------------- measuring
@@ -423,15 +423,14 @@ class SharingWorker:
 
     def bandwidth(self, group: str, n: int, transfer: str, nbytes: int, member: bool) -> Iterator[dict]:
         """The first n workers of the group copy at once behind one shared gate, each stamping the
-        GPU clock after its gate and after its batch; the leader times them all (and yields the
-        rows: each worker's, and the aggregate)."""
+        GPU clock after its gate and after its batch; the leader times them all: an aggregate row,
+        n x message bytes from the earliest start to the latest end (what the GPU moved for all)."""
         ctx = self.ctx
         active = member and self.local < n
         leader = member and self.local == 0
         reps = batch_for(nbytes)
         src_name = "host" if transfer == "h2d" else self.device
         one = Ring.for_size(nbytes, 1)
-        per_worker: list[float] = []
 
         def take(trial) -> Sample | None:
             seed = (trial.seed + self.local * 7919) & 0xFFFFFFFF
@@ -461,14 +460,8 @@ class SharingWorker:
                 return None
             starts = [ctx.load(f"start.{j}") for j in range(n)]
             ends = [ctx.load(f"end.{j}") for j in range(n)]
-            t0 = min(starts)
-            per_worker[:] = [(end - t0) / 1e9 / trial.reps for end in ends]
-            return Sample((max(ends) - t0) / 1e9 / trial.reps, trial.reps)
+            return Sample((max(ends) - min(starts)) / 1e9 / trial.reps, trial.reps)
 
         aggregate = dict(path="sharing", variant=f"{transfer}-aggregate", measure="stream", metric="bandwidth",
                          src=src_name, dst=self.device, bytes=n * nbytes, ceiling="", sharing=group, workers=n)
-        for row in self.sampler.run(aggregate, take, timer=leader, reps=reps, calibrate=False):
-            yield row
-            for j, seconds in enumerate(per_worker):
-                yield self.sampler.row(dict(aggregate, variant=transfer, bytes=nbytes, ceiling=f"{transfer}@{self.device}",
-                                            src=src_name), Sample(seconds, row["batch"]), row["iteration"])
+        yield from self.sampler.run(aggregate, take, timer=leader, reps=reps, calibrate=False)

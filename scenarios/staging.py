@@ -16,9 +16,11 @@ r of the host ring (D2H), and that into slot r of the consumer's device ring (H2
 pinned and pipelined are measured both ways: `stream` (the producer runs ahead; the two hops
 overlap where the GPUs allow) and `handoff` (one transfer in flight: D2H, signal, H2D, signal
 back). Both are timed from the earlier start to the later end across the two processes, so
-no hop falls outside the interval; the bound of a handoff is the two hops in sequence,
-1 / (1/d2h + 1/h2d). The host-ordered variants are host-timed on CLOCK_MONOTONIC (one clock
-for the node) with spin waits, never sleeps, inside the interval.
+no hop falls outside the interval. The bound of pinned handoff is the two hops in sequence,
+1 / (1/d2h + 1/h2d) (ceiling 'd2h@P+h2d@C'); where the hops may overlap (pipelined chunks, or
+stream) it is the slower hop (ceiling 'd2h@P|h2d@C'). The host-ordered variants are
+host-timed on CLOCK_MONOTONIC (one clock for the node) with spin waits, never sleeps, inside
+the interval.
 
 Ping-pong latency ('pinned-pingpong'): the producer's payload D2H into one host slot and H2D
 by the consumer, whose own payload (another seed) comes back the same way; each side
@@ -36,12 +38,11 @@ from gpuipc_bench.gpu.memory import HostRegistration, Ring, mmap_address, prefau
 from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import Sample
+from gpuipc_bench.sampler import SETUP_REPEATS, Sample
 
 VARIANTS = ("pinned", "pipelined", "pinned-hostsync", "pageable")
 GPU_ORDERED = ("pinned", "pipelined")
 MAX_CHUNKS = 64
-HANDOFF_MAX_TRANSFERS = 128
 HOST_ORDERED_BYTES = 64 << 20  # a host-ordered sample moves about this much ...
 HOST_ORDERED_MAX_REPS = 32  # ... in at most this many transfers
 PINGPONG_SIZES = (4, 4 << 10, 64 << 10, 1 << 20)
@@ -110,13 +111,13 @@ class StagingWorker(PairWorker):
 
     def registration_rows(self, region: mmap.mmap):
         """First touch of the region's pages (once), then cudaHostRegister/Unregister of the whole
-        region, 5 times each, with its pages already there."""
+        region, SETUP_REPEATS times each, with its pages already there."""
         from gpuipc_bench.gpu.timing import time_setup
 
         t0 = time.perf_counter()
         prefault(region)
         yield self.setup_row("host_first_touch", time.perf_counter() - t0, 0, len(region))
-        for i in range(5):
+        for i in range(SETUP_REPEATS):
             self.ctx.phase("setup", len(region), i)
             registration, seconds = time_setup(lambda: HostRegistration(self.host_addr, len(region), self.device),
                                                self.device)
@@ -130,9 +131,12 @@ class StagingWorker(PairWorker):
 
     # ------------------------------------------------------------------ measuring
 
-    @property
-    def two_hops(self) -> str:
-        return f"d2h@{self.pdev}+h2d@{self.cdev}"
+    def two_hops(self, variant: str, measure: str, sm: str = "") -> str:
+        """The ceiling of a transfer's two hops: 'a+b' when they run in sequence (one message in
+        flight, whole: bound 1 / (1/a + 1/b)), 'a|b' when they may overlap (chunks of one message,
+        or several messages in flight: bound min(a, b))."""
+        joint = "+" if measure == "handoff" and variant != "pipelined" else "|"
+        return f"d2h{sm}@{self.pdev}{joint}h2d{sm}@{self.cdev}"
 
     def measure(self, nbytes):
         for variant in VARIANTS:
@@ -147,13 +151,12 @@ class StagingWorker(PairWorker):
         handoff = measure == "handoff"
         if variant in GPU_ORDERED:
             chunk, units = chunking(nbytes, variant, self.config.chunk_bytes)
-            cap = HANDOFF_MAX_TRANSFERS if handoff else reps_for(nbytes)
-            reps = min(reps_for(nbytes), max_transfers(units, handoff), cap)
+            reps = min(reps_for(nbytes), max_transfers(units, handoff))
             take = lambda trial: self.gpu_ordered(variant, nbytes, chunk, units, handoff, trial)  # noqa: E731
         else:
             reps = host_ordered_reps(nbytes)
             take = lambda trial: self.host_ordered(variant, nbytes, trial)  # noqa: E731
-        group = self.group(variant, measure, nbytes, self.pdev, self.cdev, self.two_hops, reps)
+        group = self.group(variant, measure, nbytes, self.pdev, self.cdev, self.two_hops(variant, measure), reps)
         yield from self.sampler.run(group, take, timer=not self.producer, reps=reps)
 
     def gpu_ordered(self, variant, nbytes, chunk, units, handoff, trial, engine="ce"):

@@ -31,7 +31,7 @@ _arena = mmap.mmap(-1, ARENA_BYTES, flags=mmap.MAP_SHARED)
 _base = ctypes.addressof(ctypes.c_char.from_buffer(_arena))
 _next = multiprocessing.get_context("fork").Value("q", 0)  # bump allocator shared by the workers
 SECONDS_PER_TRANSFER = 1e-6
-L2_BYTES = 4 << 20  # small, so that a test-sized ring can leave it
+L2_BYTES = 1 << 20  # small, so that a test-sized ring can leave it
 
 
 def _alloc(nbytes: int) -> int:

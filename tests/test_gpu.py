@@ -335,7 +335,6 @@ def test_sharing_time_sliced_and_mps(monkeypatch, no_leaks):
         got = groups(mine, "path", "variant", "workers")
         for transfer in ("d2d", "h2d"):
             assert 2 <= got[("sharing", f"{transfer}-aggregate", 2)] <= 3
-            assert got[("sharing", transfer, 2)] == 2 * got[("sharing", f"{transfer}-aggregate", 2)]
         assert all(r["verified"] is True for r in mine if r["metric"] != "setup")
 
 

@@ -266,8 +266,8 @@ def _ceiling_lines(ax: Axes, bw: pd.DataFrame, names: Sequence[tuple[str, str, s
             continue
         colour, dash = CEILING_STYLES[len(drawn) % len(CEILING_STYLES)]
         src, dst = rows["src"].iloc[0], rows["dst"].iloc[0]
-        ax.plot(rows["bytes"], y, color=colour, linestyle=dash, linewidth=1.3,
-                label=f"ceiling {variant} ({link(src, dst)})")
+        ax.plot(rows["bytes"], y, color=colour, linestyle=dash, linewidth=1.3, marker="_" if len(rows) == 1 else None,
+                markersize=14, label=f"ceiling {variant} ({link(src, dst)})")
         drawn.add(variant)
 
 
@@ -289,8 +289,21 @@ def _lines(rows: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
     return [(dict(zip(keys, key)), part) for key, part in rows.groupby(keys, sort=False)]
 
 
-def _line_label(keys: dict, varying: set[str], with_link: bool, head: str) -> str:
-    extra = [str(keys[k]) for k in LINE_KEYS if k in varying and k != "workers"]
+def _varying(lines: list[tuple[dict, pd.DataFrame]]) -> dict[tuple, set[str]]:
+    """For each path, variant and link: the LINE_KEYS that tell its lines apart."""
+    seen: dict[tuple, set[tuple]] = {}
+    for keys, _ in lines:
+        seen.setdefault(_who(keys), set()).add(tuple(keys[k] for k in LINE_KEYS))
+    return {who: {k for i, k in enumerate(LINE_KEYS) if len({v[i] for v in values}) > 1}
+            for who, values in seen.items()}
+
+
+def _who(keys: dict) -> tuple:
+    return keys["path"], keys["variant"], keys["src"], keys["dst"]
+
+
+def _line_label(keys: dict, varying: dict[tuple, set[str]], with_link: bool, head: str) -> str:
+    extra = [str(keys[k]) for k in LINE_KEYS if k in varying[_who(keys)] and k != "workers"]
     label = " · ".join([head] + extra)
     return f"{label} ({link(keys['src'], keys['dst'])})" if with_link else label
 
@@ -300,7 +313,7 @@ def _bandwidth_path(ax: Axes, bw: pd.DataFrame, path: str) -> None:
     lines = _lines(rows)
     drawn = pd.concat([part for _, part in lines])
     links = list(dict.fromkeys(zip(drawn["src"], drawn["dst"])))
-    varying = {k for k in LINE_KEYS if drawn[k].nunique() > 1}
+    varying = _varying(lines)
     for i, (keys, part) in enumerate(lines):
         _line(ax, part, _line_label(keys, varying, len(links) > 1, str(keys["variant"])),
               VARIANT_COLOURS[i % len(VARIANT_COLOURS)], MARKERS[i % len(MARKERS)])
@@ -370,7 +383,7 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
     measured = sized[sized["path"] != "ceiling"]
     per_path: dict[str, int] = {}
     lines = _lines(measured) if not measured.empty else []
-    varying = {k for k in LINE_KEYS if not measured.empty and measured[k].nunique() > 1}
+    varying = _varying(lines)
     for keys, part in lines:
         path = keys["path"]
         k = per_path.setdefault(path, 0)

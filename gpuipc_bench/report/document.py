@@ -76,32 +76,55 @@ NO_VERDICT = ("No link has two paths between the same two processes to compare (
               "two workers, the same sharing mode and measure).")
 
 
-def verdict_blocks(rankings: list[Ranking], compact: bool = False) -> list[RankingBlock]:
-    """A block per ranking that compares something, a line per band. compact: the details
-    are the margin only, and partial ties are counted rather than listed."""
+def verdict_blocks(rankings: list[Ranking]) -> list[RankingBlock]:
+    """A block per ranking that compares something, a line per band."""
     blocks = []
     for r in rankings:
-        if not r.compared:
-            continue
-        lines = []
-        for band in r.bands:
-            if compact:
-                details = [wording.band_margin(band)] if band.winner else []
-                details += [f"~ {lab} at {len(at)} of {len(band.sizes)} sizes" for lab, at in band.tied_at]
-                if band.l2_sizes:
-                    details.append("L2-resident")
-                if band.over_ceiling and len(band.over_ceiling) == len(band.sizes):
-                    details.append("above its ceiling")
-                if band.winner is None:
-                    details.append("unstable: " + ", ".join(dict.fromkeys(lab for lab, _, _ in band.unranked)))
-                leaders = " ~ ".join((band.winner,) + band.tied) if band.winner else "not ranked"
-                lines.append(BandLine(wording.size_span(band.lo_bytes, band.hi_bytes), leaders,
-                                      [" · ".join(d for d in details if d)], band.winner is not None))
-            else:
-                span, leaders, details = wording.describe_band(band, r)
-                lines.append(BandLine(span, leaders, details, band.winner is not None))
-        blocks.append(RankingBlock(wording.ranking_title(r), lines))
+        if r.compared:
+            lines = [BandLine(*wording.describe_band(band, r), band.winner is not None) for band in r.bands]
+            blocks.append(RankingBlock(wording.ranking_title(r), lines))
     return blocks
+
+
+@dataclasses.dataclass
+class SummaryLine:
+    measure: str  # '' when the link has one ranking (its measure is in the title then)
+    sizes: str  # '*' at the end: a cache figure at some of the sizes (L2-resident, or above the ceiling)
+    leaders: str
+    margin: str
+    ranked: bool = True
+
+
+@dataclasses.dataclass
+class LinkBlock:
+    title: str
+    lines: list[SummaryLine]
+
+
+def summary_blocks(rankings: list[Ranking]) -> tuple[list[LinkBlock], bool]:
+    """The verdict on one screen: a block per link and sharing mode, a line per band (its
+    measure where the link has two rankings); and whether a size is marked as a cache figure."""
+    blocks: dict[str, LinkBlock] = {}
+    marked = False
+    by_link: dict[str, list[Ranking]] = {}
+    for r in rankings:
+        if r.compared:
+            by_link.setdefault(wording.link_title(r), []).append(r)
+    for title, group in by_link.items():
+        several = len(group) > 1
+        if not several:
+            title = wording.ranking_title(group[0])
+        lines = []
+        for r in group:
+            for band in r.bands:
+                cache = bool(band.l2_sizes or band.over_ceiling)
+                marked |= cache
+                lines.append(SummaryLine(
+                    wording.MEASURE_SHORT.get(r.measure, r.measure) if several and band is r.bands[0] else "",
+                    wording.size_span(band.lo_bytes, band.hi_bytes) + ("*" if cache else ""),
+                    wording.compact_leaders(band), wording.compact_margin(band), band.winner is not None))
+        blocks[title] = LinkBlock(title, lines)
+    return list(blocks.values()), marked
 
 
 def build_report(analysis: RunAnalysis, source: str | None = None, detailed: bool = False) -> Report:
@@ -134,7 +157,8 @@ class RunSummary:
     meta: dict[str, str]
     partial: str | None
     verdict_heading: str
-    rankings: list[RankingBlock]
+    rankings: list[LinkBlock]
+    cache_note: str | None
     no_verdict: str | None
     figures: Table | None
     break_even: Table | None
@@ -144,7 +168,7 @@ class RunSummary:
 
 def build_summary(analysis: RunAnalysis, source: str | None = None) -> RunSummary:
     name = source or "RUN.csv"
-    blocks = verdict_blocks(analysis.rankings, compact=True)
+    blocks, marked = summary_blocks(analysis.rankings)
     no_verdict = None
     if not blocks:
         summary = analysis.summary
@@ -154,8 +178,10 @@ def build_summary(analysis: RunAnalysis, source: str | None = None) -> RunSummar
         no_verdict = NO_VERDICT + (f" Measured: {shown}." if names else "")
     return RunSummary(
         meta=analysis.meta, partial=wording.partial_note(analysis.meta),
-        verdict_heading=f"Fastest path per size (~ tied: the samples show no {analysis.min_effect:.0%} difference)",
-        rankings=blocks, no_verdict=no_verdict, figures=tables.path_figures(analysis),
+        verdict_heading=f"Fastest path per size (~: no {analysis.min_effect:.0%} difference in the samples), "
+                        f"next path's time ×",
+        rankings=blocks,
+        cache_note="* a cache figure at some of these sizes (L2-resident, or above its ceiling)" if marked else None, no_verdict=no_verdict, figures=tables.path_figures(analysis),
         break_even=tables.break_even_table(analysis.break_even, short=True) if analysis.break_even else None,
         warnings=wording.warnings_count(analysis.warnings) if analysis.warnings else None,
         more=f"gpuipc-bench report {name}",

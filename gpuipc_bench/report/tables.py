@@ -370,10 +370,11 @@ def path_figures(analysis: RunAnalysis, sizes: Sequence[int] = SUMMARY_SIZES) ->
     interval and its fraction of the ceiling. Paths that are ranked (two processes, two
     workers); in a run without any, the references (the CPU baseline)."""
     rows = candidates(analysis.summary, analysis.paths)
-    if rows.empty:
+    if rows.empty:  # the references measured between two processes (not the N-process scaling of sharing)
         summary = analysis.summary
-        rows = summary[(summary["metric"] == "bandwidth") & (summary["path"] != "ceiling")
-                       & (summary["workers"] == 2) & (summary["bytes"] > 0)]
+        rows = summary[(summary["metric"] == "bandwidth") & (summary["path"] != "ceiling") & (summary["bytes"] > 0)]
+        workers = rows.groupby("path")["workers"].agg(lambda w: set(w) == {2})
+        rows = rows[rows["path"].map(workers).astype(bool)]
     if rows.empty:
         return None
     present = sorted(set(rows["bytes"]))
@@ -400,7 +401,8 @@ def path_figures(analysis: RunAnalysis, sizes: Sequence[int] = SUMMARY_SIZES) ->
                 cells.append(DASH)
                 continue
             best = at.iloc[0]
-            cell = f"{fmt_num(best['median_gbps'])} {fmt_pm(best['ci_lo_gbps'], best['median_gbps'], best['ci_hi_gbps'])}"
+            pm = fmt_pm(best["ci_lo_gbps"], best["median_gbps"], best["ci_hi_gbps"])
+            cell = f"{fmt_num(best['median_gbps'])} {'±?' if pm == DASH else pm}"
             if not math.isnan(best["fraction_of_ceiling"]):
                 cell += f" {fmt_percent(best['fraction_of_ceiling'])}"
             cells.append(cell)

@@ -132,9 +132,9 @@ def print_header(head: Header, console: Console, prefix: str = "gpuipc-bench · 
         console.print(Text("⚠ " + head.partial, style="bold red"))
 
 
-def _print_blocks(blocks, console: Console, compact: bool = False) -> None:
-    """A block per ranking: its title, then a line per band. compact (the run summary): sizes,
-    leaders, details side by side; else the details under the leaders, the full width."""
+def _print_blocks(blocks, console: Console) -> None:
+    """A block per ranking: its title, then per band its sizes and, under the leaders, the
+    details, the full width."""
     from rich.table import Table as RichTable
     from rich.text import Text
 
@@ -142,16 +142,33 @@ def _print_blocks(blocks, console: Console, compact: bool = False) -> None:
         console.print(Text(block.title, style="bold"))
         grid = RichTable.grid(padding=(0, 2))
         grid.add_column(no_wrap=True)
-        if compact:
-            grid.add_column(overflow="fold", max_width=max(20, console.width // 3))
         grid.add_column(overflow="fold", ratio=1)
         for line in block.bands:
             leaders = Text(line.leaders, style="bold green" if line.ranked else "yellow")
-            details = [d for d in line.details if d]
-            if compact:
-                grid.add_row(Text("  " + line.sizes), leaders, Text(" · ".join(details)))
-            else:
-                grid.add_row(Text("  " + line.sizes), Text("\n").join([leaders] + [Text(d) for d in details]))
+            grid.add_row(Text("  " + line.sizes), Text("\n").join([leaders] + [Text(d) for d in line.details if d]))
+        console.print(grid)
+
+
+def _print_summary_blocks(blocks, console: Console) -> None:
+    """The run summary's verdict: a block per link, a line per band (measure, sizes, leaders,
+    the next path's margin); the margin wraps if it must, nothing else does."""
+    from rich.table import Table as RichTable
+    from rich.text import Text
+
+    for block in blocks:
+        console.print(Text(block.title, style="bold"))
+        grid = RichTable.grid(padding=(0, 2))
+        with_measure = any(line.measure for line in block.lines)
+        for _ in range(3 + with_measure):
+            grid.add_column(no_wrap=True)
+        grid.columns[-1].no_wrap = False
+        grid.columns[-1].overflow = "fold"
+        for line in block.lines:
+            cells = [Text(line.measure)] if with_measure else []
+            cells += [Text(line.sizes), Text(line.leaders, style="bold green" if line.ranked else "yellow"),
+                      Text(line.margin)]
+            cells[0] = Text("  ") + cells[0]
+            grid.add_row(*cells)
         console.print(grid)
 
 
@@ -205,8 +222,28 @@ def render_report(doc: Report, console: Console) -> None:
 # --------------------------------------------------------------------------- the run summary
 
 
+MAX_SUMMARY_LINES = 40
+
+
 def render_summary(doc: RunSummary, console: Console) -> None:
-    """The end of `run`, on one screen (see document.RunSummary)."""
+    """The end of `run`, on one screen (see document.RunSummary): at most MAX_SUMMARY_LINES
+    lines; a run with more links than that holds leaves out the figures, then the
+    break-even (`report` shows them)."""
+    import dataclasses
+    import io
+
+    from rich.console import Console
+
+    for version in (doc, dataclasses.replace(doc, figures=None),
+                    dataclasses.replace(doc, figures=None, break_even=None)):
+        trial = Console(width=console.width, record=True, color_system=None, file=io.StringIO())
+        _render_summary(version, trial)
+        if len(trial.export_text().splitlines()) <= MAX_SUMMARY_LINES:
+            break
+    _render_summary(version, console)
+
+
+def _render_summary(doc: RunSummary, console: Console) -> None:
     from rich.text import Text
 
     console.print(Text(wording.machine_line(doc.meta, console.width, "gpuipc-bench · "), style="bold"))
@@ -215,18 +252,16 @@ def render_summary(doc: RunSummary, console: Console) -> None:
     console.print(Text(doc.verdict_heading, style="bold green"))
     if doc.no_verdict:
         console.print(Text(doc.no_verdict))
-    _print_blocks(doc.rankings, console, compact=True)
+    _print_summary_blocks(doc.rankings, console)
+    if doc.cache_note:
+        console.print(Text(doc.cache_note, style="dim"))
     if doc.figures is not None:
         print_table(doc.figures, console)
     if doc.break_even is not None:
         print_table(doc.break_even, console)
-    tail = Text()
     if doc.warnings:
-        tail.append("⚠ " + doc.warnings, style="yellow")
-        tail.append(" · ")
-    tail.append("everything: ")
-    tail.append(doc.more, style="bold")
-    console.print(tail)
+        console.print(Text("⚠ " + doc.warnings, style="yellow"))
+    console.print(Text.assemble("every table and warning: ", (doc.more, "bold")))
 
 
 # --------------------------------------------------------------------------- several runs

@@ -232,8 +232,9 @@ def machine_summary(meta: Mapping[str, str], leave_out: Sequence[str] = ()) -> l
     """Pieces of the machine line: 'n1', '2× H200', 'driver 580.65', 'CUDA 12.9 (driver
     supports 13.0)', 'CuPy 13.6.0', 'MPS running', 'links 0-1 NV18'."""
     parts = {k: v for k, v in machine_parts(meta).items() if k not in leave_out}
-    if "cuda_driver" in parts:
-        parts["cuda"] = f"{parts.pop('cuda', 'CUDA')} {parts.pop('cuda_driver')}"
+    if "cuda_driver" in parts:  # 'CUDA 12.9 (driver supports 13.0)', one piece
+        driver = parts.pop("cuda_driver")
+        parts = {k: f"{v} {driver}" if k == "cuda" else v for k, v in parts.items()}
     return list(parts.values())
 
 
@@ -277,8 +278,9 @@ def machine_facts(meta: Mapping[str, str]) -> dict[str, str]:
     """The facts that decide whether two runs are comparable."""
     pcie = sorted({v.strip() for k, v in meta.items() if re.fullmatch(r"gpu\.\d+\.pcie", k) and v.strip()})
     parts = machine_parts(meta)
+    names = gpu_names(meta)
     return {
-        "GPUs": gpus(meta) if gpu_names(meta) else "no GPU",
+        "GPUs": f"{len(names)}× {names[0]}" if names and len(set(names)) == 1 else gpus(meta),
         "driver": meta.get("driver", "").strip() or "unknown",
         "CUDA": meta.get("cuda_runtime", "").strip() or meta.get("cuda_driver", "").strip() or "unknown",
         "GPU links": parts.get("links", "").removeprefix("links ") or "none",
@@ -422,12 +424,8 @@ def verdict_heading(min_effect: float) -> str:
 
 
 def ranking_title(r: Ranking) -> str:
-    """'GPU 0 → GPU 0 · time-sliced · stream: ...' (the sharing mode left out when 'none')."""
-    parts = [link(r.src, r.dst)]
-    if r.sharing and r.sharing != "none":
-        parts.append(r.sharing)
-    parts.append(MEASURE_SHORT.get(r.measure, r.measure))
-    return " · ".join(parts)
+    """'GPU 0 → GPU 0 · time-sliced · stream' (the sharing mode left out when 'none')."""
+    return f"{link_title(r)} · {MEASURE_SHORT.get(r.measure, r.measure)}"
 
 
 def band_leaders(band: Band, sizes: Sequence[int] | None = None, short: bool = False) -> str:
@@ -442,15 +440,49 @@ def band_leaders(band: Band, sizes: Sequence[int] | None = None, short: bool = F
     return text
 
 
+def compact_leaders(band: Band) -> str:
+    """'ipc/push ~ ce ~ sm': the winner and what is tied with it throughout, variants of the
+    winner's path by their variant alone."""
+    if band.winner is None:
+        return "not ranked"
+    path = band.winner.split("/", 1)[0]
+    tied = [lab.split("/", 1)[1] if lab.split("/", 1)[0] == path else lab for lab in band.tied]
+    return " ~ ".join([band.winner, *tied])
+
+
+def compact_margin(band: Band) -> str:
+    """'staging 9.97–150×': the next path that is not tied (by its variant alone when it is
+    the winner's path) and its time over the fastest's."""
+    if band.runner_up is None or math.isnan(band.margin_min) or band.winner is None:
+        return ""
+    path, variant = band.runner_up.split("/", 1)
+    name = variant if path == band.winner.split("/", 1)[0] else path
+    lo, hi = fmt_num(band.margin_min), fmt_num(band.margin_max)
+    return f"{name} {lo if lo == hi else f'{lo}–{hi}'}×"
+
+
+def link_title(r: Ranking) -> str:
+    """'GPU 0 → GPU 0 · time-sliced' (the sharing mode left out when 'none')."""
+    return " · ".join([link(r.src, r.dst)] + ([r.sharing] if r.sharing and r.sharing != "none" else []))
+
+
 def band_figures(band: Band, measure: str) -> str:
-    """The winner's figures: GB/s at the band's largest size, and (unless it streamed) the
-    time per transfer at its smallest, each with its interval."""
+    """The winner's figures, each with its interval where there is one: a streamed ranking
+    says GB/s at the band's largest size; the others say the time per transfer at its
+    smallest size too, which is what decides small sizes."""
+    def pm(lo, med, hi) -> str:
+        text = fmt_pm(lo, med, hi)
+        return "" if text == DASH else f" {text}"
+
     lo_s, med_s, hi_s = band.winner_s
     lo_g, med_g, hi_g = band.winner_gbps
-    text = f"{fmt_num(med_g)} GB/s {fmt_pm(lo_g, med_g, hi_g)} at {format_size(band.hi_bytes)}"
-    if band.lo_bytes != band.hi_bytes and measure != "stream":
-        text = f"{fmt_num(med_s * 1e6)} µs {fmt_pm(lo_s, med_s, hi_s)} at {format_size(band.lo_bytes)}, " + text
-    return text
+    gbps = f"{fmt_num(med_g)} GB/s{pm(lo_g, med_g, hi_g)}"
+    if measure == "stream":
+        return f"{gbps} at {format_size(band.hi_bytes)}"
+    time = f"{fmt_num(med_s * 1e6)} µs{pm(lo_s, med_s, hi_s)} at {format_size(band.lo_bytes)}"
+    if band.lo_bytes == band.hi_bytes:
+        return f"{time} ({fmt_num(med_g)} GB/s)"
+    return f"{time}, {gbps} at {format_size(band.hi_bytes)}"
 
 
 def band_margin(band: Band) -> str:

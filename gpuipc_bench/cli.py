@@ -178,11 +178,17 @@ def info():
 @click.option("--sizes", type=SizesType(), default=None,
               help="Message sizes: a range doubling from A to B (4KiB..1GiB), with a step "
                    "(4..1G:x4), or a list (4K,64K,1M). K/M/G are powers of 1024, kB/MB/GB of 1000. "
-                   "Default: 4 B..1 GiB in steps of 4 (host: up to 64 MiB).")
-@click.option("--iterations", "-n", type=int, default=20, show_default=True,
-              help="Timed samples per size (each sample is a batch of transfers).")
-@click.option("--warmup", type=int, default=3, show_default=True,
-              help="Untimed samples per size before the timed ones.")
+                   "Default: 4 B..256 MiB in steps of 4 (host: up to 64 MiB).")
+@click.option("--iterations", "-n", type=int, default=None, metavar="N",
+              help="Exactly N timed samples per group (turns the adaptive count off).")
+@click.option("--min-samples", type=int, default=6, show_default=True,
+              help="Timed samples per group at least; more are taken until the median's 95% interval "
+                   "is within +-1% (12 when the spread is wide), up to --max-samples.")
+@click.option("--max-samples", type=int, default=20, show_default=True,
+              help="Timed samples per group at most.")
+@click.option("--warmup", type=int, default=1, show_default=True,
+              help="Untimed samples per group before the timed ones (each also queues 2 untimed "
+                   "operations before its start event).")
 @click.option("--devices", type=DevicesType(), default=None,
               help="GPUs to use: CUDA indices (0 or 0,1), or GPU/MIG UUIDs as `info` lists them "
                    "(MIG-..., run with CUDA_VISIBLE_DEVICES set to them). Default: GPU 0 (and 1 for peer).")
@@ -200,8 +206,8 @@ def info():
 @click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, metavar="DIR|FILE.png",
               help="Also draw the run's plots (bandwidth, latency, setup costs) into a folder, or the "
                    "bandwidth figure into FILE.png/.svg and the others beside it.")
-def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force, chunk, timeout, quiet, verbose,
-        plot=None):
+def run(scenario_names, sizes, iterations, min_samples, max_samples, warmup, devices, workers, out, force, chunk,
+        timeout, quiet, verbose, plot=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -218,7 +224,8 @@ def run(scenario_names, sizes, iterations, warmup, devices, workers, out, force,
         registry = _scenarios()
         names = _resolve_names(scenario_names, registry)
         config = RunConfig(
-            scenarios=tuple(names), sizes=sizes, iterations=iterations, warmup=warmup,
+            scenarios=tuple(names), sizes=sizes, warmup=warmup, iterations=iterations,
+            min_samples=min_samples, max_samples=max_samples,
             devices=devices, workers=workers, out=out, timeout=timeout, quiet=quiet, verbose=verbose,
             **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
         )
@@ -335,13 +342,22 @@ def _metadata(config: RunConfig, machine) -> dict[str, str]:
         "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "command": "gpuipc-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
         "scenarios": ",".join(config.scenarios),
-        "iterations": str(config.iterations),
+        "min_samples": str(config.min_samples),
+        "max_samples": str(config.max_samples),
         "warmup": str(config.warmup),
         "chunk_bytes": str(config.chunk_bytes),
         "timeout": f"{config.timeout:g}",
     }
     meta.update(machine.metadata())
+    meta.update(path_facts())
     return meta
+
+
+def path_facts() -> dict[str, str]:
+    """The facts of every path the registry knows, for the CSV header (gpuipc_bench.paths)."""
+    from gpuipc_bench.paths import CEILING, to_metadata
+
+    return to_metadata([p for s in _scenarios().values() for p in s.paths] + [CEILING])
 
 
 def _run_plan(plan, config, machine, out, err, quiet, verbose):

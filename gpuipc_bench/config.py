@@ -9,23 +9,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuipc_bench.errors import UsageError
+from gpuipc_bench.scenario import DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES  # noqa: F401 - re-exported
 
 if TYPE_CHECKING:
     from gpuipc_bench.machine import Machine
     from gpuipc_bench.scenario import Scenario, WorkerSpec
-
-# Sizes swept when --sizes is not given. GPU paths: 4 B to 1 GiB in steps of 4.
-# The host path stops at 64 MiB so that the first run on a laptop takes seconds.
-DEFAULT_GPU_SIZES = tuple(4 ** k for k in range(1, 16))  # 4 B .. 1 GiB
-DEFAULT_HOST_SIZES = tuple(4 ** k for k in range(1, 14))  # 4 B .. 64 MiB
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     scenarios: tuple[str, ...]
     sizes: tuple[int, ...] | None = None  # None: each scenario's default sweep
-    iterations: int = 20
-    warmup: int = 3
+    min_samples: int = 6  # timed samples per group: at least this many ...
+    max_samples: int = 20  # ... and at most this many (the median's interval decides between)
+    warmup: int = 1
+    iterations: int | None = None  # a fixed count: min_samples = max_samples = iterations (--iterations)
     devices: tuple[int, ...] | None = None  # None: the scenario picks (GPU 0, or 0 and 1)
     workers: int | None = None  # None: the scenario's default
     out: Path | None = None
@@ -36,8 +34,15 @@ class RunConfig:
     extra: tuple[tuple[str, str], ...] = ()  # scenario-specific knobs, kept hashable
 
     def __post_init__(self):
-        if self.iterations < 1:
-            raise UsageError(f"--iterations must be at least 1 (got {self.iterations})")
+        if self.iterations is not None:
+            if self.iterations < 1:
+                raise UsageError(f"--iterations must be at least 1 (got {self.iterations})")
+            object.__setattr__(self, "min_samples", self.iterations)
+            object.__setattr__(self, "max_samples", self.iterations)
+        if self.min_samples < 1:
+            raise UsageError(f"--min-samples must be at least 1 (got {self.min_samples})")
+        if self.max_samples < self.min_samples:
+            raise UsageError(f"--max-samples {self.max_samples} is below --min-samples {self.min_samples}")
         if self.warmup < 0:
             raise UsageError(f"--warmup must be 0 or more (got {self.warmup})")
         if self.workers is not None and self.workers < 1:
@@ -47,9 +52,6 @@ class RunConfig:
                              "bounds every wait, so it cannot be infinite")
         if self.chunk_bytes < 1:
             raise UsageError("--chunk must be at least 1 byte")
-
-    def sizes_for(self, default: tuple[int, ...]) -> tuple[int, ...]:
-        return self.sizes if self.sizes is not None else default
 
 
 def check_writable(out: Path, force: bool = False) -> None:
@@ -111,7 +113,7 @@ def check_memory(plan: "list[tuple[Scenario, list[WorkerSpec]]]", config: RunCon
     gpu_memory = {gpu.index: gpu.memory_bytes for gpu in machine.gpus}
     for scenario, specs in plan:
         host_bytes, gpu_bytes = scenario.memory_needed(config, specs)
-        largest = max(config.sizes_for(scenario.default_sizes()))
+        largest = max(scenario.sizes(config))
         if config.sizes is not None:
             what = f"--sizes: the largest size, {format_size(largest)},"
         else:

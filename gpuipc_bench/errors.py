@@ -46,11 +46,13 @@ class BarrierAborted(BenchError):
 class VerificationError(BenchError):
     """The bytes that arrived are not the bytes that were sent."""
 
-    def __init__(self, path: str, variant: str, nbytes: int, offset: int, expected: int, got: int):
-        self.path, self.variant, self.nbytes, self.offset = path, variant, nbytes, offset
+    def __init__(self, path: str, variant: str, nbytes: int, offset: int, expected: int, got: int,
+                 slot: int | None = None):
+        self.path, self.variant, self.nbytes, self.offset, self.slot = path, variant, nbytes, offset, slot
+        where = f"in ring slot {slot}, " if slot is not None else ""
         super().__init__(
             f"verification failed on path {path}/{variant} at size {nbytes} B: "
-            f"first bad byte at offset {offset} (expected 0x{expected:02x}, got 0x{got:02x})"
+            f"first bad byte {where}at offset {offset} (expected 0x{expected:02x}, got 0x{got:02x})"
         )
 
 

@@ -48,6 +48,12 @@ class GpuInfo:
     pcie_max_width: int | None
     mig_mode: str  # 'enabled', 'disabled' or 'n/a'
     mig_instances: tuple[str, ...] = ()  # MIG device UUIDs when enabled
+    cpus: tuple[int, ...] = ()  # CPUs local to the GPU (NVML affinity), () if unknown
+    l2_bytes: int = 0
+    # Read-only state that changes what a run measures (never changed by this tool):
+    clocks: str = ""  # 'SM 345/1980 MHz, memory 2619/2619 MHz (now/max), application 1980/2619 MHz'
+    persistence: str = ""  # 'on', 'off' or ''
+    timeslice: str = ""  # the compute-policy time slice: 'default', 'short', 'medium', 'long' or ''
 
     def pcie_text(self) -> str:
         """'Gen5 x16 (max Gen5 x16)', or '' when NVML said nothing about the link."""
@@ -137,6 +143,11 @@ def collect_gpus(machine: Machine, metadata: dict[str, str]) -> None:
         metadata[f"{key}.pcie"] = gpu.pcie_text()
         metadata[f"{key}.cc"] = gpu.compute_capability
         metadata[f"{key}.mig"] = gpu.mig_mode
+        metadata[f"{key}.l2_bytes"] = str(gpu.l2_bytes or "")
+        metadata[f"{key}.cpus"] = cpu_list_text(gpu.cpus)
+        metadata[f"{key}.clocks"] = gpu.clocks
+        metadata[f"{key}.persistence"] = gpu.persistence
+        metadata[f"{key}.timeslice"] = gpu.timeslice
         if gpu.mig_instances:
             metadata[f"{key}.mig_instances"] = ",".join(gpu.mig_instances)
 
@@ -252,6 +263,7 @@ def _device_properties(props: dict) -> dict:
         "uuid": _format_uuid(uuid) if isinstance(uuid, bytes) and len(uuid) == 16 else "",
         "memory": int(props.get("totalGlobalMem", 0)),
         "cc": f"{props.get('major', 0)}.{props.get('minor', 0)}",
+        "l2_bytes": int(props.get("l2CacheSize", 0)),
         "bus_id": "{:04x}:{:02x}:{:02x}.0".format(
             props.get("pciDomainID", 0), props.get("pciBusID", 0), props.get("pciDeviceID", 0)
         ),
@@ -320,6 +332,9 @@ def _nvml_gpu(pynvml, call, handle) -> dict:
             if uuid:
                 mig_instances.append(uuid)
     return {
+        "cpus": _nvml_cpus(pynvml, call, handle),
+        "clocks": _nvml_clocks(pynvml, call, handle),
+        "persistence": {1: "on", 0: "off"}.get(call(pynvml.nvmlDeviceGetPersistenceMode, handle), ""),
         "uuid": _text(call(pynvml.nvmlDeviceGetUUID, handle)),
         "pcie_gen": call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
         "pcie_width": call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
@@ -328,6 +343,63 @@ def _nvml_gpu(pynvml, call, handle) -> dict:
         "mig_mode": mig_mode,
         "mig_instances": tuple(mig_instances),
     }
+
+
+def _nvml_cpus(pynvml, call, handle) -> tuple[int, ...]:
+    """The CPUs local to the GPU (nvmlDeviceGetCpuAffinity, 64-bit words, CPU 0 in bit 0)."""
+    words = call(pynvml.nvmlDeviceGetCpuAffinity, handle, max(1, -(-(os.cpu_count() or 64) // 64)))
+    cpus = [64 * w + b for w, word in enumerate(words or ()) for b in range(64) if int(word) >> b & 1]
+    return tuple(cpus)
+
+
+def _nvml_clocks(pynvml, call, handle) -> str:
+    """Current, maximum and application clocks: the SM idles at a fraction of its maximum, and an
+    application clock setting changes what every figure means."""
+    def clock(fn, kind):
+        value = call(fn, handle, kind)
+        return "?" if value is None else str(value)
+
+    sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
+    return (f"SM {clock(pynvml.nvmlDeviceGetClockInfo, sm)}/{clock(pynvml.nvmlDeviceGetMaxClockInfo, sm)} MHz, "
+            f"memory {clock(pynvml.nvmlDeviceGetClockInfo, mem)}/{clock(pynvml.nvmlDeviceGetMaxClockInfo, mem)} MHz "
+            f"(now/max), application {clock(pynvml.nvmlDeviceGetApplicationsClock, sm)}/"
+            f"{clock(pynvml.nvmlDeviceGetApplicationsClock, mem)} MHz")
+
+
+def cpu_list_text(cpus) -> str:
+    """(0, 1, 2, 3, 8) -> '0-3,8'."""
+    out, run = [], []
+    for cpu in sorted(cpus):
+        if run and cpu == run[-1] + 1:
+            run.append(cpu)
+            continue
+        if run:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+        run = [cpu]
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def _timeslices() -> dict[int, str]:
+    """GPU index (nvidia-smi's) -> its compute-policy time slice, read with
+    `nvidia-smi compute-policy -l` (read only); {} when unavailable."""
+    import shutil
+    import subprocess
+
+    binary = shutil.which("nvidia-smi")
+    if not binary:
+        return {}
+    try:
+        out = subprocess.run([binary, "compute-policy", "-l"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found = {}
+    for line in out.splitlines():
+        parts = line.strip("| \t").split()
+        if len(parts) >= 3 and parts[0].isdigit() and parts[1].lower() == "timeslice":
+            found[int(parts[0])] = parts[2].lower()
+    return found
 
 
 def _nvml_links(pynvml, call, handles: dict) -> dict[tuple[str, str], str]:
@@ -379,6 +451,7 @@ def normalise_bus_id(bus_id: str) -> str:
 
 
 def _assemble(nvml: dict, cuda: dict) -> Machine:
+    timeslices = _timeslices() if cuda.get("devices") else {}
     gpus = []
     bus_ids = []
     for index, dev in enumerate(cuda.get("devices", [])):
@@ -398,6 +471,11 @@ def _assemble(nvml: dict, cuda: dict) -> Machine:
                 pcie_max_width=extra.get("pcie_max_width"),
                 mig_mode=extra.get("mig_mode", "n/a"),
                 mig_instances=extra.get("mig_instances", ()),
+                cpus=extra.get("cpus", ()),
+                l2_bytes=dev.get("l2_bytes", 0),
+                clocks=extra.get("clocks", ""),
+                persistence=extra.get("persistence", ""),
+                timeslice=timeslices.get(index, "") if len(timeslices) == len(cuda.get("devices", [])) else "",
             )
         )
     links = {}

@@ -1,19 +1,21 @@
-"""What every producer/consumer GPU scenario shares: the pair's fields, the run loop, teardown.
-
-A scenario's worker class subclasses PairWorker, names its `path`, and writes
-`setup()` and `measure(nbytes)`; both are generators of result rows.
+"""What every producer/consumer GPU scenario shares: the pair, the run, the teardown, the
+ceilings and the setup costs. A scenario's worker subclasses PairWorker and writes
+`setup()` and `measure(nbytes)`, both generators of result rows (through self.sampler).
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
-from gpuipc_bench import cuda
-from gpuipc_bench.faults import corrupt_requested
-from gpuipc_bench.results import new_row
-from gpuipc_bench.scenario import Scenario, WorkerSpec
+from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
+from gpuipc_bench.gpu.device import Gpu
+from gpuipc_bench.gpu.memory import Ring, reps_for
+from gpuipc_bench.gpu.timing import time_setup
+from gpuipc_bench.sampler import Sample, Sampler
+from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
 
 PRODUCER, CONSUMER = 0, 1
+MEASURES = ("stream", "handoff")
 
 
 class PairScenario(Scenario):
@@ -27,29 +29,27 @@ class PairScenario(Scenario):
     def workers(self, config, machine):
         devices = list(config.devices) if config.devices else [0]
         consumer = devices[1] if len(devices) > 1 else devices[0]
-        return [WorkerSpec(PRODUCER, "producer", devices[0]), WorkerSpec(CONSUMER, "consumer", consumer)]
+        return [WorkerSpec(PRODUCER, "producer", devices[0], gpu_cpus(machine, devices[0])),
+                WorkerSpec(CONSUMER, "consumer", consumer, gpu_cpus(machine, consumer))]
 
     def run(self, ctx) -> Iterator[dict]:
-        return self.worker_class(ctx, self.default_sizes()).run()
+        return self.worker_class(ctx, self).run()
 
 
 class PairWorker:
     path = ""  # the path named in rows and errors
 
-    def __init__(self, ctx, default_sizes):
-        self.ctx, self.config, self.seg = ctx, ctx.config, ctx.segment
-        self.timeout = ctx.config.timeout
+    def __init__(self, ctx, scenario: Scenario):
+        self.ctx, self.scenario, self.config = ctx, scenario, ctx.config
         self.producer = ctx.rank == PRODUCER
-        self.other = [CONSUMER if self.producer else PRODUCER]
+        self.other = CONSUMER if self.producer else PRODUCER
         self.device = ctx.spec.device
         self.pdev, self.cdev = ctx.specs[PRODUCER].device, ctx.specs[CONSUMER].device
-        self.sizes = tuple(sorted(ctx.config.sizes_for(default_sizes)))
-        self.max_bytes = max(self.sizes)
-        self.corrupt = corrupt_requested()
-        self.fields = dict(scenario=self.path, workers=ctx.nworkers,
-                           sharing=cuda.sharing_mode([self.pdev, self.cdev]))
-        self.seq = 0  # samples so far; both workers count in step
-        self.gpu: cuda.Gpu | None = None
+        self.same_gpu = self.pdev == self.cdev
+        self.sizes = scenario.sizes(ctx.config)
+        self.sampler = Sampler(ctx)
+        self.gpu: Gpu | None = None
+        self.ceilings: Ceilings | None = None
         self.imports: list = []  # what this worker opened from the other (closed first)
 
     # ------------------------------------------------------------------ to write
@@ -60,17 +60,20 @@ class PairWorker:
     def measure(self, nbytes: int) -> Iterator[dict]:
         raise NotImplementedError
 
-    def open_gpu(self) -> cuda.Gpu:
-        return cuda.Gpu(self.device)
+    def open_gpu(self) -> Gpu:
+        return Gpu(self.device, shared_gate=getattr(self.ctx.shared, "gate", None))
 
     # ------------------------------------------------------------------ driver
 
     def run(self) -> Iterator[dict]:
+        self.ctx.begin(self.scenario.name)
         clean = False
         try:
             self.ctx.phase("setup")
+            self.ctx.declare("sampler")
             self.gpu = self.open_gpu()
             yield from self.setup()
+            self.ctx.lock_names()
             for nbytes in self.sizes:
                 yield from self.measure(nbytes)
                 self.ctx.progress()
@@ -104,29 +107,60 @@ class PairWorker:
 
     # ------------------------------------------------------------------ helpers
 
-    def _import(self, resource: Any) -> Any:
+    def imported(self, resource: Any) -> Any:
         """Something opened from the other worker (IPC mapping, event): closed before teardown's barrier."""
         self.gpu.adopt(resource)
         self.imports.append(resource)
         return resource
 
-    def _row(self, **fields) -> dict:
-        return new_row(**{**self.fields, **fields})  # a row may override the common fields
+    def group(self, variant: str, measure: str, nbytes: int, src: Any, dst: Any, ceiling: str = "",
+              reps: int | None = None, metric: str = "bandwidth", path: str | None = None,
+              host_only: bool = False) -> dict:
+        """The fields naming one measured group (the sampler adds the sample's)."""
+        ring = Ring.for_size(nbytes, reps)
+        return dict(path=path or self.path, variant=variant, measure=measure, metric=metric, src=src, dst=dst,
+                    bytes=nbytes, ceiling=ceiling,
+                    l2_resident=None if host_only else ring.l2_resident(self.gpu.l2_bytes))
 
-    def _setup_row(self, variant: str, seconds: float, nbytes: int = 0, src: Any = "", dst: Any = "") -> dict:
-        return cuda.setup_row(variant, seconds, nbytes=nbytes, src=src, dst=dst, path=self.path, **self.fields)
+    def ceiling_rows(self, key: str, nbytes: int) -> Iterator[dict]:
+        """Samples of the ceiling `key`, measured alone by this worker (see in_turn)."""
+        if self.ceilings is None:
+            self.ceilings = Ceilings(self.gpu, self.ring_bytes())
+        kind, engine, src, dst = parse_ceiling(key)
+        reps = reps_for(nbytes)
 
-    def _ceiling_rows(self, ceilings: cuda.Ceilings, key: str, nbytes: int, latency: bool = False):
-        """Rows of the ceiling `key` at this size (bandwidth, or latency), measured by this worker."""
-        measure = ceilings.latency_rows if latency else ceilings.rows
-        phase = "latency" if latency else "sample"
-        return measure(key, nbytes, self.config.warmup, self.config.iterations,
-                       on_sample=lambda i: self.ctx.phase(phase, nbytes, i), **self.fields)
+        def take(trial) -> Sample:
+            seconds, batch = self.ceilings.bandwidth(key, nbytes, trial.seed, trial.reps)
+            return Sample(seconds, batch)
 
-    def _in_turn(self, measure_mine) -> Iterator[dict]:
-        """The producer, then the consumer, each runs measure_mine() while the other waits,
+        group = self.group(key, "stream", nbytes, src, dst, path="ceiling", reps=reps)
+        group["l2_resident"] = self.ceilings.l2_resident(key, nbytes, reps)
+        yield from self.sampler.run(group, take, timer=True, solo=True, reps=reps, phase="ceiling")
+
+    def in_turn(self, mine: Callable[[], Iterator[dict]]) -> Iterator[dict]:
+        """The producer, then the consumer, each runs mine() while the other waits at the barrier,
         so two measurements never share the GPU."""
         for turn in (PRODUCER, CONSUMER):
             if self.ctx.rank == turn:
-                yield from measure_mine()
+                yield from mine()
             self.ctx.sync()
+
+    def setup_rows(self, variant: str, make: Callable[[], Any], undo: Callable[[Any], None] | None,
+                   nbytes: int = 0, src: Any = "", dst: Any = "", path: str | None = None) -> Iterator[dict]:
+        """A setup operation timed SETUP_REPEATS times (synchronised before and after): each time
+        make() does it on fresh objects, then undo(result) undoes it, untimed."""
+        group = dict(path=path or self.path, variant=variant, bytes=nbytes, src=src, dst=dst)
+
+        def take(i: int) -> float:
+            result, seconds = time_setup(make, self.device)
+            if undo is not None:
+                undo(result)
+            return seconds
+
+        yield from self.sampler.setup(group, take)
+
+    def ring_bytes(self) -> int:
+        """Bytes of a ring of the largest size of this run (every buffer that holds rings)."""
+        from gpuipc_bench.gpu.memory import ring_capacity
+
+        return ring_capacity(self.sizes)

@@ -1,15 +1,21 @@
 """What a scenario is, and what a worker gets to run one.
 
 A scenario module in the top-level `scenarios/` folder defines one subclass of
-Scenario. The parent process only calls `waive_reason`, `workers` and `prepare`
-(none may touch CUDA: the workers are forked afterwards). Each forked worker calls
-`run(ctx)`, which yields result rows (dicts, see results.COLUMNS) as it measures.
+Scenario and adds it to the registry (`scenarios/__init__.py`). The parent process
+only calls `waive_reason`, `workers`, `sizes`, `memory_needed` and `prepare` (none may
+touch CUDA: the workers are forked afterwards). Each forked worker calls `run(ctx)`,
+which yields result rows as it measures, through a Sampler (gpuipc_bench.sampler).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from gpuipc_bench.errors import BarrierAborted, BarrierTimeout
+from gpuipc_bench.paths import PathInfo
 
 if TYPE_CHECKING:
     from gpuipc_bench.barrier import Barrier
@@ -18,16 +24,31 @@ if TYPE_CHECKING:
     from gpuipc_bench.machine import Machine
     from gpuipc_bench.segment import Segment
 
+# Sizes swept when --sizes is not given. GPU paths: 4 B to 256 MiB in steps of 4 (every
+# ceiling has plateaued by 64-256 MiB; larger sizes through --sizes). The host path stops
+# at 64 MiB so that the first run on a laptop takes seconds.
+DEFAULT_GPU_SIZES = tuple(4 ** k for k in range(1, 15))  # 4 B .. 256 MiB
+DEFAULT_HOST_SIZES = tuple(4 ** k for k in range(1, 14))  # 4 B .. 64 MiB
+MAILBOX_SLOTS = 64
+
 
 @dataclasses.dataclass(frozen=True)
 class WorkerSpec:
     rank: int
     role: str  # "producer", "consumer" or "peer"
     device: int | None  # CUDA device index, None for CPU-only workers
+    cpus: tuple[int, ...] = ()  # CPUs to pin the worker to (its GPU's NUMA-local ones); () = any
 
     def describe(self) -> str:
         where = f"GPU {self.device}" if self.device is not None else "CPU"
         return f"worker {self.rank} ({self.role}, {where})"
+
+
+def gpu_cpus(machine: "Machine | None", device: int | None) -> tuple[int, ...]:
+    """The CPUs local to GPU `device` (NVML), or () when unknown or CPU-only."""
+    if machine is None or device is None or device >= machine.gpu_count:
+        return ()
+    return tuple(machine.gpus[device].cpus)
 
 
 class Scenario:
@@ -37,11 +58,14 @@ class Scenario:
     min_workers: int = 2
     max_workers: int = 2
     default_workers: int = 2
+    paths: tuple[PathInfo, ...] = ()  # the paths its rows carry, with their facts
 
     def default_sizes(self) -> tuple[int, ...]:
-        from gpuipc_bench.config import DEFAULT_GPU_SIZES
+        return DEFAULT_GPU_SIZES if self.gpus_needed else DEFAULT_HOST_SIZES
 
-        return DEFAULT_GPU_SIZES
+    def sizes(self, config: "RunConfig") -> tuple[int, ...]:
+        """The sizes this scenario measures in this run (resolved once, by the plan)."""
+        return tuple(sorted(config.sizes if config.sizes is not None else self.default_sizes()))
 
     def waive_reason(self, machine: "Machine") -> str | None:
         """None if this scenario can run on `machine`, else why not (shown by `list` and `run`)."""
@@ -51,14 +75,15 @@ class Scenario:
             return f"needs {self.gpus_needed} GPUs, this machine has {machine.gpu_count}"
         return None
 
-    def workers(self, config: "RunConfig", machine: "Machine") -> list[WorkerSpec]:
+    def workers(self, config: "RunConfig", machine: "Machine | None") -> list[WorkerSpec]:
         """The workers to fork. Default: producer on the first device, consumers after it."""
         n = config.workers or self.default_workers
         devices = list(config.devices) if config.devices else ([0] if self.gpus_needed else [None])
         specs = []
         for rank in range(n):
-            role = "producer" if rank == 0 else "consumer"
-            specs.append(WorkerSpec(rank, role, devices[min(rank, len(devices) - 1)]))
+            device = devices[min(rank, len(devices) - 1)]
+            specs.append(WorkerSpec(rank, "producer" if rank == 0 else "consumer", device,
+                                    gpu_cpus(machine, device)))
         return specs
 
     def prepare(self, config: "RunConfig", specs: list[WorkerSpec]) -> Any:
@@ -70,30 +95,42 @@ class Scenario:
         """Runs in the parent after the workers are gone: undo `prepare`."""
 
     def mailbox_slots(self, config: "RunConfig", specs: list[WorkerSpec]) -> int:
-        """How many int64 mailbox slots the scenario needs in the shared segment."""
-        return 16
+        """How many int64 mailbox slots the scenario needs in the shared segment (named by the
+        workers through ctx.slot(name))."""
+        return MAILBOX_SLOTS
 
     def memory_needed(self, config: "RunConfig", specs: list[WorkerSpec]) -> tuple[int, int]:
         """(host bytes, bytes on each GPU it uses) that the largest size needs at once: checked
-        against the machine before any work, so that a size that cannot fit is refused
-        with a message instead of ending in the OOM killer or cudaErrorMemoryAllocation.
+        against the machine before any work. A rough default from the largest ring R (a sample's
+        slots, about 256 MiB, or the largest size): a CPU scenario 3 R of host memory, a GPU
+        scenario 2 R of host memory and 3 R on each GPU. Err low: a high estimate refuses runs
+        that would fit."""
+        from gpuipc_bench.gpu.memory import ring_capacity
 
-        A rough default from the largest size L: a CPU scenario 3 L of host memory (a
-        shared buffer, a source and a destination); a GPU scenario 2 L of host memory
-        (pinned staging) and 3 L on each GPU (source, destination and one more). A
-        scenario that knows better overrides it; an estimate that is too high refuses runs
-        that would fit, so err low."""
-        largest = max(config.sizes_for(self.default_sizes()))
+        largest = ring_capacity(self.sizes(config))
         if self.gpus_needed == 0:
-            return 3 * largest, 0
+            return 3 * max(self.sizes(config)), 0
         return 2 * largest, 3 * largest
 
     def progress_total(self, config: "RunConfig", specs: list[WorkerSpec]) -> int:
         """Progress steps the workers report in all (each worker: one per size by default)."""
-        return len(config.sizes_for(self.default_sizes())) * len(specs)
+        return len(self.sizes(config)) * len(specs)
 
     def run(self, ctx: "WorkerContext") -> Iterator[dict]:
         raise NotImplementedError
+
+
+def sharing_mode(devices: list[int | None]) -> str:
+    """How workers share their GPUs: 'time-sliced' when two processes share one GPU ('mps' when
+    an MPS daemon serves this process), 'exclusive' when each has its own, 'none' without GPUs."""
+    from gpuipc_bench.mps import serves_this_process
+
+    gpus = [d for d in devices if d is not None]
+    if not gpus:
+        return "none"
+    if len(set(gpus)) == len(gpus):
+        return "exclusive"
+    return "mps" if serves_this_process() else "time-sliced"
 
 
 @dataclasses.dataclass
@@ -108,6 +145,10 @@ class WorkerContext:
     shared: Any
     send: Callable[[tuple], None]  # message to the parent; used for progress
     faults: "FaultPlan | None" = None  # test hook, see faults.py
+    row_fields: dict = dataclasses.field(default_factory=dict)  # stamped on every row (begin())
+    _slots: dict = dataclasses.field(default_factory=dict)
+    _handles: dict = dataclasses.field(default_factory=dict)
+    _locked: bool = False
 
     @property
     def rank(self) -> int:
@@ -117,6 +158,25 @@ class WorkerContext:
     def nworkers(self) -> int:
         return len(self.specs)
 
+    @property
+    def corrupt(self) -> bool:
+        """The test hook GPUIPC_BENCH_FAULT=corrupt: flip a received byte before verifying."""
+        from gpuipc_bench.faults import corrupt_requested
+
+        return corrupt_requested()
+
+    def begin(self, scenario: str, sharing: str | None = None) -> None:
+        """Start of a scenario's run in this worker: pin it to its GPU's CPUs, and fix the fields
+        every row carries (scenario, workers, sharing)."""
+        if self.spec.cpus:
+            try:
+                os.sched_setaffinity(0, self.spec.cpus)
+            except (OSError, AttributeError):
+                pass  # a restricted cpuset: run where we are allowed to
+        if sharing is None:
+            sharing = sharing_mode([s.device for s in self.specs])
+        self.row_fields.update(scenario=scenario, workers=self.nworkers, sharing=sharing)
+
     def sync(self) -> None:
         """Cross the shared-memory barrier with every worker of this scenario."""
         if self.faults:
@@ -124,10 +184,99 @@ class WorkerContext:
         self.barrier.wait()
 
     def phase(self, name: str, nbytes: int = 0, iteration: int = 0) -> None:
-        """Say what this worker is doing, so that a death or hang can be reported precisely."""
+        """Say what this worker is doing (and that it is alive), so that a death or hang is
+        reported precisely and a long phase is not taken for a hang."""
         self.segment.set_phase(self.rank, name, nbytes, iteration)
         if self.faults:
             self.faults.hit(name)
 
     def progress(self, steps: int = 1) -> None:
         self.send(("progress", steps))
+
+    # ---------------------------------------------------------------- the mailbox, by name
+
+    def slot(self, name: str) -> int:
+        """The mailbox slot called `name`. Slots are numbered in the order names are first used,
+        so every worker names them in the same order during setup; lock_names() then checks that
+        they did, and refuses new names."""
+        if name not in self._slots:
+            if self._locked:
+                raise RuntimeError(f"mailbox slot {name!r} was not named during setup")
+            if len(self._slots) >= self.segment.mailbox_slots - self.nworkers:
+                raise RuntimeError(f"mailbox full: no slot left for {name!r}")
+            self._slots[name] = len(self._slots)
+        return self._slots[name]
+
+    def declare(self, *names: str) -> None:
+        for name in names:
+            self.slot(name)
+
+    def lock_names(self) -> None:
+        """After setup: check that every worker numbered the same slot and handle names the same
+        way (each publishes a checksum in a slot kept at the end of the mailbox), then refuse new
+        names. Crosses one barrier."""
+        import zlib
+
+        table = "\n".join(list(self._slots) + ["--"] + list(self._handles)).encode()
+        last = self.segment.mailbox_slots - 1
+        self.segment.store(last - self.rank, zlib.crc32(table) + 1)
+        self.sync()
+        sums = {self.segment.load(last - s.rank) for s in self.specs}
+        if len(sums) != 1:
+            raise RuntimeError("the workers named their mailbox slots or handles in different orders")
+        self._locked = True
+
+    def store(self, name: str, value: int) -> None:
+        self.segment.store(self.slot(name), value)
+
+    def load(self, name: str) -> int:
+        return self.segment.load(self.slot(name))
+
+    def others(self) -> list[int]:
+        return [s.rank for s in self.specs if s.rank != self.rank]
+
+    def wait(self, name: str, target: int, who: list[int] | None = None, what: str | None = None) -> None:
+        """Wait (spin, then yield, then sleep) until slot `name` reaches `target`."""
+        self.segment.wait_until(self.slot(name), target, self.config.timeout,
+                                waiting_for=who if who is not None else self.others())
+
+    def spin(self, name: str, target: int, who: list[int] | None = None) -> None:
+        """Wait for slot `name` to reach `target` without ever sleeping: for waits inside a timed
+        interval, where a sleep's wake-up would be measured. Gives up like wait() at --timeout."""
+        index = self.segment.mailbox_index(self.slot(name))
+        words = self.segment.words
+        if words[index] >= target:
+            return
+        deadline = time.monotonic() + self.config.timeout
+        n = 0
+        while words[index] < target:
+            n += 1
+            if n & 1023 == 0:
+                if self.segment.aborted:
+                    raise BarrierAborted("run aborted")
+                if time.monotonic() > deadline:
+                    raise BarrierTimeout(who if who is not None else self.others(), self.config.timeout,
+                                         where=f"{name} signal")
+                os.sched_yield()
+
+    # ---------------------------------------------------------------- the handle table, by name
+
+    def handle_slot(self, name: str) -> int:
+        """The handle-table slot called `name` (numbered like mailbox slots)."""
+        from gpuipc_bench.segment import HANDLE_SLOTS
+
+        if name not in self._handles:
+            if self._locked:
+                raise RuntimeError(f"handle {name!r} was not named during setup")
+            if len(self._handles) >= HANDLE_SLOTS:
+                raise RuntimeError(f"handle table full: no slot left for {name!r}")
+            self._handles[name] = len(self._handles)
+        return self._handles[name]
+
+    def publish(self, name: str, data: bytes) -> None:
+        """Put this worker's handle `name` (at most 64 bytes) where the others can read it."""
+        self.segment.put_handle(self.rank, self.handle_slot(name), data)
+
+    def receive(self, rank: int, name: str) -> bytes:
+        """Worker `rank`'s handle `name` (after a barrier that follows its publish)."""
+        return self.segment.get_handle(rank, self.handle_slot(name))

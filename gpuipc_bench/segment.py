@@ -13,8 +13,8 @@ does not make neighbours share one), as int64 words:
     nworkers lines         info of each worker: pid, device, phase code, phase nbytes,
                            phase iteration, heartbeat (time.monotonic_ns), waiting
                            (the epoch it waits at inside the barrier, 0 when not waiting)
-    2 * nworkers lines     handle table: per worker 4 slots of 64 bytes
-                           (cudaIpcMemHandle, cudaIpcEventHandle, 2 spare)
+    16 * nworkers lines    handle table: per worker 32 slots of 64 bytes
+                           (cudaIpcMemHandles, cudaIpcEventHandles), named by the scenario
     mailbox_slots lines    mailbox: one int64 word per line (sequence numbers, timestamps)
 
 Words are read and written through `memoryview(mmap).cast("q")` (`words`):
@@ -47,10 +47,10 @@ LAYOUT_VERSION = 1
 LINE = 128  # bytes per line
 _WPL = LINE // 8  # int64 words per line
 HANDLE_BYTES = 64
-HANDLE_SLOTS = 4
+HANDLE_SLOTS = 32  # per worker: memory handles and the events of the signals
 _HANDLE_LINES = HANDLE_SLOTS * HANDLE_BYTES // LINE  # per worker
 
-PHASES = ("idle", "setup", "warmup", "sample", "latency", "barrier", "teardown", "done")
+PHASES = ("idle", "setup", "warmup", "sample", "latency", "barrier", "teardown", "done", "ceiling")
 _PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
 
 # Info line fields (word offsets inside a worker's info line).

@@ -1,15 +1,17 @@
 """host: CPU processes moving bytes through a shared-memory buffer. Needs no GPU.
 
-One producer and 1..7 consumers share an anonymous MAP_SHARED buffer created
-before the fork. A transfer: the producer copies its source into the shared
-buffer and publishes a sequence number; each consumer copies the buffer out
-into private memory and acknowledges; the producer waits for every
-acknowledgement before the next transfer (one buffer, so no overrun).
+One producer and 1..7 consumers share an anonymous MAP_SHARED buffer created before the
+fork. A transfer k: the producer copies its payload into the buffer, writes the transfer's
+tag into the first bytes and publishes k; each consumer copies the buffer out into private
+memory, checks the tag (a copy of the wrong transfer shows) and acknowledges; the producer
+waits for every acknowledgement before the next transfer (one buffer: one transfer in
+flight, a handoff). The payload changes every sample and is verified after the batch.
 
-A sample is a batch of transfers; its time runs from the producer's first write
-to the consumer's last copy-out, on CLOCK_MONOTONIC (one clock for every process
-of the node). The ceiling is a single-process memcpy of the same size.
-Latency is a ping-pong of the payload between the producer and consumer 1.
+A sample is a batch of transfers, timed from the producer's first write to the last
+consumer's last acknowledgement on CLOCK_MONOTONIC (one clock for every process of the
+node), with spin waits. The ceiling is a single-process memcpy of the same size. Latency
+is a ping-pong between the producer and consumer 1: each answers with its own payload and
+checks the other's.
 """
 
 from __future__ import annotations
@@ -19,27 +21,29 @@ import time
 
 import numpy as np
 
-from gpuipc_bench.config import DEFAULT_HOST_SIZES
 from gpuipc_bench.errors import VerificationError
-from gpuipc_bench.faults import corrupt_requested
-from gpuipc_bench.results import new_row
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.patterns import check, pattern_bytes
+from gpuipc_bench.sampler import Sample, Sampler
 from gpuipc_bench.scenario import Scenario, WorkerSpec
 
-# Mailbox slots.
-SEQ = 0  # producer: last transfer written
-T0 = 1  # producer: CLOCK_MONOTONIC ns at the start of the sample's batch
-PING, PONG = 2, 3  # latency ping-pong
-ACK0 = 4  # consumer r acknowledges in slot ACK0 + r
-
-LATENCY_MAX_BYTES = 64 << 10
+PINGPONG_MAX_BYTES = 64 << 10
 BATCH_BYTES = 64 << 20  # a sample moves about this much, in at most MAX_BATCH transfers
 MAX_BATCH = 1000
-LATENCY_ROUND_TRIPS = 200
+PINGPONG_ROUNDS = 200
 CEILING = "memcpy@host"
+REPLY = 0x5A5A5A5A
+TAG = 8  # bytes of the transfer tag at the front of each transfer
 
 
 def batch_for(nbytes: int) -> int:
     return max(1, min(MAX_BATCH, BATCH_BYTES // nbytes))
+
+
+def tag_bytes(k: int, nbytes: int) -> np.ndarray:
+    """The first min(nbytes, 8) bytes of transfer k."""
+    value = (k * 0x9E3779B97F4A7C15 + 1) & (2 ** 64 - 1)
+    return np.frombuffer(value.to_bytes(8, "little"), dtype=np.uint8)[: min(nbytes, TAG)]
 
 
 class HostScenario(Scenario):
@@ -49,149 +53,141 @@ class HostScenario(Scenario):
     min_workers = 2
     max_workers = 8
     default_workers = 2
-
-    def default_sizes(self):
-        return DEFAULT_HOST_SIZES
+    paths = (PathInfo("host", role="reference", colour="#e377c2"),)
 
     def workers(self, config, machine):
         n = config.workers or self.default_workers
         return [WorkerSpec(r, "producer" if r == 0 else "consumer", None) for r in range(n)]
 
     def memory_needed(self, config, specs):
-        # The shared buffer, and in each worker a base pattern, a sample pattern and a copy.
-        largest = max(config.sizes_for(self.default_sizes()))
-        return (1 + 3 * len(specs)) * largest, 0
-
-    def mailbox_slots(self, config, specs):
-        return ACK0 + len(specs)
+        # The shared buffer, and in each worker a payload, a copy and the ceiling's two buffers.
+        return (1 + 4 * len(specs)) * max(self.sizes(config)), 0
 
     def prepare(self, config, specs):
-        largest = max(config.sizes_for(self.default_sizes()))
-        return mmap.mmap(-1, largest, flags=mmap.MAP_SHARED)
+        return mmap.mmap(-1, max(self.sizes(config)), flags=mmap.MAP_SHARED)
 
     def release(self, shared):
         if shared is not None:
             shared.close()
 
     def run(self, ctx):
-        sizes = ctx.config.sizes_for(self.default_sizes())
-        shm = np.frombuffer(ctx.shared, dtype=np.uint8)
-        base = np.random.default_rng(12345).integers(0, 256, size=max(sizes), dtype=np.uint8)
-        producer = ctx.rank == 0
-        seq = 0  # transfers so far; both sides count in step
-        sample_id = 0
-        for nbytes in sizes:
-            local = np.empty(nbytes, dtype=np.uint8)
-            if producer:
-                yield from _ceiling(ctx, base[:nbytes], nbytes)
-            for i in range(ctx.config.warmup + ctx.config.iterations):
-                warm = i < ctx.config.warmup
-                ctx.phase("warmup" if warm else "sample", nbytes, i)
-                sample_id += 1
-                pattern = np.bitwise_xor(base[:nbytes], sample_id & 0xFF)  # changes every sample
-                batch = batch_for(nbytes)
-                ctx.sync()
-                if producer:
-                    _produce(ctx, shm[:nbytes], pattern, seq, batch)
-                else:
-                    seconds = _consume(ctx, shm[:nbytes], local, seq, batch)
-                    verified = _verify(local, pattern, nbytes)
-                    if not warm:
-                        yield _row(ctx, "bandwidth", "shared-buffer", nbytes, i - ctx.config.warmup,
-                                   batch, seconds, verified)
-                    if not verified:
-                        _raise_mismatch(local, pattern, nbytes)
-                seq += batch
-            if nbytes <= LATENCY_MAX_BYTES:
-                yield from _latency(ctx, shm[:nbytes], local, nbytes, base[:nbytes])
+        return HostWorker(ctx, self).run()
+
+
+class HostWorker:
+    def __init__(self, ctx, scenario):
+        self.ctx, self.sizes = ctx, scenario.sizes(ctx.config)
+        self.name = scenario.name
+        self.sampler = Sampler(ctx)
+        self.producer = ctx.rank == 0
+        self.consumers = range(1, ctx.nworkers)
+        self.shm = np.frombuffer(ctx.shared, dtype=np.uint8)
+        self.transfers = 0  # in step on every worker
+
+    def run(self):
+        ctx = self.ctx
+        ctx.begin(self.name, sharing="none")
+        ctx.phase("setup")
+        ctx.declare("sampler", "seq", "t0", "ping", "pong", *(f"ack{r}" for r in self.consumers))
+        ctx.lock_names()
+        for nbytes in self.sizes:
+            if self.producer:
+                yield from self.ceiling(nbytes)
+            ctx.sync()
+            group = dict(path="host", variant="shared-buffer", measure="handoff", metric="bandwidth", src="host",
+                         dst="host", bytes=nbytes, ceiling=CEILING)
+            yield from self.sampler.run(group, lambda trial: self.sample(nbytes, trial), timer=ctx.rank == 1,
+                                        reps=batch_for(nbytes), calibrate=False)
+            if nbytes <= PINGPONG_MAX_BYTES:
+                yield from self.pingpong(nbytes)
             ctx.sync()
             ctx.progress()
+        ctx.phase("teardown")
 
-
-def _row(ctx, metric, variant, nbytes, iteration, batch, seconds, verified, path="host", ceiling=CEILING):
-    return new_row(
-        scenario="host", path=path, variant=variant, metric=metric, src="host", dst="host",
-        bytes=nbytes, iteration=iteration, batch=batch, seconds=seconds, verified=verified,
-        workers=ctx.nworkers, sharing="none", ceiling=ceiling,
-    )
-
-
-def _produce(ctx, shm, pattern, seq, batch):
-    seg, timeout = ctx.segment, ctx.config.timeout
-    consumers = range(1, ctx.nworkers)
-    seg.store(T0, time.monotonic_ns())
-    for k in range(seq + 1, seq + batch + 1):
-        shm[:] = pattern
-        seg.store(SEQ, k)
-        for r in consumers:
-            seg.wait_until(ACK0 + r, k, timeout, waiting_for=[r])
-
-
-def _consume(ctx, shm, local, seq, batch) -> float:
-    seg, timeout = ctx.segment, ctx.config.timeout
-    for k in range(seq + 1, seq + batch + 1):
-        seg.wait_until(SEQ, k, timeout, waiting_for=[0])
-        local[:] = shm
-        seg.store(ACK0 + ctx.rank, k)
-    end = time.monotonic_ns()
-    return (end - seg.load(T0)) / 1e9 / batch
-
-
-def _verify(local, pattern, nbytes) -> bool:
-    if corrupt_requested():
-        local[nbytes // 2] ^= 0xFF
-    return bool(np.array_equal(local, pattern))
-
-
-def _raise_mismatch(local, pattern, nbytes):
-    offset = int(np.flatnonzero(local != pattern)[0])
-    raise VerificationError("host", "shared-buffer", nbytes, offset, int(pattern[offset]), int(local[offset]))
-
-
-def _ceiling(ctx, src, nbytes):
-    """Single-process memcpy of the same size: what the memory system does without a second process."""
-    dst = np.empty_like(src)
-    batch = batch_for(nbytes)
-    for i in range(ctx.config.warmup + ctx.config.iterations):
-        start = time.perf_counter_ns()
-        for _ in range(batch):
-            dst[:] = src
-        seconds = (time.perf_counter_ns() - start) / 1e9 / batch
-        if i >= ctx.config.warmup:
-            yield _row(ctx, "bandwidth", CEILING, nbytes, i - ctx.config.warmup, batch, seconds,
-                       bool(np.array_equal(dst, src)), path="ceiling", ceiling="")
-
-
-def _latency(ctx, shm, local, nbytes, payload):
-    """Ping-pong the payload between producer and consumer 1: one-way = round trip / 2.
-    Other consumers only cross the same barriers."""
-    seg, timeout = ctx.segment, ctx.config.timeout
-    producer = ctx.rank == 0
-    playing = ctx.rank in (0, 1)
-    rounds = LATENCY_ROUND_TRIPS
-    ctx.sync()
-    seg.store(PING, 0)
-    seg.store(PONG, 0)
-    ctx.sync()
-    for i in range(ctx.config.warmup + ctx.config.iterations):
-        ctx.phase("latency", nbytes, i)
+    def sample(self, nbytes: int, trial) -> Sample | None:
+        ctx, shm = self.ctx, self.shm[:nbytes]
+        payload = pattern_bytes(nbytes, trial.seed)
+        first = self.transfers + 1
+        self.transfers += trial.reps
+        local = np.empty(nbytes, dtype=np.uint8)
         ctx.sync()
-        if not playing:
-            continue
-        start = time.perf_counter_ns()
-        base = i * rounds
-        for k in range(base + 1, base + rounds + 1):
-            if producer:
+        if self.producer:
+            ctx.store("t0", time.monotonic_ns())
+            for k in range(first, first + trial.reps):
                 shm[:] = payload
-                seg.store(PING, k)
-                seg.wait_until(PONG, k, timeout, waiting_for=[1])
-                local[:] = shm
-            else:
-                seg.wait_until(PING, k, timeout, waiting_for=[0])
-                local[:] = shm  # has the data
-                shm[:] = local  # and answers with it
-                seg.store(PONG, k)
-        seconds = (time.perf_counter_ns() - start) / 1e9 / rounds / 2
-        if producer and i >= ctx.config.warmup:
-            yield _row(ctx, "latency", "pingpong", nbytes, i - ctx.config.warmup, rounds, seconds,
-                       bool(np.array_equal(local, payload)), ceiling="")
+                shm[:TAG] = tag_bytes(k, nbytes)
+                ctx.store("seq", k)
+                for r in self.consumers:
+                    ctx.spin(f"ack{r}", k, who=[r])
+            return None
+        for k in range(first, first + trial.reps):
+            ctx.spin("seq", k, who=[0])
+            local[:] = shm
+            if not np.array_equal(local[:TAG], tag_bytes(k, nbytes)):
+                raise VerificationError("host", "shared-buffer", nbytes, 0, int(tag_bytes(k, nbytes)[0]),
+                                        int(local[0]))
+            ctx.store(f"ack{ctx.rank}", k)
+        last = first + trial.reps - 1
+        for r in self.consumers:
+            ctx.spin(f"ack{r}", last, who=[r])  # every consumer is done with the batch
+        seconds = (time.monotonic_ns() - ctx.load("t0")) / 1e9 / trial.reps
+        if ctx.corrupt:
+            local[nbytes // 2] ^= 0xFF
+        got = local.copy()
+        got[:TAG] = payload[:TAG]  # the tag was checked above; the rest is the payload
+        check(got, trial.seed, "host", "shared-buffer", nbytes)
+        return Sample(seconds, trial.reps) if ctx.rank == 1 else None
+
+    def ceiling(self, nbytes: int):
+        """Single-process memcpy of the same size: what the memory system does without a second process."""
+        src = pattern_bytes(nbytes, 1)
+        dst = np.empty_like(src)
+
+        def take(trial) -> Sample:
+            start = time.perf_counter_ns()
+            for _ in range(trial.reps):
+                dst[:] = src
+            seconds = (time.perf_counter_ns() - start) / 1e9 / trial.reps
+            return Sample(seconds, trial.reps, bool(np.array_equal(dst, src)))
+
+        group = dict(path="ceiling", variant=CEILING, measure="stream", metric="bandwidth", src="host", dst="host",
+                     bytes=nbytes, ceiling="")
+        yield from self.sampler.run(group, take, timer=True, solo=True, reps=batch_for(nbytes), calibrate=False,
+                                    phase="ceiling")
+
+    def pingpong(self, nbytes: int):
+        """Producer and consumer 1: each writes its own payload, the other copies it out and checks it.
+        The other consumers cross the same barriers."""
+        ctx = self.ctx
+        playing = ctx.rank in (0, 1)
+        group = dict(path="host", variant="pingpong", measure="pingpong", metric="latency", src="host", dst="host",
+                     bytes=nbytes, ceiling="")
+
+        def take(trial) -> Sample | None:
+            mine = pattern_bytes(nbytes, trial.seed if self.producer else trial.seed ^ REPLY)
+            local = np.empty(nbytes, dtype=np.uint8)
+            first = (ctx.load("pong") if self.producer else ctx.load("ping")) + 1
+            ctx.sync()
+            if not playing:
+                ctx.sync()
+                return None
+            shm = self.shm[:nbytes]
+            start = time.perf_counter_ns()
+            for k in range(first, first + trial.reps):
+                if self.producer:
+                    shm[:] = mine
+                    ctx.store("ping", k)
+                    ctx.spin("pong", k, who=[1])
+                    local[:] = shm
+                else:
+                    ctx.spin("ping", k, who=[0])
+                    local[:] = shm
+                    shm[:] = mine
+                    ctx.store("pong", k)
+            seconds = (time.perf_counter_ns() - start) / 1e9 / trial.reps / 2
+            check(local, trial.seed ^ REPLY if self.producer else trial.seed, "host", "pingpong", nbytes)
+            ctx.sync()
+            return Sample(seconds, trial.reps) if self.producer else None
+
+        yield from self.sampler.run(group, take, timer=self.producer, reps=PINGPONG_ROUNDS, calibrate=False,
+                                    phase="latency")

@@ -1,35 +1,30 @@
 """ipc: CUDA IPC mapping. A second process maps the producer's cudaMalloc memory and copies.
 
-Worker 0 (producer) cudaMallocs one buffer of the largest size and exports its
-cudaIpcMemHandle and an interprocess event through the segment's handle table.
-Worker 1 (consumer) opens them once and keeps them open (setup rows time the
-export, the first open, a close and a second open). Both sit on config.devices[0]
-unless --devices names two GPUs, then the consumer sits on the second.
+Each worker cudaMallocs one ring buffer and exports its cudaIpcMemHandle; the other maps it
+once. Both sit on the first GPU of --devices unless it names two (then the consumer sits on
+the second). Variants: the consumer pulls from the producer's memory with the copy engine
+('ce') or a kernel ('sm'), or pushes into it ('push', copy engine). Measures:
 
-A bandwidth sample, variants 'ce' and 'sm' (the consumer pulls):
-  producer: fill the pattern of a new seed, record the IPC event, publish the
-            sample's sequence number in the mailbox; wait for the consumer's ack
-  consumer: wait for the number (CPU, untimed), cudaStreamWaitEvent on the IPC
-            event, then a gated batch of copies from the mapped buffer into a
-            local one: cudaMemcpyAsync ('ce') or the sm_copy kernel ('sm');
-            verify the local copy, ack
-Variant 'push': the consumer fills a local buffer and copies it into the
-producer's memory in a gated batch, records its own IPC event and publishes;
-the producer waits on that event and verifies its buffer; the consumer emits
-the row once the producer has said so.
+  stream   the producer fills its ring and signals once (an interprocess event); the
+           consumer's gated batch copies slot r to slot r, back to back
+  handoff  one transfer in flight (gpuipc_bench.exchange): the producer marks slot r (a
+           one-thread kernel writes its first bytes, which the fill left wrong), signals; the
+           consumer waits for the signal, copies slot r, signals back; the producer marks
+           slot r + 1 after that. Push: the consumer copies, signals, the producer signals back.
 
-Latency ('ce-pingpong', sizes up to 1 MiB): the producer copies into the
-consumer's mapped buffer, synchronises and stores a mailbox counter; the
-consumer spins on it, copies the bytes back into the producer's buffer,
-synchronises and answers. One-way = round trip / 2, many round trips a sample.
-On one GPU without MPS this is dominated by the switch between the two
-processes' contexts (~140 us a hop measured on an H200, against ~4 us when only
-one process uses the GPU): that is the real cost of alternating GPU work
-between two processes there, not an artefact of the signalling (~0.2 us).
+The receiving side verifies every slot after each sample (a copy that ran before its mark
+fails). Set-up rows, 5 each on fresh allocations: cudaIpcGetMemHandle, the first
+cudaIpcOpenMemHandle, cudaIpcCloseMemHandle, and the event handle's export and open.
 
-Ceilings, measured by the consumer with the same method: 'd2d@<consumer GPU>'
-(or 'peer@A>B' in each direction when the workers sit on two GPUs) for
-bandwidth, and a host-timed single copy + synchronize for latency.
+Latency ('ce-pingpong', host-driven, at 4 B, 4 KiB, 64 KiB and 1 MiB of the sweep): the
+producer copies its payload into the consumer's buffer, synchronises and raises a mailbox
+flag; the consumer answers with its own payload (another seed) into the producer's buffer.
+Each side verifies the other's bytes. One-way = round trip / 2. On one GPU without MPS
+every hop pays a switch between the two processes' contexts: the real cost of alternating
+GPU work between two processes there.
+
+Ceilings, measured by the consumer alone: d2d@GPU and d2d-sm@GPU (peer@A>B, peer-sm@A>B
+when the workers sit on two GPUs), and one copy + synchronize for the ping-pong.
 """
 
 from __future__ import annotations
@@ -37,216 +32,260 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from gpuipc_bench import cuda
-from gpuipc_bench.pair import PairScenario, PairWorker
-
-# Mailbox slots.
-READY = 0  # producer: pattern of sample `seq` written, IPC event recorded
-CONSUMED = 1  # consumer: sample `seq` read and verified
-PUSHED = 2  # consumer: push sample `seq` written, its IPC event recorded
-VERIFIED = 3  # producer: push sample `seq` verified
-PING, PONG = 4, 5  # latency ping-pong counters
-SLOTS = 6
-
-# Handle-table slots (per worker).
-MEM, EVENT = 0, 1
+from gpuipc_bench.exchange import Exchange, max_transfers
+from gpuipc_bench.gpu.device import enable_peer_access
+from gpuipc_bench.gpu.memory import DeviceBuffer, IpcEvent, MappedBuffer, Ring, reps_for
+from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.sampler import Sample
+from gpuipc_bench.signal import Signal
 
 VARIANTS = ("ce", "sm", "push")
-LATENCY_MAX_BYTES = 1 << 20
-ROUND_TRIPS = 100
+HANDOFF_MAX_TRANSFERS = 128
+PINGPONG_SIZES = (4, 4 << 10, 64 << 10, 1 << 20)
+PINGPONG_ROUNDS = 200  # before calibration to about 5 ms a sample
+REPLY = 0x5A5A5A5A  # the consumer answers with the pattern of seed ^ REPLY
 
 
 class IpcWorker(PairWorker):
-    path = "ipc"  # the peer scenario reuses this worker with path "peer"
-
-    def __init__(self, ctx, default_sizes):
-        super().__init__(ctx, default_sizes)
-        self.cross = self.pdev != self.cdev
-        if self.cross:
-            self.pull_ceiling = f"peer@{self.pdev}>{self.cdev}"
-            self.push_ceiling = f"peer@{self.cdev}>{self.pdev}"
-        else:
-            self.pull_ceiling = self.push_ceiling = f"d2d@{self.cdev}"
-        self.latency_ceiling = self.pull_ceiling
-        self.rounds = 0  # ping-pong round trips so far; both workers count in step
-
-    def measure(self, nbytes: int) -> Iterator[dict]:
-        yield from self.bandwidth(nbytes)
-        if not self.producer:
-            yield from self.ceilings(nbytes)
-        if nbytes <= LATENCY_MAX_BYTES:
-            yield from self.latency(nbytes)
+    path = "ipc"
 
     # ------------------------------------------------------------------ setup
 
     def setup(self) -> Iterator[dict]:
-        gpu, seg, n = self.gpu, self.seg, self.max_bytes
-        me = self.ctx.rank
-        rows = []
-        # Each worker exports one buffer and one event: the producer its source
-        # buffer and its "data ready" event; the consumer its receive buffer (the
-        # ping-pong target) and its "push done" event.
-        self.buffer = gpu.alloc(n)
-        handle, seconds = cuda.time_setup(self.buffer.export, self.device)
-        if self.producer:
-            rows.append(self._setup_row("ipc_export", seconds, n, src=self.device, dst=self.cdev))
-        self.event = gpu.adopt(cuda.IpcEvent.create(self.device))
-        event_handle, seconds = cuda.time_setup(self.event.export, self.device)
-        if self.producer:
-            rows.append(self._setup_row("ipc_event_export", seconds, 0, src=self.device, dst=self.cdev))
-        seg.put_handle(me, MEM, handle)
-        seg.put_handle(me, EVENT, event_handle)
-        if self.producer:
-            self.source = gpu.alloc(min(n, LATENCY_MAX_BYTES))  # ping-pong payload
-        self.ctx.sync()  # handles published
-
-        other = self.other[0]
-        peer_handle = seg.get_handle(other, MEM)
-        if self.producer:
-            self.mapped = self._import(cuda.MappedBuffer(peer_handle, n, self.device))
-            self.peer_event = self._import(cuda.IpcEvent.open(seg.get_handle(other, EVENT), self.device))
-        else:
-            src, dst = self.pdev, self.cdev
-            first, cold = cuda.time_setup(lambda: cuda.MappedBuffer(peer_handle, n, self.device), self.device)
-            rows.append(self._setup_row("ipc_open_cold", cold, n, src=src, dst=dst))
-            _, seconds = cuda.time_setup(first.close, self.device)
-            rows.append(self._setup_row("ipc_close", seconds, n, src=src, dst=dst))
-            mapped, warm = cuda.time_setup(lambda: cuda.MappedBuffer(peer_handle, n, self.device), self.device)
-            self.mapped = self._import(mapped)
-            rows.append(self._setup_row("ipc_open_warm", warm, n, src=src, dst=dst))
-            event, seconds = cuda.time_setup(
-                lambda: cuda.IpcEvent.open(seg.get_handle(other, EVENT), self.device), self.device)
-            self.peer_event = self._import(event)
-            rows.append(self._setup_row("ipc_event_open", seconds, 0, src=src, dst=dst))
-            self.ceilings_ = cuda.Ceilings(gpu, n)  # its buffers are the Gpu's: freed by gpu.close()
-            if self.cross:
-                for device, peer in ((self.cdev, self.pdev), (self.pdev, self.cdev)):
-                    seconds = cuda.enable_peer_access(device, peer)
-                    if seconds is not None:  # None: already on (the IPC open enables it lazily)
-                        rows.append(self._setup_row("peer_enable", seconds, 0, src=peer, dst=device))
-        self.ctx.sync()  # everything open
+        ctx, gpu = self.ctx, self.gpu
+        ctx.declare("push.checked", "ping", "pong")
+        rows = list(self.setup_costs())
+        capacity = self.ring_bytes()
+        # Producer: the ring the consumer pulls from and pushes into. Consumer: its own ring
+        # (pull destination, push source), which the producer maps for the ping-pong.
+        self.ring_buf = gpu.alloc(capacity)
+        self.scratch = gpu.alloc(max(self.sizes) + 256)  # where warm-up operations land
+        ctx.publish("ring", self.ring_buf.export())
+        self.ready = Signal(ctx, "ready", PRODUCER, CONSUMER)
+        self.pushed = Signal(ctx, "pushed", CONSUMER, PRODUCER)
+        self.pull = Exchange(ctx, "pull", PRODUCER, CONSUMER, self.same_gpu)
+        self.push = Exchange(ctx, "push", CONSUMER, PRODUCER, self.same_gpu)
+        parts = (self.ready, self.pushed, self.pull, self.push)
+        for part in parts:
+            part.create(gpu)
+        ctx.sync()  # handles published
+        self.mapped = self.imported(MappedBuffer(ctx.receive(self.other, "ring"), capacity, self.device))
+        for part in parts:
+            part.open(gpu, self.imports)
+        ctx.sync()  # everything open
         yield from rows
 
-    # ------------------------------------------------------------------ bandwidth
+    def setup_costs(self) -> Iterator[dict]:
+        """Export (producer) and first open, close, event open (consumer), 5 times on fresh objects."""
+        ctx, n = self.ctx, self.ring_bytes()
+        src, dst = self.pdev, self.cdev
+        for i in range(5):
+            ctx.phase("setup", n, i)
+            if self.producer:
+                buf = DeviceBuffer(n, self.device)
+                event = IpcEvent.create(self.device)
+                handle, seconds = self.timed(buf.export)
+                yield self.setup_row("ipc_export", seconds, i, n, src, dst)
+                event_handle, seconds = self.timed(event.export)
+                yield self.setup_row("ipc_event_export", seconds, i, 0, src, dst)
+                ctx.publish("setup.mem", handle)
+                ctx.publish("setup.event", event_handle)
+            ctx.sync()
+            if not self.producer:
+                mapped, seconds = self.timed(lambda: MappedBuffer(ctx.receive(PRODUCER, "setup.mem"), n, self.device))
+                yield self.setup_row("ipc_open_cold", seconds, i, n, src, dst)
+                _, seconds = self.timed(mapped.close)
+                yield self.setup_row("ipc_close", seconds, i, n, src, dst)
+                event, seconds = self.timed(lambda: IpcEvent.open(ctx.receive(PRODUCER, "setup.event"), self.device))
+                yield self.setup_row("ipc_event_open", seconds, i, 0, src, dst)
+                event.close()
+            ctx.sync()  # closed before freed
+            if self.producer:
+                event.close()
+                buf.close()
+        if not self.same_gpu and not self.producer:
+            yield from self.peer_enable_rows()
 
-    def bandwidth(self, nbytes: int) -> Iterator[dict]:
-        warmup, iterations = self.config.warmup, self.config.iterations
+    def peer_enable_rows(self) -> Iterator[dict]:
+        for device, peer in ((self.cdev, self.pdev), (self.pdev, self.cdev)):
+            seconds = enable_peer_access(device, peer)
+            if seconds is not None:  # None: already on (an IPC open enables it lazily)
+                yield self.setup_row("peer_enable", seconds, 0, 0, peer, device)
+
+    def timed(self, call):
+        from gpuipc_bench.gpu.timing import time_setup
+
+        return time_setup(call, self.device)
+
+    def setup_row(self, variant, seconds, i, nbytes, src, dst) -> dict:
+        return self.sampler.row(dict(path=self.path, variant=variant, measure="", metric="setup", src=src,
+                                     dst=dst, bytes=nbytes), Sample(seconds, 1, None), i)
+
+    # ------------------------------------------------------------------ measuring
+
+    def measure(self, nbytes: int) -> Iterator[dict]:
         for variant in VARIANTS:
-            self.ctx.sync()
-            for i in range(warmup + iterations):
-                warm = i < warmup
-                self.ctx.phase("warmup" if warm else "sample", nbytes, i)
-                self.seq += 1
-                seed = cuda.seed_for(self.seq)
-                if variant == "push":
-                    row = self.push_sample(nbytes, seed)
-                else:
-                    row = self.pull_sample(variant, nbytes, seed)
-                if row is not None and not warm:
-                    row["iteration"] = i - warmup
-                    yield row
+            for measure in MEASURES:
+                yield from self.bandwidth(variant, measure, nbytes)
+        yield from self.in_turn(lambda: self.ceiling_samples(nbytes))
+        if nbytes in PINGPONG_SIZES:
+            yield from self.pingpong(nbytes)
 
-    def pull_sample(self, variant: str, nbytes: int, seed: int) -> dict | None:
-        gpu, seg, seq = self.gpu, self.seg, self.seq
+    def ceiling_for(self, variant: str) -> str:
+        if self.same_gpu:
+            return f"d2d-sm@{self.cdev}" if variant == "sm" else f"d2d@{self.cdev}"
+        if variant == "push":
+            return f"peer@{self.cdev}>{self.pdev}"
+        return f"peer{'-sm' if variant == 'sm' else ''}@{self.pdev}>{self.cdev}"
+
+    def ceiling_samples(self, nbytes: int) -> Iterator[dict]:
         if self.producer:
-            gpu.fill(self.buffer.ptr, nbytes, seed)
-            self.event.record(gpu.stream)
-            seg.store(READY, seq)
-            seg.wait_until(CONSUMED, seq, self.timeout, waiting_for=self.other)
-            return None
-        seg.wait_until(READY, seq, self.timeout, waiting_for=self.other)
-        self.peer_event.wait(gpu.stream)  # after the producer's record: it published seq after it
-        dst, src = self.buffer.ptr, self.mapped.ptr
-        if variant == "ce":
-            enqueue = gpu.memcpy_launcher(dst, src, nbytes)
+            return
+        for key in dict.fromkeys(self.ceiling_for(v) for v in VARIANTS):
+            yield from self.ceiling_rows(key, nbytes)
+
+    def bandwidth(self, variant: str, measure: str, nbytes: int) -> Iterator[dict]:
+        push = variant == "push"
+        src, dst = (self.cdev, self.pdev) if push else (self.pdev, self.cdev)
+        if measure == "stream":
+            reps, timer = reps_for(nbytes), self.ctx.rank == CONSUMER
+            take = self.push_stream if push else self.pull_stream
         else:
-            enqueue = gpu.kernels.copy_launcher(dst, src, nbytes, gpu.stream)
-        reps = cuda.reps_for(nbytes)
-        seconds = gpu.time_batch(enqueue, reps)
-        verified = gpu.verify(dst, nbytes, seed, self.path, variant, corrupt=self.corrupt)
-        seg.store(CONSUMED, seq)
-        return self._row(path=self.path, variant=variant, metric="bandwidth", src=self.pdev, dst=self.cdev,
-                         bytes=nbytes, batch=reps, seconds=seconds, verified=verified,
-                         ceiling=self.pull_ceiling)
+            reps = min(reps_for(nbytes), max_transfers(1, True), HANDOFF_MAX_TRANSFERS)
+            timer = self.ctx.rank == (PRODUCER if push else CONSUMER)
+            take = self.push_handoff if push else self.pull_handoff
+        group = self.group(variant, measure, nbytes, src, dst, self.ceiling_for(variant), reps)
+        yield from self.sampler.run(group, lambda trial: take(variant, nbytes, trial), timer=timer, reps=reps)
 
-    def push_sample(self, nbytes: int, seed: int) -> dict | None:
-        gpu, seg, seq = self.gpu, self.seg, self.seq
+    def pull_stream(self, variant, nbytes, trial) -> Sample | None:
+        gpu, ring = self.gpu, Ring.for_size(nbytes, trial.reps)
         if self.producer:
-            seg.wait_until(PUSHED, seq, self.timeout, waiting_for=self.other)
-            self.peer_event.wait(gpu.stream)
-            gpu.verify(self.buffer.ptr, nbytes, seed, self.path, "push", corrupt=self.corrupt)
-            seg.store(VERIFIED, seq)
+            gpu.fill(self.ring_buf.ptr, ring, trial.seed)
+            self.ready.send(gpu.stream)
             return None
-        src, dst = self.buffer.ptr, self.mapped.ptr
-        gpu.fill(src, nbytes, seed)  # on the stream ahead of the gate: not timed
-        reps = cuda.reps_for(nbytes)
-        seconds = gpu.time_batch(gpu.memcpy_launcher(dst, src, nbytes), reps)
-        self.event.record(gpu.stream)
-        seg.store(PUSHED, seq)
-        seg.wait_until(VERIFIED, seq, self.timeout, waiting_for=self.other)
-        return self._row(path=self.path, variant="push", metric="bandwidth", src=self.cdev, dst=self.pdev,
-                         bytes=nbytes, batch=reps, seconds=seconds, verified=True,
-                         ceiling=self.push_ceiling)
+        self.ready.receive(gpu.stream)  # the copies wait for the producer's fill
+        copy = gpu.copy_launcher(nbytes, "sm" if variant == "sm" else "ce")
+        mine, theirs = self.ring_buf.ptr, self.mapped.ptr
+        marks = gpu.time_batch(lambda r: copy(mine + ring.offset(r), theirs + ring.offset(r)), trial.reps,
+                               warm=lambda: copy(self.scratch.ptr, theirs))
+        seconds = marks.seconds() / trial.reps
+        gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
+        return Sample(seconds, trial.reps)
 
-    # ------------------------------------------------------------------ ceilings
+    def push_stream(self, variant, nbytes, trial) -> Sample | None:
+        gpu, ring = self.gpu, Ring.for_size(nbytes, trial.reps)
+        if self.producer:
+            self.pushed.receive(gpu.stream)
+            gpu.verify(self.ring_buf.ptr, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
+            self.ctx.store("push.checked", trial.seq)
+            return None
+        copy = gpu.copy_launcher(nbytes)
+        mine, theirs = self.ring_buf.ptr, self.mapped.ptr
+        gpu.fill(mine, ring, trial.seed)
+        marks = gpu.time_batch(lambda r: copy(theirs + ring.offset(r), mine + ring.offset(r)), trial.reps,
+                               warm=lambda: copy(self.scratch.ptr, mine))
+        seconds = marks.seconds() / trial.reps
+        self.pushed.send(gpu.stream)
+        self.ctx.wait("push.checked", trial.seq, what="the producer's check of the pushed bytes")
+        return Sample(seconds, trial.reps)
 
-    def ceilings(self, nbytes: int) -> Iterator[dict]:
-        keys = [self.pull_ceiling] + ([self.push_ceiling] if self.push_ceiling != self.pull_ceiling else [])
-        for key in keys:
-            yield from self._ceiling_rows(self.ceilings_, key, nbytes)
+    def pull_handoff(self, variant, nbytes, trial) -> Sample | None:
+        gpu, ring = self.gpu, Ring.for_size(nbytes, trial.reps)
+        mine = self.ring_buf.ptr
+        if self.producer:
+            gpu.fill(mine, ring, trial.seed, poison_tag=True)  # the marks inside the batch set them right
+            mark = gpu.kernels.mark_launcher(nbytes, gpu.stream)
+            op = lambda r, i: mark(mine + ring.offset(r), trial.seed + r)  # noqa: E731
+            warm = lambda: mark(self.scratch.ptr, 0)  # noqa: E731
+        else:
+            copy, theirs = gpu.copy_launcher(nbytes, "sm" if variant == "sm" else "ce"), self.mapped.ptr
+            op = lambda r, i: copy(mine + ring.offset(r), theirs + ring.offset(r))  # noqa: E731
+            warm = lambda: copy(self.scratch.ptr, theirs)  # noqa: E731
+        seconds = self.pull.run(gpu, trial.reps, 1, op, handoff=True, warm=warm)
+        if self.producer:
+            return None
+        gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
+        return Sample(seconds, trial.reps)
+
+    def push_handoff(self, variant, nbytes, trial) -> Sample | None:
+        gpu, ring = self.gpu, Ring.for_size(nbytes, trial.reps)
+        mine = self.ring_buf.ptr
+        op = warm = None
+        if not self.producer:
+            copy, theirs = gpu.copy_launcher(nbytes), self.mapped.ptr
+            gpu.fill(mine, ring, trial.seed)
+            op = lambda r, i: copy(theirs + ring.offset(r), mine + ring.offset(r))  # noqa: E731
+            warm = lambda: copy(self.scratch.ptr, mine)  # noqa: E731
+        seconds = self.push.run(gpu, trial.reps, 1, op, handoff=True, warm=warm)
+        if not self.producer:
+            return None
+        gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
+        return Sample(seconds, trial.reps)
 
     # ------------------------------------------------------------------ latency
 
-    def latency(self, nbytes: int) -> Iterator[dict]:
-        gpu, seg, timeout = self.gpu, self.seg, self.timeout
-        warmup, iterations = self.config.warmup, self.config.iterations
-        words = seg.words
-        ping, pong = seg.mailbox_index(PING), seg.mailbox_index(PONG)
-        stream = gpu.stream
-        copy = (gpu.memcpy_launcher(self.mapped.ptr, self.source.ptr, nbytes) if self.producer
-                else gpu.memcpy_launcher(self.mapped.ptr, self.buffer.ptr, nbytes))
-        for i in range(warmup + iterations):
-            self.ctx.phase("latency", nbytes, i)
-            self.seq += 1
-            seed = cuda.seed_for(self.seq)
-            if self.producer:
-                gpu.fill(self.source.ptr, nbytes, seed)
-                gpu.synchronize()
-            self.ctx.sync()
-            first, last = self.rounds + 1, self.rounds + ROUND_TRIPS
-            self.rounds = last
-            if self.producer:
-                t0 = time.perf_counter()
-                for k in range(first, last + 1):
-                    copy()
-                    stream.synchronize()
-                    words[ping] = k
-                    if words[pong] < k:
-                        seg.wait_until(PONG, k, timeout, waiting_for=self.other)
-                seconds = (time.perf_counter() - t0) / ROUND_TRIPS / 2
-                verified = gpu.verify(self.buffer.ptr, nbytes, seed, self.path, "ce-pingpong",
-                                      corrupt=self.corrupt)
-                if i >= warmup:
-                    yield self._row(path=self.path, variant="ce-pingpong", metric="latency", src=self.pdev,
-                                    dst=self.cdev, bytes=nbytes, iteration=i - warmup, batch=ROUND_TRIPS,
-                                    seconds=seconds, verified=verified, ceiling=self.latency_ceiling)
-            else:
-                for k in range(first, last + 1):
-                    if words[ping] < k:
-                        seg.wait_until(PING, k, timeout, waiting_for=self.other)
-                    copy()
-                    stream.synchronize()
-                    words[pong] = k
+    def pingpong(self, nbytes: int) -> Iterator[dict]:
+        group = dict(path=self.path, variant="ce-pingpong", measure="pingpong", metric="latency", src=self.pdev,
+                     dst=self.cdev, bytes=nbytes, ceiling=f"d2d@{self.cdev}" if self.same_gpu else
+                     f"peer@{self.pdev}>{self.cdev}")
+        yield from self.sampler.run(group, lambda trial: self.pingpong_sample(nbytes, trial),
+                                    timer=self.producer, reps=PINGPONG_ROUNDS, min_reps=10, phase="latency")
         if not self.producer:
-            yield from self.ceilings_.latency_rows(
-                self.latency_ceiling, nbytes, warmup, iterations, reps=ROUND_TRIPS,
-                on_sample=lambda i: self.ctx.phase("latency", nbytes, i), **self.fields)
+            yield from self.latency_ceiling(group["ceiling"], nbytes)
+        self.ctx.sync()
+
+    def pingpong_sample(self, nbytes: int, trial) -> Sample | None:
+        """`trial.reps` round trips: each side copies its own payload into the other's ring slot 0."""
+        ctx, gpu, seg = self.ctx, self.gpu, self.ctx.segment
+        one = Ring.for_size(nbytes, 1)
+        mine, theirs = self.ring_buf.ptr, self.mapped.ptr
+        payload = self.scratch.ptr
+        seed = trial.seed if self.producer else trial.seed ^ REPLY
+        gpu.fill(payload, one, seed)
+        gpu.synchronize()
+        copy = gpu.copy_launcher(nbytes)
+        stream = gpu.stream
+        first = ctx.load("pong") + 1 if self.producer else ctx.load("ping") + 1
+        ctx.sync()
+        ping, pong = seg.mailbox_index(ctx.slot("ping")), seg.mailbox_index(ctx.slot("pong"))
+        words = seg.words
+        t0 = time.perf_counter()
+        for k in range(first, first + trial.reps):
+            if self.producer:
+                copy(theirs, payload)
+                stream.synchronize()
+                words[ping] = k
+                if words[pong] < k:
+                    ctx.spin("pong", k)
+            else:
+                if words[ping] < k:
+                    ctx.spin("ping", k)
+                copy(theirs, payload)
+                stream.synchronize()
+                words[pong] = k
+        seconds = (time.perf_counter() - t0) / trial.reps / 2
+        # Each side holds the other's payload: the producer the answer, the consumer the question.
+        other_seed = trial.seed ^ REPLY if self.producer else trial.seed
+        gpu.verify(mine, one, other_seed, self.path, "ce-pingpong", corrupt=self.ctx.corrupt)
+        ctx.sync()
+        return Sample(seconds, trial.reps) if self.producer else None
+
+    def latency_ceiling(self, key: str, nbytes: int) -> Iterator[dict]:
+        """One copy + synchronize in one process: what a host-driven hop cannot beat."""
+        from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
+
+        self.ceilings = self.ceilings or Ceilings(self.gpu, self.ring_bytes())
+        _, _, src, dst = parse_ceiling(key)
+        group = dict(path="ceiling", variant=key, measure="pingpong", metric="latency", src=src, dst=dst,
+                     bytes=nbytes, ceiling="")
+        yield from self.sampler.run(
+            group, lambda trial: Sample(self.ceilings.latency(key, nbytes, trial.seed, trial.reps), trial.reps),
+            timer=True, solo=True, reps=100, min_reps=10, phase="ceiling")
 
 
 class IpcScenario(PairScenario):
     name = "ipc"
     summary = "CUDA IPC: a second process maps the producer's cudaMalloc memory (pull ce/sm, push)"
     worker_class = IpcWorker
-
-    def mailbox_slots(self, config, specs):
-        return SLOTS
+    paths = (PathInfo("ipc", colour="#1f77b4", setup=("ipc_open_cold",)),)

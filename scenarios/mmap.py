@@ -1,20 +1,20 @@
 """mmap: a MAP_SHARED region under /dev/shm, registered with cudaHostRegister in both workers.
 
-The parent creates the file (mode 0600, exclusive, unlinked as soon as it is
-mapped) and the forked workers inherit the mapping; each registers it
-(portable | mapped), so it is pinned for both and has a device address in both.
-Per sample:
+The parent creates the file (mode 0600, exclusive, unlinked as soon as it is mapped) and the
+forked workers inherit the mapping; each registers it (portable | mapped), so it is pinned
+for both and has a device address in both. A transfer r goes from the producer's device ring
+slot r into region slot r, then into the consumer's device ring slot r:
 
-  d2h              producer: DMA of its device buffer into the region (copy engine)
-  h2d              consumer: DMA of the region into its device buffer, after the
-                   producer's interprocess event says the region is filled
-  zero-copy-read   consumer: a kernel reads the region directly over PCIe
-  zero-copy-write  producer: a kernel writes the region directly; the consumer
-                   checks the bytes in place with a kernel
+  zero-copy   both hops by kernels that load and store host memory directly over the bus
+              (no copy engine): the producer's kernel stores into the region, the consumer's
+              kernel loads from it
+  dma         both hops by the copy engine (cudaMemcpyAsync), as staging/pinned does through
+              anonymous shared memory
 
-Each is timed in the worker that does it (gated batches, CUDA events); the bytes
-cross the processes through the region and are verified by the other side.
-Setup rows time cudaHostRegister / cudaHostUnregister of the region at each size.
+Measured like staging's GPU-ordered variants (stream and handoff, gpuipc_bench.exchange), and
+verified slot by slot by the consumer. Set-up rows: the first touch of the region's pages
+(once), then cudaHostRegister and cudaHostUnregister of the whole region, 5 times each.
+Ceilings: the producer's d2h@GPU and d2h-sm@GPU, the consumer's h2d@GPU and h2d-sm@GPU.
 """
 
 from __future__ import annotations
@@ -24,35 +24,38 @@ import os
 import secrets
 from dataclasses import dataclass
 
-from gpuipc_bench import cuda
 from gpuipc_bench.errors import BenchError
-from gpuipc_bench.pair import PRODUCER, PairScenario, PairWorker
+from gpuipc_bench.gpu.memory import Ring, reps_for, ring_capacity
+from gpuipc_bench.gpu.timing import SharedGatePage
+from gpuipc_bench.pair import MEASURES, PairScenario
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.scenarios.staging import HANDOFF_MAX_TRANSFERS, StagingWorker
+from gpuipc_bench.exchange import max_transfers
 from gpuipc_bench.segment import PREFIX, _shm_dir
 from gpuipc_bench.sizes import format_size
 
-FILLED = 0  # handle slot of the producer's "region filled" event
-
-# Mailbox slots.
-READY, CONSUMED, WRITTEN, CHECKED = 0, 1, 2, 3
+VARIANTS = {"zero-copy": "sm", "dma": "ce"}  # variant: the engine of both hops
 
 
 @dataclass
-class _Region:
-    mm: mmap.mmap
-    name: str
+class _Shared:
+    gate: SharedGatePage
+    region: mmap.mmap
 
     def close(self):
+        self.gate.close()
         try:
-            self.mm.close()
+            self.region.close()
         except BufferError:
             pass
 
 
-def shared_region(nbytes: int) -> _Region:
+def shared_region(nbytes: int) -> mmap.mmap:
     """A MAP_SHARED file mapping under /dev/shm that no exit path can leave behind:
     created exclusively (never a planted file or link), mode 0600, unlinked once mapped."""
     folder = _shm_dir()
-    free = os.statvfs(folder).f_bavail * os.statvfs(folder).f_frsize
+    stat = os.statvfs(folder)
+    free = stat.f_bavail * stat.f_frsize
     if free < nbytes:  # a too-small tmpfs would kill the workers with SIGBUS when they touch it
         raise BenchError(f"the mmap region needs {format_size(nbytes)} in {folder}, which has "
                          f"{format_size(free)} free; give a smaller --sizes or a larger {folder}")
@@ -64,119 +67,72 @@ def shared_region(nbytes: int) -> _Region:
         raise BenchError(f"cannot create the shared region {path}: {e.strerror}") from None
     try:
         os.unlink(path)
-        os.ftruncate(fd, nbytes)
-        mm = mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        try:
+            os.posix_fallocate(fd, 0, nbytes)  # ENOSPC now, not SIGBUS at first touch
+        except OSError as e:
+            raise BenchError(f"cannot reserve {format_size(nbytes)} for the mmap region in {folder}: "
+                             f"{e.strerror}; give a smaller --sizes") from None
+        return mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     except OSError as e:
-        raise BenchError(f"cannot map {nbytes} bytes of shared memory at {path}: {e.strerror} "
-                         "(is /dev/shm large enough?)") from None
+        raise BenchError(f"cannot map {format_size(nbytes)} of shared memory at {path}: {e.strerror}") from None
     finally:
         os.close(fd)
-    return _Region(mm, path)
 
 
-class _MmapWorker(PairWorker):
+class MmapWorker(StagingWorker):
     path = "mmap"
 
+    def host_region(self) -> mmap.mmap:
+        return self.ctx.shared.region
+
     def measure(self, nbytes):
-        yield from self.samples(nbytes)
-        yield from self.ceilings(nbytes)
+        for variant, engine in VARIANTS.items():
+            for measure in MEASURES:
+                handoff = measure == "handoff"
+                cap = HANDOFF_MAX_TRANSFERS if handoff else reps_for(nbytes)
+                reps = min(reps_for(nbytes), max_transfers(1, handoff), cap)
+                group = self.group(variant, measure, nbytes, self.pdev, self.cdev, self.hops(engine), reps)
+                yield from self.sampler.run(
+                    group, lambda trial, e=engine, v=variant, h=handoff: self.gpu_ordered(v, nbytes, nbytes, 1, h, trial, e),
+                    timer=not self.producer, reps=reps)
+        yield from self.in_turn(lambda: self.my_ceilings(nbytes))
 
-    def setup(self):
-        gpu, seg = self.gpu, self.seg
-        region = self.ctx.shared.mm
-        self.addr, self._keeper = cuda.mmap_address(region)
-        rows = []
-        if not self.producer:  # registration cost per size, before the region is registered for good
-            for nbytes in self.sizes:
-                registration, seconds = cuda.time_setup(
-                    lambda: cuda.HostRegistration(self.addr, nbytes, self.device), self.device)
-                rows.append(self._setup_row("host_register", seconds, nbytes=nbytes, src="host",
-                                            dst=self.device))
-                _, seconds = cuda.time_setup(registration.close, self.device)
-                rows.append(self._setup_row("host_unregister", seconds, nbytes=nbytes, src="host",
-                                            dst=self.device))
-        self.ctx.sync()
-        registration = gpu.adopt(cuda.HostRegistration(self.addr, len(region), self.device))
-        self.region = registration.dptr
-        self.buffer = gpu.alloc(self.max_bytes)
-        if self.producer:
-            self.filled = gpu.adopt(cuda.IpcEvent.create(self.device))
-            seg.put_handle(PRODUCER, FILLED, self.filled.export())
-        self.ctx.sync()
-        if not self.producer:
-            self.filled = self._import(cuda.IpcEvent.open(seg.get_handle(PRODUCER, FILLED), self.device))
-        self.ceilings_ = cuda.Ceilings(gpu, self.max_bytes)
-        self.ctx.sync()
-        yield from rows
+    def hops(self, engine: str) -> str:
+        sm = "-sm" if engine == "sm" else ""
+        return f"d2h{sm}@{self.pdev}+h2d{sm}@{self.cdev}"
 
-    def samples(self, nbytes):
-        gpu, seg, timeout = self.gpu, self.seg, self.timeout
-        warmup = self.config.warmup
-        reps = cuda.reps_for(nbytes)
-        gate = lambda enqueue: gpu.time_batch(enqueue, reps)  # noqa: E731 - one worker's own gate
-        row = dict(bytes=nbytes, batch=reps, metric="bandwidth", path="mmap")
-        self.ctx.sync()
-        for i in range(warmup + self.config.iterations):
-            self.ctx.phase("warmup" if i < warmup else "sample", nbytes, i)
-            keep = i >= warmup
-            row["iteration"] = max(0, i - warmup)
-            self.seq += 1
-            seed, seed_write = cuda.seed_for(2 * self.seq), cuda.seed_for(2 * self.seq + 1)
-            rows = []
-            if self.producer:
-                # DMA into the region, then publish it.
-                gpu.fill(self.buffer.ptr, nbytes, seed)
-                d2h = gate(gpu.memcpy_launcher(self.region, self.buffer.ptr, nbytes))
-                self.filled.record(gpu.stream)
-                seg.store(READY, self.seq)
-                # Kernel stores into the region once the consumer has read it.
-                seg.wait_until(CONSUMED, self.seq, timeout, waiting_for=self.other)
-                gpu.fill(self.buffer.ptr, nbytes, seed_write)
-                write = gate(gpu.kernels.copy_launcher(self.region, self.buffer.ptr, nbytes, gpu.stream))
-                self.filled.record(gpu.stream)
-                seg.store(WRITTEN, self.seq)
-                seg.wait_until(CHECKED, self.seq, timeout, waiting_for=self.other)
-                rows = [self._row(variant="d2h", src=self.pdev, dst="host", seconds=d2h, verified=True,
-                                  ceiling=f"d2h@{self.pdev}", **row),
-                        self._row(variant="zero-copy-write", src=self.pdev, dst="host", seconds=write,
-                                  verified=True, ceiling=f"d2h@{self.pdev}", **row)]
-            else:
-                seg.wait_until(READY, self.seq, timeout, waiting_for=self.other)
-                self.filled.wait(gpu.stream)
-                h2d = gate(gpu.memcpy_launcher(self.buffer.ptr, self.region, nbytes))
-                ok = gpu.verify(self.buffer.ptr, nbytes, seed, "mmap", "h2d", corrupt=self.corrupt)
-                gpu.fill(self.buffer.ptr, nbytes, seed ^ 0xFFFFFFFF)  # so stale bytes cannot pass
-                read = gate(gpu.kernels.copy_launcher(self.buffer.ptr, self.region, nbytes, gpu.stream))
-                ok_read = gpu.verify(self.buffer.ptr, nbytes, seed, "mmap", "zero-copy-read")
-                seg.store(CONSUMED, self.seq)
-                seg.wait_until(WRITTEN, self.seq, timeout, waiting_for=self.other)
-                self.filled.wait(gpu.stream)
-                gpu.verify(self.region, nbytes, seed_write, "mmap", "zero-copy-write")
-                seg.store(CHECKED, self.seq)
-                rows = [self._row(variant="h2d", src="host", dst=self.cdev, seconds=h2d, verified=ok,
-                                  ceiling=f"h2d@{self.cdev}", **row),
-                        self._row(variant="zero-copy-read", src="host", dst=self.cdev, seconds=read,
-                                  verified=ok_read, ceiling=f"h2d@{self.cdev}", **row)]
-            if keep:
-                yield from rows
-
-    def ceilings(self, nbytes):
-        """The producer's D2H and the consumer's H2D ceilings, in turn."""
-        key = f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}"
-        yield from self._in_turn(lambda: self._ceiling_rows(self.ceilings_, key, nbytes))
+    def my_ceilings(self, nbytes):
+        for sm in ("", "-sm"):
+            key = f"d2h{sm}@{self.pdev}" if self.producer else f"h2d{sm}@{self.cdev}"
+            yield from self.ceiling_rows(key, nbytes)
 
 
 class MmapScenario(PairScenario):
     name = "mmap"
-    summary = "a /dev/shm MAP_SHARED region pinned with cudaHostRegister: DMA in/out and zero-copy kernels"
-    worker_class = _MmapWorker
+    summary = "a /dev/shm MAP_SHARED region pinned with cudaHostRegister: zero-copy kernels and DMA through it"
+    worker_class = MmapWorker
+    paths = (PathInfo("mmap", colour="#2ca02c", setup=("host_register",)),)
 
-    def mailbox_slots(self, config, specs):
-        return 4
+    def region_bytes(self, config) -> int:
+        sizes = self.sizes(config)
+        return ring_capacity(sizes) + max(sizes) + 256
+
+    def memory_needed(self, config, specs):
+        ring = ring_capacity(self.sizes(config))
+        per_gpu = max(sum(1 for s in specs if s.device == d) for d in {s.device for s in specs})
+        return self.region_bytes(config) + 2 * ring, per_gpu * (2 * ring + max(self.sizes(config)))
 
     def prepare(self, config, specs):
-        return shared_region(max(config.sizes_for(self.default_sizes())))
+        gate = SharedGatePage()
+        try:
+            return _Shared(gate, shared_region(self.region_bytes(config)))
+        except BaseException:
+            gate.close()
+            raise
 
     def release(self, shared):
         if shared is not None:
             shared.close()
+
+
+__all__ = ["MmapScenario", "MmapWorker", "Ring", "shared_region"]

@@ -1,30 +1,29 @@
-"""peer: two GPUs. Peer copies inside one process, with P2P off and on, and across processes.
+"""peer: two GPUs. The ipc scenario's paths across them, next to a copy with P2P off.
 
-The producer sits on the first GPU of --devices (default 0), the consumer on the
-second (default 1). Before anything enables peer access in its process, the
-consumer measures cudaMemcpyPeerAsync from the producer's GPU to its own with
-P2P off (the driver stages the bytes through host memory): variant 'p2p-off'.
-Staged copies can block the calling thread, so they cannot queue behind a gate,
-and part of the work runs outside the stream's order: they are host-timed from
-the first call to a synchronisation of both GPUs, so at small sizes the figure
-includes the launch overhead (an upper bound on the time).
-Then, as the ipc scenario does across two GPUs: the consumer opens the
-producer's IPC handle (which enables peer access), pulls with the copy engine
-('ce') and a kernel ('sm'), pushes ('push'), and measures the in-process peer
-copy with P2P on as the ceiling ('peer@0>1'); cudaDeviceEnablePeerAccess is a
-setup row.
+The producer sits on the first GPU of --devices (default 0), the consumer on the second
+(default 1). Before anything enables peer access in its process, the consumer measures
+cudaMemcpyPeerAsync from the producer's GPU to its own with P2P off (the driver stages
+the bytes through host memory): variant 'p2p-off', a single-process reference, never a
+verdict candidate. Staged copies can block the calling thread, so they cannot queue
+behind a gate: they are host-timed from the first call to a synchronisation of both GPUs
+(an upper bound on the time at small sizes). Then everything the ipc scenario does,
+across the two GPUs: pull (copy engine, kernel), push, stream and handoff, against the
+in-process peer ceilings (peer@A>B, peer-sm@A>B); cudaDeviceEnablePeerAccess is a setup row.
 """
 
 from __future__ import annotations
 
 import time
+from typing import Iterator
 
-from gpuipc_bench import cuda
-from gpuipc_bench.errors import BenchError, UsageError
-from gpuipc_bench.scenario import WorkerSpec
+from gpuipc_bench.errors import UsageError
+from gpuipc_bench.gpu.errors import cuda_call
+from gpuipc_bench.gpu.memory import Ring, on_device, reps_for, rt
 from gpuipc_bench.pair import CONSUMER, PRODUCER
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.sampler import Sample
+from gpuipc_bench.scenario import WorkerSpec, gpu_cpus
 from gpuipc_bench.scenarios.ipc import IpcScenario, IpcWorker
-from gpuipc_bench.sizes import format_size
 
 P2P_OFF_MAX_REPS = 32
 
@@ -37,48 +36,56 @@ class PeerWorker(IpcWorker):
             yield from self.p2p_off()
         yield from super().setup()
 
-    def _sync_both(self):
-        from cupy.cuda import runtime
+    def p2p_off(self) -> Iterator[dict]:
+        """In-process copies GPU pdev -> cdev before peer access exists in this process (an IPC
+        mapping of the other GPU's memory enables it, and it stays on)."""
+        from gpuipc_bench.gpu.ceilings import Ceilings
 
-        for device in (self.pdev, self.cdev):
-            with cuda.cuda_call("cudaDeviceSynchronize", device):
-                runtime.setDevice(device)
-                runtime.deviceSynchronize()
-        runtime.setDevice(self.device)
-
-    def _host_timed(self, enqueue, reps):
-        self._sync_both()
-        t0 = time.perf_counter()
-        for _ in range(reps):
-            enqueue()
-        self._sync_both()
-        return (time.perf_counter() - t0) / reps
-
-    def p2p_off(self):
-        """In-process peer copies before peer access exists in this process (an IPC mapping of
-        the other GPU's memory enables it, and it stays on)."""
-        key = f"peer@{self.pdev}>{self.cdev}"
-        off = cuda.Ceilings(self.gpu, self.max_bytes, peer_copy="memcpy_peer")
-        warmup = self.config.warmup
+        ceilings = self.ceilings = Ceilings(self.gpu, self.ring_bytes())
+        src_gpu = ceilings.gpu_for(self.pdev)
+        with on_device(self.pdev):
+            src = src_gpu.alloc(self.ring_bytes())
+        dst = self.gpu.alloc(self.ring_bytes())
         for nbytes in self.sizes:
-            reps = min(cuda.reps_for(nbytes), P2P_OFF_MAX_REPS)
-            for i in range(warmup + self.config.iterations):
-                self.ctx.phase("warmup" if i < warmup else "sample", nbytes, i)
-                seed = off.prepare(key, nbytes)
-                seconds = self._host_timed(off.enqueuer(key, nbytes), reps)
-                if not off.check(key, nbytes, seed):
-                    raise BenchError(f"peer/p2p-off copied wrong bytes at size {format_size(nbytes)}")
-                if i >= warmup:
-                    yield self._row(path="peer", variant="p2p-off", metric="bandwidth", src=self.pdev,
-                                    dst=self.cdev, bytes=nbytes, iteration=i - warmup, batch=reps,
-                                    seconds=seconds, verified=True, ceiling=key)
+            reps = min(reps_for(nbytes), P2P_OFF_MAX_REPS)
+
+            def take(trial) -> Sample:
+                ring = Ring.for_size(nbytes, trial.reps)
+                with on_device(self.pdev):
+                    src_gpu.fill(src.ptr, ring, trial.seed)
+                    src_gpu.synchronize()
+                seconds = self.host_timed(lambda r: self.copy_peer(dst.ptr + ring.offset(r), src.ptr + ring.offset(r),
+                                                                   nbytes), trial.reps)
+                self.gpu.verify(dst.ptr, ring, trial.seed, self.path, "p2p-off")
+                return Sample(seconds, trial.reps)
+
+            group = self.group("p2p-off", "stream", nbytes, self.pdev, self.cdev, f"peer@{self.pdev}>{self.cdev}", reps)
+            yield from self.sampler.run(group, take, timer=True, solo=True, reps=reps)
+
+    def copy_peer(self, dst: int, src: int, nbytes: int) -> None:
+        with cuda_call("cudaMemcpyPeerAsync", self.cdev):
+            rt().memcpyPeerAsync(dst, self.cdev, src, self.pdev, nbytes, self.gpu.stream.ptr)
+
+    def sync_both(self) -> None:
+        for device in (self.pdev, self.cdev):
+            with on_device(device), cuda_call("cudaDeviceSynchronize", device):
+                rt().deviceSynchronize()
+
+    def host_timed(self, enqueue, reps: int) -> float:
+        self.sync_both()
+        t0 = time.perf_counter()
+        for r in range(reps):
+            enqueue(r)
+        self.sync_both()
+        return (time.perf_counter() - t0) / reps
 
 
 class PeerScenario(IpcScenario):
     name = "peer"
-    summary = "two GPUs: peer copies in one process (P2P on and off) and across processes through IPC"
+    summary = "two GPUs: the ipc paths across them, and a copy with P2P off in one process"
     gpus_needed = 2
     worker_class = PeerWorker
+    paths = (PathInfo("peer", colour="#9467bd", setup=("ipc_open_cold", "peer_enable"), references=("p2p-off",)),)
 
     def waive_reason(self, machine):
         reason = super().waive_reason(machine)
@@ -91,4 +98,5 @@ class PeerScenario(IpcScenario):
         if len(devices) != 2:
             raise UsageError(f"--devices {','.join(map(str, devices))}: the peer scenario needs two GPUs "
                              "(e.g. --devices 0,1)")
-        return [WorkerSpec(PRODUCER, "producer", devices[0]), WorkerSpec(CONSUMER, "consumer", devices[1])]
+        return [WorkerSpec(PRODUCER, "producer", devices[0], gpu_cpus(machine, devices[0])),
+                WorkerSpec(CONSUMER, "consumer", devices[1], gpu_cpus(machine, devices[1]))]

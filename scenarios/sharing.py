@@ -48,27 +48,25 @@ from typing import Iterator
 
 import numpy as np
 
-from gpuipc_bench import cuda, mps
+from gpuipc_bench import mps
 from gpuipc_bench.errors import BenchError
-from gpuipc_bench.faults import corrupt_requested
-from gpuipc_bench.results import new_row
-from gpuipc_bench.scenario import Scenario, WorkerSpec
-from gpuipc_bench.scenarios.latency import IDLE, INITIATOR, PROTOCOLS, RESPONDER, DevicePingPong
+from gpuipc_bench.gpu.ceilings import Ceilings
+from gpuipc_bench.gpu.device import Gpu
+from gpuipc_bench.gpu.memory import MAX_REPS, Ring
+from gpuipc_bench.gpu.timing import SharedGatePage
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.pingpong import IDLE, INITIATOR, PROTOCOLS, RESPONDER, DevicePingPong
+from gpuipc_bench.sampler import Sample, Sampler
+from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
 
 TIME_SLICED, MPS = "time-sliced", "mps"
 DEFAULT_SIZES = (64 << 20,)
 DEFAULT_GROUP = 8
 MAX_GROUP = 16
-BATCH_BYTES = 1 << 30  # each worker moves about this much a sample
+BATCH_BYTES = 256 << 20  # each worker moves about this much a sample
 LATENCY_SIZES = (4,)
 TRANSFERS = ("d2d", "h2d")
 PROBE_TIMEOUT_S = 30.0
-
-# Mailbox slots.
-ROUNDS = 0
-FAILED = 1  # an MPS worker could not start, or is not a client of the daemon
-STARTS = 8  # STARTS + local index: globaltimer at the start of that worker's batch
-# ... and STARTS + group size + local index: at its end.
 
 
 def sweep(group: int) -> tuple[int, ...]:
@@ -81,8 +79,15 @@ def sweep(group: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
+def counts_for(transfer: str, group: int) -> tuple[int, ...]:
+    """Worker counts a transfer runs at: pinned h2d saturates PCIe with one worker, so it runs at
+    1, 2 and the whole group only."""
+    counts = sweep(group)
+    return tuple(n for n in counts if n in (1, 2, group)) if transfer == "h2d" else counts
+
+
 def batch_for(nbytes: int) -> int:
-    return max(1, min(cuda.MAX_REPS, BATCH_BYTES // max(1, nbytes)))
+    return max(1, min(MAX_REPS, BATCH_BYTES // max(1, nbytes)))
 
 
 def note(text: str) -> None:
@@ -96,7 +101,7 @@ class _Shared:
     NOTE_AT = 512  # bytes 0..511: int64 words (0: waived flag, 1..32: MPS server pids); then the reason
 
     def __init__(self):
-        self.gate = cuda.SharedGatePage()
+        self.gate = SharedGatePage()
         self.page = mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED)
         self.words = np.frombuffer(self.page, dtype=np.int64, count=self.NOTE_AT // 8)
         self.daemon: mps.MpsDaemon | None = None
@@ -209,6 +214,8 @@ class SharingScenario(Scenario):
     max_workers = MAX_GROUP
     default_workers = DEFAULT_GROUP
 
+    paths = (PathInfo("sharing", role="reference", colour="#8c564b"),)
+
     def default_sizes(self):
         return DEFAULT_SIZES
 
@@ -219,10 +226,10 @@ class SharingScenario(Scenario):
         m = self.group_size(config)
         device = config.devices[0] if config.devices else 0
         groups = 2 if mps.find_binary() else 1
-        return [WorkerSpec(r, "peer", device) for r in range(groups * m)]
+        return [WorkerSpec(r, "peer", device, gpu_cpus(machine, device)) for r in range(groups * m)]
 
     def mailbox_slots(self, config, specs):
-        return STARTS + 2 * self.group_size(config)
+        return 16 + 2 * self.group_size(config) + len(specs)
 
     def progress_total(self, config, specs):
         m = self.group_size(config)
@@ -269,36 +276,40 @@ class SharingScenario(Scenario):
                 note(f"sharing: the MPS half was waived: {reason}")
 
     def run(self, ctx):
-        return SharingWorker(ctx, self.group_size(ctx.config), self.default_sizes()).run()
+        return SharingWorker(ctx, self).run()
 
 
 class SharingWorker:
-    def __init__(self, ctx, group_size: int, default_sizes):
-        self.ctx, self.seg, self.config, self.shared = ctx, ctx.segment, ctx.config, ctx.shared
-        self.m = group_size
-        self.group = TIME_SLICED if ctx.rank < group_size else MPS
-        self.local = ctx.rank % group_size
-        self.groups = (TIME_SLICED, MPS)[: ctx.nworkers // group_size]
+    def __init__(self, ctx, scenario):
+        self.ctx, self.config, self.shared = ctx, ctx.config, ctx.shared
+        self.m = scenario.group_size(ctx.config)
+        self.group = TIME_SLICED if ctx.rank < self.m else MPS
+        self.local = ctx.rank % self.m
+        self.groups = (TIME_SLICED, MPS)[: ctx.nworkers // self.m]
         self.device = ctx.spec.device
-        self.sizes = tuple(sorted(ctx.config.sizes_for(default_sizes)))
-        self.corrupt = corrupt_requested()
-        self.sample = 0  # samples so far, counted by every worker alike (the shared gate's generation)
-        self.gpu: cuda.Gpu | None = None
-        self._ends = STARTS + group_size
+        self.sizes = scenario.sizes(ctx.config)
+        self.name = scenario.name
+        self.sampler = Sampler(ctx)
+        self.gpu: Gpu | None = None
 
     def run(self) -> Iterator[dict]:
+        ctx = self.ctx
         # Before any CUDA call: a process joins an MPS daemon (or not) when it initialises CUDA.
         if self.group == MPS and self.shared.daemon is not None:
             os.environ.update(self.shared.daemon.env())
         elif self.group == TIME_SLICED:
             os.environ[mps.PIPE_ENV] = self.shared.nomps_dir
+        ctx.begin(self.name, sharing=self.group)
+        ctx.declare("sampler", "failed", *(f"start.{j}" for j in range(self.m)), *(f"end.{j}" for j in range(self.m)))
+        DevicePingPong(ctx, IDLE, None, None, self.sampler, max_bytes=max(LATENCY_SIZES), path="ipc").declare()
+        ctx.lock_names()
         for group in self.groups:
             yield from self.half(group)
 
     # ---------------------------------------------------------------- one half
 
     def half(self, group: str) -> Iterator[dict]:
-        ctx, seg = self.ctx, self.seg
+        ctx = self.ctx
         steps = len(sweep(self.m)) + 1
         if group == MPS and self.shared.daemon is None:  # known alike to every worker
             ctx.progress(steps)
@@ -317,39 +328,40 @@ class SharingWorker:
                     if group != MPS:
                         raise
                     self.shared.waive(f"worker {ctx.rank} could not start CUDA as an MPS client: {exc}")
-                    seg.store(FAILED, 1)
+                    ctx.store("failed", 1)
             ctx.sync()
             if group == MPS:
-                if leader and not seg.load(FAILED):
+                if leader and not ctx.load("failed"):
                     reason = self.check_clients()
                     if reason:
                         self.shared.waive(reason)
-                        seg.store(FAILED, 1)
+                        ctx.store("failed", 1)
                 ctx.sync()
-                if seg.load(FAILED):
+                if ctx.load("failed"):
                     ctx.progress(steps)
                     clean = True
                     return
-            fields = dict(scenario="sharing", sharing=group)
             if leader:
-                yield from self.ceilings(fields)
+                yield from self.ceilings(group)
             ctx.sync()
             for n in sweep(self.m):
                 for transfer in TRANSFERS:
+                    if n not in counts_for(transfer, self.m):
+                        continue
                     for nbytes in self.sizes:
-                        yield from self.bandwidth(n, transfer, nbytes, member, fields)
+                        yield from self.bandwidth(group, n, transfer, nbytes, member)
                 ctx.progress()
             role = IDLE
             if member and self.local in (0, 1):
                 role = INITIATOR if self.local == 0 else RESPONDER
             base = ctx.rank - self.local if member else 0
             peer = base + 1 - self.local if role != IDLE else None
-            pp = DevicePingPong(ctx, role, peer, self.gpu if role != IDLE else None, max_bytes=max(LATENCY_SIZES),
-                                fields=dict(fields, workers=2), path="ipc")
+            pp = DevicePingPong(ctx, role, peer, self.gpu if role != IDLE else None, self.sampler,
+                                max_bytes=max(LATENCY_SIZES), path="ipc")
             pp.setup()
             for protocol in PROTOCOLS:
                 for nbytes in LATENCY_SIZES:
-                    yield from pp.measure(protocol, nbytes, self.config.warmup, self.config.iterations)
+                    yield from pp.measure(protocol, nbytes, fields=dict(sharing=group, workers=2))
             ctx.progress()
             ctx.phase("teardown")
             clean = True
@@ -365,18 +377,17 @@ class SharingWorker:
                     gpu.close()
 
     def open_gpu(self) -> None:
-        gpu = self.gpu = cuda.Gpu(self.device, shared_gate=self.shared.gate)
+        gpu = self.gpu = Gpu(self.device, shared_gate=self.shared.gate)
         n = max(self.sizes)
         self.src, self.dst = gpu.alloc(n), gpu.alloc(n)
         self.host = gpu.pinned(n)
-        self.stamps = gpu.alloc(64)
-        self.stamper = gpu.adopt(cuda.PingPongKernels(self.device))
+        self.stamps = gpu.alloc(16)
 
     def check_clients(self) -> str | None:
         """None when every worker of the MPS group is a client of the private daemon's server."""
         daemon = self.shared.daemon
         ranks = range(self.ctx.rank, self.ctx.rank + self.m)
-        pids = {self.seg.pid(r) for r in ranks}
+        pids = {self.ctx.segment.pid(r) for r in ranks}
         try:
             servers = daemon.server_pids()
             self.shared.add_servers(servers)
@@ -398,59 +409,66 @@ class SharingWorker:
 
     # ---------------------------------------------------------------- measuring
 
-    def ceilings(self, fields) -> Iterator[dict]:
-        ceilings = cuda.Ceilings(self.gpu, max(self.sizes))
+    def ceilings(self, group: str) -> Iterator[dict]:
+        """The leader alone: d2d and h2d on this GPU, the figures one process gets."""
+        ceilings = Ceilings(self.gpu, max(self.sizes))
         for nbytes in self.sizes:
-            for key in (f"d2d@{self.device}", f"h2d@{self.device}"):
-                yield from ceilings.rows(key, nbytes, self.config.warmup, self.config.iterations,
-                                         on_sample=lambda i: self.ctx.phase("sample", nbytes, i),
-                                         workers=1, **fields)
+            for key, src in ((f"d2d@{self.device}", self.device), (f"h2d@{self.device}", "host")):
+                fields = dict(path="ceiling", variant=key, measure="stream", metric="bandwidth", src=src,
+                              dst=self.device, bytes=nbytes, ceiling="", sharing=group, workers=1,
+                              l2_resident=Ring.for_size(nbytes, 1).l2_resident(self.gpu.l2_bytes))
+                yield from self.sampler.run(
+                    fields, lambda trial, key=key: Sample(*ceilings.bandwidth(key, nbytes, trial.seed, 1)),
+                    timer=True, solo=True, reps=1, calibrate=False, phase="ceiling")
 
-    def bandwidth(self, n: int, transfer: str, nbytes: int, member: bool, fields) -> Iterator[dict]:
-        ctx, seg, gpu = self.ctx, self.seg, self.gpu
+    def bandwidth(self, group: str, n: int, transfer: str, nbytes: int, member: bool) -> Iterator[dict]:
+        """The first n workers of the group copy at once behind one shared gate, each stamping the
+        GPU clock after its gate and after its batch; the leader times them all (and yields the
+        rows: each worker's, and the aggregate)."""
+        ctx = self.ctx
         active = member and self.local < n
+        leader = member and self.local == 0
         reps = batch_for(nbytes)
-        warmup = self.config.warmup
-        for i in range(warmup + self.config.iterations):
-            ctx.phase("warmup" if i < warmup else "sample", nbytes, i)
-            self.sample += 1
-            seed = cuda.seed_for(self.sample * 64 + self.local)
+        src_name = "host" if transfer == "h2d" else self.device
+        one = Ring.for_size(nbytes, 1)
+        per_worker: list[float] = []
+
+        def take(trial) -> Sample | None:
+            seed = (trial.seed + self.local * 7919) & 0xFFFFFFFF
+            gpu = self.gpu
             if active:
-                gpu.fill(self.src.ptr, nbytes, seed)
+                gpu.fill(self.src.ptr, one, seed)
                 if transfer == "h2d":
                     gpu.memcpy(self.host.ptr, self.src.ptr, nbytes)
                 gpu.synchronize()
-                gate = gpu.shared_gate
-                gate.generation = self.sample - 1  # arm() makes it self.sample, the same in every worker
-                gate.arm(gpu.stream)
-                self.stamper.stamp(self.stamps.ptr, gpu.stream)
                 src = self.host.ptr if transfer == "h2d" else self.src.ptr
-                copy = gpu.memcpy_launcher(self.dst.ptr, src, nbytes)
-                for _ in range(reps):
-                    copy()
-                self.stamper.stamp(self.stamps.ptr + 8, gpu.stream)
-            ctx.sync()  # every active worker's batch waits behind its gate
+                copy = gpu.copy_launcher(nbytes)
+                marks = gpu.marks(self.stamps.ptr)
+            # Every worker arms the shared gate alike (its generation counts samples), active or not.
             if active:
-                gate.release()
-                gpu.synchronize()
-                gate.check()
-                start, end = (int(w) for w in cuda.read_words(self.stamps.ptr, 2, gpu.stream, self.device))
-                seg.store(STARTS + self.local, start)
-                seg.store(self._ends + self.local, end)
-                gpu.verify(self.dst.ptr, nbytes, seed, "sharing", transfer, corrupt=self.corrupt)
+                gpu.time_batch(lambda r: copy(self.dst.ptr, src), trial.reps, shared=True, marks=marks,
+                               warm=lambda: copy(self.dst.ptr, src), before_release=ctx.sync)
+                start, end = marks.stamped()
+                ctx.store(f"start.{self.local}", start)
+                ctx.store(f"end.{self.local}", end)
+                gpu.verify(self.dst.ptr, one, seed, "sharing", transfer, corrupt=ctx.corrupt)
+            else:
+                ctx.sync()  # the active workers' before_release
+                if member:
+                    self.gpu.shared_gate.generation += 1  # stay in step with the gate's generation
             ctx.sync()  # every stamp published, every batch verified
-            if not active or i < warmup:
-                continue
-            starts = [seg.load(STARTS + j) for j in range(n)]
-            ends = [seg.load(self._ends + j) for j in range(n)]
+            if not leader:
+                return None
+            starts = [ctx.load(f"start.{j}") for j in range(n)]
+            ends = [ctx.load(f"end.{j}") for j in range(n)]
             t0 = min(starts)
-            src_name = "host" if transfer == "h2d" else self.device
-            yield new_row(**fields, path="sharing", variant=transfer, metric="bandwidth", src=src_name,
-                          dst=self.device, bytes=nbytes, iteration=i - warmup, batch=reps,
-                          seconds=(ends[self.local] - t0) / 1e9 / reps, verified=True, workers=n,
-                          ceiling=f"{transfer}@{self.device}")
-            if self.local == 0:
-                yield new_row(**fields, path="sharing", variant=f"{transfer}-aggregate", metric="bandwidth",
-                              src=src_name, dst=self.device, bytes=n * nbytes, iteration=i - warmup, batch=reps,
-                              seconds=(max(ends) - t0) / 1e9 / reps, verified=True, workers=n,
-                              ceiling=f"{transfer}@{self.device}")
+            per_worker[:] = [(end - t0) / 1e9 / trial.reps for end in ends]
+            return Sample((max(ends) - t0) / 1e9 / trial.reps, trial.reps)
+
+        aggregate = dict(path="sharing", variant=f"{transfer}-aggregate", measure="stream", metric="bandwidth",
+                         src=src_name, dst=self.device, bytes=n * nbytes, ceiling="", sharing=group, workers=n)
+        for row in self.sampler.run(aggregate, take, timer=leader, reps=reps, calibrate=False):
+            yield row
+            for j, seconds in enumerate(per_worker):
+                yield self.sampler.row(dict(aggregate, variant=transfer, bytes=nbytes, ceiling=f"{transfer}@{self.device}",
+                                            src=src_name), Sample(seconds, row["batch"]), row["iteration"])

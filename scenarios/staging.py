@@ -1,35 +1,28 @@
 """staging: cudaMemcpy staging through a shared host buffer, producer D2H then consumer H2D.
 
-The host buffer is anonymous MAP_SHARED memory made by the parent before the
-fork, so both workers map the same pages. Variants:
+The host buffers are anonymous MAP_SHARED memory made by the parent before the fork, so both
+workers map the same pages; a transfer r moves slot r of the producer's device ring into slot
+r of the host ring (D2H), and that into slot r of the consumer's device ring (H2D).
 
-  pinned     the buffer is registered (cudaHostRegister portable|mapped) in both
-             workers; one transfer = the producer's D2H of the whole message, then
-             the consumer's H2D of it, then the next transfer (sequential: about
-             half the PCIe figure, since the two hops do not overlap)
-  pipelined  the same buffer used as two chunk slots: the producer's D2H of chunk
-             i+1 overlaps the consumer's H2D of chunk i (should approach one hop)
-  pinned-hostsync  the pinned buffer, ordered by the host instead: each copy is
-             synchronised and the other side is told through the mailbox
-  pageable   a second shared buffer, not registered: the driver stages every
-             copy through its own pinned buffer and the copies block the host,
-             so this variant is host-ordered like pinned-hostsync
+  pinned           the host ring registered (cudaHostRegister portable|mapped) in both workers;
+                   GPU-ordered through interprocess events (gpuipc_bench.exchange)
+  pipelined        the same, each message cut into chunks (--chunk, at most 64), so that the
+                   consumer's H2D of chunk i overlaps the producer's D2H of chunk i + 1
+  pinned-hostsync  the pinned ring, ordered by the host: each copy synchronised, the other
+                   side told through the mailbox (one transfer in flight: handoff only)
+  pageable         a second shared ring, not registered: the driver stages every copy through
+                   its own pinned buffer and the copies block the host (handoff only)
 
-The host-ordered variants are host-timed (CLOCK_MONOTONIC, from the producer's
-first copy to the consumer's last). On one GPU without MPS the difference matters:
-a stream waiting on the other process's event keeps its context scheduled, and
-every hand-over then costs a time-slice switch (~0.15 ms on an H200), which
-host ordering avoids; with the two workers on two GPUs the GPU-ordered variants
-overlap and win.
+pinned and pipelined are measured both ways: `stream` (the producer runs ahead; the two hops
+overlap where the GPUs allow) and `handoff` (one transfer in flight: D2H, signal, H2D, signal
+back). Both are timed from the earlier start to the later end across the two processes, so
+no hop falls outside the interval; the bound of a handoff is the two hops in sequence,
+1 / (1/d2h + 1/h2d). The host-ordered variants are host-timed on CLOCK_MONOTONIC (one clock
+for the node) with spin waits, never sleeps, inside the interval.
 
-Ordering across the processes is on the GPU: each slot has an interprocess
-event per direction. The producer records "slot filled" after its D2H, the
-consumer's stream waits for it, copies, and records "slot drained", which the
-producer's stream waits for before it refills the slot. Events must be recorded
-before the other side waits (a wait captures the most recent record), so the
-two workers enqueue in lockstep through mailbox counters; all of it is queued
-behind one shared gate, released by one host store after both have enqueued.
-The consumer's events time the batch: from its gate to its last H2D.
+Ping-pong latency ('pinned-pingpong'): the producer's payload D2H into one host slot and H2D
+by the consumer, whose own payload (another seed) comes back the same way; each side
+verifies the other's bytes. Ceilings: the producer's d2h@GPU and the consumer's h2d@GPU.
 """
 
 from __future__ import annotations
@@ -38,30 +31,40 @@ import mmap
 import time
 from dataclasses import dataclass
 
-from gpuipc_bench import cuda
-from gpuipc_bench.pair import PairScenario, PairWorker
+from gpuipc_bench.exchange import Exchange, max_transfers
+from gpuipc_bench.gpu.memory import HostRegistration, Ring, mmap_address, prefault, reps_for, ring_capacity
+from gpuipc_bench.gpu.timing import SharedGatePage
+from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.sampler import Sample
 
 VARIANTS = ("pinned", "pipelined", "pinned-hostsync", "pageable")
-SLOTS_PIPELINED = 2
-MAX_CHUNKS_PER_SAMPLE = 64  # each chunk queues 3 operations per worker behind the gate
-MAX_CHUNKS_PER_TRANSFER = 64
-HOST_ORDERED_MAX_REPS = 32
-LATENCY_MAX_BYTES = 64 << 10
-ROUND_TRIPS = 100
+GPU_ORDERED = ("pinned", "pipelined")
+MAX_CHUNKS = 64
+HANDOFF_MAX_TRANSFERS = 128
+HOST_ORDERED_BYTES = 64 << 20  # a host-ordered sample moves about this much ...
+HOST_ORDERED_MAX_REPS = 32  # ... in at most this many transfers
+PINGPONG_SIZES = (4, 4 << 10, 64 << 10, 1 << 20)
+PINGPONG_ROUNDS = 100
+REPLY = 0x5A5A5A5A
 
-# Mailbox slots.
-FILLED = 0  # producer: chunks enqueued (D2H + record) so far
-DRAINED = 1  # consumer: chunks enqueued (wait + H2D + record) so far
-T0 = 2  # producer: CLOCK_MONOTONIC ns at the start of a host-timed batch
-P_DONE, C_DONE = 3, 4  # host-driven transfers finished
-PING, PONG = 5, 6
-MAILBOX = 7
+
+def host_ordered_reps(nbytes: int) -> int:
+    return reps_for(nbytes, HOST_ORDERED_BYTES, HOST_ORDERED_MAX_REPS)
+
+
+def chunking(nbytes: int, variant: str, chunk_bytes: int) -> tuple[int, int]:
+    """(chunk size, chunks per transfer). Sequential variants move the message in one piece."""
+    if variant != "pipelined":
+        return nbytes, 1
+    chunks = max(1, min(MAX_CHUNKS, nbytes // chunk_bytes))
+    return -(-nbytes // chunks), chunks
 
 
 @dataclass
 class _Shared:
-    gate: cuda.SharedGatePage
-    pinned: mmap.mmap  # registered by both workers
+    gate: SharedGatePage
+    pinned: mmap.mmap  # the host ring, registered by both workers; then a scratch message
     pageable: mmap.mmap  # never registered
 
     def close(self):
@@ -73,230 +76,210 @@ class _Shared:
                 pass
 
 
-def chunking(nbytes: int, variant: str, chunk_bytes: int) -> tuple[int, int]:
-    """(chunk size, chunks per transfer). Sequential variants move the message in one piece."""
-    if variant != "pipelined":
-        return nbytes, 1
-    chunks = max(1, min(MAX_CHUNKS_PER_TRANSFER, nbytes // chunk_bytes))
-    return -(-nbytes // chunks), chunks
-
-
-class _StagingWorker(PairWorker):
+class StagingWorker(PairWorker):
     path = "staging"
 
-    def __init__(self, ctx, default_sizes):
-        super().__init__(ctx, default_sizes)
-        self.ceiling = f"h2d@{self.cdev}"  # one hop; sequential staging is two
-        self.chunks = 0  # chunks enqueued so far, in step on both sides
-        self.transfers = 0  # host-ordered transfers so far, in step
+    def host_region(self) -> mmap.mmap:
+        """The shared host memory both workers register: the ring, then a scratch message."""
+        return self.ctx.shared.pinned
 
-    def open_gpu(self):
-        return cuda.Gpu(self.device, shared_gate=self.ctx.shared.gate)
+    def setup(self):
+        ctx, gpu = self.ctx, self.gpu
+        ctx.declare("h.sent", "h.done", "h.t0", "ping", "pong")
+        self.ring_buf = gpu.alloc(self.ring_bytes())  # producer: source ring; consumer: destination ring
+        self.scratch = gpu.alloc(max(self.sizes) + 256)
+        region = self.host_region()
+        self.host_addr, keeper = mmap_address(region)
+        self._keepers = [keeper]
+        if isinstance(ctx.shared, _Shared):
+            self.pageable_addr, keeper = mmap_address(ctx.shared.pageable)
+            self._keepers.append(keeper)
+        rows = []
+        if not self.producer:
+            rows = list(self.registration_rows(region))
+        ctx.sync()  # first touch done before anyone registers for good
+        self.host = gpu.adopt(HostRegistration(self.host_addr, len(region), self.device)).dptr
+        self.host_scratch = self.host + self.ring_bytes()
+        self.exchange = Exchange(ctx, self.path, PRODUCER, CONSUMER, self.same_gpu)
+        self.exchange.create(gpu)
+        ctx.sync()
+        self.exchange.open(gpu, self.imports)
+        ctx.sync()
+        self.transfers = 0  # host-ordered transfers so far, in step on both sides
+        yield from rows
+
+    def registration_rows(self, region: mmap.mmap):
+        """First touch of the region's pages (once), then cudaHostRegister/Unregister of the whole
+        region, 5 times each, with its pages already there."""
+        from gpuipc_bench.gpu.timing import time_setup
+
+        t0 = time.perf_counter()
+        prefault(region)
+        yield self.setup_row("host_first_touch", time.perf_counter() - t0, 0, len(region))
+        for i in range(5):
+            self.ctx.phase("setup", len(region), i)
+            registration, seconds = time_setup(lambda: HostRegistration(self.host_addr, len(region), self.device),
+                                               self.device)
+            yield self.setup_row("host_register", seconds, i, len(region))
+            _, seconds = time_setup(registration.close, self.device)
+            yield self.setup_row("host_unregister", seconds, i, len(region))
+
+    def setup_row(self, variant, seconds, i, nbytes) -> dict:
+        return self.sampler.row(dict(path=self.path, variant=variant, measure="", metric="setup", src="host",
+                                     dst=self.device, bytes=nbytes), Sample(seconds, 1, None), i)
+
+    # ------------------------------------------------------------------ measuring
+
+    @property
+    def two_hops(self) -> str:
+        return f"d2h@{self.pdev}+h2d@{self.cdev}"
 
     def measure(self, nbytes):
         for variant in VARIANTS:
-            yield from self.bandwidth(variant, nbytes)
-        yield from self.ceilings(nbytes)
-        if nbytes <= LATENCY_MAX_BYTES:
-            yield from self.latency(nbytes)
+            for measure in MEASURES if variant in GPU_ORDERED else ("handoff",):
+                yield from self.bandwidth(variant, measure, nbytes)
+        yield from self.in_turn(lambda: self.ceiling_rows(
+            f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}", nbytes))
+        if nbytes in PINGPONG_SIZES:
+            yield from self.pingpong(nbytes)
 
-    def setup(self):
-        gpu, seg, shared = self.gpu, self.seg, self.ctx.shared
-        self.buffer = gpu.alloc(self.max_bytes)  # the producer's source, the consumer's destination
-        self.pinned_addr, keeper = cuda.mmap_address(shared.pinned)
-        self.pageable_addr, keeper2 = cuda.mmap_address(shared.pageable)
-        self._keepers = (keeper, keeper2)
-        registration, seconds = cuda.time_setup(
-            lambda: cuda.HostRegistration(self.pinned_addr, len(shared.pinned), self.device), self.device)
-        gpu.adopt(registration)
-        self.pinned_dptr = registration.dptr
-        rows = [self._setup_row("host_register", seconds, nbytes=len(shared.pinned), src="host",
-                                dst=self.device)]
-        # My events: the producer's say "slot filled", the consumer's "slot drained".
-        self.mine = [gpu.adopt(cuda.IpcEvent.create(self.device)) for _ in range(SLOTS_PIPELINED)]
-        for slot, event in enumerate(self.mine):
-            seg.put_handle(self.ctx.rank, slot, event.export())
-        self.ctx.sync()
-        self.theirs = []
-        for slot in range(SLOTS_PIPELINED):
-            event = cuda.IpcEvent.open(seg.get_handle(self.other[0], slot), self.device)
-            self.theirs.append(self._import(event))
-        self.ceilings_ = cuda.Ceilings(gpu, self.max_bytes)
-        self.ctx.sync()
-        if not self.producer:
-            yield from rows
+    def bandwidth(self, variant, measure, nbytes):
+        handoff = measure == "handoff"
+        if variant in GPU_ORDERED:
+            chunk, units = chunking(nbytes, variant, self.config.chunk_bytes)
+            cap = HANDOFF_MAX_TRANSFERS if handoff else reps_for(nbytes)
+            reps = min(reps_for(nbytes), max_transfers(units, handoff), cap)
+            take = lambda trial: self.gpu_ordered(variant, nbytes, chunk, units, handoff, trial)  # noqa: E731
+        else:
+            reps = host_ordered_reps(nbytes)
+            take = lambda trial: self.host_ordered(variant, nbytes, trial)  # noqa: E731
+        group = self.group(variant, measure, nbytes, self.pdev, self.cdev, self.two_hops, reps)
+        yield from self.sampler.run(group, take, timer=not self.producer, reps=reps)
 
-    # ------------------------------------------------------------------ bandwidth
+    def gpu_ordered(self, variant, nbytes, chunk, units, handoff, trial, engine="ce"):
+        """One GPU-ordered batch through the host ring: the producer's hop (D2H, or a kernel
+        storing into host memory) into slot r, signalled; the consumer's hop out of it."""
+        gpu, ring = self.gpu, Ring.for_size(nbytes, trial.reps)
+        mine, host = self.ring_buf.ptr, self.host
+        last = nbytes - (units - 1) * chunk
+        copies = {chunk: gpu.copy_launcher(chunk, engine), last: gpu.copy_launcher(last, engine)}
 
-    def bandwidth(self, variant, nbytes):
-        warmup = self.config.warmup
-        self.ctx.sync()
-        for i in range(warmup + self.config.iterations):
-            self.ctx.phase("warmup" if i < warmup else "sample", nbytes, i)
-            self.seq += 1
-            seed = cuda.seed_for(self.seq)
+        def hop(r, i):  # (dst, src) of this side's part of transfer r, unit i
+            at = ring.offset(r) + i * chunk
+            copy = copies[chunk if i < units - 1 else last]
             if self.producer:
-                self.gpu.fill(self.buffer.ptr, nbytes, seed)
-                self.gpu.synchronize()
-            self.ctx.sync()  # the source holds this sample's pattern
-            if variant == "pageable":
-                seconds, reps = self.host_ordered_batch(nbytes, self.pageable_addr)
-            elif variant == "pinned-hostsync":
-                seconds, reps = self.host_ordered_batch(nbytes, self.pinned_dptr)
+                copy(host + at, mine + at)
             else:
-                seconds, reps = self.gated_batch(variant, nbytes)
-            if self.producer:
-                self.ctx.sync()  # the consumer has verified
-                continue
-            verified = self.gpu.verify(self.buffer.ptr, nbytes, seed, "staging", variant,
-                                       corrupt=self.corrupt)
-            self.ctx.sync()
-            if i >= warmup:
-                yield self._row(path="staging", variant=variant, metric="bandwidth", src=self.pdev,
-                                dst=self.cdev, bytes=nbytes, iteration=i - warmup, batch=reps,
-                                seconds=seconds, verified=verified, ceiling=self.ceiling)
+                copy(mine + at, host + at)
 
-    def gated_batch(self, variant, nbytes):
-        chunk, per_transfer = chunking(nbytes, variant, self.config.chunk_bytes)
-        slots = SLOTS_PIPELINED if variant == "pipelined" else 1
-        reps = max(1, min(cuda.reps_for(nbytes), MAX_CHUNKS_PER_SAMPLE // per_transfer))
-        enqueue = self._producer_transfer if self.producer else self._consumer_transfer
-        seconds = self.gpu.time_batch(lambda: enqueue(nbytes, chunk, per_transfer, slots), reps,
-                                      shared=True, before_release=self.ctx.sync)
-        return seconds, reps
-
-    def _producer_transfer(self, nbytes, chunk, count, slots):
-        gpu, seg = self.gpu, self.seg
-        for c in range(count):
-            k = self.chunks  # global chunk index, the same on both sides
-            slot = k % slots
-            if k >= slots:  # the slot was used before: wait until the consumer drained it
-                seg.wait_until(DRAINED, k - slots + 1, self.timeout, waiting_for=self.other)
-                self.theirs[slot].wait(gpu.stream)
-            length = min(chunk, nbytes - c * chunk)
-            gpu.memcpy(self.pinned_dptr + slot * chunk, self.buffer.ptr + c * chunk, length)
-            self.mine[slot].record(gpu.stream)
-            self.chunks = k + 1
-            seg.store(FILLED, self.chunks)
-
-    def _consumer_transfer(self, nbytes, chunk, count, slots):
-        gpu, seg = self.gpu, self.seg
-        for c in range(count):
-            k = self.chunks
-            slot = k % slots
-            seg.wait_until(FILLED, k + 1, self.timeout, waiting_for=self.other)
-            self.theirs[slot].wait(gpu.stream)  # after the producer's record: it published k + 1 after it
-            length = min(chunk, nbytes - c * chunk)
-            gpu.memcpy(self.buffer.ptr + c * chunk, self.pinned_dptr + slot * chunk, length)
-            self.mine[slot].record(gpu.stream)
-            self.chunks = k + 1
-            seg.store(DRAINED, self.chunks)
-
-    def host_ordered_batch(self, nbytes, host_addr):
-        """Host-ordered: each copy is synchronised, then the mailbox tells the other side; no gate
-        (pageable copies block the host). Timed on CLOCK_MONOTONIC from the producer's first D2H
-        to the consumer's last H2D (one clock for every process of the node)."""
-        gpu, seg = self.gpu, self.seg
-        reps = max(1, min(HOST_ORDERED_MAX_REPS, (64 << 20) // nbytes))
-        first = self.transfers + 1
-        self.transfers += reps
         if self.producer:
-            seg.store(T0, time.monotonic_ns())
-            for k in range(first, first + reps):
-                if k > first:
-                    seg.wait_until(C_DONE, k - 1, self.timeout, waiting_for=self.other)
-                gpu.memcpy(host_addr, self.buffer.ptr, nbytes)
-                gpu.synchronize()
-                seg.store(P_DONE, k)
-            seg.wait_until(C_DONE, first + reps - 1, self.timeout, waiting_for=self.other)
-            return 0.0, reps
-        for k in range(first, first + reps):
-            seg.wait_until(P_DONE, k, self.timeout, waiting_for=self.other)
-            gpu.memcpy(self.buffer.ptr, host_addr, nbytes)
+            gpu.fill(mine, ring, trial.seed)
+            warm = lambda: copies[last](self.host_scratch, mine)  # noqa: E731
+        else:
+            warm = lambda: copies[last](self.scratch.ptr, self.host_scratch)  # noqa: E731
+        op = hop
+        seconds = self.exchange.run(gpu, trial.reps, units, op, handoff, warm)
+        if self.producer:
+            return None
+        gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
+        return Sample(seconds, trial.reps)
+
+    def host_ordered(self, variant, nbytes, trial):
+        """One transfer in flight, ordered by the host: D2H + synchronize, flag, H2D + synchronize,
+        flag. Timed from the producer's first copy to the consumer's last (CLOCK_MONOTONIC)."""
+        ctx, gpu, ring = self.ctx, self.gpu, Ring.for_size(nbytes, trial.reps)
+        mine = self.ring_buf.ptr
+        host = self.pageable_addr if variant == "pageable" else self.host
+        first = self.transfers + 1
+        self.transfers += trial.reps
+        if self.producer:
+            gpu.fill(mine, ring, trial.seed)
             gpu.synchronize()
-            seg.store(C_DONE, k)
-        return (time.monotonic_ns() - seg.load(T0)) / 1e9 / reps, reps
-
-    # ------------------------------------------------------------------ ceilings, latency
-
-    def ceilings(self, nbytes):
-        """Each worker measures the hop it makes (producer D2H, consumer H2D), in turn."""
-        def mine():
-            if self.producer:
-                yield from self._ceiling_rows(self.ceilings_, f"d2h@{self.pdev}", nbytes)
-                return
-            yield from self._ceiling_rows(self.ceilings_, self.ceiling, nbytes)
-            if nbytes <= LATENCY_MAX_BYTES:
-                yield from self._ceiling_rows(self.ceilings_, self.ceiling, nbytes, latency=True)
-
-        yield from self._in_turn(mine)
-
-    def latency(self, nbytes):
-        """Ping-pong through the pinned buffer: D2H, signal, H2D, and back. One-way = round trip / 2."""
-        gpu, seg, timeout = self.gpu, self.seg, self.timeout
-        words, ping, pong = seg.words, seg.mailbox_index(PING), seg.mailbox_index(PONG)
-        host, mine = self.pinned_dptr, self.buffer.ptr
-        warmup = self.config.warmup
-        rounds_done = seg.load(PING) if self.producer else seg.load(PONG)
-        for i in range(warmup + self.config.iterations):
-            self.ctx.phase("latency", nbytes, i)
-            self.seq += 1
-            seed = cuda.seed_for(self.seq)
-            if self.producer:
-                gpu.fill(mine, nbytes, seed)
+        ctx.sync()
+        if self.producer:
+            ctx.store("h.t0", time.monotonic_ns())
+            for r in range(trial.reps):
+                if r:
+                    ctx.spin("h.done", first + r - 1)
+                gpu.memcpy(host + ring.offset(r), mine + ring.offset(r), nbytes)
                 gpu.synchronize()
-            self.ctx.sync()
-            first = rounds_done + 1
-            rounds_done += ROUND_TRIPS
-            t0 = time.perf_counter()
-            for k in range(first, rounds_done + 1):
-                if self.producer:
-                    gpu.memcpy(host, mine, nbytes)
-                    gpu.synchronize()
-                    words[ping] = k
-                    if words[pong] < k:
-                        seg.wait_until(PONG, k, timeout, waiting_for=self.other)
-                    gpu.memcpy(mine, host, nbytes)
-                    gpu.synchronize()
-                else:
-                    if words[ping] < k:
-                        seg.wait_until(PING, k, timeout, waiting_for=self.other)
-                    gpu.memcpy(mine, host, nbytes)
-                    gpu.synchronize()
-                    gpu.memcpy(host, mine, nbytes)
-                    gpu.synchronize()
-                    words[pong] = k
-            seconds = (time.perf_counter() - t0) / ROUND_TRIPS / 2
+                ctx.store("h.sent", first + r)
+            return None
+        for r in range(trial.reps):
+            ctx.spin("h.sent", first + r)
+            gpu.memcpy(mine + ring.offset(r), host + ring.offset(r), nbytes)
+            gpu.synchronize()
+            ctx.store("h.done", first + r)
+        seconds = (time.monotonic_ns() - ctx.load("h.t0")) / 1e9 / trial.reps
+        gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=ctx.corrupt)
+        return Sample(seconds, trial.reps)
+
+    # ------------------------------------------------------------------ latency
+
+    def pingpong(self, nbytes):
+        group = dict(path=self.path, variant="pinned-pingpong", measure="pingpong", metric="latency",
+                     src=self.pdev, dst=self.cdev, bytes=nbytes, ceiling=f"h2d@{self.cdev}")
+        yield from self.sampler.run(group, lambda trial: self.pingpong_sample(nbytes, trial), timer=self.producer,
+                                    reps=PINGPONG_ROUNDS, min_reps=10, phase="latency")
+
+    def pingpong_sample(self, nbytes, trial):
+        """`trial.reps` round trips through two host slots: the producer's payload D2H into slot A,
+        H2D by the consumer; the consumer's answer (another seed) D2H into slot B, H2D back."""
+        ctx, gpu = self.ctx, self.gpu
+        one = Ring.for_size(nbytes, 1)
+        payload, received = self.scratch.ptr, self.ring_buf.ptr
+        question, answer = self.host, self.host + one.stride
+        seed = trial.seed if self.producer else trial.seed ^ REPLY
+        gpu.fill(payload, one, seed)
+        gpu.synchronize()
+        first = (ctx.load("pong") if self.producer else ctx.load("ping")) + 1
+        ctx.sync()
+        t0 = time.perf_counter()
+        for k in range(first, first + trial.reps):
             if self.producer:
-                verified = gpu.verify(mine, nbytes, seed, "staging", "pinned-pingpong", corrupt=self.corrupt)
-                if i >= warmup:
-                    yield self._row(path="staging", variant="pinned-pingpong", metric="latency",
-                                    src=self.pdev, dst=self.cdev, bytes=nbytes, iteration=i - warmup,
-                                    batch=ROUND_TRIPS, seconds=seconds, verified=verified,
-                                    ceiling=self.ceiling)
+                gpu.memcpy(question, payload, nbytes)
+                gpu.synchronize()
+                ctx.store("ping", k)
+                ctx.spin("pong", k)
+                gpu.memcpy(received, answer, nbytes)
+                gpu.synchronize()
+            else:
+                ctx.spin("ping", k)
+                gpu.memcpy(received, question, nbytes)
+                gpu.synchronize()
+                gpu.memcpy(answer, payload, nbytes)
+                gpu.synchronize()
+                ctx.store("pong", k)
+        seconds = (time.perf_counter() - t0) / trial.reps / 2
+        other = trial.seed ^ REPLY if self.producer else trial.seed
+        gpu.verify(received, one, other, self.path, "pinned-pingpong", corrupt=ctx.corrupt)
+        ctx.sync()
+        return Sample(seconds, trial.reps) if self.producer else None
 
 
 class StagingScenario(PairScenario):
     name = "staging"
-    summary = "cudaMemcpy D2H into a shared host buffer, H2D out of it (pinned, pipelined, pageable)"
-    worker_class = _StagingWorker
+    summary = "cudaMemcpy D2H into a shared host buffer, H2D out of it (pinned, pipelined, host-ordered, pageable)"
+    worker_class = StagingWorker
+    paths = (PathInfo("staging", role="baseline", colour="#d62728"),)
+
+    def host_bytes(self, config) -> tuple[int, int]:
+        sizes = self.sizes(config)
+        pageable = max(Ring.for_size(n, host_ordered_reps(n)).bytes for n in sizes)
+        return ring_capacity(sizes) + max(sizes) + 256, pageable
 
     def memory_needed(self, config, specs):
-        # Host: the pinned buffer (two slots), the pageable one, and each worker's pinned
-        # ceiling buffer. GPU: each worker's buffer and its ceiling buffer.
-        largest = max(config.sizes_for(self.default_sizes()))
-        per_gpu = 2 * largest * max(sum(1 for s in specs if s.device == d) for d in {s.device for s in specs})
-        return 5 * largest, per_gpu
-
-    def mailbox_slots(self, config, specs):
-        return MAILBOX
+        # Host: the pinned ring, the pageable ring, each worker's pinned ceiling buffer.
+        # GPU: each worker's ring, scratch and ceiling buffer.
+        pinned, pageable = self.host_bytes(config)
+        ring = ring_capacity(self.sizes(config))
+        per_gpu = max(sum(1 for s in specs if s.device == d) for d in {s.device for s in specs})
+        return pinned + pageable + 2 * ring, per_gpu * (2 * ring + max(self.sizes(config)))
 
     def prepare(self, config, specs):
-        largest = max(config.sizes_for(self.default_sizes()))
-        # Room for one whole message, or two pipelined chunks of it.
-        return _Shared(cuda.SharedGatePage(),
-                       mmap.mmap(-1, largest * 2, flags=mmap.MAP_SHARED),
-                       mmap.mmap(-1, largest, flags=mmap.MAP_SHARED))
+        pinned, pageable = self.host_bytes(config)
+        return _Shared(SharedGatePage(), mmap.mmap(-1, pinned, flags=mmap.MAP_SHARED),
+                       mmap.mmap(-1, pageable, flags=mmap.MAP_SHARED))
 
     def release(self, shared):
         if shared is not None:

@@ -1,5 +1,6 @@
 import multiprocessing
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,38 @@ def pytest_collection_modifyitems(config, items):
 def small_env(monkeypatch):
     monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)
     return os.environ
+
+
+FAKE_MPS = Path(__file__).parent / "data" / "fake-nvidia-cuda-mps-control"
+
+
+@pytest.fixture
+def fake_mps(monkeypatch, tmp_path):
+    """A stand-in nvidia-cuda-mps-control first on PATH; temporary folders under tmp_path."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / _mps().BINARY).symlink_to(FAKE_MPS)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    for var in ("FAKE_MPS_MODE", "FAKE_MPS_SERVER", _mps().PIPE_ENV, _mps().LOG_ENV):
+        monkeypatch.delenv(var, raising=False)
+    return temp
+
+
+@pytest.fixture
+def no_mps(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
+    return tmp_path
+
+
+def ours(temp: Path) -> list[str]:
+    """The private daemon's folders (and the like) left in `temp`."""
+    return sorted(p.name for p in temp.iterdir() if p.name.startswith(_mps().PREFIX))
+
+
+def _mps():
+    from gpuipc_bench import mps
+
+    return mps

@@ -10,6 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+
+from gpuipc_bench.sizes import format_size
 from click.testing import CliRunner
 
 from conftest import our_segments
@@ -232,7 +234,8 @@ def test_gpu_memory_check_follows_the_scenario_estimate(name):
     with pytest.raises(UsageError) as info:
         check_memory(plan_for(name, config, tight), config, tight, host_available=1 << 50)
     message = str(info.value)
-    assert message.startswith("--sizes: the largest size, 4 GiB,") and "GPU 0" in message
+    largest = format_size(max(SCENARIOS[name].sizes(config)))  # latency measures up to 1 MiB
+    assert message.startswith(f"--sizes: the largest size, {largest},") and "GPU 0" in message
     assert f"scenario {name}" in message and "\n" not in message
 
 

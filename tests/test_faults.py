@@ -201,8 +201,8 @@ KILLS = {
     "second-size": ("kill:1:sample:5",
                     "worker 1 (consumer, CPU) was killed by SIGKILL during sample 2 at 4 KiB",
                     host_rows({64: ITERATIONS, 4096: 1}, latency_sizes=(64,))),
-    "latency": ("kill:0:latency:2", "worker 0 (producer, CPU) was killed by SIGKILL during latency 1 at 64 B",
-                host_rows({64: ITERATIONS})),
+    "latency": ("kill:0:latency:2", "worker 0 (producer, CPU) was killed by SIGKILL during latency 2 at 64 B",
+                host_rows({64: ITERATIONS}) | {("host", "latency", 64, 0)}),  # index 0 is the warm-up
     "barrier": ("kill:1:barrier:4", "worker 1 (consumer, CPU) was killed by SIGKILL inside the barrier during ",
                 None),
     "teardown": ("kill:1:teardown", "worker 1 (consumer, CPU) was killed by SIGKILL during teardown", COMPLETE),
@@ -270,7 +270,7 @@ def test_a_failed_scenario_does_not_stop_the_next(tmp_path, clean_slate):
     frame, meta = read_results(out)
     assert meta["partial"] == "true"
     assert "completed: barrier" in meta["status"] and "failed: host" in meta["status"]
-    assert keys(frame[frame["scenario"] == "host"]) == host_rows({64: ITERATIONS})
+    assert keys(frame[frame["scenario"] == "host"]) == host_rows({64: ITERATIONS}) | {("host", "latency", 64, 0)}
     barrier = frame[frame["scenario"] == "barrier"]
     assert sorted(zip(barrier["variant"], barrier["iteration"])) == sorted(
         (v, i) for v in ("multiprocessing", "shm") for i in range(ITERATIONS))
@@ -425,7 +425,8 @@ def test_corruption_fails_the_run_naming_path_size_and_offset(tmp_path, clean_sl
     frame, meta = read_results(out)
     assert meta["partial"] == "true"
     measured = frame[frame["path"] == "host"]
-    assert len(measured) == 1 and not measured["verified"].iloc[0], "the bad sample is kept, marked unverified"
+    assert len(measured) == 0, "a sample whose bytes are wrong yields no figure; the ceiling rows before it are kept"
+    assert len(frame[frame["path"] == "ceiling"]) == 3
 
 
 # --------------------------------------------------------------------------- GPU

@@ -1,51 +1,18 @@
-"""CPU tests of the private MPS daemon (gpuipc_bench/mps.py), with a stand-in binary, and of the
-pure parts of the latency and sharing scenarios; their orchestration (barriers, roles, rows,
-the MPS half's decisions) runs here with fake CUDA objects (tests/fake_cuda.py)."""
+"""CPU tests of the private MPS daemon (gpuipc_bench/mps.py), with a stand-in binary (the
+fixtures fake_mps and no_mps are in conftest.py); the sharing scenario's use of it is in
+test_scenarios.py."""
 
 from __future__ import annotations
 
-import collections
 import io
 import os
-import tempfile
 from pathlib import Path
 
 import pytest
 
-import fake_cuda
-from gpuipc_bench import cuda, mps
-from gpuipc_bench.config import RunConfig
-from gpuipc_bench.errors import UsageError
-from gpuipc_bench.launcher import run_scenario
-from gpuipc_bench.scenarios import SCENARIOS, latency, sharing
-
-FAKE = Path(__file__).parent / "data" / "fake-nvidia-cuda-mps-control"
-
-
-@pytest.fixture
-def fake_mps(monkeypatch, tmp_path):
-    """A stand-in nvidia-cuda-mps-control first on PATH; temporary folders under tmp_path."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / mps.BINARY).symlink_to(FAKE)
-    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
-    temp = tmp_path / "tmp"
-    temp.mkdir()
-    monkeypatch.setattr(tempfile, "tempdir", str(temp))
-    for var in ("FAKE_MPS_MODE", "FAKE_MPS_SERVER", mps.PIPE_ENV, mps.LOG_ENV):
-        monkeypatch.delenv(var, raising=False)
-    return temp
-
-
-@pytest.fixture
-def no_mps(monkeypatch, tmp_path):
-    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
-    return tmp_path
-
-
-def ours(temp: Path) -> list[str]:
-    return sorted(p.name for p in temp.iterdir() if p.name.startswith(mps.PREFIX))
-
+from conftest import ours
+from gpuipc_bench import mps
+from gpuipc_bench.scenario import sharing_mode
 
 # --------------------------------------------------------------------------- commands
 
@@ -135,195 +102,11 @@ def test_serves_this_process(fake_mps, tmp_path):
     try:
         assert mps.serves_this_process({mps.PIPE_ENV: daemon.pipe_dir})
         assert not mps.serves_this_process({mps.PIPE_ENV: str(tmp_path)}), "a daemon elsewhere does not count"
-        assert cuda.sharing_mode([0, 1]) == "exclusive"
+        assert sharing_mode([0, 1]) == "exclusive"
     finally:
         pipe_dir = daemon.pipe_dir
         daemon.stop()
     assert not mps.serves_this_process({mps.PIPE_ENV: pipe_dir})
-
-
-# --------------------------------------------------------------------------- pure parts of the scenarios
-
-
-def test_rounds_for():
-    assert latency.rounds_for(1e-6) == latency.MAX_ROUNDS
-    assert latency.rounds_for(4.4e-3) == 22  # time-sliced: ~2.2 ms a hop
-    assert latency.rounds_for(1.0) == latency.MIN_ROUNDS
-    assert latency.rounds_for(0.0) == latency.MAX_ROUNDS
-    assert latency.rounds_for(float("nan")) == latency.MAX_ROUNDS
-    assert latency.rounds_for(1e-3, hi=200) == 100
-
-
-def test_spin_limits():
-    assert latency.spin_limits(RunConfig(scenarios=("latency",))) == (5.0, 30.0)
-    assert latency.spin_limits(RunConfig(scenarios=("latency",), timeout=4)) == (2.0, 2.0)
-    assert latency.spin_limits(RunConfig(scenarios=("latency",), extra=(("spin_timeout", "0.5"),)))[0] == 0.5
-    with pytest.raises(UsageError):
-        latency.spin_limits(RunConfig(scenarios=("latency",), extra=(("spin_timeout", "0"),)))
-
-
-def test_layout_and_threads():
-    from gpuipc_bench import cuda
-
-    layout = latency.Layout(4099)
-    assert layout.payload_cap == 4352 and layout.ll_offset == 256 + 4352
-    assert layout.ll_cap >= cuda.ll_words(4099) * 8 and layout.total % 256 == 0
-    assert latency.Layout(0).total == 3 * 256
-    assert cuda.ll_words(4) == 1 and cuda.ll_words(5) == 2
-    assert cuda.pingpong_threads(0) == 32 and cuda.pingpong_threads(4096) == 256
-    assert cuda.pingpong_threads(4096, ll=True) == 1024 and cuda.pingpong_threads(1 << 20) == 1024
-
-
-def test_latency_workers_and_sizes():
-    scenario = SCENARIOS["latency"]
-    one = scenario.workers(RunConfig(scenarios=("latency",)), None)
-    assert [(s.rank, s.device) for s in one] == [(0, 0), (1, 0)]
-    two = scenario.workers(RunConfig(scenarios=("latency",), devices=(1, 0)), None)
-    assert [s.device for s in two] == [1, 0]
-    with pytest.raises(UsageError, match="takes one GPU"):
-        scenario.workers(RunConfig(scenarios=("latency",), devices=(0, 1, 2)), None)
-    config = RunConfig(scenarios=("latency",), sizes=(4, 1 << 20, 1 << 21))
-    assert latency.latency_sizes(config, scenario.default_sizes()) == (4, 1 << 20)
-    assert latency.path_for((0, 0)) == "ipc" and latency.path_for((0, 1)) == "peer"
-
-
-def test_sharing_sweep_and_workers(no_mps):
-    assert sharing.sweep(8) == (1, 2, 4, 8)
-    assert sharing.sweep(6) == (1, 2, 4, 6)
-    assert sharing.sweep(2) == (1, 2)
-    assert sharing.batch_for(64 << 20) == 16 and sharing.batch_for(4) == 256
-    scenario = SCENARIOS["sharing"]
-    specs = scenario.workers(RunConfig(scenarios=("sharing",), devices=(1,)), None)
-    assert len(specs) == 8 and {s.device for s in specs} == {1}
-
-
-def test_sharing_has_an_mps_group_when_the_binary_is_there(fake_mps):
-    specs = SCENARIOS["sharing"].workers(RunConfig(scenarios=("sharing",), workers=3), None)
-    assert len(specs) == 6
-
-
-def test_waive_note_page():
-    shared = sharing._Shared()
-    try:
-        assert shared.waived() is None
-        shared.waive("first reason")
-        shared.waive("second reason")
-        assert shared.waived() == "first reason"
-        shared.add_servers([11, 12, 11])
-        assert shared.servers() == {11, 12}
-    finally:
-        shared.close()
-
-
-# --------------------------------------------------------------------------- orchestration, fake CUDA
-
-
-def run(monkeypatch, name, scenario=None, **overrides):
-    fake_cuda.install(monkeypatch)
-    monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)
-    settings = dict(scenarios=(name,), iterations=2, warmup=1, timeout=20.0)
-    settings.update(overrides)
-    config = RunConfig(**settings)
-    scenario = scenario or SCENARIOS[name]
-    rows: list[dict] = []
-    progress: list[int] = []
-    specs = scenario.workers(config, None)
-    outcome = run_scenario(scenario, config, specs, on_row=rows.append, on_progress=progress.append)
-    assert sum(progress) == scenario.progress_total(config, specs)
-    return outcome, rows
-
-
-def count(rows, *keys):
-    return collections.Counter(tuple(r[k] for k in keys) for r in rows)
-
-
-@pytest.mark.parametrize("devices, path", [(None, "ipc"), ((0, 1), "peer")])
-def test_latency_orchestration(monkeypatch, no_leaks, devices, path):
-    outcome, rows = run(monkeypatch, "latency", sizes=(0, 4, 4099), devices=devices)
-    assert outcome.ok, outcome.error
-    got = count(rows, "path", "variant", "bytes")
-    assert got == {(path, "barrier", 0): 2, (path, "flag-pingpong", 0): 2,
-                   (path, "device-pingpong", 0): 2, (path, "device-pingpong", 4): 2,
-                   (path, "device-pingpong", 4099): 2, (path, "device-ll", 4): 2, (path, "device-ll", 4099): 2,
-                   (path, "host-pingpong", 4): 2, (path, "host-pingpong", 4099): 2}
-    device = [r for r in rows if r["variant"].startswith("device")]
-    assert all(r["batch"] == latency.MAX_ROUNDS and r["seconds"] == pytest.approx(0.5e-6) for r in device)
-    assert all(r["metric"] == "latency" and r["scenario"] == "latency" and r["workers"] == 2 for r in rows)
-
-
-def test_sharing_orchestration_without_mps(monkeypatch, no_mps, no_leaks, capsys):
-    outcome, rows = run(monkeypatch, "sharing", workers=4, sizes=(1 << 20,))
-    assert outcome.ok, outcome.error
-    assert "the MPS half was waived: nvidia-cuda-mps-control is not on PATH" in capsys.readouterr().err
-    assert {r["sharing"] for r in rows} == {"time-sliced"}
-    per_worker = count([r for r in rows if r["path"] == "sharing"], "variant", "workers")
-    for transfer in ("d2d", "h2d"):
-        for n in (1, 2, 4):
-            assert per_worker[(transfer, n)] == 2 * n
-            assert per_worker[(f"{transfer}-aggregate", n)] == 2
-    aggregate = [r for r in rows if r["variant"] == "d2d-aggregate"]
-    assert {r["bytes"] for r in aggregate} == {1 << 20, 2 << 20, 4 << 20}
-    assert count([r for r in rows if r["path"] == "ipc"], "variant", "workers") == {
-        ("device-pingpong", 2): 2, ("device-ll", 2): 2}
-
-
-def _capturing(base):
-    class Capturing(type(base)):
-        seen: dict = {}
-
-        def prepare(self, config, specs):
-            shared = super().prepare(config, specs)
-            daemon = shared.daemon
-            Capturing.seen = dict(pid=daemon and daemon.pid, dirs=[shared.nomps_dir] + (
-                [daemon.pipe_dir, daemon.log_dir] if daemon else []))
-            return shared
-
-    return Capturing()
-
-
-def test_sharing_orchestration_with_mps(monkeypatch, fake_mps, no_leaks):
-    monkeypatch.setattr(sharing, "probe_client", lambda daemon, device, timeout=0: None)
-    monkeypatch.setattr(sharing.SharingWorker, "check_clients", lambda self: None)
-    scenario = _capturing(SCENARIOS["sharing"])
-    outcome, rows = run(monkeypatch, "sharing", scenario=scenario, workers=2, sizes=(1 << 20,))
-    assert outcome.ok, outcome.error
-    by_mode = count(rows, "sharing", "variant", "workers")
-    for mode in ("time-sliced", "mps"):
-        assert by_mode[(mode, "d2d", 2)] == 4 and by_mode[(mode, "h2d-aggregate", 1)] == 2
-        assert by_mode[(mode, "device-ll", 2)] == 2 and by_mode[(mode, "d2d@0", 1)] == 2
-    seen = scenario.seen
-    assert seen["pid"] and not mps.alive(seen["pid"]), "the daemon was stopped"
-    assert not any(os.path.exists(d) for d in seen["dirs"]), "its folders were removed"
-    assert ours(fake_mps) == []
-
-
-def test_sharing_waives_mps_when_the_workers_are_not_clients(monkeypatch, fake_mps, no_leaks, capsys):
-    monkeypatch.setattr(sharing, "probe_client", lambda daemon, device, timeout=0: None)
-    monkeypatch.setattr(sharing.SharingWorker, "check_clients", lambda self: "worker processes 1, 2 are not clients")
-    outcome, rows = run(monkeypatch, "sharing", workers=2, sizes=(1 << 20,))
-    assert outcome.ok, outcome.error
-    assert {r["sharing"] for r in rows} == {"time-sliced"}
-    assert "the MPS half was waived: worker processes 1, 2 are not clients" in capsys.readouterr().err
-    assert ours(fake_mps) == []
-
-
-def test_sharing_waives_mps_when_no_client_can_start(monkeypatch, fake_mps, no_leaks, capsys):
-    """The real probe: here CUDA cannot start at all, so the probe client fails and says why."""
-    monkeypatch.setenv("FAKE_MPS_SERVER", "")
-    fake_cuda.install(monkeypatch)
-    scenario = SCENARIOS["sharing"]
-    config = RunConfig(scenarios=("sharing",), workers=2, sizes=(1 << 20,), iterations=1, warmup=0, timeout=20)
-    shared = scenario.prepare(config, scenario.workers(config, None))
-    try:
-        reason = shared.waived()
-        assert shared.daemon is None and reason
-        assert reason.startswith(("a CUDA client could not start under the private MPS daemon",
-                                  "a CUDA client of the private MPS daemon did not start within",
-                                  "the private MPS daemon started no server"))
-    finally:
-        scenario.release(shared)
-    assert "the MPS half was waived" in capsys.readouterr().err
-    assert ours(fake_mps) == []
 
 
 # --------------------------------------------------------------------------- info lists MIG instances

@@ -12,7 +12,7 @@ import pytest
 
 from gpuipc_bench import segment as segment_mod
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, BenchError
-from gpuipc_bench.segment import LINE, PHASES, PREFIX, Segment
+from gpuipc_bench.segment import HANDLE_SLOTS, LINE, PHASES, PREFIX, Segment
 
 CTX = multiprocessing.get_context("fork")
 
@@ -227,7 +227,7 @@ def test_handle_round_trip():
         with pytest.raises(ValueError):
             seg.put_handle(0, 0, b"x" * 65)
         with pytest.raises(ValueError):
-            seg.put_handle(0, 4, b"x")
+            seg.put_handle(0, HANDLE_SLOTS, b"x")
         with pytest.raises(ValueError):
             seg.get_handle(3, 0)
 

@@ -1,0 +1,142 @@
+"""What the hardware does for a link, in one process, measured like the paths (rings, gate,
+warm-up, verification), so that a path's figure and its ceiling differ only in the path.
+
+Keys (the `variant` of ceiling rows, and the `ceiling` column of the rows they bound):
+    d2d@N      device-local copy on GPU N, copy engine     d2d-sm@N    the same by a kernel
+    h2d@N      pinned host -> GPU N, copy engine           h2d-sm@N    a kernel on N reads host memory
+    d2h@N      GPU N -> pinned host, copy engine           d2h-sm@N    a kernel on N writes host memory
+    peer@A>B   GPU A -> GPU B, peer access on, copy engine  peer-sm@A>B  a kernel on A stores into B
+A peer ceiling is issued by the source GPU (it pushes): on two H200s a copy issued by the
+destination took ~13 us per 4 KiB against ~2.3 us pushed, and fell below the IPC path it bounds.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from gpuipc_bench.gpu.device import Gpu
+from gpuipc_bench.gpu.memory import Ring, on_device, reps_for
+
+KINDS = ("d2d", "h2d", "d2h", "peer")
+
+
+def parse_ceiling(key: str) -> tuple[str, str, Any, Any]:
+    """'d2d@0' -> ('d2d', 'ce', 0, 0); 'h2d-sm@0' -> ('h2d', 'sm', 'host', 0);
+    'peer@0>1' -> ('peer', 'ce', 0, 1). Kind, engine, source, destination."""
+    name, _, where = key.partition("@")
+    kind, _, engine = name.partition("-")
+    engine = engine or "ce"
+    if kind not in KINDS or engine not in ("ce", "sm"):
+        raise ValueError(f"unknown ceiling {key!r}")
+    if kind == "peer":
+        a, _, b = where.partition(">")
+        return kind, engine, int(a), int(b)
+    device = int(where)
+    ends = {"d2d": (device, device), "h2d": ("host", device), "d2h": (device, "host")}[kind]
+    return kind, engine, ends[0], ends[1]
+
+
+def ceiling_key(kind: str, engine: str, src: Any, dst: Any) -> str:
+    name = kind if engine == "ce" else f"{kind}-sm"
+    if kind == "peer":
+        return f"{name}@{src}>{dst}"
+    return f"{name}@{dst if kind == 'h2d' else src}"
+
+
+class Ceilings:
+    """Ceilings measured by one worker; buffers are made on first use at `capacity` bytes
+    (a ring of the largest size) and released with the worker's Gpu."""
+
+    def __init__(self, gpu: Gpu, capacity: int):
+        self.gpu, self.capacity = gpu, int(capacity)
+        self._buffers: dict[tuple, tuple[Any, Any]] = {}
+        self._others: dict[int, Gpu] = {}
+
+    def gpu_for(self, device: int) -> Gpu:
+        """This worker's Gpu for `device`: the main one, or one made (and owned by it) on demand."""
+        if device == self.gpu.device:
+            return self.gpu
+        if device not in self._others:
+            with on_device(device):
+                self._others[device] = self.gpu.adopt(Gpu(device))
+        return self._others[device]
+
+    def _ends(self, key: str):
+        kind, engine, src, dst = parse_ceiling(key)
+        if kind != "peer" and self.gpu.device not in (src, dst):
+            raise ValueError(f"ceiling {key} must be measured on its own GPU, not GPU {self.gpu.device}")
+        ends = (kind, src, dst)  # the copy engine and the kernel copy share buffers
+        if ends not in self._buffers:
+            def make(where):
+                if where == "host":
+                    return self.gpu.pinned(self.capacity)
+                with on_device(where):
+                    return self.gpu_for(where).alloc(self.capacity)
+
+            self._buffers[ends] = (make(src), make(dst))
+        s, d = self._buffers[ends]
+        return kind, engine, src, dst, s, d
+
+    def issuer(self, key: str) -> Gpu:
+        """The Gpu whose stream runs the copies of `key`: the source GPU for peer copies; for a
+        kernel copy between host and device, the device's."""
+        kind, _, src, dst = parse_ceiling(key)
+        return self.gpu_for(src) if kind == "peer" else self.gpu
+
+    def l2_resident(self, key: str, nbytes: int, reps: int | None = None) -> bool:
+        kind, _, src, dst = parse_ceiling(key)
+        return Ring.for_size(nbytes, reps).l2_resident(self.issuer(key).l2_bytes)
+
+    def bandwidth(self, key: str, nbytes: int, seed: int, reps: int | None = None) -> tuple[float, int]:
+        """(seconds per transfer, reps) of one verified sample: rep r copies slot r of a source ring
+        filled with seed + r into slot r of the destination ring."""
+        kind, engine, src, dst, s, d = self._ends(key)
+        reps = reps or reps_for(nbytes)
+        ring = Ring.for_size(nbytes, reps)
+        issuer = self.issuer(key)
+        filler = self.gpu if src == "host" else self.gpu_for(src)
+        sp, dp = _dptr(s), _dptr(d)
+        with on_device(filler.device):
+            filler.fill(sp, ring, seed)
+            filler.synchronize()
+        with on_device(issuer.device):
+            copy = issuer.copy_launcher(nbytes, engine)
+            scratch = dp + ring.offset(reps - 1)  # warm-ups land in the last slot, rewritten by its rep
+            marks = issuer.time_batch(lambda r: copy(dp + ring.offset(r), sp + ring.offset(r)), reps,
+                                      warm=lambda: copy(scratch, sp))
+            seconds = marks.seconds() / reps
+        checker = self.gpu if dst == "host" else self.gpu_for(dst)
+        with on_device(checker.device):
+            checker.verify(dp, ring, seed, "ceiling", key)
+        return seconds, reps
+
+    def latency(self, key: str, nbytes: int, seed: int, reps: int = 100) -> float:
+        """Seconds of one copy + stream synchronize, host-timed, mean of `reps` (after one more),
+        verified: the ceiling of the host-driven ping-pongs."""
+        kind, engine, src, dst, s, d = self._ends(key)
+        ring = Ring.for_size(nbytes, 1)
+        issuer = self.issuer(key)
+        filler = self.gpu if src == "host" else self.gpu_for(src)
+        with on_device(filler.device):
+            filler.fill(_dptr(s), ring, seed)
+            filler.synchronize()
+        with on_device(issuer.device):
+            copy = issuer.copy_launcher(nbytes, engine)
+            sync = issuer.stream.synchronize
+            sp, dp = _dptr(s), _dptr(d)
+            copy(dp, sp)
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                copy(dp, sp)
+                sync()
+            seconds = (time.perf_counter() - t0) / reps
+        checker = self.gpu if dst == "host" else self.gpu_for(dst)
+        with on_device(checker.device):
+            checker.verify(_dptr(d), ring, seed, "ceiling", key)
+        return seconds
+
+
+def _dptr(buf: Any) -> int:
+    return getattr(buf, "dptr", buf.ptr)

@@ -1,0 +1,84 @@
+"""CUDA errors as BenchErrors: one line naming the CUDA error, the call and the GPU."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+from gpuipc_bench.errors import BenchError, NoGpuError
+from gpuipc_bench.sizes import format_size
+
+_NO_GPU_ERRORS = ("cudaErrorNoDevice", "cudaErrorInsufficientDriver", "CUDA_ERROR_NO_DEVICE")
+_OOM_ERRORS = ("cudaErrorMemoryAllocation", "CUDA_ERROR_OUT_OF_MEMORY")
+# Exception classes of CuPy (and the libraries scenarios add) that carry a CUDA error.
+CUDA_EXCEPTIONS = ("CUDARuntimeError", "CUDADriverError", "NVRTCError", "CompileException", "OutOfMemoryError")
+
+
+class CudaError(BenchError):
+    """A CUDA call failed in a worker: '<cudaErrorName> in <call> on GPU <n>'."""
+
+    def __init__(self, name: str, call: str, device: int | None, detail: str = ""):
+        self.name, self.call, self.device = name, call, device
+        where = f" on GPU {device}" if device is not None else ""
+        super().__init__(f"{name} in {call}{where}" + (f" ({detail})" if detail else ""))
+
+
+def error_name(exc: BaseException) -> str:
+    """'cudaErrorInvalidValue' from CuPy's 'cudaErrorInvalidValue: invalid argument'."""
+    head = str(exc).split(":", 1)[0].strip()
+    return head if head and " " not in head else type(exc).__name__
+
+
+def oom_message(nbytes: int, device: int | None) -> str:
+    """'cannot allocate 1 GiB on GPU 0: 0.4 GiB free of 79.1 GiB'."""
+    where = f" on GPU {device}" if device is not None else ""
+    text = f"cannot allocate {format_size(nbytes)}{where}"
+    try:
+        from cupy.cuda import runtime
+
+        free, total = runtime.memGetInfo()
+        text += f": {free / (1 << 30):.1f} GiB free of {total / (1 << 30):.1f} GiB"
+    except Exception:  # noqa: BLE001 - the message is best effort
+        pass
+    return text
+
+
+def translate(exc: BaseException, call: str, device: int | None, nbytes: int | None = None) -> BenchError:
+    """A BenchError that says what failed, in one line."""
+    if isinstance(exc, BenchError):
+        return exc
+    name = error_name(exc)
+    if isinstance(exc, MemoryError) or name in _OOM_ERRORS:
+        if nbytes is not None:
+            return BenchError(oom_message(nbytes, device))
+        return CudaError(name if name in _OOM_ERRORS else "out of memory", call, device)
+    if name in _NO_GPU_ERRORS:
+        return NoGpuError(str(CudaError(name, call, device)))
+    if type(exc).__name__ == "CompileException":
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        return BenchError(f"kernel compilation failed{f' on GPU {device}' if device is not None else ''}: {first}")
+    return CudaError(name, call, device)
+
+
+def is_cuda_exception(exc: BaseException, extra: tuple[str, ...] = ()) -> bool:
+    return type(exc).__name__ in CUDA_EXCEPTIONS + extra or isinstance(exc, MemoryError)
+
+
+@contextlib.contextmanager
+def cuda_call(call: str, device: int | None = None, nbytes: int | None = None,
+              errors: tuple[str, ...] = ()) -> Iterator[None]:
+    """Turn a CUDA error raised inside the block into a BenchError naming the call and the GPU.
+
+    with cuda_call("cudaIpcOpenMemHandle", device=0): ...
+    -> BenchError('cudaErrorInvalidValue in cudaIpcOpenMemHandle on GPU 0')
+    Out of memory, with `nbytes` given: 'cannot allocate 1 GiB on GPU 0: 0.4 GiB free of 79.1 GiB'.
+    `errors` names more exception classes to translate (a library's, e.g. 'NcclError').
+    """
+    try:
+        yield
+    except BenchError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - filtered just below
+        if not is_cuda_exception(exc, errors):
+            raise
+        raise translate(exc, call, device, nbytes) from exc

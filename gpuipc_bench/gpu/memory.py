@@ -1,0 +1,298 @@
+"""Memory the paths move bytes between, streams, interprocess events, and rings of slots.
+
+Device memory comes from plain cudaMalloc (exportable with cudaIpcGetMemHandle): CuPy's
+pool would sub-allocate, so several arrays would share one IPC handle at offsets.
+
+A ring is how a batch stays cache-cold and race-visible: rep r of a batch moves slot r of
+a source ring into slot r of a destination ring, each slot filled with its own seed
+(seed + r), and every destination slot is verified after the batch. A slot that a copy
+skipped, or read before it was written, still holds another seed's bytes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import mmap
+from typing import Any
+
+import numpy as np
+
+from gpuipc_bench.gpu.errors import cuda_call
+
+# CUDA runtime flag values (stable ABI constants; CuPy does not export them all).
+EVENT_DISABLE_TIMING = 0x02
+EVENT_INTERPROCESS = 0x04
+HOST_REGISTER_PORTABLE = 0x01
+HOST_REGISTER_MAPPED = 0x02
+HOST_ALLOC_PORTABLE = 0x01
+HOST_ALLOC_MAPPED = 0x02
+IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 0x01
+MEMCPY_DEFAULT = 4
+IPC_HANDLE_BYTES = 64
+
+BATCH_BYTES = 256 << 20  # a sample of a small size moves about this much ...
+MAX_REPS = 256  # ... in at most this many transfers (the launch queue blocks near 1000 operations)
+SLOT_ALIGN = 256  # ring slots start 256-byte aligned (16-byte vector copies, and apart in cache lines)
+
+
+def rt():
+    from cupy.cuda import runtime
+
+    return runtime
+
+
+# --------------------------------------------------------------------------- rings
+
+
+def reps_for(nbytes: int, target: int = BATCH_BYTES, max_reps: int = MAX_REPS) -> int:
+    """Transfers per sample: ~`target` bytes for small sizes, at most `max_reps`, 1 from `target` up."""
+    return max(1, min(max_reps, target // max(1, nbytes)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Ring:
+    """`slots` slots of `nbytes` each, `stride` bytes apart, starting at offset 0 of a buffer."""
+
+    nbytes: int
+    slots: int
+    stride: int
+
+    @classmethod
+    def for_size(cls, nbytes: int, reps: int | None = None) -> "Ring":
+        """One slot per rep of a sample of this size (reps_for(nbytes) unless given)."""
+        slots = reps if reps is not None else reps_for(nbytes)
+        stride = max(SLOT_ALIGN, -(-int(nbytes) // SLOT_ALIGN) * SLOT_ALIGN)
+        return cls(int(nbytes), int(slots), stride if slots > 1 else max(int(nbytes), 1))
+
+    @property
+    def bytes(self) -> int:
+        """Bytes the ring spans."""
+        return self.stride * (self.slots - 1) + max(self.nbytes, 1)
+
+    def offset(self, rep: int) -> int:
+        return (rep % self.slots) * self.stride
+
+    def l2_resident(self, l2_bytes: int) -> bool:
+        """Whether a batch over this ring can be served from an L2 of `l2_bytes`: the ring is
+        smaller than twice the L2 (source and destination together fit)."""
+        return self.slots * self.nbytes < 2 * l2_bytes
+
+
+def ring_capacity(sizes) -> int:
+    """Bytes a buffer needs to hold the ring of every size in `sizes`."""
+    return max((Ring.for_size(n).bytes for n in sizes), default=1)
+
+
+def slot_seed(seed: int, rep: int) -> int:
+    return (seed + rep) & 0xFFFFFFFF
+
+
+# --------------------------------------------------------------------------- buffers
+
+
+def device_pointer(host_ptr: int, device: int | None = None) -> int:
+    """The device pointer of registered/pinned host memory (cudaPointerGetAttributes).
+    On UVA systems it is the host pointer itself; CuPy has no cudaHostGetDevicePointer."""
+    with cuda_call("cudaPointerGetAttributes", device):
+        attrs = rt().pointerGetAttributes(host_ptr)
+    return int(attrs.devicePointer) or host_ptr
+
+
+class on_device:
+    """`with on_device(n):` makes GPU n current for the block (and restores the previous one)."""
+
+    def __init__(self, device: int):
+        self.device = device
+
+    def __enter__(self):
+        import cupy
+
+        with cuda_call("cudaSetDevice", self.device):
+            self._ctx = cupy.cuda.Device(self.device)
+            self._ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._ctx.__exit__(*exc)
+
+
+class DeviceBuffer:
+    """Device memory from plain cudaMalloc, freed explicitly."""
+
+    def __init__(self, nbytes: int, device: int):
+        self.nbytes, self.device, self.ptr = int(nbytes), device, 0
+        with on_device(device), cuda_call("cudaMalloc", device, nbytes=self.nbytes):
+            self.ptr = rt().malloc(max(1, self.nbytes))
+
+    def export(self) -> bytes:
+        """The 64-byte cudaIpcMemHandle of this allocation."""
+        with cuda_call("cudaIpcGetMemHandle", self.device):
+            return bytes(rt().ipcGetMemHandle(self.ptr))
+
+    def close(self) -> None:
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            with on_device(self.device), cuda_call("cudaFree", self.device):
+                rt().free(ptr)
+
+
+class MappedBuffer:
+    """Another process's cudaMalloc memory, opened from its IPC handle in this process."""
+
+    def __init__(self, handle: bytes, nbytes: int, device: int):
+        self.nbytes, self.device, self.ptr = int(nbytes), device, 0
+        with cuda_call("cudaIpcOpenMemHandle", device):
+            self.ptr = rt().ipcOpenMemHandle(bytes(handle)[:IPC_HANDLE_BYTES], IPC_MEM_LAZY_ENABLE_PEER_ACCESS)
+
+    def close(self) -> None:
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            with cuda_call("cudaIpcCloseMemHandle", self.device):
+                rt().ipcCloseMemHandle(ptr)
+
+
+class PinnedHostBuffer:
+    """Page-locked host memory, portable and mapped (cudaHostAlloc); `dptr` is its device pointer."""
+
+    def __init__(self, nbytes: int, device: int):
+        self.nbytes, self.device, self.ptr = int(nbytes), device, 0
+        with cuda_call("cudaHostAlloc", device, nbytes=self.nbytes):
+            self.ptr = rt().hostAlloc(max(1, self.nbytes), HOST_ALLOC_PORTABLE | HOST_ALLOC_MAPPED)
+        self.dptr = device_pointer(self.ptr, device)
+
+    def numpy(self, nbytes: int | None = None) -> np.ndarray:
+        n = self.nbytes if nbytes is None else nbytes
+        return np.ctypeslib.as_array((ctypes.c_uint8 * n).from_address(self.ptr))
+
+    def close(self) -> None:
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            with cuda_call("cudaFreeHost", self.device):
+                rt().freeHost(ptr)
+
+
+class HostRegistration:
+    """cudaHostRegister(portable|mapped) of existing host memory (an mmap, say); undone by close().
+    `dptr` is the device pointer of `address`."""
+
+    def __init__(self, address: int, nbytes: int, device: int,
+                 flags: int = HOST_REGISTER_PORTABLE | HOST_REGISTER_MAPPED):
+        self.address, self.nbytes, self.device, self.registered = address, nbytes, device, False
+        with cuda_call("cudaHostRegister", device, nbytes=nbytes):
+            rt().hostRegister(address, nbytes, flags)
+        self.registered = True
+        self.dptr = device_pointer(address, device)
+
+    def close(self) -> None:
+        if self.registered:
+            self.registered = False
+            with cuda_call("cudaHostUnregister", self.device):
+                rt().hostUnregister(self.address)
+
+
+def mmap_address(mm: mmap.mmap) -> tuple[int, Any]:
+    """(address, keeper) of an mmap; keep `keeper` alive while the address is in use,
+    and drop it before mm.close()."""
+    keeper = ctypes.c_char.from_buffer(mm)
+    return ctypes.addressof(keeper), keeper
+
+
+def prefault(mm: mmap.mmap) -> None:
+    """Touch every page of a shared mapping, so that a later registration is not charged with
+    allocating the pages of a fresh tmpfs file (first touch, timed apart by whoever asks)."""
+    view = np.frombuffer(mm, dtype=np.uint8)
+    view[:: mmap.PAGESIZE] = view[:: mmap.PAGESIZE]
+    del view
+
+
+# --------------------------------------------------------------------------- streams, events
+
+
+def new_stream(device: int):
+    """A non-blocking stream on `device` (it does not synchronise with the legacy default stream)."""
+    import cupy
+
+    with cuda_call("cudaStreamCreateWithFlags", device), cupy.cuda.Device(device):
+        return cupy.cuda.Stream(non_blocking=True)
+
+
+class IpcEvent:
+    """An interprocess event (disableTiming|interprocess: it cannot time).
+
+    Record it, then publish a sequence number, then let the other side wait(): a
+    cudaStreamWaitEvent captures the most recent record at the time of the call, and
+    waiting on an event that was never recorded does nothing (gpuipc_bench.signal keeps
+    that order).
+    """
+
+    def __init__(self, ptr: int, device: int, opened: bool):
+        self.ptr, self.device, self.opened = ptr, device, opened
+
+    @classmethod
+    def create(cls, device: int) -> "IpcEvent":
+        import cupy
+
+        with cuda_call("cudaEventCreateWithFlags", device), cupy.cuda.Device(device):
+            ptr = rt().eventCreateWithFlags(EVENT_DISABLE_TIMING | EVENT_INTERPROCESS)
+        return cls(ptr, device, opened=False)
+
+    @classmethod
+    def open(cls, handle: bytes, device: int) -> "IpcEvent":
+        """Open another process's event (on the current device `device`)."""
+        with cuda_call("cudaIpcOpenEventHandle", device):
+            ptr = rt().ipcOpenEventHandle(bytes(handle)[:IPC_HANDLE_BYTES])
+        return cls(ptr, device, opened=True)
+
+    def export(self) -> bytes:
+        with cuda_call("cudaIpcGetEventHandle", self.device):
+            return bytes(rt().ipcGetEventHandle(self.ptr))
+
+    def record(self, stream) -> None:
+        with cuda_call("cudaEventRecord", self.device):
+            rt().eventRecord(self.ptr, stream.ptr)
+
+    def wait(self, stream) -> None:
+        """Make `stream` wait for the most recent record of this event."""
+        with cuda_call("cudaStreamWaitEvent", self.device):
+            rt().streamWaitEvent(stream.ptr, self.ptr, 0)
+
+    def close(self) -> None:
+        if self.ptr:
+            ptr, self.ptr = self.ptr, 0
+            with cuda_call("cudaEventDestroy", self.device):
+                rt().eventDestroy(ptr)
+
+
+# --------------------------------------------------------------------------- small reads and writes
+
+
+def read(ptr: int, nbytes: int, stream, device: int) -> np.ndarray:
+    """`nbytes` of device (or mapped) memory as uint8, after everything queued on `stream`."""
+    host = np.zeros(max(0, nbytes), dtype=np.uint8)
+    if nbytes > 0:
+        with cuda_call("cudaMemcpyAsync", device):
+            rt().memcpyAsync(host.ctypes.data, ptr, nbytes, MEMCPY_DEFAULT, stream.ptr)
+            stream.synchronize()
+    return host
+
+
+def write(ptr: int, data: np.ndarray, stream, device: int) -> None:
+    """Copy `data` (uint8) to device (or mapped) memory at `ptr`, in stream order, and wait."""
+    data = np.ascontiguousarray(data, dtype=np.uint8)
+    if data.size:
+        with cuda_call("cudaMemcpyAsync", device):
+            rt().memcpyAsync(ptr, data.ctypes.data, data.size, MEMCPY_DEFAULT, stream.ptr)
+            stream.synchronize()
+
+
+def read_words(ptr: int, count: int, stream, device: int) -> np.ndarray:
+    """`count` uint64 words of device (or mapped) memory, after everything queued on `stream`."""
+    return read(ptr, 8 * count, stream, device).view("<u8")
+
+
+def memset(ptr: int, value: int, nbytes: int, stream, device: int) -> None:
+    """cudaMemsetAsync on `stream`."""
+    if nbytes > 0:
+        with cuda_call("cudaMemsetAsync", device):
+            rt().memsetAsync(ptr, value, nbytes, stream.ptr)

@@ -1,0 +1,308 @@
+"""CPU tests of the harness and of every scenario's protocol, in real forked workers.
+
+The GPU scenarios run on the fake CUDA layer of fake_gpu.py: real bytes in a shared arena,
+every operation done when it is enqueued, so the host-side ordering of the two workers
+(signals, mailbox counters, barriers) decides whether the bytes arrive, and the per-slot
+verification checks them. The host and barrier scenarios need no fake.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+
+import pytest
+
+import fake_gpu
+from conftest import ours
+from gpuipc_bench import mps, robust
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.errors import UsageError, WorkerFailed
+from gpuipc_bench.gpu.memory import Ring, reps_for, ring_capacity
+from gpuipc_bench.launcher import run_scenario
+from gpuipc_bench.pingpong import MAX_ROUNDS, MIN_ROUNDS, Layout, rounds_for, spin_limits
+from gpuipc_bench.gpu import kernels
+from gpuipc_bench.sampler import Sample, calibrated
+from gpuipc_bench.scenarios import SCENARIOS, latency, sharing
+from gpuipc_bench.signal import Signal
+
+SIZES = (4, 4099, 64 << 10)
+
+
+def run(monkeypatch, name, scenario=None, fault=None, fake=True, **overrides):
+    if fake:
+        fake_gpu.install(monkeypatch)
+    if fault:
+        monkeypatch.setenv("GPUIPC_BENCH_FAULT", fault)
+    else:
+        monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)
+    settings = dict(scenarios=(name,), min_samples=2, max_samples=3, warmup=1, timeout=20.0)
+    settings.update(overrides)
+    config = RunConfig(**settings)
+    scenario = scenario or SCENARIOS[name]
+    rows: list[dict] = []
+    progress: list[int] = []
+    specs = scenario.workers(config, None)
+    outcome = run_scenario(scenario, config, specs, on_row=rows.append, on_progress=progress.append)
+    if outcome.ok:
+        assert sum(progress) == scenario.progress_total(config, specs)
+    return outcome, rows
+
+
+def groups(rows, *keys):
+    return collections.Counter(tuple(r[k] for k in keys) for r in rows)
+
+
+# --------------------------------------------------------------------------- rings and the sample loop
+
+
+def test_a_ring_gives_every_rep_its_own_slot_and_seed():
+    ring = Ring.for_size(4099, 8)
+    assert ring.stride == 4352 and ring.slots == 8
+    assert [ring.offset(r) for r in range(9)] == [0, 4352, 8704, 13056, 17408, 21760, 26112, 30464, 0]
+    assert ring.bytes == 7 * 4352 + 4099
+    assert Ring.for_size(1 << 30).slots == 1 and Ring.for_size(4).slots == reps_for(4) == 256
+    assert ring_capacity((4, 1 << 20)) == Ring.for_size(1 << 20).bytes  # 256 slots of 1 MiB
+
+
+def test_a_small_ring_is_l2_resident_and_a_large_one_is_not():
+    l2 = 50 << 20
+    assert Ring.for_size(64 << 10).l2_resident(l2)  # 256 x 64 KiB = 16 MiB
+    assert not Ring.for_size(1 << 20).l2_resident(l2)  # 256 x 1 MiB = 256 MiB
+    assert not Ring.for_size(256 << 20).l2_resident(l2)
+
+
+def test_calibration_shortens_slow_samples_only():
+    assert calibrated(Sample(300e-6, 128), 128) == 16  # time-sliced handoffs: ~5 ms a sample
+    assert calibrated(Sample(2e-6, 256), 256) == 256  # never more than asked
+    assert calibrated(Sample(1.0, 8), 8, min_reps=4) == 4
+    assert calibrated(Sample(float("nan"), 8), 8) == 8
+
+
+def test_every_worker_takes_the_same_samples_and_the_timer_decides(monkeypatch, no_leaks):
+    """host: consumer 1 times and decides; the producer and consumer 2 follow its decisions."""
+    outcome, rows = run(monkeypatch, "host", fake=False, sizes=(4096, 65536), workers=3, min_samples=3, max_samples=9)
+    assert outcome.ok, outcome.error
+    by_group = groups(rows, "variant", "bytes")
+    for nbytes in (4096, 65536):
+        for variant in ("shared-buffer", "memcpy@host", "pingpong"):
+            assert 3 <= by_group[(variant, nbytes)] <= 9
+    for (variant, nbytes), n in by_group.items():
+        got = sorted(r["iteration"] for r in rows if r["variant"] == variant and r["bytes"] == nbytes)
+        assert got == list(range(n))
+        seconds = [r["seconds"] for r in rows if r["variant"] == variant and r["bytes"] == nbytes]
+        assert n == 9 or robust.enough(seconds, 3, 9)  # stopped by the rule, or at the maximum
+    assert all(r["workers"] == 3 and r["scenario"] == "host" for r in rows)
+    assert {r["measure"] for r in rows if r["variant"] == "shared-buffer"} == {"handoff"}
+
+
+def test_a_fixed_count_takes_exactly_that_many(monkeypatch, no_leaks):
+    outcome, rows = run(monkeypatch, "barrier", fake=False, min_samples=4, max_samples=4)
+    assert outcome.ok, outcome.error
+    assert groups(rows, "variant") == {("shm",): 4, ("multiprocessing",): 4}
+
+
+def test_workers_that_name_their_slots_differently_are_refused(monkeypatch, no_leaks):
+    class Confused(type(SCENARIOS["barrier"])):
+        def run(self, ctx):
+            ctx.begin("barrier", sharing="none")
+            ctx.declare("a", "b") if ctx.rank == 0 else ctx.declare("b", "a")
+            ctx.lock_names()
+            return iter(())
+
+    outcome, _ = run(monkeypatch, "barrier", scenario=Confused(), fake=False)
+    assert isinstance(outcome.error, WorkerFailed)
+    assert "named their mailbox slots or handles in different orders" in str(outcome.error)
+
+
+# --------------------------------------------------------------------------- the GPU paths' protocols
+
+
+def check_bandwidth_rows(rows, path, variants, measures, sizes):
+    got = groups([r for r in rows if r["path"] == path and r["metric"] == "bandwidth"], "variant", "measure", "bytes")
+    assert set(got) == {(v, m, n) for v in variants for m in measures for n in sizes}
+    assert all(2 <= n <= 3 for n in got.values())
+    for r in rows:
+        assert r["verified"] is not False
+        assert r["seconds"] > 0 and r["scenario"] in (path, "peer")
+    data = [r for r in rows if r["path"] == path and r["metric"] == "bandwidth"]
+    assert {r["l2_resident"] for r in data if r["bytes"] == 4} == {True}
+    assert {r["l2_resident"] for r in data if r["bytes"] == 64 << 10} == {False}  # 16 MiB ring, 4 MiB L2
+
+
+def test_ipc_protocol(monkeypatch, no_leaks):
+    outcome, rows = run(monkeypatch, "ipc", sizes=SIZES)
+    assert outcome.ok, outcome.error
+    check_bandwidth_rows(rows, "ipc", ("ce", "sm", "push"), ("stream", "handoff"), SIZES)
+    ceilings = groups([r for r in rows if r["path"] == "ceiling" and r["metric"] == "bandwidth"], "variant")
+    assert set(ceilings) == {("d2d@0",), ("d2d-sm@0",)}
+    sm = {r["ceiling"] for r in rows if r["variant"] == "sm"}
+    assert sm == {"d2d-sm@0"}  # kernel copies against the kernel-copy ceiling
+    setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
+    assert setup == {(op,): 5 for op in ("ipc_export", "ipc_event_export", "ipc_open_cold", "ipc_close",
+                                         "ipc_event_open")}
+    pingpong = {r["bytes"] for r in rows if r["variant"] == "ce-pingpong"}
+    assert pingpong == {4, 64 << 10}  # of the sweep, the ping-pong sizes only (4 B, 4 KiB, 64 KiB, 1 MiB)
+    push = [r for r in rows if r["variant"] == "push"]
+    assert {(r["src"], r["dst"]) for r in push} == {("0", "0")}
+
+
+def test_staging_protocol(monkeypatch, no_leaks):
+    outcome, rows = run(monkeypatch, "staging", sizes=SIZES, chunk_bytes=256 << 10)
+    assert outcome.ok, outcome.error
+    got = groups([r for r in rows if r["path"] == "staging" and r["metric"] == "bandwidth"], "variant", "measure")
+    assert set(got) == {("pinned", "stream"), ("pinned", "handoff"), ("pipelined", "stream"),
+                        ("pipelined", "handoff"), ("pinned-hostsync", "handoff"), ("pageable", "handoff")}
+    assert {r["ceiling"] for r in rows if r["path"] == "staging" and r["metric"] == "bandwidth"} == {"d2h@0+h2d@0"}
+    assert {r["variant"] for r in rows if r["path"] == "ceiling"} == {"d2h@0", "h2d@0"}
+    setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
+    assert setup == {("host_first_touch",): 1, ("host_register",): 5, ("host_unregister",): 5}
+
+
+def test_mmap_protocol(monkeypatch, no_leaks):
+    outcome, rows = run(monkeypatch, "mmap", sizes=SIZES)
+    assert outcome.ok, outcome.error
+    check_bandwidth_rows(rows, "mmap", ("zero-copy", "dma"), ("stream", "handoff"), SIZES)
+    assert {r["ceiling"] for r in rows if r["variant"] == "zero-copy"} == {"d2h-sm@0+h2d-sm@0"}
+    assert {r["variant"] for r in rows if r["path"] == "ceiling"} == {"d2h@0", "d2h-sm@0", "h2d@0", "h2d-sm@0"}
+
+
+@pytest.mark.parametrize("name", ["ipc", "staging", "mmap"])
+def test_a_corrupted_byte_is_caught_naming_its_slot(monkeypatch, no_leaks, name):
+    outcome, rows = run(monkeypatch, name, fault="corrupt", sizes=(4099,))
+    assert isinstance(outcome.error, WorkerFailed)
+    assert f"verification failed on path {name}/" in str(outcome.error)
+    assert "in ring slot" in str(outcome.error)
+
+
+def test_a_consumer_that_copies_before_the_signal_is_caught(monkeypatch, no_leaks):
+    """Plant an ordering bug: the consumer's 'filled' wait returns at once for transfer 3 (as a
+    missing cudaStreamWaitEvent would), and the producer is slow to mark that slot. The consumer
+    then copies a slot whose first bytes the fill left wrong, and the per-slot check names it."""
+    import time
+
+    real_receive, real_send = Signal.receive, Signal.send
+
+    def hasty_receive(self, stream):
+        if self.name == "pull.filled" and self.count % 8 == 3:
+            self.count += 1  # skip the wait
+            self.ctx.store(self.taken, self.count)
+            return
+        real_receive(self, stream)
+
+    def slow_send(self, stream):
+        if self.name == "pull.filled" and self.count % 8 == 2:
+            time.sleep(0.2)  # transfer 3's mark comes late
+        real_send(self, stream)
+
+    monkeypatch.setattr(Signal, "receive", hasty_receive)
+    monkeypatch.setattr(Signal, "send", slow_send)
+    outcome, _ = run(monkeypatch, "ipc", sizes=(4099,))
+    assert isinstance(outcome.error, WorkerFailed)
+    assert "verification failed on path ipc/" in str(outcome.error) and "in ring slot" in str(outcome.error)
+
+
+def test_ipc_across_two_gpus_uses_the_peer_ceilings(monkeypatch, no_leaks):
+    outcome, rows = run(monkeypatch, "ipc", sizes=(4099,), devices=(0, 1))
+    assert outcome.ok, outcome.error
+    ceilings = {r["ceiling"] for r in rows if r["path"] == "ipc" and r["metric"] == "bandwidth"}
+    assert ceilings == {"peer@0>1", "peer-sm@0>1", "peer@1>0"}
+    assert {r["sharing"] for r in rows if r["path"] == "ipc"} == {"exclusive"}
+    assert [r for r in rows if r["variant"] == "peer_enable"]
+
+
+# --------------------------------------------------------------------------- latency and sharing
+
+
+def test_rounds_and_spin_limits():
+    assert rounds_for(1e-6) == MAX_ROUNDS
+    assert rounds_for(4.4e-3) == MIN_ROUNDS  # time-sliced: ~2.2 ms a hop
+    assert rounds_for(0.0) == rounds_for(float("nan")) == MAX_ROUNDS
+    assert spin_limits(RunConfig(scenarios=("latency",))) == (5.0, 30.0)
+    assert spin_limits(RunConfig(scenarios=("latency",), timeout=4)) == (2.0, 2.0)
+    with pytest.raises(UsageError):
+        spin_limits(RunConfig(scenarios=("latency",), extra=(("spin_timeout", "0"),)))
+
+
+def test_layout_and_threads():
+    layout = Layout(4099)
+    assert layout.payload_cap == 4352 and layout.ll_offset == 256 + 4352
+    assert layout.ll_cap >= kernels.ll_words(4099) * 8 and layout.total % 256 == 0
+    assert kernels.pingpong_threads(0) == 32 and kernels.pingpong_threads(4096) == 256
+    assert kernels.pingpong_threads(4096, ll=True) == 1024
+
+
+def test_latency_workers_and_sizes():
+    scenario = SCENARIOS["latency"]
+    one = scenario.workers(RunConfig(scenarios=("latency",)), None)
+    assert [(s.rank, s.device) for s in one] == [(0, 0), (1, 0)]
+    with pytest.raises(UsageError, match="takes one GPU"):
+        scenario.workers(RunConfig(scenarios=("latency",), devices=(0, 1, 2)), None)
+    assert scenario.sizes(RunConfig(scenarios=("latency",), sizes=(4, 1 << 20, 1 << 21))) == (4, 1 << 20)
+    assert latency.path_for((0, 0)) == "ipc" and latency.path_for((0, 1)) == "peer"
+
+
+@pytest.mark.parametrize("devices, path", [(None, "ipc"), ((0, 1), "peer")])
+def test_latency_orchestration(monkeypatch, no_leaks, devices, path):
+    outcome, rows = run(monkeypatch, "latency", sizes=(0, 4, 4099), devices=devices)
+    assert outcome.ok, outcome.error
+    got = groups(rows, "variant", "bytes")
+    assert set(got) == {("barrier", 0), ("flag-pingpong", 0), ("device-pingpong", 0), ("device-pingpong", 4),
+                        ("device-pingpong", 4099), ("device-ll", 4), ("device-ll", 4099), ("host-pingpong", 4),
+                        ("host-pingpong", 4099)}
+    assert all(r["path"] == path and r["metric"] == "latency" and r["workers"] == 2 for r in rows)
+
+
+def test_sharing_sweep():
+    assert sharing.sweep(8) == (1, 2, 4, 8) and sharing.sweep(6) == (1, 2, 4, 6)
+    assert sharing.counts_for("h2d", 8) == (1, 2, 8) and sharing.counts_for("d2d", 8) == (1, 2, 4, 8)
+    assert sharing.batch_for(64 << 20) == 4 and sharing.batch_for(4) == 256
+
+
+def test_sharing_orchestration_without_mps(monkeypatch, no_mps, no_leaks, capsys):
+    outcome, rows = run(monkeypatch, "sharing", workers=4, sizes=(1 << 20,))
+    assert outcome.ok, outcome.error
+    assert "the MPS half was waived: nvidia-cuda-mps-control is not on PATH" in capsys.readouterr().err
+    assert {r["sharing"] for r in rows} == {"time-sliced"}
+    aggregate = groups([r for r in rows if r["variant"].endswith("-aggregate")], "variant", "workers")
+    assert set(aggregate) == {("d2d-aggregate", 1), ("d2d-aggregate", 2), ("d2d-aggregate", 4),
+                              ("h2d-aggregate", 1), ("h2d-aggregate", 2), ("h2d-aggregate", 4)}
+    for (variant, n), samples in aggregate.items():
+        per_worker = [r for r in rows if r["variant"] == variant.split("-")[0] and r["workers"] == n]
+        assert len(per_worker) == n * samples  # one row per worker per sample
+    assert {r["variant"] for r in rows if r["path"] == "ipc"} == {"device-pingpong", "device-ll"}
+
+
+def test_sharing_orchestration_with_mps(monkeypatch, fake_mps, no_leaks):
+    monkeypatch.setattr(sharing, "probe_client", lambda daemon, device, timeout=0: None)
+    monkeypatch.setattr(sharing.SharingWorker, "check_clients", lambda self: None)
+    seen = {}
+
+    class Capturing(type(SCENARIOS["sharing"])):
+        def prepare(self, config, specs):
+            shared = super().prepare(config, specs)
+            seen.update(pid=shared.daemon and shared.daemon.pid, dirs=[shared.nomps_dir] + (
+                [shared.daemon.pipe_dir, shared.daemon.log_dir] if shared.daemon else []))
+            return shared
+
+    outcome, rows = run(monkeypatch, "sharing", scenario=Capturing(), workers=2, sizes=(1 << 20,))
+    assert outcome.ok, outcome.error
+    assert {r["sharing"] for r in rows} == {"time-sliced", "mps"}
+    assert seen["pid"] and not mps.alive(seen["pid"]), "the daemon was stopped"
+    assert not any(os.path.exists(d) for d in seen["dirs"]), "its folders were removed"
+    assert ours(fake_mps) == []
+
+
+def test_mmap_region_refuses_a_full_tmpfs(monkeypatch):
+    """The region is made in the parent, before any worker: a /dev/shm too small for it is a
+    one-line error, never a SIGBUS at first touch."""
+    from gpuipc_bench.errors import BenchError
+    from gpuipc_bench.scenarios import mmap as mmap_scenario
+
+    class Tiny:
+        f_bavail, f_frsize = 10, 4096
+
+    monkeypatch.setattr(mmap_scenario.os, "statvfs", lambda path: Tiny())
+    with pytest.raises(BenchError, match="needs 1 MiB in .* which has 40 KiB free"):
+        mmap_scenario.shared_region(1 << 20)
+    assert not [n for n in os.listdir(mmap_scenario._shm_dir()) if "mmap-" in n]

@@ -111,7 +111,7 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
     verified: every sample True (NA when no sample says). ceiling_gbps: the median GB/s of the
     ceiling rows named in `ceiling`, at the same size, measured in the same scenario and
     sharing mode (else in the ceiling-only scenario); never pooled across scenarios; none
-    for the aggregates of N processes.
+    for the aggregates of N processes; a two-hop ceiling 'a+b' is its slower hop.
     Rows come in path order (declared paths first), then variant (first appearance), metric,
     measure, bytes and the other keys."""
     if df.empty:
@@ -203,6 +203,11 @@ def _ceiling_medians(df: pd.DataFrame) -> dict[tuple, float]:
 
 
 def _ceiling_for(ceilings: dict[tuple, float], scenario: str, sharing: str, variant: str, nbytes: int) -> float:
+    """The ceiling `variant` at `nbytes`: 'a+b' names two hops (device to host, host to device),
+    bounded by the slower one (no transfer through both beats it, pipelined or not)."""
+    if "+" in variant:
+        return min((_ceiling_for(ceilings, scenario, sharing, part, nbytes) for part in variant.split("+")),
+                   key=lambda g: g if not math.isnan(g) else -math.inf)
     found = ceilings.get((scenario, sharing, variant, nbytes))
     if found is not None:
         return found

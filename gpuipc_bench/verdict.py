@@ -392,8 +392,7 @@ def break_even(summary: pd.DataFrame, paths: Mapping[str, PathInfo], samples: Ma
     is paid, on each link where both were measured (the same src, dst and sharing mode; a
     path measured only in halves, GPU -> host and host -> GPU, as their sum). The measure is
     `handoff` where both sides have it, else `stream` (mixed for schema 1). A setup cost
-    counts only if measured between the same two devices (either direction) or, for a path
-    in halves, on one of its halves."""
+    counts only if measured on the link's own devices (see _path_links)."""
     if amortise_over < 1:
         raise ValueError("amortise_over must be at least 1")
     samples = samples or {}
@@ -420,11 +419,18 @@ def break_even(summary: pd.DataFrame, paths: Mapping[str, PathInfo], samples: Ma
 
 
 def _path_links(rows: pd.DataFrame):
-    """(link, the links its setup may be measured on, rows, composed) for each link of a path."""
+    """(link, the links its setup may be measured on, rows, composed) for each link of a path.
+    A setup cost belongs to a link when it was measured between its two devices (either
+    direction), or between one of them and the host (a host buffer registered by one of the
+    two processes); never on another device."""
+    def own(*devices) -> set[tuple[str, str]]:
+        ends = set(devices) | {"host"}
+        return {(a, b) for a in ends for b in ends if a in devices or b in devices}
+
     gpu_src, gpu_dst = _gpu(rows["src"]), _gpu(rows["dst"])
     full = rows[gpu_src & gpu_dst]
     for (src, dst), part in full.groupby(["src", "dst"], sort=False):
-        yield (src, dst), {(src, dst), (dst, src)}, part, False
+        yield (src, dst), own(src, dst), part, False
     if not full.empty:
         return
     down = rows[gpu_src & (rows["dst"] == "host").to_numpy()]
@@ -432,7 +438,7 @@ def _path_links(rows: pd.DataFrame):
     for src in pd.unique(down["src"]):
         for dst in pd.unique(up["dst"]):
             part = pd.concat([down[down["src"] == src], up[up["dst"] == dst]])
-            yield (src, dst), {(src, "host"), ("host", src), (dst, "host"), ("host", dst)}, part, True
+            yield (src, dst), own(src, dst), part, True
 
 
 def _gpu(devices: pd.Series) -> np.ndarray:

@@ -254,3 +254,12 @@ def test_analyse_reads_the_schema_and_the_path_facts():
     assert len(analysis.summary) == 1 and analysis.warnings == []
     assert not any(r.compared for r in analysis.rankings)  # one figure: nothing to compare
     assert np.array_equal(next(iter(analysis.samples.values())), np.array(STEADY))
+
+
+def test_a_two_hop_ceiling_is_its_slower_hop():
+    rows = (samples([1e-5] * 6, scenario="staging", path="staging", variant="pinned", measure="handoff",
+                    ceiling="d2h@0+h2d@0")
+            + ceiling([50.0] * 6, variant="d2h@0", scenario="staging")
+            + ceiling([40.0] * 6, variant="h2d@0", scenario="staging"))
+    row = summarize(frame(rows)).query("path == 'staging'").iloc[0]
+    assert row["ceiling_gbps"] == pytest.approx(40.0)

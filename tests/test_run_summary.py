@@ -130,3 +130,38 @@ def test_run_prints_the_summary_then_the_csv_path(tmp_path, no_leaks):
     assert f"every table and warning: gpuipc-bench report {out}" in " ".join(text.split())
     summary = text[text.index("gpuipc-bench · "):text.index("wrote")]
     assert_one_screen(summary)
+
+
+def test_summary_and_report_of_the_harness_rows(monkeypatch, tmp_path, no_leaks):
+    """The GPU scenarios on the fake CUDA layer (made-up times, the harness's real rows: both
+    measures, '-sm' and two-hop ceilings, setup rows repeated): the summary fits one screen,
+    the report cuts nothing, every transfer path is ranked in both measures."""
+    import fake_gpu
+    from gpuipc_bench.cli import path_facts
+    from gpuipc_bench.config import RunConfig
+    from gpuipc_bench.launcher import run_scenario
+    from gpuipc_bench.report import render_terminal
+    from gpuipc_bench.results import ResultsFile
+    from gpuipc_bench.scenarios import SCENARIOS
+
+    fake_gpu.install(monkeypatch)
+    monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)
+    out = ResultsFile(tmp_path / "fake.csv", {"host": "fake", "gpu.0.name": "Fake GPU", **path_facts()})
+    for name in ("staging", "ipc", "mmap"):
+        config = RunConfig(scenarios=(name,), sizes=(4, 64 << 10), min_samples=6, max_samples=6, warmup=1,
+                           timeout=20.0)
+        scenario = SCENARIOS[name]
+        outcome = run_scenario(scenario, config, scenario.workers(config, None), on_row=lambda r: out.add([r]),
+                               on_progress=lambda n: None)
+        assert outcome.ok, outcome.error
+    out.write(partial=False)
+    text = summary_text(out.path)
+    assert_one_screen(text)
+    assert "  handoff  " in text and "  stream   " in text
+    df, meta = read_results(out.path)
+    for width in (80, 120):
+        console = Console(record=True, width=width, color_system=None, file=io.StringIO())
+        render_terminal(df, meta, console)
+        report = console.export_text()
+        assert max(len(line) for line in report.splitlines()) <= width and "…" not in report
+        assert "mmap · bandwidth · handoff" in report

@@ -352,6 +352,14 @@ def test_break_even_needs_the_baseline_on_the_same_link_and_a_cost_measured_ther
     assert be.setup_s == pytest.approx(3e-3, rel=0.02)
 
 
+def test_break_even_charges_a_host_registration_by_one_of_the_two_processes():
+    rows = (measured("staging", "pinned", STAGING, measure="handoff"), measured("mmap", "dma", linear(2e-6, 50),
+                                                                               measure="handoff"))
+    (be,) = break_even_of(*rows, setup_rows("mmap", "host_register", 1e-3, src="host", dst="0"))
+    assert be.setup == ("host_register",) and not be.composed and be.setup_s == pytest.approx(1e-3, rel=0.01)
+    assert break_even_of(*rows, setup_rows("mmap", "host_register", 1e-3, src="host", dst="2")) == []
+
+
 def test_break_even_compares_one_measure_handoff_first():
     (be,) = break_even_of(measured("staging", "pinned", STAGING, measure="handoff"),
                           measured("staging", "pinned", linear(10e-6, 25), measure="stream"),

@@ -372,8 +372,10 @@ def warning_lines(warnings: Sequence[StabilityWarning], limit: int | None = 6,
     measured = measured or {}
     out = []
     links_of: dict[tuple, set] = {}
+    measures_of: dict[tuple, set] = {}
     for w in warnings:
         links_of.setdefault((w.path, w.variant, w.metric), set()).add((w.src, w.dst))
+        measures_of.setdefault((w.path, w.variant, w.metric), set()).add(w.measure)
     for cause, (title, hint) in WARNINGS.items():
         mine = [w for w in warnings if w.cause == cause]
         if not mine:
@@ -384,8 +386,10 @@ def warning_lines(warnings: Sequence[StabilityWarning], limit: int | None = 6,
             key = (w.path, w.variant, w.metric, w.measure, w.src if several else "", w.dst if several else "")
             grouped.setdefault(key, []).append(w)
         subjects = []
-        for (path, variant, metric, _, src, dst), ws in grouped.items():
+        for (path, variant, metric, measure, src, dst), ws in grouped.items():
             text = f"{path}/{variant}"
+            if len(measures_of[(path, variant, metric)]) > 1:
+                text += f" {measure}"
             if any(w.bytes for w in ws):
                 text += " " + size_list(sorted({w.bytes for w in ws}), measured.get((path, variant, metric)))
             if metric != "bandwidth":

@@ -137,12 +137,13 @@ def test_summary_and_report_of_the_harness_rows(monkeypatch, tmp_path, no_leaks)
     measures, '-sm' and two-hop ceilings, setup rows repeated): the summary fits one screen,
     the report cuts nothing, every transfer path is ranked in both measures."""
     import fake_gpu
+    from gpuipc_bench.scenarios import SCENARIOS
+
     from gpuipc_bench.cli import path_facts
     from gpuipc_bench.config import RunConfig
     from gpuipc_bench.launcher import run_scenario
     from gpuipc_bench.report import render_terminal
     from gpuipc_bench.results import ResultsFile
-    from gpuipc_bench.scenarios import SCENARIOS
 
     fake_gpu.install(monkeypatch)
     monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)

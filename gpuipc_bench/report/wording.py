@@ -510,7 +510,10 @@ def band_notes(band: Band, sizes: Sequence[int] | None = None) -> list[str]:
         notes.append(f"above its ceiling at {size_list(band.over_ceiling, sizes)}: a cache or timing effect")
     if band.unranked:
         why = ", ".join(dict.fromkeys(REASONS.get(r, r) for _, text, _ in band.unranked for r in text.split(",")))
-        listed = "; ".join(f"{lab} at {size_list(at, sizes)}" for lab, _, at in band.unranked)
+        at_of: dict[str, list[int]] = {}
+        for lab, _, at in band.unranked:
+            at_of.setdefault(lab, []).extend(at)
+        listed = "; ".join(f"{lab} at {size_list(sorted(at), sizes)}" for lab, at in at_of.items())
         notes.append(f"not ranked ({why}): {listed}")
     return notes
 

@@ -145,7 +145,13 @@ def render_json(runs: Sequence[Run], sources: Sequence[str], min_effect: float |
     return data.render_json(analyses, sources, comparison)
 
 
-MARKDOWN_LIMIT = 60_000  # characters; a GitHub comment holds 65,536 (markdown.MARKDOWN_LIMIT)
+def __getattr__(name: str):
+    if name == "MARKDOWN_LIMIT":  # without importing pandas for the other commands
+        from gpuipc_bench.report.markdown import MARKDOWN_LIMIT
+
+        return MARKDOWN_LIMIT
+    raise AttributeError(name)
+
 
 __all__ = [
     "MARKDOWN_LIMIT", "analyse_runs", "check_reportable", "load_runs", "render_comparison_terminal", "render_csv",

@@ -341,14 +341,18 @@ def _ceiling_matrix(ceilings: pd.DataFrame, sizes: Sequence[int]) -> Table:
     columns += [Column(format_size(s)) for s in sizes]
     rows, groups = [], []
     for (scenario, sharing, variant), part in ceilings.groupby(["scenario", "sharing", "variant"], sort=False):
-        medians = dict(zip(part["bytes"], part["median_gbps"]))
+        at = {int(r.bytes): r for r in part.itertuples(index=False)}
         cells = [str(variant), link(part["src"].iloc[0], part["dst"].iloc[0])]
         if several:
             cells.append(f"{scenario}, {sharing}")
-        cells += [fmt_num(medians.get(s, math.nan)) for s in sizes]
+        for s in sizes:
+            r = at.get(s)
+            pm = fmt_pm(r.ci_lo_gbps, r.median_gbps, r.ci_hi_gbps) if r is not None else DASH
+            cells.append(DASH if r is None else fmt_num(r.median_gbps) + ("" if pm == DASH else f" {pm}"))
         rows.append(cells)
         groups.append(variant)
-    return Table("ceilings · median GB/s, measured in the same run", "ceiling", columns, rows, groups)
+    return Table("ceilings · median GB/s ± its 95% interval, measured in the same run", "ceiling", columns, rows,
+                 groups)
 
 
 def _headline_latency(part: pd.DataFrame) -> Table:

@@ -460,7 +460,8 @@ def compact_margin(band: Band) -> str:
     if band.runner_up is None or math.isnan(band.margin_min) or band.winner is None:
         return ""
     path, variant = band.runner_up.split("/", 1)
-    name = variant if path == band.winner.split("/", 1)[0] else path
+    leading_paths = {lab.split("/", 1)[0] for lab in (band.winner, *band.tied)}
+    name = variant if path == band.winner.split("/", 1)[0] else band.runner_up if path in leading_paths else path
     lo, hi = fmt_num(band.margin_min), fmt_num(band.margin_max)
     return f"{name} {lo if lo == hi else f'{lo}–{hi}'}×"
 
@@ -563,15 +564,14 @@ def _wins(c: Crossing) -> str:
 
 
 def setup_cost(be: BreakEven, short: bool = False) -> str:
-    """'0.126 ms (1 sample: indicative)' / '0.152–220 ms by size' / '21.2 ms ±3%'; short:
-    '0.126 ms n=1'."""
+    """'0.126 ms (1 sample: indicative)' / '0.152–220 ms by size' / '27.4 ms (26.9–147)': the
+    median and its interval (the samples' range below 6 of them); short: '0.126 ms n=1'."""
     if be.size_dependent:
         text = f"{fmt_num(be.setup_min_s * 1e3)}–{fmt_num(be.setup_s * 1e3)} ms" + ("" if short else " by size")
     else:
         text = f"{fmt_num(be.setup_s * 1e3)} ms"
-        pm = fmt_pm(be.setup_lo_s, be.setup_s, be.setup_hi_s)
-        if pm != DASH and be.setup_samples >= 2:
-            text += f" {pm}"
+        if be.setup_samples >= 2 and be.setup_lo_s < be.setup_hi_s:
+            text += f" ({fmt_interval(be.setup_lo_s * 1e3, be.setup_hi_s * 1e3)})"
     if be.setup_samples < MIN_SAMPLES:
         text += f" n={be.setup_samples}" if short else f" ({plural(be.setup_samples, 'sample')}: indicative)"
     return text

@@ -236,18 +236,17 @@ def rankings(summary: pd.DataFrame, samples: Mapping[tuple, np.ndarray], paths: 
 
 def _size_result(size: int, rows: list, samples: Mapping[tuple, np.ndarray], min_effect: float,
                  alpha: float) -> SizeResult:
-    ranked = [r for r in rows if not r.unstable]
+    ranked = sorted((r for r in rows if not r.unstable), key=lambda r: r.median_s)
     unranked = tuple((r.label, r.unstable) for r in rows if r.unstable)
-    flags = [r.l2_resident for r in rows if r.l2_resident is not pd.NA and r.l2_resident is not None]
-    l2 = any(bool(f) for f in flags) if flags else None
     if not ranked:
-        return SizeResult(size, None, (), {}, unranked, l2)
-    ranked.sort(key=lambda r: r.median_s)
+        return SizeResult(size, None, (), {}, unranked, None)
     fastest = ranked[0]
     best = samples.get(condition(fastest), ())
-    leaders = [fastest.label] + [r.label for r in ranked[1:]
-                                 if not differ(samples.get(condition(r), ()), best, min_effect, alpha)]
-    return SizeResult(size, fastest.label, tuple(leaders), {r.label: float(r.median_s) for r in ranked}, unranked, l2)
+    leaders = [r for r in ranked if r is fastest or not differ(samples.get(condition(r), ()), best, min_effect, alpha)]
+    # A cache figure where a leader's buffers could stay in L2 (None: the file does not say).
+    flags = [bool(r.l2_resident) for r in leaders if r.l2_resident is not pd.NA and r.l2_resident is not None]
+    return SizeResult(size, fastest.label, tuple(r.label for r in leaders), {r.label: float(r.median_s) for r in ranked},
+                      unranked, any(flags) if flags else None)
 
 
 def _bands(results: list[SizeResult], figures: dict, labels: tuple[str, ...]) -> Iterable[Band]:

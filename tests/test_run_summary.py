@@ -82,7 +82,9 @@ def test_summary_of_a_default_like_run_has_the_verdict_figures_and_break_even(tm
     lines = text.splitlines()
     assert len(lines[0]) <= 80 and "NVIDIA H100 80GB HBM3" in lines[0]  # the machine in one line
     assert "GPU 0 → GPU 0 · time-sliced · measures mixed (schema 1)" in text
-    assert "64 MiB – 1 GiB  ipc/push ~ ce  staging 46.0–54.8×" in text
+    words = " ".join(text.split())
+    assert "64 MiB – 1 GiB ipc/push ~ ce staging 46.0–54.8×" in words
+    assert "4 KiB – 4 MiB ipc/push (~ ce, sm) staging 9.97–150×" in words  # tied at some of the sizes
     assert "sharing" not in text.split("GB/s of each path")[0]  # no sharing row in the verdict
     assert "ipc       GPU 0 → GPU 0" in text and "1,478 ±0.4% 100%" in text  # ipc at 256 MiB: 100% of d2d
     assert "Break-even against staging" in text and "from 4 MiB" in text
@@ -95,7 +97,7 @@ def test_summary_of_a_run_with_both_measures_fits_one_screen(tmp_path, source):
     text = summary_text(two_measures(source, tmp_path))
     assert_one_screen(text)
     assert "  handoff  " in text and "  stream   " in text
-    assert "* a cache figure at some of these sizes" in text
+    assert "*: a cache figure at some sizes (L2-resident, or above its ceiling)" in " ".join(text.split())
 
 
 @pytest.mark.skipif(not H100.exists(), reason="reference runs not in this checkout")

@@ -101,11 +101,11 @@ class LinkBlock:
     lines: list[SummaryLine]
 
 
-def summary_blocks(rankings: list[Ranking]) -> tuple[list[LinkBlock], bool]:
+def summary_blocks(rankings: list[Ranking]) -> tuple[list[LinkBlock], str | None]:
     """The verdict on one screen: a block per link and sharing mode, a line per band (its
-    measure where the link has two rankings); and whether a size is marked as a cache figure."""
+    measure where the link has two rankings); and the legend of its marks, if any."""
     blocks: dict[str, LinkBlock] = {}
-    marked = False
+    marked = partial = False
     by_link: dict[str, list[Ranking]] = {}
     for r in rankings:
         if r.compared:
@@ -119,12 +119,16 @@ def summary_blocks(rankings: list[Ranking]) -> tuple[list[LinkBlock], bool]:
             for band in r.bands:
                 cache = bool(band.l2_sizes or band.over_ceiling)
                 marked |= cache
+                partial |= bool(band.tied_at)
                 lines.append(SummaryLine(
                     wording.MEASURE_SHORT.get(r.measure, r.measure) if several and band is r.bands[0] else "",
                     wording.size_span(band.lo_bytes, band.hi_bytes) + ("*" if cache else ""),
                     wording.compact_leaders(band), wording.compact_margin(band), band.winner is not None))
         blocks[title] = LinkBlock(title, lines)
-    return list(blocks.values()), marked
+    legend = [text for flag, text in ((partial, "(~ x): tied at some of the sizes"),
+                                      (marked, "*: a cache figure at some sizes (L2-resident, or above its ceiling)"))
+              if flag]
+    return list(blocks.values()), "; ".join(legend) or None
 
 
 def build_report(analysis: RunAnalysis, source: str | None = None, detailed: bool = False) -> Report:
@@ -158,7 +162,7 @@ class RunSummary:
     partial: str | None
     verdict_heading: str
     rankings: list[LinkBlock]
-    cache_note: str | None
+    legend: str | None  # what the marks of the verdict's lines mean
     no_verdict: str | None
     figures: Table | None
     break_even: Table | None
@@ -168,7 +172,7 @@ class RunSummary:
 
 def build_summary(analysis: RunAnalysis, source: str | None = None) -> RunSummary:
     name = source or "RUN.csv"
-    blocks, marked = summary_blocks(analysis.rankings)
+    blocks, legend = summary_blocks(analysis.rankings)
     no_verdict = None
     if not blocks:
         summary = analysis.summary
@@ -180,8 +184,7 @@ def build_summary(analysis: RunAnalysis, source: str | None = None) -> RunSummar
         meta=analysis.meta, partial=wording.partial_note(analysis.meta),
         verdict_heading=f"Fastest path per size (~: no {analysis.min_effect:.0%} difference in the samples), "
                         f"next path's time ×",
-        rankings=blocks,
-        cache_note="* a cache figure at some of these sizes (L2-resident, or above its ceiling)" if marked else None, no_verdict=no_verdict, figures=tables.path_figures(analysis),
+        rankings=blocks, legend=legend, no_verdict=no_verdict, figures=tables.path_figures(analysis),
         break_even=tables.break_even_table(analysis.break_even, short=True) if analysis.break_even else None,
         warnings=wording.warnings_count(analysis.warnings) if analysis.warnings else None,
         more=f"gpuipc-bench report {name}",

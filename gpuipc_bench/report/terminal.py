@@ -38,23 +38,24 @@ def _widths(table: Table, wrap_headers: bool) -> list[int]:
     return out
 
 
-def _total(widths: Sequence[int]) -> int:
-    return sum(widths) + GAP * (len(widths) - 1)
+def _total(widths: Sequence[int], gap: int = GAP) -> int:
+    return sum(widths) + gap * (len(widths) - 1)
 
 
-def fit(table: Table, width: int) -> tuple[Table, list[int]]:
+def fit(table: Table, width: int, gap: int = GAP) -> tuple[Table, list[int]]:
     """The table (less the columns left out) and each column's width, so that it fits `width`.
     In this order, until it fits: headers wrap; columns of words wrap, the widest first (never
     below their longest word or MIN_WORDS_WIDTH); columns are left out by priority (the
-    highest number first, the rightmost among equals). Figures are never cut."""
+    highest number first, the rightmost among equals). Figures are never cut. `gap`: the
+    characters between two columns."""
     while True:
         widths = _widths(table, wrap_headers=False)
-        if _total(widths) <= width:
+        if _total(widths, gap) <= width:
             return table, widths
         widths = _widths(table, wrap_headers=True)
         floors = [max([_cells(w) for row in table.rows for w in row[i].split()] + [_header_floor(col), MIN_WORDS_WIDTH])
                   if col.wrap else widths[i] for i, col in enumerate(table.columns)]
-        excess = _total(widths) - width
+        excess = _total(widths, gap) - width
         while excess > 0:  # take a character from the widest column of words that can give one
             give = [i for i in range(len(widths)) if widths[i] > floors[i]]
             if not give:
@@ -151,23 +152,28 @@ def _print_blocks(blocks, console: Console) -> None:
 
 def _print_summary_blocks(blocks, console: Console) -> None:
     """The run summary's verdict: a block per link, a line per band (measure, sizes, leaders,
-    the next path's margin); the margin wraps if it must, nothing else does."""
+    the next path's margin), in columns fitted like a table's: the leaders and the margin
+    wrap between words if they must, never inside a figure."""
     from rich.table import Table as RichTable
     from rich.text import Text
 
+    from gpuipc_bench.report.tables import Column
+
     for block in blocks:
         console.print(Text(block.title, style="bold"))
-        grid = RichTable.grid(padding=(0, 2))
         with_measure = any(line.measure for line in block.lines)
-        for _ in range(3 + with_measure):
-            grid.add_column(no_wrap=True)
-        grid.columns[-1].no_wrap = False
-        grid.columns[-1].overflow = "fold"
-        for line in block.lines:
-            cells = [Text(line.measure)] if with_measure else []
-            cells += [Text(line.sizes), Text(line.leaders, style="bold green" if line.ranked else "yellow"),
-                      Text(line.margin)]
-            cells[0] = Text("  ") + cells[0]
+        columns = [Column("", "left")] * with_measure + [Column("", "left"), Column("", "left", wrap=True),
+                                                          Column("", "left", wrap=True)]
+        rows = [([line.measure] if with_measure else []) + [line.sizes, line.leaders, line.margin]
+                for line in block.lines]
+        rows = [["  " + row[0]] + row[1:] for row in rows]
+        _, widths = fit(Table("", "summary", columns, rows), console.width, gap=2)
+        grid = RichTable.grid(padding=(0, 2))
+        for column, width in zip(columns, widths):
+            grid.add_column(width=width, no_wrap=not column.wrap, overflow="fold")
+        for line, row in zip(block.lines, rows):
+            cells = [Text(cell) for cell in row]
+            cells[-2].stylize("bold green" if line.ranked else "yellow")
             grid.add_row(*cells)
         console.print(grid)
 
@@ -253,8 +259,8 @@ def _render_summary(doc: RunSummary, console: Console) -> None:
     if doc.no_verdict:
         console.print(Text(doc.no_verdict))
     _print_summary_blocks(doc.rankings, console)
-    if doc.cache_note:
-        console.print(Text(doc.cache_note, style="dim"))
+    if doc.legend:
+        console.print(Text(doc.legend, style="dim"))
     if doc.figures is not None:
         print_table(doc.figures, console)
     if doc.break_even is not None:

@@ -445,13 +445,20 @@ def band_leaders(band: Band, sizes: Sequence[int] | None = None, short: bool = F
 
 
 def compact_leaders(band: Band) -> str:
-    """'ipc/push ~ ce ~ sm': the winner and what is tied with it throughout, variants of the
-    winner's path by their variant alone."""
+    """'ipc/push ~ ce (~ sm)': the winner, what is tied with it throughout, and in brackets
+    what is tied with it at some of the sizes; variants of the winner's path by their variant
+    alone."""
     if band.winner is None:
         return "not ranked"
     path = band.winner.split("/", 1)[0]
-    tied = [lab.split("/", 1)[1] if lab.split("/", 1)[0] == path else lab for lab in band.tied]
-    return " ~ ".join([band.winner, *tied])
+
+    def name(lab: str) -> str:
+        return lab.split("/", 1)[1] if lab.split("/", 1)[0] == path else lab
+
+    text = " ~ ".join([band.winner, *map(name, band.tied)])
+    if band.tied_at:
+        text += f" (~ {', '.join(name(lab) for lab, _ in band.tied_at)})"
+    return text
 
 
 def compact_margin(band: Band) -> str:

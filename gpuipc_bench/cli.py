@@ -473,9 +473,9 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose):
     results.close()
 
     if not quiet:
-        from gpuipc_bench.report import render_terminal
+        from gpuipc_bench.report import render_run_summary
 
-        render_terminal(results.frame, results.metadata, _stdout())
+        render_run_summary(results.frame, results.metadata, _stdout(), source=out)
     for name, error, rows in failures:
         err.print(f"[red]error[/] in scenario {escape(name)} ({rows} samples kept): {escape(str(error))}",
                   soft_wrap=True)
@@ -523,9 +523,15 @@ def _stop_stale_mps(err) -> None:
               help="Image format of --plot into a folder (default png).")
 @click.option("--amortise-over", "amortise_over", type=click.IntRange(min=1), default=1000, show_default=True,
               metavar="N", help="Break-even: the setup cost is paid once per N transfers (and, apart, every transfer).")
-def report(files, fmt, plot, plot_format, amortise_over):
-    """Summarise results CSVs: median and spread per path, variant and size, against the
-    ceiling; the fastest path per size and the break-even of the paths with a setup cost.
+@click.option("--min-effect", "min_effect", type=click.FloatRange(0, 100), default=2.0, show_default=True,
+              metavar="PCT", help="Verdict: medians less than PCT% apart are a tie, however significant the "
+                                  "difference (a Mann-Whitney U test decides the rest).")
+@click.option("--detailed", is_flag=True, help="Every column (samples, intervals in µs, MAD, verified) and "
+                                               "every figure of each warning.")
+def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed):
+    """Summarise results CSVs: median and its 95% interval per path, variant and size, against
+    the ceiling; the fastest path per size (ties decided by a test on the samples) and the
+    break-even of the paths with a setup cost.
 
     \b
     Several files: each run, then the ratios of their medians (run N / run 1), with a
@@ -552,18 +558,21 @@ def report(files, fmt, plot, plot_format, amortise_over):
     for path, (frame, meta) in zip(files, runs):
         check_reportable(path, frame, meta)
     sources = [str(path) for path in files]
+    options = {"min_effect": min_effect / 100, "amortise_over": amortise_over}
     if fmt == "markdown":
-        click.echo(render_markdown_runs(runs, sources, amortise_over=amortise_over))
+        click.echo(render_markdown_runs(runs, sources, **options))
     elif fmt == "csv":
         click.echo(render_csv(runs, sources), nl=False)
     elif fmt == "json":
-        click.echo(render_json(runs, sources, amortise_over=amortise_over))
+        click.echo(render_json(runs, sources, **options))
     else:
+        from rich.text import Text
+
         console = _stdout()
         for i, (source, (frame, meta)) in enumerate(zip(sources, runs)):
             if len(runs) > 1:
-                console.rule(f"run {i + 1}: {source}", style="bold", characters="═")
-            render_terminal(frame, meta, console, amortise_over=amortise_over)
+                console.rule(Text(f"run {i + 1}: {source}"), style="bold", characters="═")
+            render_terminal(frame, meta, console, source=source, detailed=detailed, **options)
         if len(runs) > 1:
             console.rule("comparison", style="bold", characters="═")
             render_comparison_terminal(runs, sources, console)
@@ -581,7 +590,7 @@ def _report_plots(runs, files, plot: Path, plot_format) -> None:
     written = []
     for (frame, meta), stem in zip(runs, stems):
         written += save_plots(frame, meta, plot, stem, plot_format, several=len(runs) > 1)
-    _stderr().print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
+    _stderr().print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True, markup=False)
 
 
 # What a terminal without Unicode shows instead (anything else becomes '?').

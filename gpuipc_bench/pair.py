@@ -66,7 +66,7 @@ class PairWorker:
         self.same_gpu = self.pdev == self.cdev
         self.sizes = scenario.sizes(ctx.config)
         self.sampler = Sampler(ctx)
-        self.gpu: Gpu | None = None
+        self._gpu: Gpu | None = None
         self.ceilings: Ceilings | None = None
         self.imports: list = []  # what this worker opened from the other (closed first)
 
@@ -89,7 +89,7 @@ class PairWorker:
         try:
             self.ctx.phase("setup")
             self.ctx.declare("sampler")
-            self.gpu = self.open_gpu()
+            self._gpu = self.open_gpu()
             yield from self.setup()
             self.ctx.lock_names()
             for nbytes in self.sizes:
@@ -114,8 +114,8 @@ class PairWorker:
             if clean:
                 self.ctx.sync()
         finally:
-            if self.gpu is not None:
-                gpu, self.gpu = self.gpu, None
+            if self._gpu is not None:
+                gpu, self._gpu = self._gpu, None
                 try:
                     gpu.close()
                 except BaseException as exc:  # noqa: BLE001
@@ -124,6 +124,12 @@ class PairWorker:
             raise first
 
     # ------------------------------------------------------------------ helpers
+
+    @property
+    def gpu(self) -> Gpu:
+        if self._gpu is None:
+            raise RuntimeError("this worker has no GPU open (before setup, or after teardown)")
+        return self._gpu
 
     def imported(self, resource: Any) -> Any:
         """Something opened from the other worker (IPC mapping, event): closed before teardown's barrier."""
@@ -144,15 +150,16 @@ class PairWorker:
         """Samples of the ceiling `key`, measured alone by this worker (see in_turn)."""
         if self.ceilings is None:
             self.ceilings = Ceilings(self.gpu, self.ring_bytes())
+        ceilings = self.ceilings
         kind, engine, src, dst = parse_ceiling(key)
         reps = reps_for(nbytes)
 
         def take(trial) -> Sample:
-            seconds, batch = self.ceilings.bandwidth(key, nbytes, trial.seed, trial.reps)
+            seconds, batch = ceilings.bandwidth(key, nbytes, trial.seed, trial.reps)
             return Sample(seconds, batch)
 
         group = self.group(key, "stream", nbytes, src, dst, path="ceiling", reps=reps)
-        group["l2_resident"] = self.ceilings.l2_resident(key, nbytes, reps)
+        group["l2_resident"] = ceilings.l2_resident(key, nbytes, reps)
         yield from self.sampler.run(group, take, timer=True, solo=True, reps=reps, phase="ceiling")
 
     def in_turn(self, mine: Callable[[], Iterator[dict]]) -> Iterator[dict]:

@@ -2,14 +2,17 @@
 
 matplotlib is imported inside the functions, with the Agg backend, so that only
 the commands that draw pay for it (and no display is needed). Every figure names
-the machine it was measured on, its units, and what the lines are:
+the machine it was measured on, its units, and what the lines are; the figures read
+the analysis (summary columns, path facts), never text formatted for a table:
 
 - bandwidth: one panel per path (and a first panel with the fastest variant of
-  each path per link), one line per variant, the p5–p95 spread shaded, the
-  ceilings those rows are compared with dashed; log-log, sizes in B/KiB/MiB/GiB;
+  each ranked path per link), one line per variant (and per measure or sharing mode
+  where those vary), the median's 95% interval shaded, the ceilings those rows are
+  compared with dashed; log-log, sizes in B/KiB/MiB/GiB;
 - latency: one-way latency per path/variant, ceilings dashed, the tool's own
   barrier as dotted horizontal lines (no payload);
-- setup: one horizontal bar per one-time operation, log scale in ms.
+- setup: one horizontal bar per one-time operation, log scale in ms (not drawn for a
+  run without setup rows).
 
 save_plots() writes them for one run: into a folder (RUN-bandwidth.png, ...) or,
 given a file name, the bandwidth figure there and the others beside it.
@@ -18,16 +21,19 @@ given a file name, the bandwidth figure there and the others beside it.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from gpuipc_bench.analysis import is_gpu, link_rank, summarize
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.report import link, machine_summary, representative_sizes, run_summary
-from gpuipc_bench.results import PATHS
+from gpuipc_bench.paths import PathInfo, from_metadata, path_order
+from gpuipc_bench.report.tables import representative_sizes
+from gpuipc_bench.report.wording import link, machine_summary, run_summary
 from gpuipc_bench.sizes import format_size
-from gpuipc_bench.stats import is_gpu, link_rank, summarize
+from gpuipc_bench.verdict import candidates
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -37,16 +43,8 @@ FORMATS = ("png", "svg")
 KINDS = ("bandwidth", "latency", "setup")
 DPI = 120
 
-# One hue per path, the same in every figure; variants of a path get their own
-# colours inside its panel.
-PATH_COLOURS = {
-    "staging": "#1f77b4",  # blue
-    "ipc": "#2ca02c",  # green
-    "mmap": "#ff7f0e",  # orange
-    "peer": "#9467bd",  # purple
-    "host": "#7f7f7f",  # grey
-    "barrier": "#8c564b",  # brown
-}
+# A path's hue comes from its facts (paths.PathInfo.colour), the same in every figure;
+# variants of a path get their own colours inside its panel.
 VARIANT_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#8c564b", "#e377c2")
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
 CEILING_STYLES = (("#222222", (0, (5, 2))), ("#777777", (0, (5, 2, 1, 2))), ("#444444", (0, (2, 2))),
@@ -65,7 +63,7 @@ def _pyplot():
 # --------------------------------------------------------------------------- axes
 
 
-def _size_axis(ax: "Axes", sizes: Sequence[int]) -> None:
+def _size_axis(ax: Axes, sizes: Sequence[int]) -> None:
     """Log2 x axis: labelled ticks at 1 KiB, 1 MiB, 1 GiB and the smallest and largest
     size (when not too close to those), a minor tick at every power of 2 measured."""
     from matplotlib.ticker import FixedLocator, NullFormatter
@@ -76,24 +74,24 @@ def _size_axis(ax: "Axes", sizes: Sequence[int]) -> None:
     lo, hi = sizes[0], sizes[-1]
     ax.set_xscale("log", base=2)
     ax.set_xlim(lo / 1.6, hi * 1.6)
-    majors = [1 << (10 * k) for k in range(0, 6) if lo <= 1 << (10 * k) <= hi]
+    majors = [1 << (10 * k) for k in range(6) if lo <= 1 << (10 * k) <= hi]
     for end in (lo, hi):
         if all(max(end, m) / min(end, m) >= 16 for m in majors):
             majors.append(end)
     if len(majors) < 5:  # room for 32 B, 32 KiB, 32 MiB between them
-        for k in range(0, 5):
+        for k in range(5):
             mid = 32 << (10 * k)
             if lo <= mid <= hi and all(max(mid, m) / min(mid, m) >= 16 for m in majors):
                 majors.append(mid)
     majors = sorted(set(majors))
-    minors = [1 << k for k in range(0, 63) if lo / 1.6 <= 1 << k <= hi * 1.6 and (1 << k) not in majors]
+    minors = [1 << k for k in range(63) if lo / 1.6 <= 1 << k <= hi * 1.6 and (1 << k) not in majors]
     ax.xaxis.set_major_locator(FixedLocator(majors))
     ax.xaxis.set_minor_locator(FixedLocator(minors))
-    ax.xaxis.set_major_formatter(_formatter(lambda v: format_size(int(round(v)))))
+    ax.xaxis.set_major_formatter(_formatter(lambda v: format_size(round(v))))
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
-def _value_axis(ax: "Axes") -> None:
+def _value_axis(ax: Axes) -> None:
     """Log10 y axis labelled in plain numbers (0.001, 1, 1,000), minor ticks unlabelled."""
     from matplotlib.ticker import LogLocator, NullFormatter
 
@@ -114,16 +112,16 @@ def _plain_number(v: float) -> str:
         return ""
     if v >= 1:
         return f"{v:,.0f}"
-    digits = max(0, -int(math.floor(math.log10(v))))
+    digits = max(0, -math.floor(math.log10(v)))
     return f"{v:.{digits}f}"
 
 
-def _legend(ax: "Axes", **kwargs) -> None:
+def _legend(ax: Axes, **kwargs) -> None:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(**kwargs)
 
 
-def _grid(ax: "Axes") -> None:
+def _grid(ax: Axes) -> None:
     ax.grid(True, which="major", color="#cccccc", linewidth=0.8)
     ax.grid(True, which="minor", color="#eeeeee", linewidth=0.5)
     ax.set_axisbelow(True)
@@ -131,44 +129,61 @@ def _grid(ax: "Axes") -> None:
 
 def machine_title(meta: Mapping[str, str]) -> str:
     """'vm · 2× NVIDIA H200 · driver 580.159.04 · CUDA 13.2 · links 0-1 NV18' (CuPy and the
-    driver's CUDA left out), then the tool version and time on the line below."""
-    parts = [p for p in machine_summary(meta) if not p.startswith("CuPy")]
-    parts = [p.split(" (driver supports")[0] if p.startswith("CUDA") else p for p in parts]
-    return " · ".join(parts)
+    driver's CUDA left out)."""
+    return " · ".join(machine_summary(meta, leave_out=("cupy", "cuda_driver")))
 
 
-def _suptitle(fig: "Figure", what: str, meta: Mapping[str, str], note: str) -> float:
-    """Three lines over the figure: what it shows, the machine, how to read it. Returns
-    the height they take, in inches, for tight_layout's rect."""
+HEADER_LINES = ((13, "bold", "#111111"), (10.5, "normal", "#111111"), (8.5, "normal", "#555555"))
+
+
+def _suptitle(fig: Figure, what: str, meta: Mapping[str, str], note: str) -> float:
+    """The lines over the figure: what it shows, the machine, how to read it (and the run),
+    each wrapped to the figure's width so that nothing is clipped. Returns the height they
+    take, in inches, for tight_layout's rect."""
+    import textwrap
+
     run = " · ".join(run_summary(meta))
-    partial = "  ·  PARTIAL RUN (it did not finish)" if meta.get("partial", "").strip().lower() == "true" else ""
-    height = fig.get_figheight()
-    top = 1 - 0.08 / height
-    fig.text(0.01, top, what, fontsize=13, fontweight="bold", ha="left", va="top")
-    fig.text(0.01, top - 0.27 / height, machine_title(meta) + partial, fontsize=10.5, ha="left", va="top",
-             color="#b00020" if partial else "#111111")
-    fig.text(0.01, top - 0.50 / height, note + (f"   ({run})" if run else ""), fontsize=8.5, color="#555555",
-             ha="left", va="top")
-    return 0.80
+    partial = meta.get("partial", "").strip().lower() == "true"
+    texts = [what, machine_title(meta) + ("  ·  PARTIAL RUN (it did not finish)" if partial else ""),
+             note + (f"   ({run})" if run else "")]
+    renderer = fig.canvas.get_renderer()
+    width_px = fig.get_figwidth() * fig.dpi * 0.98
+    top = 0.08  # inches from the top edge
+    for text, (size, weight, colour) in zip(texts, HEADER_LINES):
+        if partial and text is texts[1]:
+            colour = "#b00020"
+        chars = len(text)
+        while True:
+            wrapped = "\n".join(textwrap.wrap(text, chars)) if chars < len(text) else text
+            artist = fig.text(0.01, 1 - top / fig.get_figheight(), wrapped, fontsize=size, fontweight=weight,
+                              color=colour, ha="left", va="top")
+            box = artist.get_window_extent(renderer)
+            if box.width <= width_px or chars <= 20:
+                break
+            artist.remove()
+            chars = max(20, int(chars * width_px / box.width) - 1)
+        top += box.height / fig.dpi + 0.06
+    return top + 0.05
 
 
-def _layout(fig: "Figure", header_in: float) -> None:
+def _layout(fig: Figure, header_in: float) -> None:
     fig.tight_layout(rect=(0, 0, 1, 1 - header_in / fig.get_figheight()))
 
 
 # --------------------------------------------------------------------------- bandwidth
 
 
-def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame | None = None) -> "Figure":
+def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame | None = None) -> Figure:
     """Median GB/s against message size: a panel per path, one line per variant (per link
-    where a path has several), the p5–p95 spread shaded, the ceilings dashed; the first
+    where a path has several), the median's 95% interval shaded, the ceilings dashed; the first
     panel, when two paths or more were measured, shows the fastest variant of each path
     on each link."""
     plt = _pyplot()
-    summary = summarize(df) if summary is None else summary
+    facts = from_metadata(meta)
+    summary = summarize(df, paths=facts) if summary is None else summary
     bw = summary[(summary["metric"] == "bandwidth") & (summary["bytes"] > 0)]
     measured = bw[bw["path"] != "ceiling"]
-    paths = _ordered_paths(measured["path"])
+    paths = path_order(facts, measured["path"])
     panels: list[tuple[str, object]] = []
     if len(paths) > 1:
         panels.append(("overview", None))
@@ -182,7 +197,7 @@ def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFr
     sizes = sorted(set(bw["bytes"]))
     for ax, (kind, path) in zip(axes.flat, panels):
         if kind == "overview":
-            _bandwidth_overview(ax, bw)
+            _bandwidth_overview(ax, bw, facts)
         elif kind == "path":
             _bandwidth_path(ax, bw, path)
         else:
@@ -193,7 +208,7 @@ def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFr
         _grid(ax)
     for ax in list(axes.flat)[len(panels):]:
         ax.set_visible(False)
-    values = bw[["median_gbps", "p5_gbps"]].to_numpy(dtype=float).ravel()
+    values = bw[["median_gbps", "ci_lo_gbps"]].to_numpy(dtype=float).ravel()
     values = values[(values > 0) & pd.notna(values)]
     if len(values):  # room under the lines for the legends (lines rise from the bottom left)
         axes.flat[0].set_ylim(values.min() / 12, values.max() * 2.5)
@@ -204,87 +219,143 @@ def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFr
             ax.set_xlabel("message size")
             ax.xaxis.set_tick_params(labelbottom=True)
     header = _suptitle(fig, "Bandwidth vs message size", meta,
-                       "median of the samples, shaded p5–p95; dashed: the ceiling measured in the same run; "
-                       "GB/s = 1e9 bytes/s, one direction")
+                       "median of the samples, shaded: its 95% interval; dashed: the ceiling measured in the same "
+                       "run; GB/s = 1e9 bytes/s, one direction")
     _layout(fig, header)
     return fig
 
 
-def _ordered_paths(paths) -> list[str]:
-    present = list(dict.fromkeys(paths))
-    rank = {p: i for i, p in enumerate(PATHS)}
-    return sorted(present, key=lambda p: (rank.get(p, len(PATHS)), p))
+def _colour(facts: Mapping[str, PathInfo], path: str, i: int) -> str:
+    info = facts.get(path)
+    return info.colour if info is not None else VARIANT_COLOURS[i % len(VARIANT_COLOURS)]
 
 
-def _line(ax: "Axes", part: pd.DataFrame, label: str, colour: str, marker: str, value: str = "gbps",
+def _line(ax: Axes, part: pd.DataFrame, label: str, colour: str, marker: str, value: str = "gbps",
           spread: bool = True, **style) -> None:
+    """One line (with its legend entry), only where it has a point to draw."""
     part = part.sort_values("bytes")
     x = part["bytes"].to_numpy(dtype=float)
     if value == "gbps":
-        y, lo, hi = (part[c].to_numpy(dtype=float) for c in ("median_gbps", "p5_gbps", "p95_gbps"))
+        y, lo, hi = (part[c].to_numpy(dtype=float) for c in ("median_gbps", "ci_lo_gbps", "ci_hi_gbps"))
     else:
-        y, lo, hi = (part[c].to_numpy(dtype=float) * 1e6 for c in ("median_s", "p5_s", "p95_s"))
+        y, lo, hi = (part[c].to_numpy(dtype=float) * 1e6 for c in ("median_s", "ci_lo_s", "ci_hi_s"))
+    if not (y > 0).any():
+        return
     ax.plot(x, y, label=label, color=colour, marker=marker, markersize=4, linewidth=1.6, **style)
     if spread and len(x) > 1:
         ax.fill_between(x, lo, hi, color=colour, alpha=0.15, linewidth=0)
 
 
-def _ceiling_lines(ax: "Axes", bw: pd.DataFrame, names: Sequence[tuple[str, str, str]], value: str = "gbps") -> None:
+def _ceiling_lines(ax: Axes, bw: pd.DataFrame, names: Sequence[tuple[str, str, str]], value: str = "gbps") -> None:
+    """The ceilings (variant, scenario, sharing mode), dashed: each measured by one scenario in
+    one sharing mode (a ceiling measured twice is drawn once, from the first)."""
     ceilings = bw[bw["path"] == "ceiling"]
-    for i, (variant, src, dst) in enumerate(names):
-        rows = ceilings[(ceilings["variant"] == variant) & (ceilings["src"] == src) & (ceilings["dst"] == dst)]
-        if rows.empty:
+    drawn: set[str] = set()
+    for variant, scenario, sharing in names:
+        if variant in drawn:
             continue
-        rows = rows.groupby("bytes", as_index=False)[["median_gbps", "median_s"]].median()
-        colour, dash = CEILING_STYLES[i % len(CEILING_STYLES)]
+        rows = ceilings[(ceilings["variant"] == variant) & (ceilings["scenario"] == scenario)
+                        & (ceilings["sharing"] == sharing)]
+        if rows.empty:
+            rows = ceilings[ceilings["variant"] == variant]
+            rows = rows[(rows["scenario"] == rows["scenario"].iloc[0]) & (rows["sharing"] == rows["sharing"].iloc[0])] \
+                if len(rows) else rows
+        rows = rows.sort_values("bytes")
         y = rows["median_gbps"] if value == "gbps" else rows["median_s"] * 1e6
-        ax.plot(rows["bytes"], y, color=colour, linestyle=dash, linewidth=1.3,
-                label=f"ceiling {variant} ({link(src, dst)})")
+        if rows.empty or not (y > 0).any():
+            continue
+        colour, dash = CEILING_STYLES[len(drawn) % len(CEILING_STYLES)]
+        src, dst = rows["src"].iloc[0], rows["dst"].iloc[0]
+        ax.plot(rows["bytes"], y, color=colour, linestyle=dash, linewidth=1.3, marker="_" if len(rows) == 1 else None,
+                markersize=14, label=f"ceiling {variant} ({link(src, dst)})")
+        drawn.add(variant)
 
 
-def _bandwidth_path(ax: "Axes", bw: pd.DataFrame, path: str) -> None:
+# What else, besides the path, variant and link, tells two lines apart.
+LINE_KEYS = ("measure", "sharing", "scenario", "workers")
+
+
+def _lines(rows: pd.DataFrame) -> list[tuple[dict, pd.DataFrame]]:
+    """One (keys, rows) per line: per path, variant, link, measure, sharing mode and scenario
+    (a path measured at several worker counts is drawn at its most common one, 2 if present)."""
+    parts = []
+    for _, part in rows.groupby("path", sort=False):
+        if part["workers"].nunique() > 1:
+            counts = part["workers"].value_counts()
+            part = part[part["workers"] == (2 if 2 in counts.index else counts.idxmax())]
+        parts.append(part)
+    rows = pd.concat(parts) if parts else rows
+    keys = ["path", "variant", "src", "dst", *LINE_KEYS]
+    return [(dict(zip(keys, key)), part) for key, part in rows.groupby(keys, sort=False)]
+
+
+def _varying(lines: list[tuple[dict, pd.DataFrame]]) -> dict[tuple, set[str]]:
+    """For each path, variant and link: the LINE_KEYS that tell its lines apart."""
+    seen: dict[tuple, set[tuple]] = {}
+    for keys, _ in lines:
+        seen.setdefault(_who(keys), set()).add(tuple(keys[k] for k in LINE_KEYS))
+    return {who: {k for i, k in enumerate(LINE_KEYS) if len({v[i] for v in values}) > 1}
+            for who, values in seen.items()}
+
+
+def _who(keys: dict) -> tuple:
+    return keys["path"], keys["variant"], keys["src"], keys["dst"]
+
+
+def _line_label(keys: dict, varying: dict[tuple, set[str]], with_link: bool, head: str) -> str:
+    extra = [str(keys[k]) for k in LINE_KEYS if k in varying[_who(keys)] and k != "workers"]
+    label = " · ".join([head] + extra)
+    return f"{label} ({link(keys['src'], keys['dst'])})" if with_link else label
+
+
+def _bandwidth_path(ax: Axes, bw: pd.DataFrame, path: str) -> None:
     rows = bw[bw["path"] == path]
-    links = list(dict.fromkeys(zip(rows["src"], rows["dst"])))
-    keyed = list(dict.fromkeys(zip(rows["variant"], rows["src"], rows["dst"])))
-    for i, (variant, src, dst) in enumerate(keyed):
-        part = rows[(rows["variant"] == variant) & (rows["src"] == src) & (rows["dst"] == dst)]
-        part = part.drop_duplicates("bytes")
-        label = variant if len(links) == 1 else f"{variant} ({link(src, dst)})"
-        _line(ax, part, label, VARIANT_COLOURS[i % len(VARIANT_COLOURS)], MARKERS[i % len(MARKERS)])
+    lines = _lines(rows)
+    drawn = pd.concat([part for _, part in lines])
+    links = list(dict.fromkeys(zip(drawn["src"], drawn["dst"])))
+    varying = _varying(lines)
+    for i, (keys, part) in enumerate(lines):
+        _line(ax, part, _line_label(keys, varying, len(links) > 1, str(keys["variant"])),
+              VARIANT_COLOURS[i % len(VARIANT_COLOURS)], MARKERS[i % len(MARKERS)])
     ceilings = []
-    for ceiling, src, dst in dict.fromkeys(zip(rows["ceiling"], rows["src"], rows["dst"])):
+    for ceiling, scenario, sharing in dict.fromkeys(zip(drawn["ceiling"], drawn["scenario"], drawn["sharing"])):
         if ceiling:
-            c_rows = bw[(bw["path"] == "ceiling") & (bw["variant"] == ceiling)]
-            for c_src, c_dst in dict.fromkeys(zip(c_rows["src"], c_rows["dst"])):
-                ceilings.append((ceiling, c_src, c_dst))
+            ceilings.append((ceiling, scenario, sharing))
     _ceiling_lines(ax, bw, list(dict.fromkeys(ceilings)))
-    first = rows.iloc[0]
+    first = drawn.iloc[0]
     where_ = link(first["src"], first["dst"]) if len(links) == 1 else f"{len(links)} links"
-    sharing = [s for s in dict.fromkeys(rows["sharing"]) if s and s != "none"]
+    sharing = [s for s in dict.fromkeys(drawn["sharing"]) if s and s != "none"]
     ax.set_title(" · ".join([path, where_] + sharing), fontsize=10.5, loc="left")
     _legend(ax, fontsize=8, loc="lower right", framealpha=0.9)
 
 
-def _bandwidth_overview(ax: "Axes", bw: pd.DataFrame) -> None:
-    """The fastest variant of each path at each size, one line per path and link,
-    GPU→GPU links first; the GPU→GPU ceilings dashed."""
-    rows = bw[bw["path"] != "ceiling"]
-    keys = sorted(dict.fromkeys(zip(rows["path"], rows["src"], rows["dst"])),
-                  key=lambda k: (link_rank(k[1], k[2]), _ordered_paths(rows["path"]).index(k[0])))
+def _bandwidth_overview(ax: Axes, bw: pd.DataFrame, facts: Mapping[str, PathInfo]) -> None:
+    """The fastest ranked variant of each path at each size, one line per path, link and
+    measure, GPU→GPU links first; the GPU→GPU ceilings dashed."""
+    rows = candidates(bw, facts)
+    if rows.empty:
+        rows = bw[(bw["path"] != "ceiling") & (bw["workers"] == 2)]
+    order = path_order(facts, rows["path"])
+    keys = sorted(dict.fromkeys(zip(rows["path"], rows["src"], rows["dst"], rows["measure"])),
+                  key=lambda k: (link_rank(k[1], k[2]), order.index(k[0])))
+    several_measures = rows["measure"].nunique() > 1
     shown_links = []
-    for i, (path, src, dst) in enumerate(keys):
-        part = rows[(rows["path"] == path) & (rows["src"] == src) & (rows["dst"] == dst)]
+    for i, (path, src, dst, measure) in enumerate(keys):
+        part = rows[(rows["path"] == path) & (rows["src"] == src) & (rows["dst"] == dst) & (rows["measure"] == measure)]
         best = part.sort_values("median_gbps", ascending=False).drop_duplicates("bytes")
         whole = is_gpu(src) and is_gpu(dst) or (src == dst == "host")
         style = {} if whole else {"linestyle": (0, (1, 1.5))}
-        _line(ax, best, f"{path} ({link(src, dst)})", PATH_COLOURS.get(path, VARIANT_COLOURS[i % 8]),
-              MARKERS[i % len(MARKERS)], spread=False, **style)
+        name = f"{path} · {measure}" if several_measures else path
+        _line(ax, best, f"{name} ({link(src, dst)})", _colour(facts, path, i), MARKERS[i % len(MARKERS)],
+              spread=False, **style)
         if is_gpu(src) and is_gpu(dst):
             shown_links.append((src, dst))
-    ceilings = bw[bw["path"] == "ceiling"]
-    names = [(v, s, d) for v, s, d in dict.fromkeys(zip(ceilings["variant"], ceilings["src"], ceilings["dst"]))
+    ceilings = bw[(bw["path"] == "ceiling")]
+    names = [(v, sc, sh) for v, sc, sh, s, d in dict.fromkeys(zip(ceilings["variant"], ceilings["scenario"],
+                                                                     ceilings["sharing"], ceilings["src"],
+                                                                     ceilings["dst"]))
              if (s, d) in shown_links]
-    _ceiling_lines(ax, bw, names)
+    _ceiling_lines(ax, bw, names[:len(CEILING_STYLES)])
     ax.set_title("fastest variant of each path (dotted: one half of a transfer)", fontsize=10.5, loc="left")
     _legend(ax, fontsize=8, loc="lower right", framealpha=0.9)
 
@@ -292,37 +363,40 @@ def _bandwidth_overview(ax: "Axes", bw: pd.DataFrame) -> None:
 # --------------------------------------------------------------------------- latency
 
 
-def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame | None = None) -> "Figure":
-    """One-way latency (µs) against message size, one line per path/variant and link;
-    ceilings dashed; the tool's barrier (no payload) as dotted horizontal lines. A run
-    without latency rows shows the time per transfer of its bandwidth rows instead."""
+def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame | None = None) -> Figure:
+    """One-way latency (µs) against message size, one line per path/variant and link (and
+    sharing mode where it varies); ceilings dashed; the tool's barrier (no payload) as dotted
+    horizontal lines. A run without latency rows shows the time per transfer of its
+    bandwidth rows instead."""
     plt = _pyplot()
-    summary = summarize(df) if summary is None else summary
+    facts = from_metadata(meta)
+    summary = summarize(df, paths=facts) if summary is None else summary
     lat = summary[summary["metric"] == "latency"]
-    what, note = "One-way latency vs message size", "median of the samples; shaded: p5–p95; half a ping-pong round trip"
+    what, note = ("One-way latency vs message size",
+                  "median of the samples; shaded: its 95% interval; half a ping-pong round trip")
     if lat.empty:
         lat = summary[(summary["metric"] == "bandwidth")]
-        what, note = "Time per transfer vs message size", "no latency rows in this run: median time per transfer " \
-                                                          "of the bandwidth samples"
+        what = "Time per transfer vs message size"
+        note = "no latency rows in this run: median time per transfer of the bandwidth samples"
     fig, ax = plt.subplots(figsize=(10, 6.2))
     sized = lat[lat["bytes"] > 0]
     measured = sized[sized["path"] != "ceiling"]
-    keys = list(dict.fromkeys(zip(measured["path"], measured["variant"], measured["src"], measured["dst"])))
     per_path: dict[str, int] = {}
-    for path, variant, src, dst in keys:
-        part = measured[(measured["path"] == path) & (measured["variant"] == variant) & (measured["src"] == src)
-                        & (measured["dst"] == dst)].drop_duplicates("bytes")
+    lines = _lines(measured) if not measured.empty else []
+    varying = _varying(lines)
+    for keys, part in lines:
+        path = keys["path"]
         k = per_path.setdefault(path, 0)
         per_path[path] += 1
         style = {"linestyle": ["-", (0, (4, 1.5)), ":"][k % 3]} if k else {}
-        colour = PATH_COLOURS.get(path, VARIANT_COLOURS[len(per_path) % 8])
-        _line(ax, part, f"{path}/{variant} ({link(src, dst)})", colour, MARKERS[len(per_path) % len(MARKERS)],
-              value="s", **style)
-    ceilings = list(dict.fromkeys(zip(*(sized.loc[sized["path"] == "ceiling", c] for c in ("variant", "src", "dst")))))
-    _ceiling_lines(ax, sized, ceilings, value="s")
+        _line(ax, part, _line_label(keys, varying, True, f"{path}/{keys['variant']}"),
+              _colour(facts, path, len(per_path)), MARKERS[len(per_path) % len(MARKERS)], value="s", **style)
+    ceilings = sized[sized["path"] == "ceiling"]
+    names = list(dict.fromkeys(zip(ceilings["variant"], ceilings["scenario"], ceilings["sharing"])))
+    _ceiling_lines(ax, sized, names, value="s")
     flat = lat[(lat["bytes"] == 0) & (lat["metric"] == "latency")]
     for i, row in enumerate(flat.itertuples()):
-        ax.axhline(row.median_s * 1e6, color=PATH_COLOURS.get(row.path, "#8c564b"), linestyle=":", linewidth=1.2,
+        ax.axhline(row.median_s * 1e6, color=_colour(facts, row.path, i), linestyle=":", linewidth=1.2,
                    alpha=0.8 if i == 0 else 0.55,
                    label=f"{row.path}/{row.variant}: {row.median_s * 1e6:.3g} µs (no payload)")
     if len(sized):
@@ -339,11 +413,12 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
 # --------------------------------------------------------------------------- setup
 
 
-def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame | None = None) -> "Figure":
+def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame | None = None) -> Figure:
     """One horizontal bar per one-time operation (median ms, log scale), coloured by path;
     an operation measured at many sizes (host_register) at a few representative ones."""
     plt = _pyplot()
-    summary = summarize(df) if summary is None else summary
+    facts = from_metadata(meta)
+    summary = summarize(df, paths=facts) if summary is None else summary
     setup = summary[summary["metric"] == "setup"]
     parts = []
     for _, part in setup.groupby(["path", "variant", "src", "dst"], sort=False):
@@ -362,8 +437,8 @@ def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame 
             size = f" {format_size(int(row.bytes))}" if row.bytes else ""
             labels.append(f"{row.path}: {row.variant}{size} ({link(row.src, row.dst)})")
             values.append(row.median_s * 1e3)
-            colours.append(PATH_COLOURS.get(row.path, "#7f7f7f"))
-            spreads.append((row.p5_s * 1e3, row.p95_s * 1e3) if row.samples > 1 else None)
+            colours.append(_colour(facts, row.path, len(colours)))
+            spreads.append((row.ci_lo_s * 1e3, row.ci_hi_s * 1e3) if row.ci_lo_s == row.ci_lo_s else None)
         y = list(range(len(labels)))[::-1]
         ax.barh(y, values, color=colours, height=0.7)
         for yi, value, spread in zip(y, values, spreads):
@@ -379,8 +454,8 @@ def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame 
         ax.set_axisbelow(True)
         ax.set_xlabel("median time of the operation (ms, log scale)")
     _layout(fig, _suptitle(fig, "Setup costs (one-time operations)", meta,
-                           "median time of each operation; paid once per buffer or per pair of processes, "
-                           "not per transfer"))
+                           "median time of each operation, with its 95% interval; paid once per buffer or per "
+                           "pair of processes, not per transfer"))
     return fig
 
 
@@ -431,10 +506,13 @@ def check_plot_dest(dest: Path, option: str = "--plot") -> None:
 
 def save_plots(df: pd.DataFrame, meta: Mapping[str, str], dest: Path, stem: str, fmt: str | None = None,
                several: bool = False) -> list[Path]:
-    """Draw the three figures of one run and write them; returns the files written."""
+    """Draw the figures of one run and write them; returns the files written. A run without
+    setup rows gets no setup figure."""
     plt = _pyplot()
     targets = plot_targets(dest, stem, fmt, several)
-    summary = summarize(df)
+    summary = summarize(df, paths=from_metadata(meta))
+    if not (summary["metric"] == "setup").any():
+        targets.pop("setup")
     written = []
     for kind, target in targets.items():
         try:
@@ -455,7 +533,7 @@ def save_plots(df: pd.DataFrame, meta: Mapping[str, str], dest: Path, stem: str,
     return written
 
 
-def _save_png(fig: "Figure", target: Path) -> None:
+def _save_png(fig: Figure, target: Path) -> None:
     """A PNG with an adaptive 256-colour palette: a third of the size of a full-colour
     one, small enough to attach to an issue or show in a README, and alike to the eye."""
     import io

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 DEFAULT_GPU_SIZES = tuple(4 ** k for k in range(1, 15))  # 4 B .. 256 MiB
 DEFAULT_HOST_SIZES = tuple(4 ** k for k in range(1, 13))  # 4 B .. 16 MiB
 MAILBOX_SLOTS = 64
+SPIN_LIMIT_S = 0.05  # ctx.spin() spins this long, then waits like ctx.wait()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,20 +262,22 @@ class WorkerContext:
                                 waiting_for=who if who is not None else self.others(), where=what)
 
     def spin(self, name: str, target: int, who: list[int] | None = None) -> None:
-        """Wait for slot `name` to reach `target` without ever sleeping: for waits inside a timed
-        interval, where a sleep's wake-up would be measured. Gives up like wait() at --timeout."""
+        """Wait for slot `name` to reach `target` by spinning (no sleep): for waits inside a timed
+        interval, where a sleep's late wake-up would be measured. A wait longer than SPIN_LIMIT_S
+        is no longer a matter of microseconds: it goes on as wait(), which publishes whom it
+        waits for and gives up only once they have been silent for --timeout."""
         index = self.segment.mailbox_index(self.slot(name))
         words = self.segment.words
         if words[index] >= target:
             return
-        deadline = time.monotonic() + self.config.timeout
+        limit = time.monotonic() + SPIN_LIMIT_S
         n = 0
         while words[index] < target:
             n += 1
             if n & 1023 == 0:
                 if self.segment.aborted:
                     raise BarrierAborted("run aborted")
-                if time.monotonic() > deadline:  # long enough: the wait that knows who is silent decides
+                if time.monotonic() > limit:
                     self.wait(name, target, who)
                     return
                 os.sched_yield()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,58 @@ assert "matplotlib" in sys.modules
 import matplotlib
 assert matplotlib.get_backend().lower() == "agg"
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "small_run-bandwidth.png").exists()
+
+
+def test_no_setup_figure_for_a_run_without_setup_rows(small, tmp_path):
+    df, meta = small
+    written = plots.save_plots(df[df["metric"] != "setup"], meta, tmp_path, "nosetup")
+    assert [p.name for p in written] == ["nosetup-bandwidth.png", "nosetup-latency.png"]
+    assert not (tmp_path / "nosetup-setup.png").exists()
+
+
+def _inside(fig, artist) -> bool:
+    renderer = fig.canvas.get_renderer()
+    box = artist.get_window_extent(renderer)
+    return box.x0 >= 0 and box.x1 <= fig.bbox.width + 0.5
+
+
+@pytest.mark.skipif(not H200.exists(), reason="reference run not in this checkout")
+@pytest.mark.parametrize("kind", ["bandwidth", "latency", "setup"])
+def test_titles_and_subtitles_are_never_clipped(kind):
+    df, meta = read_results(H200)
+    meta = {**meta, "partial": "true", "note": "x" * 300}
+    fig = plots.PLOTTERS[kind](df, meta)
+    try:
+        assert fig.texts and all(_inside(fig, t) for t in fig.texts)
+    finally:
+        plots._pyplot().close(fig)
+
+
+@pytest.mark.skipif(not H200.exists(), reason="reference run not in this checkout")
+def test_legend_entries_only_for_what_is_drawn():
+    df, meta = read_results(H200)
+    for plot in (plots.plot_bandwidth, plots.plot_latency):
+        fig = plot(df, meta)
+        try:
+            for ax in visible_axes(fig):
+                handles, labels = ax.get_legend_handles_labels()
+                for handle, label in zip(handles, labels):
+                    x, y = handle.get_data()
+                    assert len(x) and any(math.isfinite(v) and v > 0 for v in y), label
+                assert len(labels) == len(set(labels)), labels
+        finally:
+            plots._pyplot().close(fig)
+
+
+def test_colours_come_from_the_path_facts(small):
+    df, meta = small
+    fig = plots.plot_bandwidth(df, {**meta, "path.ipc": "role=transfer; colour=#123456"})
+    try:
+        overview = visible_axes(fig)[0]
+        ipc = next(line for line in overview.get_lines() if line.get_label().startswith("ipc"))
+        assert ipc.get_color() == "#123456"
+    finally:
+        plots._pyplot().close(fig)

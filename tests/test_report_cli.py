@@ -4,28 +4,44 @@ from __future__ import annotations
 
 import io
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from gpuipc_bench.analysis import SUMMARY_COLUMNS, summarize
 from gpuipc_bench.cli import cli
-from gpuipc_bench.report import MARKDOWN_LIMIT, _fit_markdown
+from gpuipc_bench.report import MARKDOWN_LIMIT
+from gpuipc_bench.report.markdown import fit as fit_markdown
 from gpuipc_bench.results import ResultsFile, new_row, read_results, write_results
-from gpuipc_bench.stats import SUMMARY_COLUMNS, summarize
 
 HERE = Path(__file__).parent
 SMALL = HERE / "data" / "small_run.csv"
+SMALL_V1 = HERE / "data" / "small_run_v1.csv"
 RESULTS = HERE.parent / "results"
 H100 = RESULTS / "h100-pcie-all.csv"
 H200 = RESULTS / "h200x2-nvlink-all.csv"
 H200_STAGING = RESULTS / "h200x2-nvlink-staging-mmap-gpu0-to-gpu1.csv"
+H100_SHARING = RESULTS / "h100-pcie-latency-sharing.csv"
 references = pytest.mark.skipif(not (H100.exists() and H200.exists()), reason="reference runs not in this checkout")
 
 
-def invoke(*args):
-    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+@pytest.fixture(scope="module")
+def h100_default_like(tmp_path_factory):
+    """A default-like H100 run: every scenario of one GPU, latency and sharing included (the
+    reference run with the rows of the latency/sharing run appended)."""
+    lines = H100_SHARING.read_text().splitlines()
+    body = [line for line in lines if not line.startswith("#")][1:]
+    path = tmp_path_factory.mktemp("h100") / "h100-default-like.csv"
+    path.write_text(H100.read_text() + "\n".join(body) + "\n")
+    return path
+
+
+def invoke(*args, columns: int | None = None):
+    env = {"COLUMNS": str(columns)} if columns else None
+    result = CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False, env=env)
     return result.exit_code, result.output
 
 
@@ -41,23 +57,27 @@ def test_csv_is_the_summary_and_parses_back():
     assert len(table) == len(summarize(df))
     ipc = table[(table["variant"] == "ce") & (table["bytes"] == 64 << 20)].iloc[0]
     assert ipc["median_gbps"] == pytest.approx(1372, rel=1e-3)
+    assert ipc["median_gbps"] == pytest.approx((64 << 20) / ipc["median_s"] / 1e9)
     assert ipc["fraction_of_ceiling"] == pytest.approx(ipc["median_gbps"] / ipc["ceiling_gbps"])
     assert set(table["file"]) == {str(SMALL)}
+    assert {"ci_lo_s", "ci_hi_s", "ci_lo_gbps", "ci_hi_gbps", "mad_rel", "bimodal", "unstable"} <= set(table.columns)
 
 
-def test_json_has_summary_verdicts_break_even_and_warnings():
-    code, out = invoke("report", "--format", "json", "--amortise-over", "50", SMALL)
+def test_json_has_summary_rankings_break_even_and_warnings():
+    code, out = invoke("report", "--format", "json", "--amortise-over", "50", "--min-effect", "5", SMALL_V1)
     assert code == 0, out
     doc = json.loads(out)
     (run,) = doc["runs"]
-    assert run["file"] == str(SMALL) and run["metadata"]["host"] == "dgx-a17"
-    assert len(run["summary"]) == len(summarize(read_results(SMALL)[0]))
-    assert {"median_s", "p5_s", "p95_s", "fraction_of_ceiling"} <= set(run["summary"][0])
-    (verdict,) = run["verdicts"]
-    assert verdict["bands"][0]["winner"] == "ipc/ce"
+    assert run["file"] == str(SMALL_V1) and run["metadata"]["host"] == "dgx-a17" and run["min_effect"] == 0.05
+    assert len(run["summary"]) == len(summarize(read_results(SMALL_V1)[0]))
+    assert {"median_s", "ci_lo_s", "ci_hi_s", "mad_rel", "bimodal", "fraction_of_ceiling"} <= set(run["summary"][0])
+    (ranking,) = [r for r in run["rankings"] if r["src"] == r["dst"] == "0"]
+    assert ranking["measure"] == "mixed" and ranking["bands"][-1]["winner"] == "ipc/ce"
+    assert len(ranking["bands"][-1]["winner_gbps"]) == 3  # (lo, median, hi)
     (be,) = run["break_even"]
     assert be["path"] == "ipc" and be["amortise_over"] == 50 and be["per_transfer"]["from_bytes"] == 64 << 20
-    assert len(run["warnings"]) == 4
+    assert {w["cause"] for w in run["warnings"]} >= {"few-samples", "slow-first-sample"}
+    assert all(w["says"] for w in run["warnings"])
     assert "comparison" not in doc
 
 
@@ -70,13 +90,24 @@ def test_markdown_from_the_cli_names_the_file_for_the_rest():
 
 
 def test_terminal_report_ends_with_the_verdict_and_warnings():
-    code, out = invoke("report", SMALL)
+    code, out = invoke("report", SMALL_V1, columns=120)
     assert code == 0
     verdict = out.index("Verdict")
     assert out.index("setup costs") < verdict < out.index("Warnings")
     assert "4 KiB – 64 MiB  ipc/ce" in out
-    assert "Break-even against staging" in out and "paid every transfer:" in out
+    assert "Break-even against staging" in out and "paid every transfer" in out
     assert "from 64 MiB (loses at 4 KiB)" in out
+    assert "--detailed" in out
+
+
+def test_detailed_adds_columns_and_min_effect_changes_ties():
+    _, plain = invoke("report", SMALL, columns=200)
+    code, detailed = invoke("report", SMALL, "--detailed", columns=200)
+    assert code == 0 and "MAD" in detailed and "MAD" not in plain.split("Verdict")[0]
+    code, loose = invoke("report", "--format", "json", "--min-effect", "50", SMALL)
+    ranking = next(r for r in json.loads(loose)["runs"][0]["rankings"] if r["measure"] == "stream")
+    # ce and sm 13% apart at 64 MiB: a tie under a 50% minimum effect (sm is not ranked at 4 KiB)
+    assert ranking["bands"][0]["tied_at"] == [["ipc/sm", [64 << 20]]]
 
 
 # --------------------------------------------------------------------------- reference runs
@@ -98,9 +129,37 @@ def test_markdown_of_the_reference_runs_fits_a_github_comment(path):
 def test_verdict_of_the_h200_run():
     code, out = invoke("report", "--format", "markdown", H200)
     assert code == 0
-    assert "- **GPU 0 → GPU 0**\n  - 4 B – 1 GiB: **ipc/" in out
-    assert "- **GPU 0 → GPU 1**" in out
-    assert "| ipc (ce/sm/push) | GPU 0 → GPU 0 | ipc_open_cold | 0.107 ms | at every size | from 4 MiB (loses at 1 MiB) |" in out
+    assert ("- **GPU 0 → GPU 0 · time-sliced · measures mixed (schema 1)**\n"
+            "  - 4 B – 1 GiB: **ipc/push ~ ipc/ce**") in out
+    # peer/ce is faster at 4 MiB (14.37 vs 14.71 µs, < 1% noise): it wins there, not peer/sm
+    assert "  - 4 MiB – 1 GiB: **peer/ce**" in out
+    assert ("| ipc (ce/sm/push) | GPU 0 → GPU 0 | ipc_open_cold | 0.107 ms (1 sample: indicative) | at every size "
+            "| from 4 MiB (loses at 1 MiB) |") in out
+    assert "| peer (" not in out  # no staging on GPU 0 → GPU 1 in this run: no break-even against another link
+
+
+@references
+def test_no_verdict_of_a_default_like_run_names_a_sharing_aggregate_or_single_process_row(h100_default_like):
+    from gpuipc_bench.analysis import analyse
+
+    analysis = analyse(*read_results(h100_default_like))
+    assert analysis.rankings
+    for ranking in analysis.rankings:
+        for band in ranking.bands:
+            named = [band.winner, *band.tied, *(lab for lab, _ in band.tied_at), band.runner_up]
+            for lab in filter(None, named):
+                assert not lab.startswith(("sharing/", "host/", "barrier/", "ceiling/")), lab
+                assert "aggregate" not in lab and lab != "peer/p2p-off"
+            # the winner is the fastest median at each of its sizes, or tied with it
+            for size in band.sizes:
+                result = next(s for s in ranking.sizes if s.bytes == size)
+                assert band.winner is None or band.winner in result.leaders
+            # the margin never says the runner-up is faster
+            assert math.isnan(band.margin_min) or band.margin_min > 1
+    code, out = invoke("report", h100_default_like, columns=100)
+    assert code == 0
+    verdict = out[out.index("Verdict"):out.index("Break-even")]
+    assert "sharing/" not in verdict and "aggregate" not in verdict and "0.998" not in verdict
 
 
 @references
@@ -112,10 +171,11 @@ def test_comparing_two_runs_gives_ratios_and_warns_that_the_machines_differ():
     assert "GPUs: 1× NVIDIA H100 80GB HBM3 (run 1) vs 2× NVIDIA H200 (run 2)" in out
     assert "GPU links: none (run 1) vs 0-1 NV18 (run 2)" in out
     assert "driver:" not in out.split("## run 1")[0]  # same driver: not a difference
-    assert "### bandwidth: median GB/s, run 2 ÷ run 1 (above 1: run 2 faster)" in out
+    assert "### bandwidth: median GB/s, run 2 ÷ run 1 (above 1: run 2 faster; ~: within the intervals)" in out
     ipc = next(line for line in out.splitlines() if line.startswith("| ipc/ce | GPU 0 → GPU 0 |"))
     cells = [c.strip() for c in ipc.strip("|").split("|")]
-    assert len(cells) == 7 and all(c.endswith("×") for c in cells[2:])
+    assert cells[2:4] == ["stream", "time-sliced"]
+    assert len(cells) == 9 and all(c.endswith("×") for c in cells[4:])
     assert 1.2 < float(cells[-1].rstrip("×")) < 1.6  # H200 HBM3e vs H100 HBM3 at 1 GiB
     assert "## run 1: " in out and "## run 2: " in out
 
@@ -129,6 +189,18 @@ def test_comparing_two_runs_gives_ratios_and_warns_that_the_machines_differ():
     rows = [r for r in doc["comparison"] if r["path"] == "ipc" and r["variant"] == "ce" and r["bytes"] == 1 << 30
             and r["metric"] == "bandwidth"]
     assert len(rows) == 1 and rows[0]["ratio"] == pytest.approx(rows[0]["other_gbps"] / rows[0]["base_gbps"])
+    assert rows[0]["ratio_lo"] <= rows[0]["ratio"] <= rows[0]["ratio_hi"]
+
+
+@references
+@pytest.mark.parametrize("columns", [80, 100, 110, 120])
+def test_report_never_cuts_a_number_at_any_width(h100_default_like, columns):
+    for path in (h100_default_like, H200):
+        code, out = invoke("report", path, columns=columns)
+        assert code == 0
+        lines = out.splitlines()
+        assert max(len(line) for line in lines) <= columns
+        assert "…" not in out and "..." not in out
 
 
 def test_same_machine_runs_give_no_difference_warning():
@@ -139,7 +211,7 @@ def test_same_machine_runs_give_no_difference_warning():
 
 def test_markdown_is_cut_to_fit_a_comment_and_says_so():
     sections = [["## head", ""]] + [["x" * 1000] * 10 for _ in range(10)] + [["<sub>the rest</sub>"]]
-    text = _fit_markdown(sections, limit=35_000)
+    text = fit_markdown(sections, limit=35_000)
     assert len(text) <= 35_000 and "left out to fit a GitHub comment" in text
     assert text.startswith("## head") and text.endswith("<sub>the rest</sub>")
 
@@ -241,7 +313,7 @@ def test_some_failed_samples_are_reported_not_refused(tmp_path):
             for i in range(5)]
     path = _write(tmp_path / "some.csv", rows)
     code, out = invoke("report", "--format", "markdown", path)
-    assert code == 0 and "✗" in out
+    assert code == 0 and "bytes wrong in some samples (1 figure): host/shared-buffer 64 B" in out
 
 
 def test_the_first_bad_file_of_several_is_named(tmp_path):

@@ -242,7 +242,8 @@ BAD_FILES = {
     "plain csv": (b"a,b,c\n1,2,3\n", "not a gpuipc-bench results file"),
     "other comment": (b"# some other tool\n# schema_version: 1\n", "not a gpuipc-bench results file"),
     "newer schema": (_replace_schema(valid_text(), str(SCHEMA_VERSION + 1)).encode(),
-                     f"written by a newer gpuipc-bench (schema {SCHEMA_VERSION + 1}); this one reads schema {SCHEMA_VERSION}"),
+                     f"written by a newer gpuipc-bench (schema {SCHEMA_VERSION + 1}); "
+                     f"this one reads schema {SCHEMA_VERSION}"),
     "schema not a number": (_replace_schema(valid_text(), "one").encode(), "schema_version"),
     "no schema": (valid_text().replace(f"# schema_version: {SCHEMA_VERSION}\n", "").encode(), "schema_version"),
     "header only magic": (b"# gpuipc-bench results\n# schema_version: 1\n", "no column header"),

@@ -1,248 +1,389 @@
-"""Verdicts (fastest path per size band), break-even sizes and run comparison, on hand-made frames."""
+"""The verdict (rankings per size band, ties decided by a U test and a minimum effect) and the
+break-even, on hand-made frames with seeded noise."""
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 
 import pandas as pd
 import pytest
 
+from gpuipc_bench.analysis import analyse, samples_by_condition, summarize
+from gpuipc_bench.paths import BUILTIN
 from gpuipc_bench.results import empty_frame, new_row, typed_frame
-from gpuipc_bench.stats import Band, Crossing, break_even, compare, summarize, verdicts
+from gpuipc_bench.verdict import (
+    Band,
+    Crossing,
+    _u_counts,
+    break_even,
+    candidates,
+    differ,
+    mann_whitney_p,
+    rankings,
+)
 
 KIB, MIB = 1 << 10, 1 << 20
 SIZES = (4, 4 * KIB, MIB, 4 * MIB, 16 * MIB)
+PATHS = {p.name: p for p in BUILTIN}
 
 
 def frame(rows: list[dict]) -> pd.DataFrame:
-    return typed_frame(pd.DataFrame.from_records(rows))
+    return typed_frame(pd.DataFrame.from_records(rows)) if rows else empty_frame()
 
 
-def measured(path, variant, seconds_at, sizes=SIZES, src="0", dst="0", samples=5, verified=True, **fields):
-    """`samples` rows per size, each `seconds_at(size)` (the median, exactly)."""
+def measured(path, variant, seconds_at, sizes=SIZES, src="0", dst="0", n=10, noise=0.0, seed=1, measure="stream",
+             workers=2, sharing="time-sliced", verified=True, **fields):
+    """`n` samples per size around `seconds_at(size)`: noise 0 gives a tiny deterministic
+    spread (0.01%), else Gaussian noise of that relative size, seeded."""
+    rng = random.Random(f"{path}/{variant}/{seed}")
     rows = []
     for size in sizes:
-        for i in range(samples):
-            rows.append(new_row(scenario=path, path=path, variant=variant, src=src, dst=dst, bytes=size, iteration=i,
-                                seconds=seconds_at(size), verified=verified, workers=2, sharing="time-sliced",
-                                **fields))
+        for i in range(n):
+            jitter = rng.gauss(0, noise) if noise else 1e-4 * ((i % 5) - 2)
+            rows.append(new_row(scenario=path, path=path, variant=variant, measure=measure, src=src, dst=dst,
+                                bytes=size, iteration=i, seconds=seconds_at(size) * (1 + jitter), verified=verified,
+                                workers=workers, sharing=sharing, **fields))
     return rows
 
 
-def setup_row(path, op, seconds, nbytes=0, src="0", dst="0"):
-    return new_row(scenario=path, path=path, variant=op, metric="setup", src=src, dst=dst, bytes=nbytes,
-                   seconds=seconds, workers=2, sharing="time-sliced")
+def setup_rows(path, op, seconds, nbytes=0, src="0", dst="0", n=6, spread=0.01):
+    return [new_row(scenario=path, path=path, variant=op, metric="setup", src=src, dst=dst, bytes=nbytes,
+                    seconds=seconds * (1 + spread * (i - n / 2) / n), iteration=i, workers=2, sharing="time-sliced")
+            for i in range(n)]
 
 
 def linear(latency_s: float, gbps: float):
     return lambda size: latency_s + size / (gbps * 1e9)
 
 
-def summary_of(*groups: list[dict]) -> pd.DataFrame:
-    return summarize(frame([row for group in groups for row in group]))
+def ranked(*groups, min_effect=0.02, mixed=False):
+    df = frame([row for group in groups for row in group])
+    found = samples_by_condition(df)
+    return rankings(summarize(df, found, PATHS), found, PATHS, min_effect=min_effect, mixed_measures=mixed)
 
 
-# --------------------------------------------------------------------------- verdicts
+def bands(ranking):
+    return [(b.lo_bytes, b.hi_bytes, b.winner) for b in ranking.bands]
 
 
-def test_two_paths_split_the_sizes_into_two_bands():
+# --------------------------------------------------------------------------- the U test
+
+
+def test_exact_distribution_counts_every_ordering():
+    for m, n in ((1, 1), (3, 4), (5, 5), (8, 3)):
+        counts = _u_counts(m, n)
+        assert len(counts) == m * n + 1 and sum(counts) == math.comb(m + n, m)
+        assert counts == counts[::-1]  # symmetric about m n / 2
+
+
+def test_exact_p_values_of_fully_separated_samples():
+    assert mann_whitney_p([1, 2, 3], [4, 5, 6]) == pytest.approx(2 / 20)
+    assert mann_whitney_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10]) == pytest.approx(2 / 252)
+    assert mann_whitney_p([6, 7, 8, 9, 10], [1, 2, 3, 4, 5]) == pytest.approx(2 / 252)
+
+
+def test_exact_p_value_by_brute_force():
+    a, b = [1.0, 4.0, 6.0, 7.5], [2.0, 3.0, 5.0, 8.0, 9.0]
+    pooled = a + b
+    u_obs = sum(x > y for x in a for y in b)
+    us = [sum(pooled[i] > pooled[j] for i in idx for j in set(range(9)) - set(idx))
+          for idx in itertools.combinations(range(9), 4)]
+    expected = 2 * min(sum(u <= u_obs for u in us), sum(u >= u_obs for u in us)) / len(us)
+    assert mann_whitney_p(a, b) == pytest.approx(min(1.0, expected))
+
+
+def test_normal_approximation_with_ties_agrees_with_the_exact_test_roughly():
+    rng = random.Random(3)
+    a = [rng.gauss(1.0, 0.1) for _ in range(20)]
+    b = [rng.gauss(1.08, 0.1) for _ in range(20)]
+    exact = mann_whitney_p(a, b)
+    tied = mann_whitney_p([round(x, 2) for x in a], [round(x, 2) for x in b])  # ties: the normal approximation
+    assert abs(exact - tied) < 0.03
+
+
+def test_identical_or_empty_samples_are_no_evidence():
+    assert mann_whitney_p([1.0] * 10, [1.0] * 10) == 1.0
+    assert mann_whitney_p([], [1.0, 2.0]) == 1.0
+
+
+def test_a_3_percent_gap_with_0_2_percent_noise_is_a_difference():
+    rng = random.Random(11)
+    a = [1.00 * (1 + rng.gauss(0, 0.002)) for _ in range(20)]
+    b = [1.03 * (1 + rng.gauss(0, 0.002)) for _ in range(20)]
+    assert differ(a, b) and differ(b, a)
+
+
+def test_an_8_percent_gap_with_20_percent_noise_is_a_tie():
+    rng = random.Random(5)
+    a = [1.00 * (1 + rng.gauss(0, 0.2)) for _ in range(20)]
+    b = [1.08 * (1 + rng.gauss(0, 0.2)) for _ in range(20)]
+    assert mann_whitney_p(a, b) > 0.05
+    assert not differ(a, b)
+
+
+def test_a_significant_gap_under_the_minimum_effect_is_a_tie():
+    a = [1.000 + 1e-5 * i for i in range(20)]
+    b = [1.015 + 1e-5 * i for i in range(20)]
+    assert mann_whitney_p(a, b) < 1e-6
+    assert not differ(a, b) and differ(a, b, min_effect=0.01)
+
+
+# --------------------------------------------------------------------------- candidates
+
+
+def test_only_paths_between_the_same_two_processes_are_candidates():
+    rows = (measured("ipc", "ce", linear(2e-6, 1000))
+            + measured("sharing", "d2d", linear(1e-6, 2000), workers=1)
+            + measured("sharing", "d2d-aggregate", linear(1e-6, 5000), workers=2)
+            + measured("peer", "p2p-off", linear(1e-6, 5000), src="0", dst="1")
+            + measured("peer", "ce", linear(3e-6, 300), src="0", dst="1")
+            + measured("ceiling", "d2d@0", linear(0.5e-6, 3000))
+            + measured("host", "shared-buffer", linear(1e-6, 3000), src="host", dst="host")
+            + measured("ipc", "sm", linear(1e-6, 3000), workers=4)
+            + measured("ipc", "push", linear(1e-6, 3000), verified=False))
+    summary = summarize(frame(rows), paths=PATHS)
+    assert sorted(set(candidates(summary, PATHS)["label"])) == ["ipc/ce", "peer/ce"]
+
+
+def test_aggregates_and_sharing_rows_never_win():
+    r = ranked(measured("ipc", "ce", linear(2e-6, 1000)),
+               measured("sharing", "d2d-aggregate", linear(1e-6, 5000)),
+               measured("staging", "pinned", linear(20e-6, 25), measure="handoff"), mixed=True)
+    (only,) = r
+    assert only.candidates == ("staging/pinned", "ipc/ce")
+    assert {b.winner for b in only.bands} == {"ipc/ce"}
+
+
+# --------------------------------------------------------------------------- winners, bands, ties
+
+
+def test_winner_per_size_then_bands():
     # staging: low latency, low bandwidth; ipc: high latency, high bandwidth -> crossing near 1.5 MB
-    s = summary_of(measured("staging", "pinned", linear(2e-6, 20)), measured("ipc", "ce", linear(80e-6, 1000)))
-    (v,) = verdicts(s)
-    assert (v.src, v.dst) == ("0", "0")
-    assert v.candidates == ("staging/pinned", "ipc/ce")
-    assert [(b.lo_bytes, b.hi_bytes, b.winner) for b in v.bands] == [(4, MIB, "staging/pinned"),
-                                                                     (4 * MIB, 16 * MIB, "ipc/ce")]
-    small, large = v.bands
+    (r,) = ranked(measured("staging", "pinned", linear(2e-6, 20)), measured("ipc", "ce", linear(80e-6, 1000)))
+    assert (r.src, r.dst, r.sharing, r.measure) == ("0", "0", "time-sliced", "stream")
+    assert bands(r) == [(4, MIB, "staging/pinned"), (4 * MIB, 16 * MIB, "ipc/ce")]
+    small, large = r.bands
     assert small.runner_up == "ipc/ce" and large.runner_up == "staging/pinned"
-    # the other path's time over the winner's, size by size over the band
-    assert small.margin_min == pytest.approx(linear(80e-6, 1000)(MIB) / linear(2e-6, 20)(MIB))
-    assert small.margin_max == pytest.approx(linear(80e-6, 1000)(4) / linear(2e-6, 20)(4))
-    assert large.winner_gbps == pytest.approx(16 * MIB / linear(80e-6, 1000)(16 * MIB) / 1e9)
-    assert large.winner_lo_s == pytest.approx(linear(80e-6, 1000)(4 * MIB))
+    assert small.margin_min == pytest.approx(linear(80e-6, 1000)(MIB) / linear(2e-6, 20)(MIB), rel=1e-3)
+    assert small.margin_max == pytest.approx(linear(80e-6, 1000)(4) / linear(2e-6, 20)(4), rel=1e-3)
+    assert large.winner_gbps[1] == pytest.approx(16 * MIB / linear(80e-6, 1000)(16 * MIB) / 1e9, rel=1e-3)
+    lo, med, hi = large.winner_gbps
+    assert lo <= med <= hi
 
 
-def test_figures_within_the_tie_margin_do_not_split_a_band():
-    # ce and push alternate as the fastest by 1-2%: one band, the other named as tied
-    wobble = {4: 1.00, 4 * KIB: 1.02, MIB: 0.99, 4 * MIB: 1.015, 16 * MIB: 0.985}
-    s = summary_of(measured("ipc", "ce", linear(2e-6, 500)),
-                   measured("ipc", "push", lambda size: linear(2e-6, 500)(size) * wobble[size]),
-                   measured("staging", "pinned", linear(20e-6, 25)))
-    (v,) = verdicts(s)
-    (band,) = v.bands
+def test_the_fastest_median_wins_each_size_not_the_longest_run():
+    # push is fastest at 4 B and 16 MiB by 5%, ce everywhere between: three bands, never push over ce's sizes
+    push = {4: 0.95, 4 * KIB: 1.05, MIB: 1.05, 4 * MIB: 1.05, 16 * MIB: 0.95}
+    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500)),
+                  measured("ipc", "push", lambda s: linear(2e-6, 500)(s) * push[s]))
+    assert bands(r) == [(4, 4, "ipc/push"), (4 * KIB, 4 * MIB, "ipc/ce"), (16 * MIB, 16 * MIB, "ipc/push")]
+    for band in r.bands:
+        for size in band.sizes:
+            result = next(s for s in r.sizes if s.bytes == size)
+            assert band.winner in result.leaders  # fastest, or tied with the fastest
+
+
+def test_ties_merge_sizes_and_are_listed_with_the_winner():
+    # ce and push alternate as the fastest by under 2%: one band, the other tied
+    wobble = {4: 1.00, 4 * KIB: 1.015, MIB: 0.99, 4 * MIB: 1.01, 16 * MIB: 0.985}
+    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500)),
+                  measured("ipc", "push", lambda s: linear(2e-6, 500)(s) * wobble[s]),
+                  measured("staging", "pinned", linear(20e-6, 25)))
+    (band,) = r.bands
     assert (band.lo_bytes, band.hi_bytes) == (4, 16 * MIB)
-    assert band.winner in ("ipc/ce", "ipc/push") and band.tied == tuple({"ipc/ce", "ipc/push"} - {band.winner})
+    assert {band.winner, *band.tied} == {"ipc/ce", "ipc/push"}
     assert band.runner_up == "staging/pinned" and band.margin_min > 1
 
 
-def test_a_tie_margin_of_zero_splits_on_every_change_of_leader():
-    wobble = {4: 1.00, 4 * KIB: 1.02, MIB: 0.99, 4 * MIB: 1.015, 16 * MIB: 0.985}
-    s = summary_of(measured("ipc", "ce", linear(2e-6, 500)),
-                   measured("ipc", "push", lambda size: linear(2e-6, 500)(size) * wobble[size]))
-    (v,) = verdicts(s, tie=0.0)
-    assert len(v.bands) == 4  # push ties at 4 B and wins there in the tie-break; then ce, push, ce, push
-    assert all(b.runner_up is None for b in v.bands)  # one path only: no other path to name
+def test_a_3_percent_gap_with_0_2_percent_noise_wins_the_band():
+    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500), noise=0.002, n=20),
+                  measured("ipc", "push", lambda s: linear(2e-6, 500)(s) * 1.03, noise=0.002, n=20))
+    (band,) = r.bands
+    assert band.winner == "ipc/ce" and band.tied == () and band.tied_at == ()
+    assert band.runner_up == "ipc/push" and 1.02 < band.margin_min <= band.margin_max < 1.04
 
 
-def test_ceilings_and_failed_samples_never_win():
-    s = summary_of(
-        measured("staging", "pinned", linear(20e-6, 25)),
-        measured("ipc", "sm", linear(1e-6, 2000), verified=False),  # fastest, but the bytes were wrong
-        measured("ceiling", "d2d@0", linear(0.5e-6, 3000)),
-    )
-    (v,) = verdicts(s)
-    assert v.candidates == ("staging/pinned",)
-    assert [b.winner for b in v.bands] == ["staging/pinned"]
+def test_an_8_percent_gap_with_20_percent_noise_names_no_winner_over_the_other():
+    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500), noise=0.2, n=20),
+                  measured("ipc", "push", lambda s: linear(2e-6, 500)(s) * 1.08, noise=0.2, n=20))
+    for s in r.sizes:
+        # Either both are ranked and tied, or (their interval being wide) they are not ranked at all.
+        assert len(s.leaders) == len(s.medians)
 
 
-def test_each_link_has_its_verdict_gpu_links_first():
-    s = summary_of(
-        measured("mmap", "h2d", linear(2e-6, 50), src="host", dst="0"),
-        measured("peer", "ce", linear(3e-6, 300), src="0", dst="1"),
-        measured("ipc", "ce", linear(2e-6, 1000)),
-    )
-    assert [(v.src, v.dst) for v in verdicts(s)] == [("0", "0"), ("0", "1"), ("host", "0")]
+def test_a_bimodal_group_is_not_ranked_and_the_verdict_says_why():
+    twin = {4 * KIB: True}
+
+    def bimodal(size):
+        return linear(1e-6, 600)(size)
+
+    rows = measured("ipc", "ce", linear(2e-6, 500))
+    push = measured("ipc", "push", bimodal)
+    for row in push:
+        if twin.get(row["bytes"]) and row["iteration"] % 2:
+            row["seconds"] *= 1.10
+    (r,) = ranked(rows, push)
+    at = next(s for s in r.sizes if s.bytes == 4 * KIB)
+    assert at.fastest == "ipc/ce" and at.unranked == (("ipc/push", "bimodal"),)
+    band = next(b for b in r.bands if 4 * KIB in b.sizes)
+    assert band.winner == "ipc/ce" and ("ipc/push", "bimodal", (4 * KIB,)) in band.unranked
 
 
-def test_sizes_measured_by_one_path_only_still_get_a_winner():
-    s = summary_of(measured("staging", "pinned", linear(20e-6, 25), sizes=(4, 4 * KIB, MIB)),
-                   measured("ipc", "ce", linear(2e-6, 1000), sizes=(MIB, 16 * MIB)))
-    (v,) = verdicts(s)
-    assert [(b.lo_bytes, b.hi_bytes, b.winner) for b in v.bands] == [(4, 4 * KIB, "staging/pinned"),
-                                                                     (MIB, 16 * MIB, "ipc/ce")]
+def test_few_samples_are_not_ranked_and_nothing_ranked_gives_a_band_without_winner():
+    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500), n=3), measured("ipc", "sm", linear(2e-6, 500), n=4))
+    (band,) = r.bands
+    assert band.winner is None and {lab for lab, _, _ in band.unranked} == {"ipc/ce", "ipc/sm"}
 
 
-def test_no_samples_no_verdicts():
-    assert verdicts(summarize(empty_frame())) == [] and break_even(summarize(empty_frame())) == []
-    s = summary_of([setup_row("ipc", "ipc_open_cold", 1e-4)])
-    assert verdicts(s) == []
+def test_links_sharing_modes_and_measures_are_ranked_apart():
+    r = ranked(measured("ipc", "ce", linear(2e-6, 1000)),
+               measured("ipc", "ce", linear(20e-6, 1000), measure="handoff"),
+               measured("staging", "pinned", linear(20e-6, 25), measure="handoff"),
+               measured("ipc", "sm", linear(2e-6, 1000), sharing="mps"),
+               measured("mmap", "h2d", linear(2e-6, 50), src="host", dst="0"),
+               measured("peer", "ce", linear(3e-6, 300), src="0", dst="1", sharing="exclusive"))
+    assert [(x.src, x.dst, x.sharing, x.measure) for x in r] == [
+        ("0", "0", "mps", "stream"), ("0", "0", "time-sliced", "handoff"), ("0", "0", "time-sliced", "stream"),
+        ("0", "1", "exclusive", "stream"), ("host", "0", "time-sliced", "stream")]
+    handoff = r[1]
+    assert handoff.candidates == ("staging/pinned", "ipc/ce")
+
+
+def test_a_schema_1_file_is_ranked_with_its_measures_mixed():
+    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 1000)),
+                  measured("staging", "pinned", linear(20e-6, 25), measure="handoff"), mixed=True)
+    assert r.measure == "mixed" and set(r.candidates) == {"ipc/ce", "staging/pinned"}
+
+
+def test_l2_resident_sizes_are_marked():
+    rows = measured("ipc", "ce", linear(2e-6, 1000)) + measured("ipc", "sm", linear(2e-6, 800))
+    for row in rows:
+        row["l2_resident"] = row["bytes"] <= MIB
+    (r,) = ranked(rows)
+    assert r.bands[0].l2_sizes == (4, 4 * KIB, MIB)
+
+
+def test_the_margin_never_says_the_next_path_is_faster():
+    rng = random.Random(9)
+    for trial in range(20):
+        factors = {s: rng.uniform(0.9, 1.1) for s in SIZES}
+        groups = [measured("ipc", v, lambda s, f=factors, k=k: linear(2e-6, 500)(s) * (f[s] if k else 1),
+                           noise=0.01, n=12, seed=trial) for k, v in enumerate(("ce", "sm"))]
+        groups.append(measured("staging", "pinned", lambda s: linear(2e-6, 500)(s) * rng.uniform(0.95, 1.2),
+                               noise=0.01, n=12, seed=trial))
+        for r in ranked(*groups):
+            for band in r.bands:
+                assert math.isnan(band.margin_min) or band.margin_min > 1
+
+
+def test_no_samples_no_rankings():
+    assert ranked([]) == []
+    df = frame(setup_rows("ipc", "ipc_open_cold", 1e-4))
+    assert analyse(df, {"schema_version": "2"}).rankings == []
+
+
+def test_band_defaults():
+    band = Band(lo_bytes=4, hi_bytes=8, sizes=(4, 8), winner="ipc/ce")
+    assert band.runner_up is None and math.isnan(band.margin_min) and band.tied == ()
 
 
 # --------------------------------------------------------------------------- break-even
-
 
 STAGING = linear(20e-6, 25)  # 20 µs + 25 GB/s
 IPC = linear(2e-6, 1000)
 
 
+def break_even_of(*groups, amortise_over=1000, mixed=False):
+    df = frame([row for group in groups for row in group])
+    found = samples_by_condition(df)
+    return break_even(summarize(df, found, PATHS), PATHS, found, amortise_over=amortise_over, mixed_measures=mixed)
+
+
 def test_break_even_amortised_and_per_transfer():
-    s = summary_of(measured("staging", "pinned", STAGING), measured("ipc", "ce", IPC),
-                   [setup_row("ipc", "ipc_open_cold", 100e-6, nbytes=16 * MIB)])
-    (be,) = break_even(s, amortise_over=1000)
+    (be,) = break_even_of(measured("staging", "pinned", STAGING), measured("ipc", "ce", IPC),
+                          setup_rows("ipc", "ipc_open_cold", 100e-6, nbytes=16 * MIB))
     assert (be.path, be.src, be.dst, be.setup, be.variants) == ("ipc", "0", "0", ("ipc_open_cold",), ("ce",))
-    assert be.setup_s == pytest.approx(100e-6) and not be.size_dependent and not be.composed
+    assert be.baseline == "staging" and be.measure == "stream" and be.setup_samples == 6
+    assert be.setup_s == pytest.approx(100e-6, rel=0.01) and be.setup_lo_s < be.setup_s < be.setup_hi_s
     assert be.sizes == SIZES
-    # 0.1 µs per transfer: ipc wins everywhere
-    assert be.amortised == Crossing(4, None, ((4, 16 * MIB),))
+    assert be.amortised == Crossing(4, None, ((4, 16 * MIB),), 4, 4)  # 0.1 µs per transfer: wins everywhere
     # 100 µs + 2 µs + s/1e12 < 20 µs + s/25e9  <=>  s > 2.1 MB: from 4 MiB, loses at 1 MiB
-    assert be.per_transfer == Crossing(4 * MIB, MIB, ((4 * MIB, 16 * MIB),))
-    # N = 1 is the per-transfer case
-    (once,) = break_even(s, amortise_over=1)
-    assert once.amortised == be.per_transfer
+    assert be.per_transfer.from_bytes == 4 * MIB and be.per_transfer.last_loss == MIB
+    assert not be.per_transfer.uncertain
+    (once,) = break_even_of(measured("staging", "pinned", STAGING), measured("ipc", "ce", IPC),
+                            setup_rows("ipc", "ipc_open_cold", 100e-6), amortise_over=1)
+    assert once.amortised.from_bytes == be.per_transfer.from_bytes
+
+
+def test_break_even_carries_the_uncertainty_of_a_wide_setup_cost():
+    # the cost spreads 50-150 µs: at 1 MiB it may win (50 µs) or lose (150 µs)
+    sizes = (256 * KIB, MIB, 2 * MIB, 4 * MIB, 16 * MIB)
+    (be,) = break_even_of(measured("staging", "pinned", STAGING, sizes=sizes), measured("ipc", "ce", IPC, sizes=sizes),
+                          setup_rows("ipc", "ipc_open_cold", 100e-6, n=10, spread=1.0))
+    c = be.per_transfer
+    assert c.uncertain and c.earliest < c.latest
+    assert c.earliest <= c.from_bytes <= c.latest
 
 
 def test_break_even_never_when_the_setup_is_too_dear():
-    s = summary_of(measured("staging", "pinned", STAGING), measured("ipc", "ce", IPC),
-                   [setup_row("ipc", "ipc_open_cold", 10.0)])
-    (be,) = break_even(s, amortise_over=10)
-    assert be.amortised == Crossing(None, None, ()) and be.amortised.never
-    assert be.per_transfer.never
+    (be,) = break_even_of(measured("staging", "pinned", STAGING), measured("ipc", "ce", IPC),
+                          setup_rows("ipc", "ipc_open_cold", 10.0))
+    assert be.amortised.never and be.per_transfer.never and be.amortised.from_bytes is None
 
 
-def test_break_even_that_holds_only_below_a_size_has_no_break_even_size():
-    slow_at_large = linear(1e-6, 5)  # faster than staging when small, slower when large
-    s = summary_of(measured("staging", "pinned", STAGING), measured("ipc", "ce", slow_at_large),
-                   [setup_row("ipc", "ipc_open_cold", 1e-6)])
-    (be,) = break_even(s)
-    assert be.amortised.from_bytes is None and be.amortised.wins == ((4, 4 * KIB),)
-    assert not be.amortised.never
+def test_break_even_needs_the_baseline_on_the_same_link_and_a_cost_measured_there():
+    # peer 0 -> 1 with staging measured only 0 -> 0: no break-even (never set against another link)
+    assert break_even_of(measured("staging", "pinned", STAGING), measured("peer", "ce", linear(3e-6, 300), src="0",
+                                                                          dst="1"),
+                         setup_rows("peer", "ipc_open_cold", 2e-3, src="0", dst="1")) == []
+    # a cost measured between other devices is not charged
+    assert break_even_of(measured("staging", "pinned", STAGING, src="0", dst="1"),
+                         measured("peer", "ce", linear(3e-6, 300), src="0", dst="1"),
+                         setup_rows("peer", "peer_enable", 1e-3, src="2", dst="3")) == []
+    (be,) = break_even_of(measured("staging", "pinned", STAGING, src="0", dst="1"),
+                          measured("peer", "ce", linear(3e-6, 300), src="0", dst="1"),
+                          measured("peer", "p2p-off", linear(15e-6, 30), src="0", dst="1"),  # a reference: left out
+                          setup_rows("peer", "ipc_open_cold", 2e-3, src="0", dst="1"),
+                          setup_rows("peer", "peer_enable", 1e-3, src="1", dst="0"),  # the same two devices
+                          setup_rows("peer", "peer_enable", 9e-3, src="2", dst="0"))
+    assert be.variants == ("ce",) and be.setup == ("ipc_open_cold", "peer_enable")
+    assert be.setup_s == pytest.approx(3e-3, rel=0.02)
 
 
-def test_break_even_takes_the_best_variant_of_each_side_at_each_size():
-    s = summary_of(measured("staging", "pinned", STAGING), measured("staging", "pipelined", linear(200e-6, 50)),
-                   measured("ipc", "sm", linear(2e-6, 100)), measured("ipc", "ce", IPC),
-                   [setup_row("ipc", "ipc_open_cold", 100e-6)])
-    (be,) = break_even(s)
-    assert set(be.variants) == {"ce", "sm"}
-    # per transfer: vs the best staging (pinned below ~10 MB, pipelined above)
-    best_staging = {n: min(STAGING(n), linear(200e-6, 50)(n)) for n in SIZES}
-    wins = [100e-6 + IPC(n) < best_staging[n] for n in SIZES]
-    assert wins == [False, False, False, True, True]
-    assert be.per_transfer == Crossing(4 * MIB, MIB, ((4 * MIB, 16 * MIB),))
+def test_break_even_charges_a_host_registration_by_one_of_the_two_processes():
+    rows = (measured("staging", "pinned", STAGING, measure="handoff"), measured("mmap", "dma", linear(2e-6, 50),
+                                                                               measure="handoff"))
+    (be,) = break_even_of(*rows, setup_rows("mmap", "host_register", 1e-3, src="host", dst="0"))
+    assert be.setup == ("host_register",) and not be.composed and be.setup_s == pytest.approx(1e-3, rel=0.01)
+    assert break_even_of(*rows, setup_rows("mmap", "host_register", 1e-3, src="host", dst="2")) == []
 
 
-def test_break_even_needs_staging_and_a_setup_cost():
-    assert break_even(summary_of(measured("ipc", "ce", IPC), [setup_row("ipc", "ipc_open_cold", 1e-4)])) == []
-    assert break_even(summary_of(measured("staging", "pinned", STAGING), measured("ipc", "ce", IPC))) == []
+def test_break_even_compares_one_measure_handoff_first():
+    (be,) = break_even_of(measured("staging", "pinned", STAGING, measure="handoff"),
+                          measured("staging", "pinned", linear(10e-6, 25), measure="stream"),
+                          measured("ipc", "ce", IPC, measure="stream"),
+                          measured("ipc", "ce", linear(15e-6, 1000), measure="handoff"),
+                          setup_rows("ipc", "ipc_open_cold", 100e-6))
+    assert be.measure == "handoff"
+    assert break_even_of(measured("staging", "pinned", STAGING, measure="handoff"), measured("ipc", "ce", IPC),
+                         setup_rows("ipc", "ipc_open_cold", 100e-6)) == []  # nothing like-for-like
+    (mixed,) = break_even_of(measured("staging", "pinned", STAGING, measure="handoff"), measured("ipc", "ce", IPC),
+                             setup_rows("ipc", "ipc_open_cold", 100e-6), mixed=True)
+    assert mixed.measure == "mixed"
 
 
 def test_break_even_of_mmap_adds_its_halves_and_pays_registration_by_size():
     halves = linear(2e-6, 50)
-    register = {n: 50e-6 + n / 5e9 for n in SIZES}  # host_register grows with the buffer
-    s = summary_of(
+    register = {n: 50e-6 + n / 5e9 for n in SIZES}
+    (be,) = break_even_of(
         measured("staging", "pinned", STAGING),
         measured("mmap", "d2h", halves, src="0", dst="host"),
         measured("mmap", "h2d", halves, src="host", dst="0"),
-        measured("mmap", "zero-copy-read", linear(3e-6, 40), src="host", dst="0"),
-        [setup_row("mmap", "host_register", register[n], nbytes=n, src="host", dst="0") for n in SIZES],
+        *[setup_rows("mmap", "host_register", register[n], nbytes=n, src="host", dst="0", spread=0) for n in SIZES],
     )
-    (be,) = break_even(s, amortise_over=1000)
     assert be.composed and be.size_dependent and (be.src, be.dst) == ("0", "0")
     assert be.setup_s == pytest.approx(register[16 * MIB]) and be.setup_min_s == pytest.approx(register[4])
     wins = [register[n] / 1000 + 2 * halves(n) < STAGING(n) for n in SIZES]
-    per = [register[n] + 2 * halves(n) < STAGING(n) for n in SIZES]
-    assert be.amortised.wins == _runs(wins) and be.per_transfer.wins == _runs(per)
-
-
-def _runs(wins):
-    out, start = [], None
-    for i, won in enumerate(wins):
-        if won and start is None:
-            start = i
-        if start is not None and (not won or i == len(wins) - 1):
-            out.append((SIZES[start], SIZES[i if won else i - 1]))
-            start = None
-    return tuple(out)
-
-
-def test_break_even_of_peer_falls_back_to_staging_on_another_gpu_link_and_adds_both_costs():
-    s = summary_of(
-        measured("staging", "pinned", STAGING),  # GPU 0 -> GPU 0 only
-        measured("peer", "ce", linear(3e-6, 300), src="0", dst="1"),
-        measured("peer", "p2p-off", linear(15e-6, 30), src="0", dst="1"),  # no setup: left out
-        [setup_row("peer", "ipc_open_cold", 2e-3, nbytes=16 * MIB, src="0", dst="1"),
-         setup_row("peer", "peer_enable", 1e-3, src="0", dst="1"),
-         setup_row("peer", "peer_enable", 1.5e-3, src="1", dst="0")],
-    )
-    (be,) = break_even(s)
-    assert (be.src, be.dst, be.baseline_src, be.baseline_dst) == ("0", "1", "0", "0")
-    assert be.variants == ("ce",)
-    assert be.setup == ("ipc_open_cold", "peer_enable") and be.setup_s == pytest.approx(3e-3)
-
-
-# --------------------------------------------------------------------------- comparing runs
-
-
-def test_compare_gives_ratios_of_medians_per_path_variant_and_size():
-    first = summary_of(measured("ipc", "ce", IPC), [setup_row("ipc", "ipc_open_cold", 100e-6)])
-    faster = summary_of(measured("ipc", "ce", lambda n: IPC(n) / 2), [setup_row("ipc", "ipc_open_cold", 50e-6)],
-                        measured("peer", "ce", IPC, src="0", dst="1"))
-    out = compare([first, faster])
-    bw = out[(out["metric"] == "bandwidth") & (out["path"] == "ipc")]
-    assert len(bw) == len(SIZES) and set(bw["run"]) == {1}
-    assert bw["ratio"].to_numpy() == pytest.approx([2.0] * len(SIZES))  # GB/s doubled
-    setup = out[out["metric"] == "setup"]
-    assert setup["ratio"].iloc[0] == pytest.approx(0.5)  # half the time
-    only_second = out[out["path"] == "peer"]
-    assert len(only_second) == len(SIZES) and only_second["ratio"].isna().all()
-    assert only_second["base_s"].isna().all() and only_second["other_s"].notna().all()
-
-
-def test_compare_needs_two_runs():
-    with pytest.raises(ValueError):
-        compare([summary_of(measured("ipc", "ce", IPC))])
-
-
-def test_band_margin_is_nan_without_another_path():
-    band = Band(lo_bytes=4, hi_bytes=8, winner="ipc/ce", winner_gbps=1.0)
-    assert band.runner_up is None and math.isnan(band.margin_min)
+    assert [any(lo <= n <= hi for lo, hi in be.amortised.wins) for n in SIZES] == wins

@@ -40,7 +40,7 @@ class Gate:
     def __init__(self, kernels, timeout_s: float = GATE_TIMEOUT_S):
         self.kernels, self.device, self.timeout_s = kernels, kernels.device, timeout_s
         self._page = PinnedHostBuffer(64, kernels.device)
-        self._words = self._page.numpy(64).view(np.uint32)
+        self._words: Any = self._page.numpy(64).view(np.uint32)
         self._words[:] = 0
         self.generation = 0
 
@@ -101,7 +101,7 @@ class SharedGate(Gate):
     def __init__(self, kernels, page: SharedGatePage, timeout_s: float = GATE_TIMEOUT_S):
         super().__init__(kernels, timeout_s)
         self._shared_addr, self._keeper = mmap_address(page.mm)
-        self._shared = np.frombuffer(page.mm, dtype=np.uint32, count=1)
+        self._shared: Any = np.frombuffer(page.mm, dtype=np.uint32, count=1)
         self._registration = HostRegistration(self._shared_addr, SharedGatePage.SIZE, kernels.device)
         self.generation = int(self._shared[0])
 
@@ -154,6 +154,8 @@ class Marks:
     def stamped(self) -> tuple[int, int]:
         from gpuipc_bench.gpu.memory import read_words
 
+        if self.stamps is None:
+            raise ValueError("these marks were made without stamps")
         words = read_words(self.stamps, 2, self.stream, self.device)
         return int(words[0]), int(words[1])
 

@@ -1,0 +1,159 @@
+"""Reports from results files: each run analysed once (analysis.analyse), one document
+built from the analysis (document.py), one renderer per format, in the way hyperfine keeps
+one exporter per format:
+
+  terminal.py   rich: the full report (`report`), the one-screen summary (end of `run`),
+                the comparison of runs; all width fitting
+  markdown.py   a compact summary for a GitHub issue
+  data.py       csv (the summary) and json (everything)
+  wording.py    every word and number format, once
+  tables.py     the tables, as strings, for any renderer
+
+The functions below are what the CLI calls.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuipc_bench.errors import BenchError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from rich.console import Console
+
+    from gpuipc_bench.analysis import RunAnalysis
+
+Run = tuple["pd.DataFrame", Mapping[str, str]]
+
+
+def load_runs(paths: Iterable[Path | str]) -> list[Run]:
+    """Read each results file; the first bad one raises ResultsFormatError naming it."""
+    from gpuipc_bench.results import read_results
+
+    return [read_results(Path(p)) for p in paths]
+
+
+def check_reportable(path: Path | str, df: pd.DataFrame, meta: Mapping[str, str]) -> None:
+    """Refuse, with one line, a run there is nothing to report on: no samples at all, or
+    measured samples that every one failed verification."""
+    status = meta.get("status", "").strip() or "unknown"
+    if df.empty:
+        raise BenchError(f"{path}: the run holds no samples (status: {status})")
+    flags = df.loc[df["metric"] != "setup", "verified"].dropna()
+    if len(flags) and not flags.astype(bool).any():
+        raise BenchError(f"{path}: every one of its {len(flags)} measured samples failed verification (the bytes "
+                         f"that arrived were not the bytes sent), so there is no figure to report (status: {status})")
+
+
+def analyse_runs(runs: Sequence[Run], min_effect: float | None = None,
+                 amortise_over: int | None = None) -> list[RunAnalysis]:
+    from gpuipc_bench.analysis import analyse
+
+    return [analyse(df, meta, min_effect=min_effect, amortise_over=amortise_over) for df, meta in runs]
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def render_run_summary(frame: pd.DataFrame, meta: Mapping[str, str], console: Console,
+                       source: str | Path | None = None) -> None:
+    """What `run` prints at the end: the machine in one line, the verdict per link (a line
+    per band: its sizes, the winner ~ what is tied, the margin to the next path), each
+    path's headline GB/s at a few sizes against its ceiling, the break-even sizes, and how
+    many warnings with the command that shows everything (`gpuipc-bench report SOURCE`).
+    It fits 80 columns without cutting a cell, in at most 40 lines."""
+    from gpuipc_bench.analysis import analyse
+    from gpuipc_bench.report import document, terminal
+
+    terminal.render_summary(document.build_summary(analyse(frame, meta), str(source) if source else None), console)
+
+
+def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: Console, source: str | None = None,
+                    detailed: bool = False, min_effect: float | None = None,
+                    amortise_over: int | None = None) -> None:
+    """The full report of one run: a table per path, metric, link and measure (every size),
+    the verdict and break-even, the warnings (a line per cause). detailed: every column and
+    every warning's figures."""
+    from gpuipc_bench.analysis import analyse
+    from gpuipc_bench.report import document, terminal
+
+    analysis = analyse(df, meta, min_effect=min_effect, amortise_over=amortise_over)
+    terminal.render_report(document.build_report(analysis, source, detailed), console)
+
+
+def render_comparison_terminal(runs: Sequence[Run], sources: Sequence[str], console: Console,
+                               analyses: Sequence[RunAnalysis] | None = None) -> None:
+    """After each run's own report: the runs named, the machine differences, and the ratio
+    tables of each run against run 1."""
+    from gpuipc_bench.analysis import compare
+    from gpuipc_bench.report import tables, terminal, wording
+
+    analyses = list(analyses) if analyses is not None else analyse_runs(runs)
+    comparison = compare([a.summary for a in analyses])
+    blocks = [(tables.comparison_tables(comparison, run), tables.only_in_one(comparison, run), run)
+              for run in range(1, len(analyses))]
+    terminal.render_comparison(sources, [" · ".join(wording.machine_summary(a.meta)) for a in analyses],
+                               wording.machine_differences([a.meta for a in analyses]), blocks, console)
+
+
+# --------------------------------------------------------------------------- markdown, data
+
+
+def render_markdown(df: pd.DataFrame, meta: Mapping[str, str], source: str | None = None,
+                    min_effect: float | None = None, amortise_over: int | None = None) -> str:
+    """A compact summary of one run to paste into a GitHub issue (markdown.py)."""
+    return render_markdown_runs([(df, meta)], [source] if source else [None], min_effect, amortise_over)
+
+
+def render_markdown_runs(runs: Sequence[Run], sources: Sequence[str | None], min_effect: float | None = None,
+                         amortise_over: int | None = None) -> str:
+    """One run: its summary. Several: the comparison first (machine differences, ratio tables
+    of each run against run 1), then each run's summary."""
+    from gpuipc_bench.analysis import compare
+    from gpuipc_bench.report import document, markdown
+
+    analyses = analyse_runs(runs, min_effect, amortise_over)
+    if len(analyses) == 1:
+        doc = document.build_report(analyses[0], sources[0])
+        return markdown.fit(markdown.sections(doc, analyses[0]))
+    comparison = compare([a.summary for a in analyses])
+    parts = markdown.comparison_sections(analyses, [str(s) for s in sources], comparison)
+    for i, (analysis, source) in enumerate(zip(analyses, sources)):
+        run_parts = markdown.sections(document.build_report(analysis, source), analysis, level="###")
+        run_parts[0][0] = f"## run {i + 1}: {source}"
+        parts += run_parts
+    parts.append(["<sub>all figures of every run: `gpuipc-bench report --format csv FILES`</sub>", ""])
+    return markdown.fit(parts)
+
+
+def render_csv(runs: Sequence[Run], sources: Sequence[str]) -> str:
+    from gpuipc_bench.report import data
+
+    return data.render_csv(analyse_runs(runs), sources)
+
+
+def render_json(runs: Sequence[Run], sources: Sequence[str], min_effect: float | None = None,
+                amortise_over: int | None = None) -> str:
+    from gpuipc_bench.analysis import compare
+    from gpuipc_bench.report import data
+
+    analyses = analyse_runs(runs, min_effect, amortise_over)
+    comparison = compare([a.summary for a in analyses]) if len(analyses) > 1 else None
+    return data.render_json(analyses, sources, comparison)
+
+
+def __getattr__(name: str):
+    if name == "MARKDOWN_LIMIT":  # without importing pandas for the other commands
+        from gpuipc_bench.report.markdown import MARKDOWN_LIMIT
+
+        return MARKDOWN_LIMIT
+    raise AttributeError(name)
+
+
+__all__ = [
+    "MARKDOWN_LIMIT", "analyse_runs", "check_reportable", "load_runs", "render_comparison_terminal", "render_csv",
+    "render_json", "render_markdown", "render_markdown_runs", "render_run_summary", "render_terminal",
+]

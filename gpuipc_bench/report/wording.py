@@ -1,0 +1,611 @@
+"""Every word and number format of the reports, defined once: the terminal, Markdown, the
+data exports' notes and the plots take their text from here.
+
+Numbers: about three significant digits (fmt_num), an interval as 'lo–hi' (fmt_interval) or
+as the distance its farther end reaches from the median (fmt_pm: '±0.4%'). Words: links,
+the machine, measures, why a figure is unstable, the warnings (one line per cause), the
+verdict's bands and the break-even.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+
+from gpuipc_bench.analysis import (
+    ABOVE_CEILING,
+    ABOVE_ITS_CEILING,
+    BIMODAL,
+    FAILED_VERIFICATION,
+    FEW_SAMPLES,
+    MAX_INTERVAL,
+    MIN_SAMPLES,
+    SLOW_FIRST_SAMPLE,
+    WIDE_INTERVAL,
+    StabilityWarning,
+)
+from gpuipc_bench.sizes import format_size
+from gpuipc_bench.verdict import MIXED, Band, BreakEven, Crossing, Ranking
+
+DASH = "—"
+
+# --------------------------------------------------------------------------- numbers
+
+
+def _missing(value) -> bool:
+    try:
+        return value is None or math.isnan(float(value))
+    except (TypeError, ValueError):
+        return True
+
+
+def fmt_num(value) -> str:
+    """About three significant digits: 1,450 / 137 / 27.1 / 2.40 / 0.290 / 4.10e-05."""
+    if _missing(value):
+        return DASH
+    v = float(value)
+    a = abs(v)
+    if a >= 1000:
+        return f"{v:,.0f}"
+    if a >= 100:
+        return f"{v:.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    if a == 0:
+        return "0"
+    return f"{v:#.3g}"
+
+
+def fmt_interval(lo, hi) -> str:
+    """'1,348–1,398'; a dash when either end is unknown (fewer than 6 samples)."""
+    if _missing(lo) or _missing(hi):
+        return DASH
+    return f"{fmt_num(lo)}–{fmt_num(hi)}"
+
+
+def halfwidth(lo, median, hi) -> float:
+    """How far the interval's farther end is from the median, as a fraction of it."""
+    if _missing(lo) or _missing(hi) or _missing(median) or not median:
+        return math.nan
+    return max(float(median) - float(lo), float(hi) - float(median)) / abs(float(median))
+
+
+def fmt_pm(lo, median, hi) -> str:
+    """The interval as '±0.4%' / '±3.2%' / '±12%' of the median; a dash without one."""
+    h = halfwidth(lo, median, hi)
+    if math.isnan(h):
+        return DASH
+    pct = h * 100
+    return f"±{pct:.1f}%" if pct < 10 else f"±{pct:.0f}%"
+
+
+def fmt_percent(fraction) -> str:
+    if _missing(fraction):
+        return DASH
+    pct = float(fraction) * 100
+    return f"{pct:.0f}%" if abs(pct) >= 10 else f"{pct:.1f}%"
+
+
+def fmt_verified(flag) -> str:
+    if flag is None or flag is _NA or (isinstance(flag, float) and math.isnan(flag)):
+        return DASH
+    return "✓" if bool(flag) else "✗"
+
+
+def fmt_ratio(value, lo=math.nan, hi=math.nan) -> str:
+    """0.9921 -> '0.99×', 12.34 -> '12.3×'; '~1.00×' when the interval lo..hi includes 1 (no
+    difference the two runs' intervals can show)."""
+    if _missing(value):
+        return DASH
+    text = f"{value:.2f}×" if abs(value) < 10 else f"{fmt_num(value)}×"
+    if not (_missing(lo) or _missing(hi)) and lo <= 1 <= hi:
+        text = "~" + text
+    return text
+
+
+def fmt_ms(seconds) -> str:
+    return DASH if _missing(seconds) else f"{fmt_num(float(seconds) * 1e3)} ms"
+
+
+def fmt_us(seconds) -> str:
+    return DASH if _missing(seconds) else f"{fmt_num(float(seconds) * 1e6)} µs"
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n:,} {word if n == 1 else (words or word + 's')}"
+
+
+try:  # pandas' missing value, without importing pandas for the formats alone
+    from pandas import NA as _NA
+except ImportError:  # pragma: no cover
+    _NA = None
+
+# --------------------------------------------------------------------------- places, sizes
+
+
+def where(device: str) -> str:
+    """'0' -> 'GPU 0', 'host' -> 'host'."""
+    device = str(device)
+    return f"GPU {device}" if device.isdigit() else (device or "?")
+
+
+def link(src: str, dst: str) -> str:
+    return f"{where(src)} → {where(dst)}"
+
+
+def size_span(lo: int, hi: int) -> str:
+    return format_size(lo) if lo == hi else f"{format_size(lo)} – {format_size(hi)}"
+
+
+def size_list(sizes: Sequence[int], all_sizes: Sequence[int] | None = None) -> str:
+    """'4 B – 1 KiB, 1 MiB': runs of consecutive sizes (consecutive in `all_sizes`) as spans;
+    without `all_sizes`, every size on its own."""
+    if all_sizes is None:
+        return ", ".join(format_size(s) for s in sorted(sizes))
+    order = sorted(all_sizes)
+    index = {s: i for i, s in enumerate(order)}
+    runs: list[list[int]] = []
+    for s in sorted(sizes, key=lambda s: index.get(s, -1)):
+        if runs and index.get(s, -9) == index.get(runs[-1][-1], -9) + 1:
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return ", ".join(size_span(r[0], r[-1]) for r in runs)
+
+
+# --------------------------------------------------------------------------- the machine
+
+DRIVER_KEYS = ("driver",)
+CUDA_KEYS = ("cuda_runtime",)
+CUDA_DRIVER_KEYS = ("cuda_driver",)
+
+
+def gpu_names(meta: Mapping[str, str]) -> list[str]:
+    """The 'gpu.N.name' values in device order."""
+    found = []
+    for key, value in meta.items():
+        m = re.fullmatch(r"gpu\.(\d+)\.name", key)
+        if m:
+            found.append((int(m.group(1)), value.strip()))
+    return [name for _, name in sorted(found)]
+
+
+def gpus(meta: Mapping[str, str]) -> str:
+    names = gpu_names(meta)
+    if not names:
+        return "no GPU"
+    if len(set(names)) == 1:
+        return f"{len(names)}× {names[0]}" if len(names) > 1 else names[0]
+    return ", ".join(f"GPU {i}: {n}" for i, n in enumerate(names))
+
+
+def gpu_links(meta: Mapping[str, str]) -> str:
+    """'0-1 NV18' from the 'link.I-J' (and 'peer.I-J') metadata; 'all NV18' when every pair
+    is the same; pairs without peer access say 'no P2P'. '' without links."""
+    pairs = []
+    for key, value in meta.items():
+        m = re.fullmatch(r"link\.(\d+)-(\d+)", key)
+        if m and value.strip():
+            i, j = int(m.group(1)), int(m.group(2))
+            text = value.strip()
+            peer = meta.get(f"peer.{i}-{j}", "").strip()
+            if peer and peer != "yes":
+                text += " no P2P" if peer == "no" else f" P2P {peer}"
+            pairs.append(((i, j), text))
+    if not pairs:
+        return ""
+    pairs.sort()
+    texts = {text for _, text in pairs}
+    if len(pairs) > 1 and len(texts) == 1:
+        return f"all {texts.pop()}"
+    return ", ".join(f"{i}-{j} {text}" for (i, j), text in pairs)
+
+
+def machine_parts(meta: Mapping[str, str]) -> dict[str, str]:
+    """The machine, piece by piece, in the order shown (absent pieces left out): host, gpus,
+    driver, cuda, cuda_driver (when it differs from the runtime), cupy, mps, links."""
+    def first(keys: Sequence[str]) -> str:
+        return next((meta.get(k, "").strip() for k in keys if meta.get(k, "").strip()), "")
+
+    parts = {"host": meta.get("host", "").strip() or "unknown host", "gpus": gpus(meta)}
+    driver, runtime, cuda_driver = first(DRIVER_KEYS), first(CUDA_KEYS), first(CUDA_DRIVER_KEYS)
+    if driver:
+        parts["driver"] = f"driver {driver}"
+    if runtime or cuda_driver:
+        parts["cuda"] = f"CUDA {runtime or cuda_driver}"
+    if runtime and cuda_driver and runtime != cuda_driver:
+        parts["cuda_driver"] = f"(driver supports {cuda_driver})"
+    if meta.get("cupy", "").strip():
+        parts["cupy"] = f"CuPy {meta['cupy'].strip()}"
+    if meta.get("mps", "").strip() == "running":
+        parts["mps"] = "MPS running"
+    links = gpu_links(meta)
+    if links:
+        parts["links"] = f"links {links}"
+    return parts
+
+
+def machine_summary(meta: Mapping[str, str], leave_out: Sequence[str] = ()) -> list[str]:
+    """Pieces of the machine line: 'n1', '2× H200', 'driver 580.65', 'CUDA 12.9 (driver
+    supports 13.0)', 'CuPy 13.6.0', 'MPS running', 'links 0-1 NV18'."""
+    parts = {k: v for k, v in machine_parts(meta).items() if k not in leave_out}
+    if "cuda_driver" in parts:  # 'CUDA 12.9 (driver supports 13.0)', one piece
+        driver = parts.pop("cuda_driver")
+        parts = {k: f"{v} {driver}" if k == "cuda" else v for k, v in parts.items()}
+    return list(parts.values())
+
+
+# Pieces of the machine line given up first when it must fit one line.
+MACHINE_EXTRAS = ("cupy", "cuda_driver", "mps", "links", "driver", "cuda")
+
+
+def machine_line(meta: Mapping[str, str], width: int, prefix: str = "") -> str:
+    """The machine in one line of at most `width` characters: the pieces of MACHINE_EXTRAS
+    left out one by one until it fits (host and GPUs always stay)."""
+    leave: list[str] = []
+    line = prefix + " · ".join(machine_summary(meta))
+    for key in MACHINE_EXTRAS:
+        if len(line) <= width:
+            break
+        leave.append(key)
+        line = prefix + " · ".join(machine_summary(meta, leave))
+    return line
+
+
+def run_summary(meta: Mapping[str, str]) -> list[str]:
+    """Pieces of the second header line: tool version, schema, time."""
+    parts = []
+    if meta.get("tool_version", "").strip():
+        parts.append(f"gpuipc-bench {meta['tool_version'].strip()}")
+    if meta.get("schema_version"):
+        parts.append(f"schema {meta['schema_version']}")
+    if meta.get("created_utc", "").strip():
+        parts.append(meta["created_utc"].strip())
+    return parts
+
+
+def partial_note(meta: Mapping[str, str]) -> str | None:
+    if meta.get("partial", "").strip().lower() != "true":
+        return None
+    status = meta.get("status", "").strip() or "unknown"
+    return f"partial run: it did not finish (status: {status}); the figures below are what was measured"
+
+
+def machine_facts(meta: Mapping[str, str]) -> dict[str, str]:
+    """The facts that decide whether two runs are comparable."""
+    pcie = sorted({v.strip() for k, v in meta.items() if re.fullmatch(r"gpu\.\d+\.pcie", k) and v.strip()})
+    parts = machine_parts(meta)
+    names = gpu_names(meta)
+    return {
+        "GPUs": f"{len(names)}× {names[0]}" if names and len(set(names)) == 1 else gpus(meta),
+        "driver": meta.get("driver", "").strip() or "unknown",
+        "CUDA": meta.get("cuda_runtime", "").strip() or meta.get("cuda_driver", "").strip() or "unknown",
+        "GPU links": parts.get("links", "").removeprefix("links ") or "none",
+        "PCIe": ", ".join(pcie) or "unknown",
+        "MPS": meta.get("mps", "").strip() or "unknown",
+    }
+
+
+def machine_differences(metas: Sequence[Mapping[str, str]]) -> list[str]:
+    """'GPUs: 1× NVIDIA H100 80GB HBM3 (run 1) vs 2× NVIDIA H200 (run 2)' for each fact that
+    differs between the runs."""
+    facts = [machine_facts(m) for m in metas]
+    out = []
+    for key in facts[0]:
+        values = [f[key] for f in facts]
+        if len(set(values)) > 1:
+            out.append(f"{key}: " + " vs ".join(f"{v} (run {i + 1})" for i, v in enumerate(values)))
+    return out
+
+
+# --------------------------------------------------------------------------- measures, stability
+
+MEASURES = {
+    "handoff": "handoff: every transfer handed from producer to consumer (time per transfer)",
+    "stream": "stream: transfers queued back to back after one hand-off (throughput)",
+    MIXED: "measures mixed: a schema-1 file, where staging handed every transfer over and the "
+           "other paths streamed them",
+}
+MEASURE_SHORT = {"handoff": "handoff", "stream": "stream", MIXED: "measures mixed (schema 1)", "pingpong": "ping-pong"}
+
+REASONS = {
+    FEW_SAMPLES: f"fewer than {MIN_SAMPLES} samples",
+    BIMODAL: "bimodal",
+    WIDE_INTERVAL: f"interval wider than ±{MAX_INTERVAL:.0%}",
+}
+
+
+def reasons(text: str) -> str:
+    """'bimodal,wide-interval' -> 'bimodal, interval wider than ±5%'."""
+    return ", ".join(REASONS.get(r, r) for r in text.split(",") if r)
+
+
+# Each cause of a warning: what it says, and what to do.
+WARNINGS: dict[str, tuple[str, str]] = {
+    FAILED_VERIFICATION: ("bytes wrong in some samples",
+                          "the figure is not trustworthy; rerun, and report it if it persists"),
+    ABOVE_ITS_CEILING: (f"more than {ABOVE_CEILING - 1:.0%} above its ceiling",
+                        "a cache effect (buffers resident in L2) or a timing error, not a property of the path"),
+    BIMODAL: ("bimodal: the samples fall in two clusters", "the median sits on one of them; not ranked"),
+    WIDE_INTERVAL: (f"the median's 95% interval is wider than ±{MAX_INTERVAL:.0%}",
+                    "not ranked; try more --iterations or a quieter machine"),
+    FEW_SAMPLES: (f"fewer than {MIN_SAMPLES} samples", "try --iterations 20"),
+    SLOW_FIRST_SAMPLE: ("first sample much slower than the rest", "try more --warmup"),
+}
+
+
+def warning_subject(w: StabilityWarning, with_link: bool = False) -> str:
+    """'staging/pageable 4 KiB', with ' latency' for a latency figure and the link when asked."""
+    text = f"{w.path}/{w.variant}"
+    if w.bytes or w.metric != "setup":
+        text += f" {format_size(int(w.bytes))}"
+    if w.metric != "bandwidth":
+        text += f" {w.metric}"
+    if with_link:
+        text += f" ({link(w.src, w.dst)})"
+    return text
+
+
+def warning_value(w: StabilityWarning) -> str:
+    if math.isnan(w.value):
+        return ""
+    if w.cause == WIDE_INTERVAL:
+        return f"±{w.value:.0%}"
+    if w.cause == FEW_SAMPLES:
+        return f"n={int(w.value)}"
+    if w.cause == SLOW_FIRST_SAMPLE:
+        return f"{w.value:.1f}×"
+    if w.cause == ABOVE_ITS_CEILING:
+        return fmt_percent(w.value)
+    return ""
+
+
+def warning_lines(warnings: Sequence[StabilityWarning], limit: int | None = 6,
+                  measured: Mapping[tuple, Sequence[int]] | None = None) -> list[tuple[str, str, str]]:
+    """One line per cause: (title with the count, the figures concerned, the hint). Figures of
+    one path/variant/metric are listed once with their sizes (runs of sizes consecutive in
+    `measured[(path, variant, metric)]` as spans); beyond `limit` of them, the rest is
+    counted ('and 12 more')."""
+    measured = measured or {}
+    out = []
+    links_of: dict[tuple, set] = {}
+    measures_of: dict[tuple, set] = {}
+    for w in warnings:
+        links_of.setdefault((w.path, w.variant, w.metric), set()).add((w.src, w.dst))
+        measures_of.setdefault((w.path, w.variant, w.metric), set()).add(w.measure)
+    for cause, (title, hint) in WARNINGS.items():
+        mine = [w for w in warnings if w.cause == cause]
+        if not mine:
+            continue
+        grouped: dict[tuple, list[StabilityWarning]] = {}
+        for w in mine:
+            several = len(links_of[(w.path, w.variant, w.metric)]) > 1
+            key = (w.path, w.variant, w.metric, w.measure, w.src if several else "", w.dst if several else "")
+            grouped.setdefault(key, []).append(w)
+        subjects = []
+        for (path, variant, metric, measure, src, dst), ws in grouped.items():
+            text = f"{path}/{variant}"
+            if len(measures_of[(path, variant, metric)]) > 1:
+                text += f" {measure}"
+            if any(w.bytes for w in ws):
+                text += " " + size_list(sorted({w.bytes for w in ws}), measured.get((path, variant, metric)))
+            if metric != "bandwidth":
+                text += f" {metric}"
+            if src or dst:
+                text += f" ({link(src, dst)})"
+            values = [warning_value(w) for w in ws if warning_value(w)]
+            if values and len(ws) == 1:
+                text += f" {values[0]}"
+            subjects.append(text)
+        shown = subjects if limit is None else subjects[:limit]
+        rest = len(subjects) - len(shown)
+        listing = ", ".join(shown) + (f" and {rest} more" if rest else "")
+        out.append((f"{title} ({plural(len(mine), 'figure')})", listing, hint))
+    return out
+
+
+def warnings_count(warnings: Sequence[StabilityWarning]) -> str:
+    """'12 warnings: 5 bimodal, 7 fewer than 5 samples'."""
+    counts: dict[str, int] = {}
+    for w in warnings:
+        counts[w.cause] = counts.get(w.cause, 0) + 1
+    short = {FAILED_VERIFICATION: "bytes wrong", ABOVE_ITS_CEILING: "above the ceiling", BIMODAL: "bimodal",
+             WIDE_INTERVAL: "wide interval", FEW_SAMPLES: "few samples", SLOW_FIRST_SAMPLE: "slow first sample"}
+    parts = [f"{counts[c]} {short[c]}" for c in WARNINGS if c in counts]
+    return f"{plural(len(warnings), 'warning')}: " + ", ".join(parts)
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def verdict_heading(min_effect: float) -> str:
+    return (f"Fastest path per size: the fastest median time per transfer between the same two processes, on "
+            f"one link, in one sharing mode and one measure. ~ marks a tie: the samples do not differ "
+            f"(Mann-Whitney U, p < 0.05) by {min_effect:.0%} or more.")
+
+
+def ranking_title(r: Ranking) -> str:
+    """'GPU 0 → GPU 0 · time-sliced · stream' (the sharing mode left out when 'none')."""
+    return f"{link_title(r)} · {MEASURE_SHORT.get(r.measure, r.measure)}"
+
+
+def band_leaders(band: Band, sizes: Sequence[int] | None = None, short: bool = False) -> str:
+    """'ipc/push ~ ipc/ce', with what is tied at some sizes only: '~ ipc/sm at 4 MiB' (short:
+    '~ ipc/sm (1 size)')."""
+    if band.winner is None:
+        return "not ranked"
+    text = " ~ ".join((band.winner,) + band.tied)
+    for lab, at in band.tied_at:
+        where_ = plural(len(at), "size") if short else f"at {size_list(at, sizes)}"
+        text += f" (~ {lab} {where_})"
+    return text
+
+
+def compact_leaders(band: Band) -> str:
+    """'ipc/push ~ ce (~ sm)': the winner, what is tied with it throughout, and in brackets
+    what is tied with it at some of the sizes; variants of the winner's path by their variant
+    alone."""
+    if band.winner is None:
+        return "not ranked"
+    path = band.winner.split("/", 1)[0]
+
+    def name(lab: str) -> str:
+        return lab.split("/", 1)[1] if lab.split("/", 1)[0] == path else lab
+
+    text = " ~ ".join([band.winner, *map(name, band.tied)])
+    if band.tied_at:
+        text += f" (~ {', '.join(name(lab) for lab, _ in band.tied_at)})"
+    return text
+
+
+def compact_margin(band: Band) -> str:
+    """'staging 9.97–150×': the next path that is not tied (by its variant alone when it is
+    the winner's path) and its time over the fastest's."""
+    if band.runner_up is None or math.isnan(band.margin_min) or band.winner is None:
+        return ""
+    path, variant = band.runner_up.split("/", 1)
+    leading_paths = {lab.split("/", 1)[0] for lab in (band.winner, *band.tied)}
+    name = variant if path == band.winner.split("/", 1)[0] else band.runner_up if path in leading_paths else path
+    lo, hi = fmt_num(band.margin_min), fmt_num(band.margin_max)
+    return f"{name} {lo if lo == hi else f'{lo}–{hi}'}×"
+
+
+def link_title(r: Ranking) -> str:
+    """'GPU 0 → GPU 0 · time-sliced' (the sharing mode left out when 'none')."""
+    return " · ".join([link(r.src, r.dst)] + ([r.sharing] if r.sharing and r.sharing != "none" else []))
+
+
+def band_figures(band: Band, measure: str) -> str:
+    """The winner's figures, each with its interval where there is one: a streamed ranking
+    says GB/s at the band's largest size; the others say the time per transfer at its
+    smallest size too, which is what decides small sizes."""
+    def pm(lo, med, hi) -> str:
+        text = fmt_pm(lo, med, hi)
+        return "" if text == DASH else f" {text}"
+
+    lo_s, med_s, hi_s = band.winner_s
+    lo_g, med_g, hi_g = band.winner_gbps
+    gbps = f"{fmt_num(med_g)} GB/s{pm(lo_g, med_g, hi_g)}"
+    if measure == "stream":
+        return f"{gbps} at {format_size(band.hi_bytes)}"
+    time = f"{fmt_num(med_s * 1e6)} µs{pm(lo_s, med_s, hi_s)} at {format_size(band.lo_bytes)}"
+    if band.lo_bytes == band.hi_bytes:
+        return f"{time} ({fmt_num(med_g)} GB/s)"
+    return f"{time}, {gbps} at {format_size(band.hi_bytes)}"
+
+
+def band_margin(band: Band) -> str:
+    """'next: staging/pinned, 9.97–75.5× slower' (the ratio of its median to the fastest's)."""
+    if band.runner_up is None or math.isnan(band.margin_min):
+        return ""
+    lo, hi = fmt_num(band.margin_min), fmt_num(band.margin_max)
+    span = lo if lo == hi else f"{lo}–{hi}"
+    return f"next: {band.runner_up}, {span}× slower"
+
+
+def band_notes(band: Band, sizes: Sequence[int] | None = None) -> list[str]:
+    """What the reader must know about a band: nothing else ranked, sizes whose buffers
+    could stay in L2, a winner above its ceiling, figures not ranked (and why)."""
+    notes = []
+    if band.alone and band.winner:
+        notes.append("the only figure ranked")
+    if band.l2_sizes:
+        notes.append(f"L2-resident at {size_list(band.l2_sizes, sizes)}: a cache figure")
+    if band.over_ceiling:
+        notes.append(f"above its ceiling at {size_list(band.over_ceiling, sizes)}: a cache or timing effect")
+    if band.unranked:
+        why = ", ".join(dict.fromkeys(REASONS.get(r, r) for _, text, _ in band.unranked for r in text.split(",")))
+        at_of: dict[str, list[int]] = {}
+        for lab, _, at in band.unranked:
+            at_of.setdefault(lab, []).extend(at)
+        listed = "; ".join(f"{lab} at {size_list(sorted(at), sizes)}" for lab, at in at_of.items())
+        notes.append(f"not ranked ({why}): {listed}")
+    return notes
+
+
+def describe_band(band: Band, ranking: Ranking) -> tuple[str, str, list[str]]:
+    """(sizes, leaders, details) of one band, e.g. ('4 B – 1 GiB', 'ipc/push ~ ipc/ce',
+    ['2,118 GB/s ±0.1% at 1 GiB · next: staging/pipelined, 11.7–76.1× slower', notes...])."""
+    sizes = [s.bytes for s in ranking.sizes]
+    details = []
+    if band.winner is not None:
+        figures = [band_figures(band, ranking.measure), band_margin(band)]
+        details.append(" · ".join(f for f in figures if f))
+    details += band_notes(band, sizes)
+    return size_span(band.lo_bytes, band.hi_bytes), band_leaders(band, sizes), details
+
+
+# --------------------------------------------------------------------------- break-even
+
+
+def describe_crossing(c: Crossing, short: bool = False) -> str:
+    """'from 4 MiB (loses at 1 MiB)', 'at every size', 'never', '4 B – 4 MiB only, not above',
+    and where the intervals leave it open: 'between 1 MiB and 16 MiB'. short: 'from 4 MiB',
+    '4 B – 4 MiB only'."""
+    if c.never and c.latest is None and c.earliest is None:
+        return "never"
+    if c.uncertain:
+        if c.earliest is None:
+            text = "never on the medians" if c.never else f"{_wins(c)} only"
+            return text + f"; from {format_size(c.latest)} at best" if c.latest else text
+        if c.latest is None:
+            return f"from {format_size(c.earliest)} at best, maybe never"
+        return f"between {format_size(c.earliest)} and {format_size(c.latest)}"
+    if c.from_bytes is None:
+        return f"{_wins(c)} only" if short else f"{_wins(c)} only, not above"
+    if c.last_loss is None:
+        return "at every size"
+    if short:
+        return f"from {format_size(c.from_bytes)}"
+    text = f"from {format_size(c.from_bytes)} (loses at {format_size(c.last_loss)})"
+    if len(c.wins) > 1:
+        text += ", also " + ", ".join(size_span(lo, hi) for lo, hi in c.wins[:-1])
+    return text
+
+
+def _wins(c: Crossing) -> str:
+    return ", ".join(size_span(lo, hi) for lo, hi in c.wins)
+
+
+def setup_cost(be: BreakEven, short: bool = False) -> str:
+    """'0.126 ms (1 sample: indicative)' / '0.152–220 ms by size' / '27.4 ms (26.9–147)': the
+    median and its interval (the samples' range below 6 of them); short: '0.126 ms n=1'."""
+    if be.size_dependent:
+        text = f"{fmt_num(be.setup_min_s * 1e3)}–{fmt_num(be.setup_s * 1e3)} ms" + ("" if short else " by size")
+    else:
+        text = f"{fmt_num(be.setup_s * 1e3)} ms"
+        if be.setup_samples >= 2 and be.setup_lo_s < be.setup_hi_s:
+            text += f" ({fmt_interval(be.setup_lo_s * 1e3, be.setup_hi_s * 1e3)})"
+    if be.setup_samples < MIN_SAMPLES:
+        text += f" n={be.setup_samples}" if short else f" ({plural(be.setup_samples, 'sample')}: indicative)"
+    return text
+
+
+def break_even_notes(items: Sequence[BreakEven]) -> list[str]:
+    if not items:
+        return []
+    n, baseline = items[0].amortise_over, items[0].baseline
+    notes = [(
+        f"A size counts as a win when setup / N + the path's median time per transfer < {baseline}'s, N = {n:,} "
+        f"or N = 1; each side at its fastest variant at that size, on the same link, sharing mode and measure; "
+        f"'between X and Y' where the 95% intervals leave it open. {baseline.capitalize()}'s own one-time "
+        f"registration of its buffer is not counted."),
+    ]
+    for be in items:
+        if be.composed:
+            notes.append(f"{be.path}: measured in halves; one transfer is taken as its fastest GPU→host half plus "
+                         "its fastest host→GPU half, without the hand-over between the processes (optimistic at "
+                         "small sizes).")
+        if be.size_dependent:
+            notes.append(f"{be.path}: {' + '.join(be.setup)} was measured at each size; each size pays its own.")
+        if be.measure == MIXED:
+            notes.append(f"Break-even with {MEASURES[MIXED]}.")
+    return list(dict.fromkeys(notes))
+
+
+UNITS_NOTE = ("GB/s = 1e9 bytes/s, one direction; µs per transfer (latency rows: one-way); median of n samples "
+              "with its distribution-free 95% confidence interval (± its farther end), MAD: median absolute "
+              "deviation over the median")

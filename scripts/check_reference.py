@@ -78,7 +78,8 @@ def main(argv=None) -> int:
           f"kernel copies +2%): {sum(n for _, n, *_ in over)} "
           f"(in {len(over)} of {data.groupby(keys + ['bytes']).ngroups} groups)")
     for key, n, total, worst, limit in over:
-        flag = " (L2-resident)" if bool(df[(df["variant"] == key[1]) & (df["bytes"] == key[6])]["l2_resident"].fillna(False).any()) else ""
+        resident = df[(df["variant"] == key[1]) & (df["bytes"] == key[6])]["l2_resident"]
+        flag = " (L2-resident)" if bool(resident.fillna(False).any()) else ""
         print(f"  {key[0]}/{key[1]} {key[2]} {format_size(key[6])}: {n}/{total} samples, up to {worst:.2f} "
               f"> {limit:.2f}{flag}")
     timed = df[df["metric"] != "setup"].groupby(["scenario", "path", "variant", "measure", "metric", "src", "dst",

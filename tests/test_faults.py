@@ -68,12 +68,12 @@ def check_prefixes(frame) -> None:
     and a size has rows only once every series of the sizes before it is complete."""
     series: dict[tuple, list[int]] = {}
     for r in frame.itertuples():
-        series.setdefault((r.path, r.metric, int(r.bytes)), []).append(int(r.iteration))
+        series.setdefault((r.path, r.variant, r.measure, r.metric, int(r.bytes)), []).append(int(r.iteration))
         if r.metric == "bandwidth":
             assert bool(r.verified), f"an unverified sample was kept as good: {r}"
     for key, iterations in series.items():
         assert sorted(iterations) == list(range(len(iterations))), f"gaps in {key}: {iterations}"
-    if any(size == 4096 for _, _, size in series):
+    if any(key[-1] == 4096 for key in series):
         assert host_rows({64: ITERATIONS}, latency_sizes=(64,)) <= keys(frame)
 
 

@@ -58,9 +58,10 @@ COMPLETE = host_rows({64: ITERATIONS, 4096: ITERATIONS}, latency_sizes=(64, 4096
 
 
 def keys(frame) -> set[tuple]:
-    out = {(r.path, r.metric, int(r.bytes), int(r.iteration)) for r in frame.itertuples()}
-    assert len(out) == len(frame), "a sample appears twice in the CSV"
-    return out
+    """(path, metric, bytes, iteration) of every row; no sample of one condition appears twice."""
+    full = {(r.path, r.variant, r.measure, r.metric, int(r.bytes), int(r.iteration)) for r in frame.itertuples()}
+    assert len(full) == len(frame), "a sample appears twice in the CSV"
+    return {(path, metric, nbytes, i) for path, _, _, metric, nbytes, i in full}
 
 
 def check_prefixes(frame) -> None:

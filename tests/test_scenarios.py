@@ -308,3 +308,19 @@ def test_mmap_region_refuses_a_full_tmpfs(monkeypatch):
     with pytest.raises(BenchError, match="needs 1 MiB in .* which has 40 KiB free"):
         mmap_scenario.shared_region(1 << 20)
     assert not [n for n in os.listdir(mmap_scenario._shm_dir()) if "mmap-" in n]
+
+
+def test_prefault_touches_every_page_and_keeps_the_bytes():
+    import mmap as mmap_module
+    import resource
+
+    from gpuipc_bench.gpu.memory import prefault
+
+    region = mmap_module.mmap(-1, 64 << 20, flags=mmap_module.MAP_SHARED)
+    region[4096 * 7] = 9
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    prefault(region)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+    assert faults >= (64 << 20) // mmap_module.PAGESIZE // 2  # about one fault per page
+    assert region[4096 * 7] == 9
+    region.close()

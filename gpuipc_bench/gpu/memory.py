@@ -202,8 +202,9 @@ def prefault(mm: mmap.mmap) -> None:
     """Touch every page of a shared mapping, so that a later registration is not charged with
     allocating the pages of a fresh tmpfs file (first touch, timed apart by whoever asks)."""
     view = np.frombuffer(mm, dtype=np.uint8)
-    view[:: mmap.PAGESIZE] = view[:: mmap.PAGESIZE]
-    del view
+    pages = view[:: mmap.PAGESIZE]
+    pages[...] = pages.copy()  # a write per page (numpy skips an assignment of a view to itself)
+    del pages, view
 
 
 # --------------------------------------------------------------------------- streams, events

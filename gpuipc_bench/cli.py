@@ -243,16 +243,20 @@ def info():
               help="Message sizes: a range doubling from A to B (4KiB..1GiB), with a step "
                    "(4..1G:x4), or a list (4K,64K,1M). K/M/G are powers of 1024, kB/MB/GB of 1000. "
                    "Default: 4 B..256 MiB in steps of 4 (host: up to 16 MiB).")
+@click.option("--quick", "preset", flag_value="quick", default=None,
+              help="About 10 s: 3 sizes (4 KiB, 1 MiB, 64 MiB), 3 to 6 samples per group.")
+@click.option("--thorough", "preset", flag_value="thorough",
+              help="The sweep up to 1 GiB (host: 64 MiB), 20 samples per group after 3 warm-up samples.")
 @click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",
               help="Exactly N timed samples per group (turns the adaptive count off).")
-@click.option("--min-samples", type=Bounded("min_samples"), default=6, show_default=True,
+@click.option("--min-samples", type=Bounded("min_samples"), default=None,
               help="Timed samples per group at least; more are taken until the median's 95% interval "
-                   "is within +-1% (12 when the spread is wide), up to --max-samples.")
-@click.option("--max-samples", type=Bounded("max_samples"), default=20, show_default=True,
-              help="Timed samples per group at most.")
-@click.option("--warmup", type=Bounded("warmup"), default=1, show_default=True,
+                   "is within +-1% (12 when the spread is wide), up to --max-samples. [default: 6]")
+@click.option("--max-samples", type=Bounded("max_samples"), default=None,
+              help="Timed samples per group at most. [default: 20]")
+@click.option("--warmup", type=Bounded("warmup"), default=None,
               help="Untimed samples per group before the timed ones (each also queues 2 untimed "
-                   "operations before its start event).")
+                   "operations before its start event). [default: 1]")
 @click.option("--devices", type=DevicesType(), default=None,
               help="GPUs to use: CUDA indices (0 or 0,1), or GPU/MIG UUIDs as `info` lists them "
                    "(MIG-..., run with CUDA_VISIBLE_DEVICES set to them). Default: GPU 0 (and 1 for peer).")
@@ -271,8 +275,8 @@ def info():
 @click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, metavar="DIR|FILE.png",
               help="Also draw the run's plots (bandwidth, latency, setup costs) into a folder, or the "
                    "bandwidth figure into FILE.png/.svg and the others beside it.")
-def run(scenario_names, sizes, iterations, min_samples, max_samples, warmup, devices, workers, out, force, chunk,
-        timeout, quiet, verbose, plot=None):
+def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out, force,
+        chunk, timeout, quiet, verbose, plot=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -289,8 +293,8 @@ def run(scenario_names, sizes, iterations, min_samples, max_samples, warmup, dev
         registry = _scenarios()
         names = _resolve_names(scenario_names, registry)
         config = RunConfig(
-            scenarios=tuple(names), sizes=sizes, warmup=warmup, iterations=iterations,
-            min_samples=min_samples, max_samples=max_samples,
+            scenarios=tuple(names), sizes=sizes, iterations=iterations, preset=preset or "",
+            **_sample_counts(preset, min_samples, max_samples, warmup),
             devices=devices, workers=workers, out=out, timeout=timeout, quiet=quiet, verbose=verbose,
             **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
         )
@@ -352,6 +356,16 @@ def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> 
         return
     if not quiet:
         err.print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
+
+
+def _sample_counts(preset, min_samples, max_samples, warmup) -> dict:
+    """The sample counts: as given, else the preset's, else the defaults (6 to 20, 1 warm-up)."""
+    from gpuipc_bench.scenario import PRESETS
+
+    low, high, warm = PRESETS.get(preset or "", (6, 20, 1))
+    return dict(min_samples=low if min_samples is None else min_samples,
+                max_samples=high if max_samples is None else max_samples,
+                warmup=warm if warmup is None else warmup)
 
 
 def _single_size(sizes: tuple[int, ...], option: str) -> int:

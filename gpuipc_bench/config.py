@@ -53,6 +53,7 @@ class RunConfig:
     max_samples: int = 20  # ... and at most this many (the median's interval decides between)
     warmup: int = 1
     iterations: int | None = None  # a fixed count: min_samples = max_samples = iterations (--iterations)
+    preset: str = ""  # "quick" or "thorough": the scenarios' preset sweeps (the CLI sets its sample counts)
     devices: tuple[int, ...] | None = None  # None: the scenario picks (GPU 0, or 0 and 1)
     workers: int | None = None  # None: the scenario's default
     out: Path | None = None

@@ -27,7 +27,7 @@ from typing import Any, Callable, Iterable
 
 from gpuipc_bench.errors import UsageError
 
-CUPY_MISSING = "CuPy is not installed (install gpuipc-bench[cuda12])"
+CUPY_MISSING = 'CuPy is not installed (pip install "gpuipc-bench[cuda12]", or [cuda13] for a CUDA 13 driver)'
 NO_DEVICE = "cudaErrorNoDevice: no CUDA-capable device is detected"
 
 # nvmlGpuTopologyLevel_t -> the words nvidia-smi topo -m uses.
@@ -85,6 +85,19 @@ class Machine:
     def gpu_count(self) -> int:
         return len(self.gpus)
 
+    @property
+    def no_gpu_reason(self) -> str:
+        """Why there is no usable GPU, in words a user reads: no NVIDIA driver, no GPU, CuPy
+        missing, or the CUDA error when it is something else."""
+        error = self.cuda_error or ""
+        if error.startswith("CuPy"):
+            return error
+        if self.driver_version is None and ("InsufficientDriver" in error or "NoDevice" in error or not error):
+            return "no NVIDIA driver on this machine (NVML could not be loaded)"
+        if "NoDevice" in error or (not error and not self.gpus):
+            return "no NVIDIA GPU found (the driver is there, but CUDA sees no device)"
+        return error or "none found"
+
     def metadata(self) -> dict[str, str]:
         """Flat str -> str facts that travel with every results file (pyperf style).
 
@@ -101,7 +114,7 @@ class Machine:
             if 0 <= device < self.gpu_count:
                 continue
             if self.gpu_count == 0:
-                why = self.cuda_error or "none found"
+                why = self.no_gpu_reason
                 raise UsageError(f"--devices {device}: this machine has no usable CUDA GPU ({why})")
             plural = "GPU" if self.gpu_count == 1 else "GPUs"
             span = "0" if self.gpu_count == 1 else f"0-{self.gpu_count - 1}"
@@ -564,7 +577,7 @@ def render_info(machine: Machine, console) -> None:
     )
 
     if machine.gpu_count == 0:
-        why = machine.cuda_error or "none found"
+        why = machine.no_gpu_reason
         console.print(f"[bold red]No usable CUDA GPU[/]: {why}", highlight=False)
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if visible is not None:

@@ -29,6 +29,15 @@ if TYPE_CHECKING:
 # at 16 MiB so that the first run on a laptop takes seconds.
 DEFAULT_GPU_SIZES = tuple(4 ** k for k in range(1, 15))  # 4 B .. 256 MiB
 DEFAULT_HOST_SIZES = tuple(4 ** k for k in range(1, 13))  # 4 B .. 16 MiB
+# --quick: three sizes (latency-bound, the knee, bandwidth-bound); --thorough: up to 1 GiB.
+QUICK_GPU_SIZES = (4 << 10, 1 << 20, 64 << 20)
+QUICK_HOST_SIZES = (4 << 10, 1 << 20)
+THOROUGH_GPU_SIZES = tuple(4 ** k for k in range(1, 16))  # 4 B .. 1 GiB
+THOROUGH_HOST_SIZES = tuple(4 ** k for k in range(1, 14))  # 4 B .. 64 MiB
+PRESETS = {  # --quick / --thorough: (min samples, max samples, warm-up samples)
+    "quick": (3, 6, 1),
+    "thorough": (20, 20, 3),
+}
 MAILBOX_SLOTS = 64
 SPIN_LIMIT_S = 0.05  # ctx.spin() spins this long, then waits like ctx.wait()
 
@@ -61,18 +70,24 @@ class Scenario:
     default_workers: int = 2
     paths: tuple[PathInfo, ...] = ()  # the paths its rows carry, with their facts
 
-    def default_sizes(self) -> tuple[int, ...]:
+    def default_sizes(self, preset: str = "") -> tuple[int, ...]:
+        """The sweep when --sizes is not given: the default, or a preset's (--quick, --thorough)."""
+        if preset == "quick":
+            return QUICK_GPU_SIZES if self.gpus_needed else QUICK_HOST_SIZES
+        if preset == "thorough":
+            return THOROUGH_GPU_SIZES if self.gpus_needed else THOROUGH_HOST_SIZES
         return DEFAULT_GPU_SIZES if self.gpus_needed else DEFAULT_HOST_SIZES
 
     def sizes(self, config: "RunConfig") -> tuple[int, ...]:
         """The sizes this scenario measures in this run (resolved once, by the plan)."""
-        return tuple(sorted(config.sizes if config.sizes is not None else self.default_sizes()))
+        sizes = config.sizes if config.sizes is not None else self.default_sizes(config.preset)
+        return tuple(sorted(sizes))
 
     def waive_reason(self, machine: "Machine") -> str | None:
         """None if this scenario can run on `machine`, else why not (shown by `list` and `run`)."""
         if self.gpus_needed and machine.gpu_count < self.gpus_needed:
             if machine.gpu_count == 0:
-                return f"needs a CUDA GPU; {machine.cuda_error or 'none found'}"
+                return f"needs a CUDA GPU: {machine.no_gpu_reason}"
             return f"needs {self.gpus_needed} GPUs, this machine has {machine.gpu_count}"
         return None
 

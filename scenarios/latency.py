@@ -48,8 +48,8 @@ class LatencyScenario(Scenario):
     gpus_needed = 1
     min_workers = max_workers = default_workers = 2
 
-    def default_sizes(self):
-        return DEFAULT_SIZES
+    def default_sizes(self, preset=""):
+        return (0, 4096) if preset == "quick" else DEFAULT_SIZES
 
     def sizes(self, config):
         """The payload sizes: the sweep, up to 1 MiB."""

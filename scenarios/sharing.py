@@ -215,7 +215,7 @@ class SharingScenario(Scenario):
 
     paths = (PathInfo("sharing", role="reference", colour="#8c564b"),)
 
-    def default_sizes(self):
+    def default_sizes(self, preset=""):
         return DEFAULT_SIZES
 
     def group_size(self, config) -> int:

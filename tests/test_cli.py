@@ -78,7 +78,7 @@ def test_existing_out_needs_force(tmp_path, no_leaks):
     assert code == 0, text
 
 
-def test_gpu_scenario_without_gpu_names_the_cuda_error(tmp_path, machine):
+def test_gpu_scenario_without_gpu_says_what_is_missing(tmp_path, machine):
     from gpuipc_bench.scenarios import SCENARIOS
 
     gpu_names = [n for n, s in SCENARIOS.items() if s.gpus_needed]
@@ -86,7 +86,8 @@ def test_gpu_scenario_without_gpu_names_the_cuda_error(tmp_path, machine):
         pytest.skip("this machine has a GPU (or no GPU scenario is registered)")
     code, out = invoke("run", "-s", gpu_names[0], "--out", str(tmp_path / "r.csv"))
     assert code == 2 and out.count("\n") == 1, out  # bad input: one line, exit 2
-    assert out.startswith(f"Error: --scenario {gpu_names[0]}: cannot run here: needs a CUDA GPU") and "cuda" in out
+    assert out.startswith(f"Error: --scenario {gpu_names[0]}: cannot run here: needs a CUDA GPU: ")
+    assert machine.no_gpu_reason in out and "cudaError" not in out.split("needs a CUDA GPU")[1][:40]
 
 
 def test_run_host_end_to_end_then_report(tmp_path, no_leaks):
@@ -117,10 +118,7 @@ def test_default_run_skips_gpu_with_a_note(tmp_path, monkeypatch, machine, no_le
         skipped = [line for line in text.splitlines() if line.startswith("skipped")]
         assert len(skipped) == 1, "one note for all the GPU scenarios"
         assert all(name in skipped[0] for name in gpu_names)
-        from gpuipc_bench.machine import CUPY_MISSING
-
-        if machine.cuda_error != CUPY_MISSING:  # without CuPy there is no CUDA error to name
-            assert "cudaError" in text
+        assert machine.no_gpu_reason in skipped[0]  # what is missing, in words (no driver, no GPU, no CuPy)
 
 
 def test_killed_worker_run_is_partial_and_exits_1(tmp_path, monkeypatch, no_leaks):
@@ -171,3 +169,19 @@ def test_devices_by_uuid_selects_that_gpu(tmp_path, machine, no_leaks):
     frame, meta = read_results(out)
     assert meta["gpu_count"] == "1" and meta["gpu.0.uuid"] == second
     assert meta["cuda_visible_devices"] == second
+
+
+@pytest.mark.parametrize("error, driver, gpus, words", [
+    ("cudaErrorInsufficientDriver: CUDA driver version is insufficient", None, (), "no NVIDIA driver"),
+    ("cudaErrorNoDevice: no CUDA-capable device is detected", "580.159.04", (), "no NVIDIA GPU found"),
+    ('CuPy is not installed (pip install "gpuipc-bench[cuda12]", or [cuda13] for a CUDA 13 driver)', None, (),
+     'pip install "gpuipc-bench[cuda12]"'),
+    ("cudaErrorUnknown: unknown error", "580.159.04", (), "cudaErrorUnknown"),
+])
+def test_the_no_gpu_reason_is_in_plain_words(error, driver, gpus, words):
+    import dataclasses
+
+    from gpuipc_bench.machine import probe
+
+    machine = dataclasses.replace(probe(), cuda_error=error, driver_version=driver, gpus=gpus)
+    assert words in machine.no_gpu_reason

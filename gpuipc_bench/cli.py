@@ -358,6 +358,10 @@ def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> 
         err.print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
 
 
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def _sample_counts(preset, min_samples, max_samples, warmup) -> dict:
     """The sample counts: as given, else the preset's, else the defaults (6 to 20, 1 warm-up)."""
     from gpuipc_bench.scenario import PRESETS
@@ -440,7 +444,7 @@ def path_facts() -> dict[str, str]:
 
 
 def _run_plan(plan, config, machine, out, err, quiet, verbose):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from gpuipc_bench.launcher import run_scenario
     from gpuipc_bench.results import ResultsFile
@@ -449,17 +453,20 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose):
     results.write(partial=True, status="running")
     failures: list[tuple[str, BenchError, int]] = []
     done: list[str] = []
-    progress = Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
-                        TimeElapsedColumn(), console=err, disable=quiet, transient=False)
+    # One line per scenario: what it is doing now, how far it is, the time spent and the time left.
+    progress = Progress(TextColumn("{task.description:>8}"), BarColumn(bar_width=16), TimeElapsedColumn(),
+                        TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[doing]}"),
+                        console=err, disable=quiet, transient=False)
     try:
         with progress:
             for scenario, specs in plan:
-                task = progress.add_task(scenario.name, total=scenario.progress_total(config, specs))
+                task = progress.add_task(scenario.name, total=scenario.progress_total(config, specs), doing="")
                 started = time.monotonic()
                 outcome = run_scenario(
                     scenario, config, specs,
                     on_row=lambda row: results.add([row]),
                     on_progress=lambda n, task=task: progress.advance(task, n),
+                    on_status=lambda text, task=task: progress.update(task, doing=_fit(text, 34)),
                 )
                 if outcome.error is not None:
                     failures.append((scenario.name, outcome.error, outcome.rows))

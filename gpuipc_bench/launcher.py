@@ -64,6 +64,7 @@ def run_scenario(
     specs: list[WorkerSpec],
     on_row: Callable[[dict], None],
     on_progress: Callable[[int], None] | None = None,
+    on_status: Callable[[str], None] | None = None,
 ) -> Outcome:
     """Run one scenario across forked workers. Rows reach `on_row` as they arrive.
 
@@ -84,7 +85,8 @@ def run_scenario(
         shared = scenario.prepare(config, specs)
         for spec in specs:
             workers.append(_start_worker(scenario, spec, specs, config, segment, shared))
-        outcome.error = _supervise(workers, segment, config, deliver, on_progress or (lambda n: None))
+        outcome.error = _supervise(workers, segment, config, deliver, on_progress or (lambda n: None),
+                                   on_status or (lambda text: None))
     except (KeyboardInterrupt, Interrupted) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         raise Interrupted(signum, scenario.name, _size_in_flight(segment)) from None
@@ -215,7 +217,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _supervise(workers, segment, config, on_row, on_progress) -> BenchError | None:
+def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda text: None) -> BenchError | None:
     """Pump messages until every worker is gone; return the first real failure."""
     first_error: BenchError | None = None
     abort_deadline: float | None = None
@@ -238,6 +240,7 @@ def _supervise(workers, segment, config, on_row, on_progress) -> BenchError | No
             worker = by_conn.get(ready)
             if worker is not None:
                 _drain(worker, workers, on_row, on_progress, fail, segment)
+        on_status(status_text(segment, workers))
         for worker in workers:
             if not worker.process.is_alive() and not worker.closed:
                 _drain(worker, workers, on_row, on_progress, fail, segment)
@@ -317,6 +320,25 @@ def _death_message(worker: _Worker, segment) -> str:
     if segment.waiting_in_barrier(rank) and phase != "barrier":
         where = "inside the barrier " + where
     return f"{worker.spec.describe()} {how} {where}"
+
+
+def status_text(segment, workers) -> str:
+    """What the scenario is doing now, for the progress line: the phase of the worker that
+    showed progress last ('ipc/ce stream 4 MiB', 'ceiling d2d@0 1 MiB', 'setup')."""
+    from gpuipc_bench.sizes import format_size
+
+    live = [w for w in workers if w.process.is_alive()]
+    if not live:
+        return ""
+    rank = max(live, key=lambda w: segment.heartbeat(w.spec.rank)).spec.rank
+    phase, nbytes, _ = segment.phase(rank)
+    label = segment.phase_label(rank)
+    at = format_size(nbytes) if nbytes else ""
+    if phase == "ceiling":
+        return " ".join(p for p in ("ceiling", label, at) if p)
+    if phase in ("sample", "warmup", "latency"):
+        return " ".join(p for p in (label, at) if p)
+    return phase
 
 
 def _phase_text(segment, rank: int, phase: str, nbytes: int, iteration: int) -> str:

@@ -82,13 +82,15 @@ class Sampler:
         (from the timing worker). `solo`: only this worker takes part (a ceiling measured alone)."""
         counts = counts or self.counts
         nbytes = int(group.get("bytes", 0))
+        # What the progress line and a hang report name: the ceiling, or path/variant measure.
+        label = str(group.get("variant", "")) if phase == "ceiling" else \
+            f"{group.get('path', '')}/{group.get('variant', '')} {group.get('measure', '')}".strip()
         values: list[float] = []
         index = 0
         warm_left = counts.warmup
         while True:
             warm = warm_left > 0
-            self.ctx.phase("warmup" if warm else phase, nbytes, index,
-                           label=group.get("variant", "") if phase == "ceiling" else "")
+            self.ctx.phase("warmup" if warm else phase, nbytes, index, label=label)
             if solo:
                 self.solo_seq += 1
                 trial = Trial(self.solo_seq, seed_for(self.solo_seq) ^ SOLO_SEEDS, reps, index, warm)

@@ -244,7 +244,8 @@ def info():
                    "(4..1G:x4), or a list (4K,64K,1M). K/M/G are powers of 1024, kB/MB/GB of 1000. "
                    "Default: 4 B..256 MiB in steps of 4 (host: up to 16 MiB).")
 @click.option("--quick", "preset", flag_value="quick", default=None,
-              help="About 10 s: 3 sizes (4 KiB, 1 MiB, 64 MiB), 3 to 6 samples per group.")
+              help="About 10 s: 3 sizes (4 KiB, 1 MiB, 64 MiB), 3 samples per group, 2 processes "
+                   "in sharing.")
 @click.option("--thorough", "preset", flag_value="thorough",
               help="The sweep up to 1 GiB (host: 64 MiB), 20 samples per group after 3 warm-up samples.")
 @click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",

@@ -35,7 +35,7 @@ QUICK_HOST_SIZES = (4 << 10, 1 << 20)
 THOROUGH_GPU_SIZES = tuple(4 ** k for k in range(1, 16))  # 4 B .. 1 GiB
 THOROUGH_HOST_SIZES = tuple(4 ** k for k in range(1, 14))  # 4 B .. 64 MiB
 PRESETS = {  # --quick / --thorough: (min samples, max samples, warm-up samples)
-    "quick": (3, 6, 1),
+    "quick": (3, 3, 1),
     "thorough": (20, 20, 3),
 }
 MAILBOX_SLOTS = 64

@@ -219,7 +219,7 @@ class SharingScenario(Scenario):
         return DEFAULT_SIZES
 
     def group_size(self, config) -> int:
-        return config.workers or self.default_workers
+        return config.workers or (2 if config.preset == "quick" else self.default_workers)
 
     def workers(self, config, machine):
         m = self.group_size(config)

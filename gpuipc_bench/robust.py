@@ -83,10 +83,11 @@ def relative_ci_halfwidth(values: Sequence[float], confidence: float = CONFIDENC
     return max(m - lo, hi - m) / abs(m)
 
 
-def bimodal(values: Sequence[float], gap: float = 0.02, min_share: float = 0.2) -> bool:
-    """Two clusters: a gap between neighbouring sorted samples wider than `gap` of the median,
-    with at least `min_share` of the samples on each side (e.g. 26.8 vs 28.0 GB/s,
-    9 and 10 samples). Needs 6 samples or more."""
+def bimodal(values: Sequence[float], gap: float = 0.02, min_share: float = 0.2, separation: float = 3.0) -> bool:
+    """Two clusters: a gap between neighbouring sorted samples wider than `gap` of the median
+    and `separation` times the spread (MAD) of the samples on either side of it, with at least
+    `min_share` of the samples on each side (e.g. 26.8 vs 28.0 GB/s, 9 and 10 samples; not a
+    noisy single mode, whose widest gap is no wider than its own spread). Needs 6 samples."""
     xs = _finite(values)
     n = len(xs)
     if n < 6:
@@ -94,7 +95,13 @@ def bimodal(values: Sequence[float], gap: float = 0.02, min_share: float = 0.2) 
     m = median(xs)
     if not m:
         return False
-    return any((xs[i] - xs[i - 1]) / abs(m) > gap and min(i, n - i) / n >= min_share for i in range(1, n))
+    for i in range(1, n):
+        width = xs[i] - xs[i - 1]
+        if min(i, n - i) / n < min_share or width / abs(m) <= gap:
+            continue
+        if width > separation * max(mad(xs[:i]), mad(xs[i:])):
+            return True
+    return False
 
 
 def enough(values: Sequence[float], min_n: int = MIN_SAMPLES, max_n: int = MAX_SAMPLES,

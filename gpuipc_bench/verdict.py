@@ -167,6 +167,7 @@ class SizeResult:
     medians: dict[str, float]
     unranked: tuple[tuple[str, str], ...] = ()  # (label, reasons)
     l2_resident: bool | None = None
+    faster_unranked: bool = False  # a figure left unranked had a faster median than the fastest ranked
 
 
 @dataclasses.dataclass(frozen=True)
@@ -188,6 +189,7 @@ class Band:
     unranked: tuple[tuple[str, str, tuple[int, ...]], ...] = ()  # (label, reasons, sizes)
     l2_sizes: tuple[int, ...] = ()  # sizes whose buffers could stay in L2
     over_ceiling: tuple[int, ...] = ()  # sizes where the winner is above its ceiling (a cache or timing effect)
+    faster_unranked: tuple[int, ...] = ()  # sizes where a figure left unranked had a faster median
     alone: bool = False  # no other figure was ranked at any of its sizes
 
 
@@ -246,8 +248,9 @@ def _size_result(size: int, rows: list, samples: Mapping[tuple, np.ndarray], min
     # A cache figure where a leader's buffers could stay in L2 (None: the file does not say).
     flags = [bool(r.l2_resident) for r in leaders if r.l2_resident is not pd.NA and r.l2_resident is not None]
     medians = {r.label: float(r.median_s) for r in ranked}
+    faster = any(r.unstable and r.median_s < fastest.median_s for r in rows)
     return SizeResult(size, fastest.label, tuple(r.label for r in leaders), medians,
-                      unranked, any(flags) if flags else None)
+                      unranked, any(flags) if flags else None, faster)
 
 
 def _bands(results: list[SizeResult], figures: dict, labels: tuple[str, ...]) -> Iterable[Band]:
@@ -298,6 +301,7 @@ def _band(span: list[SizeResult], common: set[str], figures: dict, labels: tuple
         margin_max=max(margins) if margins else math.nan,
         unranked=_unranked(span), l2_sizes=tuple(s.bytes for s in span if s.l2_resident),
         over_ceiling=tuple(s.bytes for s in span if figures[(winner, s.bytes)].fraction_of_ceiling > ABOVE_CEILING),
+        faster_unranked=tuple(s.bytes for s in span if s.faster_unranked),
         alone=all(len(s.medians) == 1 for s in span),
     )
 

@@ -39,6 +39,9 @@ def test_bimodal_flags_two_clusters_and_not_one():
     assert robust.bimodal(two)
     assert not robust.bimodal(one)
     assert not robust.bimodal([55.2] * 19 + [25.6])  # one outlier is not a mode
+    noisy = [1.0, 1.01, 1.03, 1.06, 1.09, 1.12, 1.15, 1.18, 1.21, 1.24]  # 3% steps: one wide mode
+    assert not robust.bimodal(noisy)
+    assert robust.bimodal([276.0 + 0.05 * k for k in range(12)] + [284.2 + 0.05 * k for k in range(8)])
 
 
 def test_enough_stops_a_quiet_group_at_the_minimum():

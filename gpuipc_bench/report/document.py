@@ -105,7 +105,7 @@ def summary_blocks(rankings: list[Ranking]) -> tuple[list[LinkBlock], str | None
     """The verdict on one screen: a block per link and sharing mode, a line per band (its
     measure where the link has two rankings); and the legend of its marks, if any."""
     blocks: dict[str, LinkBlock] = {}
-    marked = partial = False
+    marked = partial = unstable = False
     by_link: dict[str, list[Ranking]] = {}
     for r in rankings:
         if r.compared:
@@ -120,13 +120,16 @@ def summary_blocks(rankings: list[Ranking]) -> tuple[list[LinkBlock], str | None
                 cache = bool(band.l2_sizes or band.over_ceiling)
                 marked |= cache
                 partial |= bool(band.tied_at)
+                unstable |= bool(band.faster_unranked)
                 lines.append(SummaryLine(
                     wording.MEASURE_SHORT.get(r.measure, r.measure) if several and band is r.bands[0] else "",
-                    wording.size_span(band.lo_bytes, band.hi_bytes) + ("*" if cache else ""),
+                    wording.size_span(band.lo_bytes, band.hi_bytes) + ("*" if cache else "")
+                    + ("†" if band.faster_unranked else ""),
                     wording.compact_leaders(band), wording.compact_margin(band), band.winner is not None))
         blocks[title] = LinkBlock(title, lines)
     legend = [text for flag, text in ((partial, "(~ x): tied at some of the sizes"),
-                                      (marked, "*: a cache figure at some sizes (L2-resident, or above its ceiling)"))
+                                      (marked, "*: a cache figure at some sizes (L2-resident, or above its ceiling)"),
+                                      (unstable, "†: a faster figure was too unstable to rank (see the report)"))
               if flag]
     return list(blocks.values()), "; ".join(legend) or None
 

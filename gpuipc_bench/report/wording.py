@@ -523,6 +523,9 @@ def band_notes(band: Band, sizes: Sequence[int] | None = None) -> list[str]:
             at_of.setdefault(lab, []).extend(at)
         listed = "; ".join(f"{lab} at {size_list(sorted(at), sizes)}" for lab, at in at_of.items())
         notes.append(f"not ranked ({why}): {listed}")
+    if band.faster_unranked:
+        notes.append(f"at {size_list(band.faster_unranked, sizes)} a figure that was not ranked had a faster "
+                     "median than the winner")
     return notes
 
 

@@ -296,7 +296,7 @@ def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, war
         config = RunConfig(
             scenarios=tuple(names), sizes=sizes, iterations=iterations, preset=preset or "",
             **_sample_counts(preset, min_samples, max_samples, warmup),
-            devices=devices, workers=workers, out=out, timeout=timeout, quiet=quiet, verbose=verbose,
+            devices=devices, workers=workers, timeout=timeout,
             **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
         )
         out = out or _default_out()

@@ -56,10 +56,7 @@ class RunConfig:
     preset: str = ""  # "quick" or "thorough": the scenarios' preset sweeps (the CLI sets its sample counts)
     devices: tuple[int, ...] | None = None  # None: the scenario picks (GPU 0, or 0 and 1)
     workers: int | None = None  # None: the scenario's default
-    out: Path | None = None
     timeout: float = 60.0  # seconds a worker may stay silent at a barrier or a wait
-    quiet: bool = False
-    verbose: bool = False
     chunk_bytes: int = 16 << 20  # pipelined staging chunk
     extra: tuple[tuple[str, str], ...] = ()  # scenario-specific knobs, kept hashable
 

@@ -71,7 +71,6 @@ COLUMNS: tuple[str, ...] = (
     "l2_resident",  # True: the sample's buffers could stay in the GPU's L2 (a cache figure); empty: n/a
 )
 
-PATHS: tuple[str, ...] = ("staging", "ipc", "mmap", "peer", "host", "barrier", "ceiling")
 METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
 # How a figure was taken:
 #   stream    transfers queued back to back after one hand-off: pipelined throughput (GB/s)

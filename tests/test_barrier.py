@@ -13,7 +13,7 @@ import traceback
 
 import pytest
 
-from gpuipc_bench.barrier import Barrier, measure_crossing
+from gpuipc_bench.barrier import Barrier
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout
 from gpuipc_bench.segment import Segment
 
@@ -224,19 +224,6 @@ def test_bad_timeout_refused():
 
 
 # -- the benchmark ------------------------------------------------------------------------
-
-
-def test_measure_crossing_shape():
-    r = measure_crossing(2, 1000, timeout=60)
-    assert r["nworkers"] == 2 and r["crossings"] == 1000 and r["batch"] == 100
-    for key in ("shm_barrier", "multiprocessing_barrier"):
-        s = r[key]
-        assert len(s["samples_s"]) == 10
-        assert all(x > 0 for x in s["samples_s"])
-        assert s["p5_s"] <= s["median_s"] <= s["p95_s"]
-
-
-# -- inside the barrier: the waiting word and the on_wait hook --------------------------------
 
 
 def test_on_wait_runs_only_when_waiting_with_the_waiting_word_set():

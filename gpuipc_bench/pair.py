@@ -10,7 +10,7 @@ from typing import Any, Callable, Iterator
 from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
 from gpuipc_bench.gpu.device import Gpu
 from gpuipc_bench.gpu.memory import Ring, reps_for
-from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
+from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.sampler import Sample, Sampler
 from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
 
@@ -138,19 +138,16 @@ class PairWorker:
         return resource
 
     def group(self, variant: str, measure: str, nbytes: int, src: Any, dst: Any, ceiling: str = "",
-              reps: int | None = None, metric: str = "bandwidth", path: str | None = None,
-              host_only: bool = False) -> dict:
+              reps: int | None = None, metric: str = "bandwidth", path: str | None = None) -> dict:
         """The fields naming one measured group (the sampler adds the sample's)."""
         ring = Ring.for_size(nbytes, reps)
         return dict(path=path or self.path, variant=variant, measure=measure, metric=metric, src=src, dst=dst,
                     bytes=nbytes, ceiling=ceiling,
-                    l2_resident=None if host_only else ring.l2_resident(self.gpu.l2_bytes))
+                    l2_resident=ring.l2_resident(self.gpu.l2_bytes))
 
     def ceiling_rows(self, key: str, nbytes: int) -> Iterator[dict]:
         """Samples of the ceiling `key`, measured alone by this worker (see in_turn)."""
-        if self.ceilings is None:
-            self.ceilings = Ceilings(self.gpu, self.ring_bytes())
-        ceilings = self.ceilings
+        ceilings = self.meter()
         kind, engine, src, dst = parse_ceiling(key)
         reps = reps_for(nbytes)
 
@@ -170,19 +167,16 @@ class PairWorker:
                 yield from mine()
             self.ctx.sync()
 
-    def setup_rows(self, variant: str, make: Callable[[], Any], undo: Callable[[Any], None] | None,
-                   nbytes: int = 0, src: Any = "", dst: Any = "", path: str | None = None) -> Iterator[dict]:
-        """A setup operation timed SETUP_REPEATS times (synchronised before and after): each time
-        make() does it on fresh objects, then undo(result) undoes it, untimed."""
-        group = dict(path=path or self.path, variant=variant, bytes=nbytes, src=src, dst=dst)
+    def setup_row(self, variant: str, seconds: float, iteration: int, nbytes: int, src: Any, dst: Any) -> dict:
+        """A row of one timed setup operation (metric 'setup'), the iteration-th on fresh objects."""
+        return self.sampler.row(dict(path=self.path, variant=variant, measure="", metric="setup", src=src,
+                                     dst=dst, bytes=nbytes), Sample(seconds, 1, None), iteration)
 
-        def take(i: int) -> float:
-            result, seconds = time_setup(make, self.device)
-            if undo is not None:
-                undo(result)
-            return seconds
-
-        yield from self.sampler.setup(group, take)
+    def meter(self) -> Ceilings:
+        """This worker's ceilings, made on first use (their buffers hold a ring of the largest size)."""
+        if self.ceilings is None:
+            self.ceilings = Ceilings(self.gpu, self.ring_bytes())
+        return self.ceilings
 
     def ring_bytes(self) -> int:
         """Bytes of a ring of the largest size of this run (every buffer that holds rings)."""

@@ -124,14 +124,6 @@ class Sampler:
             if stop:
                 return
 
-    def setup(self, group: dict, take: Callable[[int], float], repeats: int = SETUP_REPEATS) -> Iterator[dict]:
-        """A setup operation timed `repeats` times: take(i) makes fresh objects, times the operation,
-        undoes it, and returns its seconds. Rows from this worker (metric 'setup')."""
-        for i in range(repeats):
-            self.ctx.phase("setup", int(group.get("bytes", 0)), i)
-            seconds = take(i)
-            yield self.row({**group, "metric": "setup", "measure": ""}, Sample(seconds, 1, None), i)
-
     def row(self, group: dict, sample: Sample, iteration: int) -> dict:
         return new_row(**{**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
                           "seconds": sample.seconds, "verified": sample.verified})

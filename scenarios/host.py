@@ -114,27 +114,30 @@ class HostWorker:
         first = self.transfers + 1
         self.transfers += trial.reps
         local = np.empty(nbytes, dtype=np.uint8)
+        tags = [tag_bytes(k, nbytes) for k in range(first, first + trial.reps)]  # made, and checked, untimed
         ctx.sync()
         if self.producer:
             ctx.store("t0", time.monotonic_ns())
-            for k in range(first, first + trial.reps):
+            for k, tag in enumerate(tags, start=first):
                 shm[:] = payload
-                shm[:TAG] = tag_bytes(k, nbytes)
+                shm[:TAG] = tag
                 ctx.store("seq", k)
                 for r in self.consumers:
                     ctx.spin(f"ack{r}", k, who=[r])
             return None
-        for k in range(first, first + trial.reps):
+        seen = np.empty((trial.reps, min(nbytes, TAG)), dtype=np.uint8)  # each transfer's tag, as it came
+        for i, k in enumerate(range(first, first + trial.reps)):
             ctx.spin("seq", k, who=[0])
             local[:] = shm
-            if not np.array_equal(local[:TAG], tag_bytes(k, nbytes)):
-                raise VerificationError("host", "shared-buffer", nbytes, 0, int(tag_bytes(k, nbytes)[0]),
-                                        int(local[0]))
+            seen[i] = local[:TAG]
             ctx.store(f"ack{ctx.rank}", k)
         last = first + trial.reps - 1
         for r in self.consumers:
             ctx.spin(f"ack{r}", last, who=[r])  # every consumer is done with the batch
         seconds = (time.monotonic_ns() - ctx.load("t0")) / 1e9 / trial.reps
+        for got, want in zip(seen, tags):
+            if not np.array_equal(got, want):  # a copy of another transfer's bytes
+                raise VerificationError("host", "shared-buffer", nbytes, 0, int(want[0]), int(got[0]))
         if ctx.corrupt:
             local[nbytes // 2] ^= 0xFF
         bad = np.flatnonzero(local[TAG:] != payload[TAG:])  # the tag was checked above

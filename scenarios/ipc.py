@@ -35,6 +35,7 @@ from typing import Iterator
 from gpuipc_bench.exchange import Exchange, max_transfers
 from gpuipc_bench.gpu.device import enable_peer_access
 from gpuipc_bench.gpu.memory import DeviceBuffer, IpcEvent, MappedBuffer, Ring, reps_for
+from gpuipc_bench.gpu.timing import time_setup
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.sampler import SETUP_REPEATS, Sample
@@ -84,19 +85,21 @@ class IpcWorker(PairWorker):
             if self.producer:
                 buf = DeviceBuffer(n, self.device)
                 event = IpcEvent.create(self.device)
-                handle, seconds = self.timed(buf.export)
+                handle, seconds = time_setup(buf.export, self.device)
                 yield self.setup_row("ipc_export", seconds, i, n, src, dst)
-                event_handle, seconds = self.timed(event.export)
+                event_handle, seconds = time_setup(event.export, self.device)
                 yield self.setup_row("ipc_event_export", seconds, i, 0, src, dst)
                 ctx.publish("setup.mem", handle)
                 ctx.publish("setup.event", event_handle)
             ctx.sync()
             if not self.producer:
-                mapped, seconds = self.timed(lambda: MappedBuffer(ctx.receive(PRODUCER, "setup.mem"), n, self.device))
+                mapped, seconds = time_setup(
+                    lambda: MappedBuffer(ctx.receive(PRODUCER, "setup.mem"), n, self.device), self.device)
                 yield self.setup_row("ipc_open_cold", seconds, i, n, src, dst)
-                _, seconds = self.timed(mapped.close)
+                _, seconds = time_setup(mapped.close, self.device)
                 yield self.setup_row("ipc_close", seconds, i, n, src, dst)
-                event, seconds = self.timed(lambda: IpcEvent.open(ctx.receive(PRODUCER, "setup.event"), self.device))
+                event, seconds = time_setup(
+                    lambda: IpcEvent.open(ctx.receive(PRODUCER, "setup.event"), self.device), self.device)
                 yield self.setup_row("ipc_event_open", seconds, i, 0, src, dst)
                 event.close()
             ctx.sync()  # closed before freed
@@ -111,15 +114,6 @@ class IpcWorker(PairWorker):
             seconds = enable_peer_access(device, peer)
             if seconds is not None:  # None: already on (an IPC open enables it lazily)
                 yield self.setup_row("peer_enable", seconds, 0, 0, peer, device)
-
-    def timed(self, call):
-        from gpuipc_bench.gpu.timing import time_setup
-
-        return time_setup(call, self.device)
-
-    def setup_row(self, variant, seconds, i, nbytes, src, dst) -> dict:
-        return self.sampler.row(dict(path=self.path, variant=variant, measure="", metric="setup", src=src,
-                                     dst=dst, bytes=nbytes), Sample(seconds, 1, None), i)
 
     # ------------------------------------------------------------------ measuring
 
@@ -272,14 +266,14 @@ class IpcWorker(PairWorker):
 
     def latency_ceiling(self, key: str, nbytes: int) -> Iterator[dict]:
         """One copy + synchronize in one process: what a host-driven hop cannot beat."""
-        from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
+        from gpuipc_bench.gpu.ceilings import parse_ceiling
 
-        self.ceilings = self.ceilings or Ceilings(self.gpu, self.ring_bytes())
+        meter = self.meter()
         _, _, src, dst = parse_ceiling(key)
         group = dict(path="ceiling", variant=key, measure="pingpong", metric="latency", src=src, dst=dst,
                      bytes=nbytes, ceiling="")
         yield from self.sampler.run(
-            group, lambda trial: Sample(self.ceilings.latency(key, nbytes, trial.seed, trial.reps), trial.reps),
+            group, lambda trial: Sample(meter.latency(key, nbytes, trial.seed, trial.reps), trial.reps),
             timer=True, solo=True, reps=100, min_reps=10, phase="ceiling")
 
 

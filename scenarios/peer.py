@@ -39,10 +39,7 @@ class PeerWorker(IpcWorker):
     def p2p_off(self) -> Iterator[dict]:
         """In-process copies GPU pdev -> cdev before peer access exists in this process (an IPC
         mapping of the other GPU's memory enables it, and it stays on)."""
-        from gpuipc_bench.gpu.ceilings import Ceilings
-
-        ceilings = self.ceilings = Ceilings(self.gpu, self.ring_bytes())
-        src_gpu = ceilings.gpu_for(self.pdev)
+        src_gpu = self.meter().gpu_for(self.pdev)
         with on_device(self.pdev):
             src = src_gpu.alloc(self.ring_bytes())
         dst = self.gpu.alloc(self.ring_bytes())

@@ -116,18 +116,14 @@ class StagingWorker(PairWorker):
 
         t0 = time.perf_counter()
         prefault(region)
-        yield self.setup_row("host_first_touch", time.perf_counter() - t0, 0, len(region))
+        yield self.setup_row("host_first_touch", time.perf_counter() - t0, 0, len(region), "host", self.device)
         for i in range(SETUP_REPEATS):
             self.ctx.phase("setup", len(region), i)
             registration, seconds = time_setup(lambda: HostRegistration(self.host_addr, len(region), self.device),
                                                self.device)
-            yield self.setup_row("host_register", seconds, i, len(region))
+            yield self.setup_row("host_register", seconds, i, len(region), "host", self.device)
             _, seconds = time_setup(registration.close, self.device)
-            yield self.setup_row("host_unregister", seconds, i, len(region))
-
-    def setup_row(self, variant, seconds, i, nbytes) -> dict:
-        return self.sampler.row(dict(path=self.path, variant=variant, measure="", metric="setup", src="host",
-                                     dst=self.device, bytes=nbytes), Sample(seconds, 1, None), i)
+            yield self.setup_row("host_unregister", seconds, i, len(region), "host", self.device)
 
     # ------------------------------------------------------------------ measuring
 

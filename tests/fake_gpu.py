@@ -14,7 +14,6 @@ install(monkeypatch) puts the fakes where the scenarios and the harness look the
 from __future__ import annotations
 
 import ctypes
-import itertools
 import mmap
 import multiprocessing
 import time
@@ -274,20 +273,18 @@ def _time_setup(call, device=None):
     return call(), time.perf_counter() - t0
 
 
-_ids = itertools.count()
-
-
 def install(monkeypatch) -> None:
     """Put the fakes where the harness and the scenarios look them up (before forking workers).
     Device ping-pongs move no bytes here, so their verification is switched off."""
-    from gpuipc_bench import exchange, pair, pingpong, signal
+    from gpuipc_bench import pair, pingpong, signal
     from gpuipc_bench.gpu import ceilings, memory, timing
     from gpuipc_bench.scenarios import ipc, latency, peer, sharing, staging
 
     patches = [
-        (pair, "Gpu", FakeGpu), (pair, "Ceilings", FakeCeilings), (pair, "time_setup", _time_setup),
+        (pair, "Gpu", FakeGpu), (pair, "Ceilings", FakeCeilings),
         (timing, "time_setup", _time_setup), (signal, "IpcEvent", FakeEvent),
         (ipc, "DeviceBuffer", FakeBuffer), (ipc, "IpcEvent", FakeEvent), (ipc, "MappedBuffer", FakeMapped),
+        (ipc, "time_setup", _time_setup),
         (ipc, "enable_peer_access", lambda device, peer: 1e-3),
         (staging, "HostRegistration", FakeRegistration),
         (ceilings, "Ceilings", FakeCeilings), (peer, "on_device", _nothing),
@@ -299,4 +296,3 @@ def install(monkeypatch) -> None:
         monkeypatch.setattr(module, name, value)
     monkeypatch.setattr(pingpong.k, "PingPongKernels", FakePingPongKernels)
     monkeypatch.setattr(pingpong.DevicePingPong, "_verify", lambda self, *a: None)
-    assert exchange  # imported so that its Signal is the patched module's

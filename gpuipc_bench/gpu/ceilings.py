@@ -37,13 +37,6 @@ def parse_ceiling(key: str) -> tuple[str, str, Any, Any]:
     return kind, engine, ends[0], ends[1]
 
 
-def ceiling_key(kind: str, engine: str, src: Any, dst: Any) -> str:
-    name = kind if engine == "ce" else f"{kind}-sm"
-    if kind == "peer":
-        return f"{name}@{src}>{dst}"
-    return f"{name}@{dst if kind == 'h2d' else src}"
-
-
 class Ceilings:
     """Ceilings measured by one worker; buffers are made on first use at `capacity` bytes
     (a ring of the largest size) and released with the worker's Gpu."""

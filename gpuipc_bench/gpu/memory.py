@@ -84,10 +84,6 @@ def ring_capacity(sizes) -> int:
     return max((Ring.for_size(n).bytes for n in sizes), default=1)
 
 
-def slot_seed(seed: int, rep: int) -> int:
-    return (seed + rep) & 0xFFFFFFFF
-
-
 # --------------------------------------------------------------------------- buffers
 
 

@@ -385,7 +385,8 @@ def _resolve_names(requested, registry) -> list[str]:
             close = difflib.get_close_matches(name.lower(), registry, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; choose from {', '.join(registry)}"
             raise UsageError(f"--scenario {name}: no such scenario{hint}")
-    return list(dict.fromkeys(requested)) or list(registry)
+    # With no --scenario: every scenario of the default run (a study such as 'handles' is only run by name).
+    return list(dict.fromkeys(requested)) or [name for name, s in registry.items() if s.in_default_run]
 
 
 def _plan(config, registry, machine, explicit):

@@ -69,6 +69,10 @@ class Scenario:
     max_workers: int = 2
     default_workers: int = 2
     paths: tuple[PathInfo, ...] = ()  # the paths its rows carry, with their facts
+    in_default_run: bool = True  # False: run only when named with --scenario (a long study)
+    # How the launcher starts this scenario's workers: "fork" (the default; the parent never
+    # touches CUDA) or "spawn" (a fresh interpreter, as PyTorch's CUDA sharing asks for).
+    start_method: str = "fork"
 
     def default_sizes(self, preset: str = "") -> tuple[int, ...]:
         """The sweep when --sizes is not given: the default, or a preset's (--quick, --thorough)."""

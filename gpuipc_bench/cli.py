@@ -469,6 +469,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose):
                     on_row=lambda row: results.add([row]),
                     on_progress=lambda n, task=task: progress.advance(task, n),
                     on_status=lambda text, task=task: progress.update(task, doing=_fit(text, 34)),
+                    on_note=lambda key, text: results.set_meta(f"note.{key}", text),
                 )
                 if outcome.error is not None:
                     failures.append((scenario.name, outcome.error, outcome.rows))

@@ -65,6 +65,7 @@ def run_scenario(
     on_row: Callable[[dict], None],
     on_progress: Callable[[int], None] | None = None,
     on_status: Callable[[str], None] | None = None,
+    on_note: Callable[[str, str], None] | None = None,
 ) -> Outcome:
     """Run one scenario across forked workers. Rows reach `on_row` as they arrive.
 
@@ -86,7 +87,7 @@ def run_scenario(
         for spec in specs:
             workers.append(_start_worker(scenario, spec, specs, config, segment, shared))
         outcome.error = _supervise(workers, segment, config, deliver, on_progress or (lambda n: None),
-                                   on_status or (lambda text: None))
+                                   on_status or (lambda text: None), on_note or (lambda key, text: None))
     except (KeyboardInterrupt, Interrupted) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         raise Interrupted(signum, scenario.name, _size_in_flight(segment)) from None
@@ -217,7 +218,8 @@ def _die_with_parent() -> None:
         pass
 
 
-def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda text: None) -> BenchError | None:
+def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda text: None,
+               on_note=lambda key, text: None) -> BenchError | None:
     """Pump messages until every worker is gone; return the first real failure."""
     first_error: BenchError | None = None
     abort_deadline: float | None = None
@@ -239,11 +241,11 @@ def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda t
         for ready in multiprocessing.connection.wait(waitables, timeout=POLL_S):
             worker = by_conn.get(ready)
             if worker is not None:
-                _drain(worker, workers, on_row, on_progress, fail, segment)
+                _drain(worker, workers, on_row, on_progress, fail, segment, on_note)
         on_status(status_text(segment, workers))
         for worker in workers:
             if not worker.process.is_alive() and not worker.closed:
-                _drain(worker, workers, on_row, on_progress, fail, segment)
+                _drain(worker, workers, on_row, on_progress, fail, segment, on_note)
             if not worker.process.is_alive() and worker.closed and not worker.finished:
                 worker.finished = True
                 fail(WorkerFailed(_death_message(worker, segment)))
@@ -257,7 +259,7 @@ def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda t
     return first_error
 
 
-def _drain(worker: _Worker, workers, on_row, on_progress, fail, segment) -> None:
+def _drain(worker: _Worker, workers, on_row, on_progress, fail, segment, on_note=lambda key, text: None) -> None:
     """Read everything the worker has sent; a dead worker's pipe still holds its last rows."""
     try:
         while worker.conn.poll():
@@ -267,6 +269,8 @@ def _drain(worker: _Worker, workers, on_row, on_progress, fail, segment) -> None
                 on_row(message[1])
             elif kind == "progress":
                 on_progress(message[1])
+            elif kind == "note":  # ("note", key, text): a fact for the CSV header
+                on_note(message[1], message[2])
             elif kind in ("done", "aborted"):
                 worker.finished = True
             elif kind == "error":

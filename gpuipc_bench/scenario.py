@@ -232,6 +232,11 @@ class WorkerContext:
     def progress(self, steps: int = 1) -> None:
         self.send(("progress", steps))
 
+    def note(self, key: str, text: str) -> None:
+        """A fact found while running (e.g. a handle type the driver refuses, and why), kept
+        in the CSV header as `# note.<scenario>.<key>: text`."""
+        self.send(("note", f"{self.row_fields.get('scenario', '')}.{key}", " ".join(str(text).split())))
+
     # ---------------------------------------------------------------- the mailbox, by name
 
     def slot(self, name: str) -> int:

@@ -5,11 +5,13 @@ order is stable. To add a path, write a module here and add it to the list.
 """
 
 from gpuipc_bench.scenario import Scenario
-from gpuipc_bench.scenarios import barrier, host, ipc, latency, mmap, peer, sharing, staging
+from gpuipc_bench.scenarios import barrier, host, ipc, latency, mempool, mmap, peer, sharing, staging, vmm
 
 _ORDER: list[Scenario] = [
     staging.StagingScenario(),
     ipc.IpcScenario(),
+    vmm.VmmScenario(),
+    mempool.MempoolScenario(),
     mmap.MmapScenario(),
     peer.PeerScenario(),
     latency.LatencyScenario(),

@@ -59,9 +59,8 @@ class IpcWorker(PairWorker):
         capacity = self.ring_bytes()
         # Producer: the ring the consumer pulls from and pushes into. Consumer: its own ring
         # (pull destination, push source), which the producer maps for the ping-pong.
-        self.ring_buf = gpu.alloc(capacity)
+        self.ring_buf = self.share_ring(capacity)
         self.scratch = gpu.alloc(max(self.sizes) + 256)  # where warm-up operations land
-        ctx.publish("ring", self.ring_buf.export())
         self.ready = Signal(ctx, "ready", PRODUCER, CONSUMER)
         self.pushed = Signal(ctx, "pushed", CONSUMER, PRODUCER)
         self.pull = Exchange(ctx, "pull", PRODUCER, CONSUMER, self.same_gpu)
@@ -70,11 +69,22 @@ class IpcWorker(PairWorker):
         for part in parts:
             part.create(gpu)
         ctx.sync()  # handles published
-        self.mapped = self.imported(MappedBuffer(ctx.receive(self.other, "ring"), capacity, self.device))
+        self.mapped = self.imported(self.open_ring(capacity))
         for part in parts:
             part.open(gpu, self.imports)
         ctx.sync()  # everything open
         yield from rows
+
+    def share_ring(self, capacity: int):
+        """Allocate this worker's ring (anything with .ptr and close()) and export it to the
+        other worker. The other opens it after the next barrier (open_ring)."""
+        ring = self.gpu.alloc(capacity)
+        self.ctx.publish("ring", ring.export())
+        return ring
+
+    def open_ring(self, capacity: int):
+        """Map the other worker's ring into this process (anything with .ptr and close())."""
+        return MappedBuffer(self.ctx.receive(self.other, "ring"), capacity, self.device)
 
     def setup_costs(self) -> Iterator[dict]:
         """Export (producer) and first open, close, event open (consumer), each on fresh objects."""

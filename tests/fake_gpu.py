@@ -273,12 +273,95 @@ def _time_setup(call, device=None):
     return call(), time.perf_counter() - t0
 
 
+class _AddressFd:
+    """A real file descriptor (memfd) whose contents name an arena address: what the fakes of
+    the fd-sharing paths export, so the real descriptor channel carries real descriptors."""
+
+    @staticmethod
+    def make(ptr: int) -> int:
+        import os
+
+        fd = os.memfd_create("fake-gpu-handle")
+        os.write(fd, ptr.to_bytes(8, "little"))
+        return fd
+
+    @staticmethod
+    def read(fd: int) -> int:
+        import os
+
+        return int.from_bytes(os.pread(fd, 8, 0), "little")
+
+
+class FakeVmmMemory:
+    def __init__(self, ptr, size, device):
+        self.handle, self.size, self.device, self.ptr = ptr, size, device, 0
+
+    @classmethod
+    def create(cls, size, device):
+        return cls(_alloc(size), size, device)
+
+    @classmethod
+    def import_fd(cls, fd, size, device):
+        return cls(_AddressFd.read(fd), size, device)
+
+    def export_fd(self):
+        return _AddressFd.make(self.handle)
+
+    def map(self):
+        self.ptr = self.handle
+        return self.ptr
+
+    def close(self):
+        self.ptr, self.handle = 0, None
+
+
+class FakePoolPointer:
+    def __init__(self, ptr, nbytes, device):
+        self.ptr, self.nbytes, self.device = ptr, nbytes, device
+
+    def export(self):
+        return self.ptr.to_bytes(8, "little").ljust(64, b"\0")
+
+    def close(self):
+        self.ptr = 0
+
+
+class FakeMemPool:
+    def __init__(self, device, imported):
+        self.device, self.imported, self.pool = device, imported, object()
+
+    @classmethod
+    def create(cls, device):
+        return cls(device, False)
+
+    @classmethod
+    def import_fd(cls, fd, device):
+        assert _AddressFd.read(fd) == 0x9001, "not a pool's descriptor"
+        return cls(device, True)
+
+    def export_fd(self):
+        return _AddressFd.make(0x9001)
+
+    def allocate(self, nbytes):
+        assert not self.imported, "an imported pool cannot allocate"
+        return FakePoolPointer(_alloc(nbytes), nbytes, self.device)
+
+    def import_pointer(self, data, nbytes):
+        assert self.imported
+        return FakePoolPointer(int.from_bytes(bytes(data)[:8], "little"), nbytes, self.device)
+
+    def close(self):
+        self.pool = None
+
+
 def install(monkeypatch) -> None:
     """Put the fakes where the harness and the scenarios look them up (before forking workers).
     Device ping-pongs move no bytes here, so their verification is switched off."""
+    _next.value = 0  # a new run: the arena is all free again (the last run's workers are gone)
     from gpuipc_bench import pair, pingpong, signal
     from gpuipc_bench.gpu import ceilings, memory, timing
-    from gpuipc_bench.scenarios import ipc, latency, peer, sharing, staging
+    from gpuipc_bench.gpu import fdmemory
+    from gpuipc_bench.scenarios import ipc, latency, mempool, peer, sharing, staging, vmm
 
     patches = [
         (pair, "Gpu", FakeGpu), (pair, "Ceilings", FakeCeilings),
@@ -291,6 +374,9 @@ def install(monkeypatch) -> None:
         (pingpong, "MappedBuffer", FakeMapped), (pingpong, "memset", lambda *a, **k: None),
         (latency, "IpcEvent", FakeEvent), (latency, "memset", lambda *a, **k: None),
         (sharing, "Gpu", FakeGpu), (sharing, "Ceilings", FakeCeilings), (memory, "on_device", _nothing),
+        (vmm, "VmmMemory", FakeVmmMemory), (vmm, "vmm_size", lambda nbytes, device: -(-nbytes // 4096) * 4096),
+        (vmm, "time_setup", _time_setup), (fdmemory, "fabric_refusal", lambda device: "CUDA_ERROR_NOT_PERMITTED"),
+        (mempool, "MemPool", FakeMemPool), (mempool, "time_setup", _time_setup),
     ]
     for module, name, value in patches:
         monkeypatch.setattr(module, name, value)

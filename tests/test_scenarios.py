@@ -324,3 +324,43 @@ def test_prefault_touches_every_page_and_keeps_the_bytes():
     assert faults >= (64 << 20) // mmap_module.PAGESIZE // 2  # about one fault per page
     assert region[4096 * 7] == 9
     region.close()
+
+
+# --------------------------------------------------------------------------- handles passed as file descriptors
+
+
+def test_vmm_protocol(monkeypatch, no_leaks):
+    """The ipc transfers over memory whose handle travels as a real fd over the real socket."""
+    outcome, rows = run(monkeypatch, "vmm", sizes=SIZES)
+    assert outcome.ok, outcome.error
+    check_bandwidth_rows(rows, "vmm", ("ce", "sm", "push"), ("stream", "handoff"), SIZES)
+    setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
+    assert setup == {(op,): 6 for op in ("vmm_create", "vmm_export", "vmm_import", "vmm_map", "vmm_unmap_release")}
+    assert {r["src"] for r in rows if r["metric"] == "setup"} == {"0"}
+
+
+def test_mempool_protocol(monkeypatch, no_leaks):
+    outcome, rows = run(monkeypatch, "mempool", sizes=SIZES)
+    assert outcome.ok, outcome.error
+    check_bandwidth_rows(rows, "mempool", ("ce", "sm", "push"), ("stream", "handoff"), SIZES)
+    setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
+    assert setup == {(op,): 6 for op in ("pool_create", "pool_alloc", "pool_export", "ptr_export", "pool_import",
+                                         "ptr_import_first", "ptr_import", "ptr_free")}
+
+
+@pytest.mark.parametrize("name", ["vmm", "mempool"])
+def test_fd_paths_catch_a_corrupted_byte(monkeypatch, no_leaks, name):
+    outcome, _ = run(monkeypatch, name, fault="corrupt", sizes=(4099,))
+    assert isinstance(outcome.error, WorkerFailed)
+    assert f"verification failed on path {name}/" in str(outcome.error)
+
+
+def test_vmm_notes_the_refused_fabric_handle(monkeypatch, no_leaks):
+    fake_gpu.install(monkeypatch)
+    notes = {}
+    config = RunConfig(scenarios=("vmm",), sizes=(4099,), min_samples=2, max_samples=2, warmup=0, timeout=20.0)
+    scenario = SCENARIOS["vmm"]
+    outcome = run_scenario(scenario, config, scenario.workers(config, None), on_row=lambda row: None,
+                           on_note=notes.__setitem__)
+    assert outcome.ok, outcome.error
+    assert notes == {"vmm.fabric_handle": "waived: CUDA_ERROR_NOT_PERMITTED"}

@@ -1,0 +1,124 @@
+"""mempool: a stream-ordered memory pool shared between processes (cudaMallocAsync's IPC).
+
+Each worker creates a pool with a shareable handle type (cuMemPoolCreate, POSIX fd), exports
+the pool once (cuMemPoolExportToShareableHandle; the fd goes to the other worker over a Unix
+socket, gpuipc_bench.fdpass), allocates its ring from it (cuMemAllocFromPoolAsync) and
+exports that allocation as 64 bytes (cuMemPoolExportPointer, through the segment's handle
+table). The other worker imports the pool, gives its GPU access (cuMemPoolSetAccess) and
+imports the pointer (cuMemPoolImportPointer). The transfers are then the ipc scenario's
+(pull ce/sm and push; stream and handoff; the ping-pong; every slot verified).
+
+Set-up rows, 6 each on fresh pools of the ring's size: pool_create, pool_alloc (the first
+allocation, which grows the pool), pool_export and ptr_export (exporter); pool_import (fd
+to pool, access set), ptr_import_first (the first pointer from a newly imported pool),
+ptr_import (a second pointer from the same pool: what each further buffer costs) and
+ptr_free (the importer's free of an imported pointer).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+from gpuipc_bench.gpu import fdmemory
+from gpuipc_bench.gpu.fdmemory import MemPool, PoolPointer
+from gpuipc_bench.gpu.timing import time_setup
+from gpuipc_bench.pair import PRODUCER, PairScenario
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.sampler import SETUP_REPEATS
+from gpuipc_bench.scenarios.vmm import FdSharingWorker
+
+
+class ImportedAllocation:
+    """Another worker's pool allocation in this process: the imported pointer and its pool."""
+
+    def __init__(self, pool: MemPool, pointer: PoolPointer):
+        self.pool, self.pointer, self.ptr = pool, pointer, pointer.ptr
+
+    @classmethod
+    def open(cls, fd: int, data: bytes, nbytes: int, device: int) -> "ImportedAllocation":
+        pool = MemPool.import_fd(fd, device)
+        try:
+            return cls(pool, pool.import_pointer(data, nbytes))
+        except BaseException:
+            pool.close()
+            raise
+
+    def close(self) -> None:
+        try:
+            self.pointer.close()  # imported pointers are freed before their pool goes
+        finally:
+            self.pool.close()
+
+
+class MempoolWorker(FdSharingWorker):
+    path = "mempool"
+
+    def share_ring(self, capacity: int):
+        pool = self.gpu.adopt(MemPool.create(self.device))
+        ring = self.gpu.adopt(pool.allocate(capacity))  # adopted after its pool: freed before it
+        self.send_fd("pool", pool.export_fd())
+        self.ctx.publish("ring", ring.export())
+        return ring
+
+    def open_ring(self, capacity: int):
+        fd = self.channel.receive(self.other, "pool")
+        try:
+            return ImportedAllocation.open(fd, self.ctx.receive(self.other, "ring"), capacity, self.device)
+        finally:
+            os.close(fd)
+
+    def setup_costs(self) -> Iterator[dict]:
+        """Pool and pointer export (producer), import and free (consumer), on fresh pools."""
+        ctx, n, device = self.ctx, self.ring_bytes(), self.device
+        src, dst = self.pdev, self.cdev
+        for i in range(SETUP_REPEATS):
+            ctx.phase("setup", n, i)
+            if self.producer:
+                pool, seconds = time_setup(lambda: MemPool.create(device), device)
+                yield self.setup_row("pool_create", seconds, i, n, src, dst)
+                first, seconds = time_setup(lambda: pool.allocate(n), device)
+                yield self.setup_row("pool_alloc", seconds, i, n, src, dst)
+                second = pool.allocate(n)
+                fd, seconds = time_setup(pool.export_fd, device)
+                yield self.setup_row("pool_export", seconds, i, n, src, dst)
+                data, seconds = time_setup(first.export, device)
+                yield self.setup_row("ptr_export", seconds, i, n, src, dst)
+                self.send_fd("setup", fd)
+                ctx.publish("setup.first", data)
+                ctx.publish("setup.second", second.export())
+            ctx.sync()
+            if not self.producer:
+                fd = self.channel.receive(PRODUCER, "setup")
+                try:
+                    imported, seconds = time_setup(lambda: MemPool.import_fd(fd, device), device)
+                finally:
+                    os.close(fd)
+                yield self.setup_row("pool_import", seconds, i, n, src, dst)
+                pointers = []
+                for name, variant in (("setup.first", "ptr_import_first"), ("setup.second", "ptr_import")):
+                    data = ctx.receive(PRODUCER, name)
+                    pointer, seconds = time_setup(lambda: imported.import_pointer(data, n), device)
+                    pointers.append(pointer)
+                    yield self.setup_row(variant, seconds, i, n, src, dst)
+                _, seconds = time_setup(pointers[0].close, device)
+                yield self.setup_row("ptr_free", seconds, i, n, src, dst)
+                pointers[1].close()
+                imported.close()
+            ctx.sync()  # the importer is done before the exporter frees
+            if self.producer:
+                second.close()
+                first.close()
+                pool.close()
+        if not self.same_gpu and not self.producer:
+            yield from self.peer_enable_rows()
+
+
+class MempoolScenario(PairScenario):
+    name = "mempool"
+    summary = "memory pool IPC: the producer's cudaMallocAsync pool exported as an fd, pointers imported"
+    worker_class = MempoolWorker
+    paths = (PathInfo("mempool", colour="#bcbd22", setup=("pool_import", "ptr_import_first")),)
+
+    def waive_reason(self, machine):
+        return super().waive_reason(machine) or fdmemory.missing_reason()

@@ -156,6 +156,10 @@ def test_kernels_gate_and_ceilings():
 @pytest.mark.parametrize("name, variants", [
     ("ipc", {("ce", "stream"), ("ce", "handoff"), ("sm", "stream"), ("sm", "handoff"), ("push", "stream"),
              ("push", "handoff")}),
+    ("vmm", {("ce", "stream"), ("ce", "handoff"), ("sm", "stream"), ("sm", "handoff"), ("push", "stream"),
+             ("push", "handoff")}),
+    ("mempool", {("ce", "stream"), ("ce", "handoff"), ("sm", "stream"), ("sm", "handoff"), ("push", "stream"),
+                 ("push", "handoff")}),
     ("staging", {("pinned", "stream"), ("pinned", "handoff"), ("pipelined", "stream"), ("pipelined", "handoff"),
                  ("pinned-hostsync", "handoff"), ("pageable", "handoff")}),
     ("mmap", {("zero-copy", "stream"), ("zero-copy", "handoff"), ("dma", "stream"), ("dma", "handoff")}),
@@ -173,7 +177,7 @@ def test_each_path_moves_the_right_bytes(monkeypatch, no_leaks, name, variants):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["ipc", "staging", "mmap"])
+@pytest.mark.parametrize("name", ["ipc", "vmm", "mempool", "staging", "mmap"])
 def test_a_corrupted_byte_is_caught(monkeypatch, no_leaks, name):
     outcome, rows = run(monkeypatch, name, fault="corrupt", sizes=(4096 + 3,))
     assert isinstance(outcome.error, WorkerFailed)
@@ -203,14 +207,14 @@ def memory_checked(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["ipc", "staging", "mmap"])
+@pytest.mark.parametrize("name", ["ipc", "vmm", "mempool", "staging", "mmap"])
 def test_gpu_memory_is_returned(monkeypatch, no_leaks, name):
     outcome, _ = run(monkeypatch, name, scenario=memory_checked(name), sizes=(4096, 64 * MiB), max_samples=2)
     assert outcome.ok, outcome.error
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["staging", "mmap"])
+@pytest.mark.parametrize("name", ["staging", "mmap", "vmm", "mempool"])
 def test_killed_worker_frees_everything(monkeypatch, no_leaks, name):
     outcome, _ = run(monkeypatch, name, fault="kill:1:sample:3")
     assert isinstance(outcome.error, WorkerFailed) and "killed by SIGKILL" in str(outcome.error)

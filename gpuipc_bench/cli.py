@@ -223,8 +223,10 @@ def list_cmd():
         reason = scenario.waive_reason(machine)
         workers = f"{scenario.min_workers}" if scenario.min_workers == scenario.max_workers \
             else f"{scenario.min_workers}-{scenario.max_workers}"
-        table.add_row(scenario.name, scenario.summary, str(scenario.gpus_needed), workers,
-                      "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}")
+        here = "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}"
+        if not scenario.in_default_run:
+            here += " (not in the default run: name it with -s)"
+        table.add_row(scenario.name, scenario.summary, str(scenario.gpus_needed), workers, here)
     _stdout().print(table)
 
 

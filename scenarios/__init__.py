@@ -5,7 +5,7 @@ order is stable. To add a path, write a module here and add it to the list.
 """
 
 from gpuipc_bench.scenario import Scenario
-from gpuipc_bench.scenarios import barrier, host, ipc, latency, mempool, mmap, peer, sharing, staging, vmm
+from gpuipc_bench.scenarios import barrier, handles, host, ipc, latency, mempool, mmap, peer, sharing, staging, vmm
 
 _ORDER: list[Scenario] = [
     staging.StagingScenario(),
@@ -18,6 +18,7 @@ _ORDER: list[Scenario] = [
     sharing.SharingScenario(),
     host.HostScenario(),
     barrier.BarrierScenario(),
+    handles.HandlesScenario(),
 ]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ORDER}

@@ -55,7 +55,9 @@ class IpcWorker(PairWorker):
     def setup(self) -> Iterator[dict]:
         ctx, gpu = self.ctx, self.gpu
         ctx.declare("push.checked", "ping", "pong")
-        rows = list(self.setup_costs())
+        rows = list(self.setup_costs(self.ring_bytes()))
+        if not self.same_gpu and not self.producer:
+            rows += list(self.peer_enable_rows())
         capacity = self.ring_bytes()
         # Producer: the ring the consumer pulls from and pushes into. Consumer: its own ring
         # (pull destination, push source), which the producer maps for the ping-pong.
@@ -86,9 +88,10 @@ class IpcWorker(PairWorker):
         """Map the other worker's ring into this process (anything with .ptr and close())."""
         return MappedBuffer(self.ctx.receive(self.other, "ring"), capacity, self.device)
 
-    def setup_costs(self) -> Iterator[dict]:
-        """Export (producer) and first open, close, event open (consumer), each on fresh objects."""
-        ctx, n = self.ctx, self.ring_bytes()
+    def setup_costs(self, n: int) -> Iterator[dict]:
+        """Export (producer) and first open, close, event open (consumer), each on fresh objects
+        of `n` bytes."""
+        ctx = self.ctx
         src, dst = self.pdev, self.cdev
         for i in range(SETUP_REPEATS):
             ctx.phase("setup", n, i)
@@ -116,8 +119,6 @@ class IpcWorker(PairWorker):
             if self.producer:
                 event.close()
                 buf.close()
-        if not self.same_gpu and not self.producer:
-            yield from self.peer_enable_rows()
 
     def peer_enable_rows(self) -> Iterator[dict]:
         for device, peer in ((self.cdev, self.pdev), (self.pdev, self.cdev)):

@@ -68,9 +68,10 @@ class MempoolWorker(FdSharingWorker):
         finally:
             os.close(fd)
 
-    def setup_costs(self) -> Iterator[dict]:
-        """Pool and pointer export (producer), import and free (consumer), on fresh pools."""
-        ctx, n, device = self.ctx, self.ring_bytes(), self.device
+    def setup_costs(self, n: int) -> Iterator[dict]:
+        """Pool and pointer export (producer), import and free (consumer), on fresh pools whose
+        allocations are `n` bytes."""
+        ctx, device = self.ctx, self.device
         src, dst = self.pdev, self.cdev
         for i in range(SETUP_REPEATS):
             ctx.phase("setup", n, i)
@@ -110,8 +111,6 @@ class MempoolWorker(FdSharingWorker):
                 second.close()
                 first.close()
                 pool.close()
-        if not self.same_gpu and not self.producer:
-            yield from self.peer_enable_rows()
 
 
 class MempoolScenario(PairScenario):

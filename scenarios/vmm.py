@@ -36,10 +36,13 @@ class FdSharingWorker(IpcWorker):
     """An ipc worker whose handles travel as file descriptors over a Unix socket."""
 
     def setup(self) -> Iterator[dict]:
+        self.open_channel()
+        yield from super().setup()
+
+    def open_channel(self) -> None:
         # Every worker binds its socket before the first barrier, so no send finds it missing.
         self.channel = self.gpu.adopt(channel_for(self.ctx))
         self.ctx.sync()
-        yield from super().setup()
 
     def send_fd(self, name: str, fd: int) -> None:
         """Send `fd` to the other worker and close ours."""
@@ -71,13 +74,16 @@ class VmmWorker(FdSharingWorker):
             raise
         return memory
 
-    def setup_costs(self) -> Iterator[dict]:
-        """Create and export (producer); import, map and unmap+release (consumer); fresh each time."""
-        ctx, size = self.ctx, vmm_size(self.ring_bytes(), self.device)
-        src, dst = self.pdev, self.cdev
+    def setup(self) -> Iterator[dict]:
         if self.producer:
             refusal = fdmemory.fabric_refusal(self.device)
-            ctx.note("fabric_handle", f"waived: {refusal}" if refusal else "permitted (not measured)")
+            self.ctx.note("fabric_handle", f"waived: {refusal}" if refusal else "permitted (not measured)")
+        yield from super().setup()
+
+    def setup_costs(self, n: int) -> Iterator[dict]:
+        """Create and export (producer); import, map and unmap+release (consumer); fresh each time."""
+        ctx, size = self.ctx, vmm_size(n, self.device)
+        src, dst = self.pdev, self.cdev
         for i in range(SETUP_REPEATS):
             ctx.phase("setup", size, i)
             if self.producer:
@@ -101,8 +107,6 @@ class VmmWorker(FdSharingWorker):
             ctx.sync()  # released by the importer before the exporter's
             if self.producer:
                 memory.close()
-        if not self.same_gpu and not self.producer:
-            yield from self.peer_enable_rows()
 
 
 class VmmScenario(PairScenario):

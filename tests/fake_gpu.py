@@ -31,6 +31,7 @@ _base = ctypes.addressof(ctypes.c_char.from_buffer(_arena))
 _next = multiprocessing.get_context("fork").Value("q", 0)  # bump allocator shared by the workers
 SECONDS_PER_TRANSFER = 1e-6
 L2_BYTES = 1 << 20  # small, so that a test-sized ring can leave it
+FAKE_FREE_BYTES, FAKE_TOTAL_BYTES = 16 << 20, 1 << 20  # cudaMemGetInfo: the handles study caps sizes at 256 KiB
 
 
 def _alloc(nbytes: int) -> int:
@@ -361,7 +362,7 @@ def install(monkeypatch) -> None:
     from gpuipc_bench import pair, pingpong, signal
     from gpuipc_bench.gpu import ceilings, memory, timing
     from gpuipc_bench.gpu import fdmemory
-    from gpuipc_bench.scenarios import ipc, latency, mempool, peer, sharing, staging, vmm
+    from gpuipc_bench.scenarios import handles, ipc, latency, mempool, peer, sharing, staging, vmm
 
     patches = [
         (pair, "Gpu", FakeGpu), (pair, "Ceilings", FakeCeilings),
@@ -377,6 +378,9 @@ def install(monkeypatch) -> None:
         (vmm, "VmmMemory", FakeVmmMemory), (vmm, "vmm_size", lambda nbytes, device: -(-nbytes // 4096) * 4096),
         (vmm, "time_setup", _time_setup), (fdmemory, "fabric_refusal", lambda device: "CUDA_ERROR_NOT_PERMITTED"),
         (mempool, "MemPool", FakeMemPool), (mempool, "time_setup", _time_setup),
+        (handles, "MemPool", FakeMemPool), (handles, "time_setup", _time_setup),
+        (handles, "DeviceBuffer", FakeBuffer), (handles, "MappedBuffer", FakeMapped),
+        (handles, "free_and_total", lambda device: (FAKE_FREE_BYTES, FAKE_TOTAL_BYTES)),
     ]
     for module, name, value in patches:
         monkeypatch.setattr(module, name, value)

@@ -364,3 +364,31 @@ def test_vmm_notes_the_refused_fabric_handle(monkeypatch, no_leaks):
                            on_note=notes.__setitem__)
     assert outcome.ok, outcome.error
     assert notes == {"vmm.fabric_handle": "waived: CUDA_ERROR_NOT_PERMITTED"}
+
+
+def test_handles_times_every_paths_setup_at_each_size_and_inside_most_of_the_gpu(monkeypatch, no_leaks):
+    notes = {}
+    fake_gpu.install(monkeypatch)
+    config = RunConfig(scenarios=("handles",), sizes=(4096, 65536, 1 << 20), timeout=20.0)
+    scenario = SCENARIOS["handles"]
+    outcome = run_scenario(scenario, config, scenario.workers(config, None), on_row=(rows := []).append,
+                           on_note=notes.__setitem__)
+    assert outcome.ok, outcome.error
+    assert notes == {"handles.skipped": "1 MiB: more than a quarter of GPU 0's 1 MiB"}
+    setup = groups(rows, "path", "variant", "bytes")
+    for nbytes in (4096, 65536):
+        for path, op in (("ipc", "ipc_open_cold"), ("vmm", "vmm_import"), ("vmm", "vmm_map"),
+                         ("mempool", "pool_import"), ("mempool", "ptr_import_first")):
+            assert setup[(path, op, nbytes if path != "vmm" else -(-nbytes // 4096) * 4096)] == 6
+    big = int(fake_gpu.FAKE_FREE_BYTES * 0.85) >> 20 << 20
+    assert setup[("ipc", "ipc_open_suballoc", big)] == 6
+    assert setup[("mempool", "pool_import_full", big)] == setup[("mempool", "ptr_import_full", big)] == 6
+    assert not [r for r in rows if r["bytes"] == 1 << 20 and r["variant"] != "ipc_open_suballoc"]
+    assert all(r["metric"] == "setup" for r in rows)
+
+
+def test_handles_is_not_in_the_default_run():
+    from gpuipc_bench.cli import _resolve_names
+
+    assert "handles" not in _resolve_names((), SCENARIOS) and "vmm" in _resolve_names((), SCENARIOS)
+    assert _resolve_names(("handles",), SCENARIOS) == ["handles"]

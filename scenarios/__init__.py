@@ -12,6 +12,7 @@ _ORDER: list[Scenario] = [
     ipc.IpcScenario(),
     vmm.VmmScenario(),
     mempool.MempoolScenario(),
+    mempool.HostPoolScenario(),
     mmap.MmapScenario(),
     peer.PeerScenario(),
     latency.LatencyScenario(),

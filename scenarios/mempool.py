@@ -13,6 +13,14 @@ allocation, which grows the pool), pool_export and ptr_export (exporter); pool_i
 to pool, access set), ptr_import_first (the first pointer from a newly imported pool),
 ptr_import (a second pointer from the same pool: what each further buffer costs) and
 ptr_free (the importer's free of an imported pointer).
+
+hostpool (a scenario of its own, path 'hostpool'): the staging path's host ring, taken from a
+pool of pinned host memory (location CU_MEM_LOCATION_TYPE_HOST) that the producer creates and
+exports like the device pool; both workers give their GPU access to it (cuMemPoolSetAccess:
+a host pool's memory is not device-accessible until asked, in the creating process too).
+Transfers as staging's pinned variant ('host-pool': D2H into slot r, H2D out of it; stream
+and handoff), against the same two-hop ceilings. Set-up rows: host_pool_create,
+host_pool_import, host_ptr_import.
 """
 
 from __future__ import annotations
@@ -23,9 +31,13 @@ from typing import Iterator
 from gpuipc_bench.gpu import fdmemory
 from gpuipc_bench.gpu.fdmemory import MemPool, PoolPointer
 from gpuipc_bench.gpu.timing import time_setup
-from gpuipc_bench.pair import PRODUCER, PairScenario
+from gpuipc_bench.exchange import max_transfers
+from gpuipc_bench.fdpass import channel_for
+from gpuipc_bench.gpu.memory import reps_for
+from gpuipc_bench.pair import MEASURES, PRODUCER, PairScenario
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.sampler import SETUP_REPEATS
+from gpuipc_bench.scenarios.staging import StagingScenario, StagingWorker
 from gpuipc_bench.scenarios.vmm import FdSharingWorker
 
 
@@ -118,6 +130,72 @@ class MempoolScenario(PairScenario):
     summary = "memory pool IPC: the producer's cudaMallocAsync pool exported as an fd, pointers imported"
     worker_class = MempoolWorker
     paths = (PathInfo("mempool", colour="#bcbd22", setup=("pool_import", "ptr_import_first")),)
+
+    def waive_reason(self, machine):
+        return super().waive_reason(machine) or fdmemory.missing_reason()
+
+
+class HostPoolWorker(StagingWorker):
+    """staging's GPU-ordered transfers through a host ring allocated from a shared host pool."""
+
+    path = "hostpool"
+
+    def share_host_ring(self):
+        ctx, gpu, device = self.ctx, self.gpu, self.device
+        channel = gpu.adopt(channel_for(ctx))
+        ctx.declare("host.ptr")
+        ctx.sync()  # every channel bound
+        nbytes = self.ring_bytes() + max(self.sizes) + 256
+        if self.producer:
+            pool, seconds = time_setup(lambda: MemPool.create(device, host=True), device)
+            gpu.adopt(pool)
+            yield self.setup_row("host_pool_create", seconds, 0, nbytes, "host", device)
+            ring = gpu.adopt(pool.allocate(nbytes))
+            fd = pool.export_fd()
+            try:
+                channel.send(self.other, "host-pool", fd)
+            finally:
+                os.close(fd)
+            ctx.publish("host.ptr", ring.export())
+            self.host = ring.ptr
+        ctx.sync()
+        if not self.producer:
+            fd = channel.receive(PRODUCER, "host-pool")
+            try:
+                pool, seconds = time_setup(lambda: MemPool.import_fd(fd, device), device)
+            finally:
+                os.close(fd)
+            yield self.setup_row("host_pool_import", seconds, 0, nbytes, "host", device)
+            pointer, seconds = time_setup(lambda: pool.import_pointer(ctx.receive(PRODUCER, "host.ptr"), nbytes),
+                                          device)
+            yield self.setup_row("host_ptr_import", seconds, 0, nbytes, "host", device)
+            self.imported(ImportedAllocation(pool, pointer))
+            self.host = pointer.ptr
+        ctx.sync()
+
+    def measure(self, nbytes):
+        for measure in MEASURES:
+            handoff = measure == "handoff"
+            reps = min(reps_for(nbytes), max_transfers(1, handoff))
+            group = self.group("host-pool", measure, nbytes, self.pdev, self.cdev,
+                               self.two_hops("host-pool", measure), reps)
+            take = lambda trial, h=handoff: self.gpu_ordered("host-pool", nbytes, nbytes, 1, h, trial)  # noqa: E731
+            yield from self.sampler.run(group, take, timer=not self.producer, reps=reps)
+        yield from self.in_turn(lambda: self.ceiling_rows(
+            f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}", nbytes))
+
+
+class HostPoolScenario(PairScenario):
+    name = "hostpool"
+    summary = "a pinned host memory pool shared as an fd, the staging buffer of D2H then H2D"
+    worker_class = HostPoolWorker
+    paths = (PathInfo("hostpool", colour="#8c564b", setup=("host_pool_import", "host_ptr_import")),)
+
+    def memory_needed(self, config, specs):
+        return StagingScenario.memory_needed(self, config, specs)
+
+    def host_bytes(self, config):
+        return StagingScenario.host_bytes(self, config)
 
     def waive_reason(self, machine):
         return super().waive_reason(machine) or fdmemory.missing_reason()

@@ -89,17 +89,7 @@ class StagingWorker(PairWorker):
         ctx.declare("h.sent", "h.done", "h.t0", "ping", "pong")
         self.ring_buf = gpu.alloc(self.ring_bytes())  # producer: source ring; consumer: destination ring
         self.scratch = gpu.alloc(max(self.sizes) + 256)
-        region = self.host_region()
-        self.host_addr, keeper = mmap_address(region)
-        self._keepers = [keeper]
-        if isinstance(ctx.shared, _Shared):
-            self.pageable_addr, keeper = mmap_address(ctx.shared.pageable)
-            self._keepers.append(keeper)
-        rows = []
-        if not self.producer:
-            rows = list(self.registration_rows(region))
-        ctx.sync()  # first touch done before anyone registers for good
-        self.host = gpu.adopt(HostRegistration(self.host_addr, len(region), self.device)).dptr
+        rows = list(self.share_host_ring())
         self.host_scratch = self.host + self.ring_bytes()
         self.exchange = Exchange(ctx, self.path, PRODUCER, CONSUMER, self.same_gpu)
         self.exchange.create(gpu)
@@ -108,6 +98,22 @@ class StagingWorker(PairWorker):
         ctx.sync()
         self.transfers = 0  # host-ordered transfers so far, in step on both sides
         yield from rows
+
+    def share_host_ring(self):
+        """Make the host ring (then a scratch message) that both workers reach, and set self.host
+        to its device pointer in this process; yields its set-up rows. Here: the shared region,
+        registered by each worker."""
+        ctx, gpu = self.ctx, self.gpu
+        region = self.host_region()
+        self.host_addr, keeper = mmap_address(region)
+        self._keepers = [keeper]
+        if isinstance(ctx.shared, _Shared):
+            self.pageable_addr, keeper = mmap_address(ctx.shared.pageable)
+            self._keepers.append(keeper)
+        if not self.producer:
+            yield from self.registration_rows(region)
+        ctx.sync()  # first touch done before anyone registers for good
+        self.host = gpu.adopt(HostRegistration(self.host_addr, len(region), self.device)).dptr
 
     def registration_rows(self, region: mmap.mmap):
         """First touch of the region's pages (once), then cudaHostRegister/Unregister of the whole

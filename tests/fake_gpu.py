@@ -332,7 +332,7 @@ class FakeMemPool:
         self.device, self.imported, self.pool = device, imported, object()
 
     @classmethod
-    def create(cls, device):
+    def create(cls, device, host=False):
         return cls(device, False)
 
     @classmethod

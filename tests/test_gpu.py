@@ -163,6 +163,7 @@ def test_kernels_gate_and_ceilings():
     ("staging", {("pinned", "stream"), ("pinned", "handoff"), ("pipelined", "stream"), ("pipelined", "handoff"),
                  ("pinned-hostsync", "handoff"), ("pageable", "handoff")}),
     ("mmap", {("zero-copy", "stream"), ("zero-copy", "handoff"), ("dma", "stream"), ("dma", "handoff")}),
+    ("hostpool", {("host-pool", "stream"), ("host-pool", "handoff")}),
 ])
 def test_each_path_moves_the_right_bytes(monkeypatch, no_leaks, name, variants):
     outcome, rows = run(monkeypatch, name)
@@ -177,7 +178,7 @@ def test_each_path_moves_the_right_bytes(monkeypatch, no_leaks, name, variants):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["ipc", "vmm", "mempool", "staging", "mmap"])
+@pytest.mark.parametrize("name", ["ipc", "vmm", "mempool", "hostpool", "staging", "mmap"])
 def test_a_corrupted_byte_is_caught(monkeypatch, no_leaks, name):
     outcome, rows = run(monkeypatch, name, fault="corrupt", sizes=(4096 + 3,))
     assert isinstance(outcome.error, WorkerFailed)
@@ -207,7 +208,7 @@ def memory_checked(name):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["ipc", "vmm", "mempool", "staging", "mmap"])
+@pytest.mark.parametrize("name", ["ipc", "vmm", "mempool", "hostpool", "staging", "mmap"])
 def test_gpu_memory_is_returned(monkeypatch, no_leaks, name):
     outcome, _ = run(monkeypatch, name, scenario=memory_checked(name), sizes=(4096, 64 * MiB), max_samples=2)
     assert outcome.ok, outcome.error
@@ -350,3 +351,18 @@ def test_sharing_catches_corruption_and_still_stops_the_daemon(monkeypatch, no_l
     check_cleanup(scenario.seen)
     assert isinstance(outcome.error, WorkerFailed)
     assert "verification failed on path sharing/" in str(outcome.error)
+
+
+@pytest.mark.gpu
+def test_handles_times_opens_against_size(monkeypatch, no_leaks):
+    outcome, rows = run(monkeypatch, "handles", sizes=(MiB, 64 * MiB))
+    assert outcome.ok, outcome.error
+    got = groups(rows, "path", "variant")
+    for key in (("ipc", "ipc_open_cold"), ("vmm", "vmm_import"), ("vmm", "vmm_map"), ("mempool", "pool_import"),
+                ("mempool", "ptr_import_first")):
+        assert got[key] == 12, key  # 6 at each of the two sizes
+    for key in (("ipc", "ipc_open_suballoc"), ("mempool", "pool_import_full"), ("mempool", "ptr_import_full")):
+        assert got[key] == 6, key
+    big = {r["bytes"] for r in rows if r["variant"] == "pool_import_full"}
+    assert len(big) == 1 and big.pop() > 64 * MiB  # most of the GPU
+    assert all(r["metric"] == "setup" and r["seconds"] > 0 for r in rows)

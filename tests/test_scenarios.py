@@ -348,7 +348,7 @@ def test_mempool_protocol(monkeypatch, no_leaks):
                                          "ptr_import_first", "ptr_import", "ptr_free")}
 
 
-@pytest.mark.parametrize("name", ["vmm", "mempool"])
+@pytest.mark.parametrize("name", ["vmm", "mempool", "hostpool"])
 def test_fd_paths_catch_a_corrupted_byte(monkeypatch, no_leaks, name):
     outcome, _ = run(monkeypatch, name, fault="corrupt", sizes=(4099,))
     assert isinstance(outcome.error, WorkerFailed)
@@ -392,3 +392,15 @@ def test_handles_is_not_in_the_default_run():
 
     assert "handles" not in _resolve_names((), SCENARIOS) and "vmm" in _resolve_names((), SCENARIOS)
     assert _resolve_names(("handles",), SCENARIOS) == ["handles"]
+
+
+def test_hostpool_protocol(monkeypatch, no_leaks):
+    """staging's transfers through a host ring that a pool exported as a real fd."""
+    outcome, rows = run(monkeypatch, "hostpool", sizes=SIZES)
+    assert outcome.ok, outcome.error
+    got = groups([r for r in rows if r["path"] == "hostpool" and r["metric"] == "bandwidth"], "variant", "measure")
+    assert set(got) == {("host-pool", "stream"), ("host-pool", "handoff")}
+    assert {r["ceiling"] for r in rows if r["variant"] == "host-pool"} == {"d2h@0+h2d@0", "d2h@0|h2d@0"}
+    assert all(r["verified"] is not False for r in rows)
+    setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
+    assert setup == {("host_pool_create",): 1, ("host_pool_import",): 1, ("host_ptr_import",): 1}

@@ -205,20 +205,26 @@ class MemPool:
         self.pool, self.device, self.imported = pool, device, imported
 
     @classmethod
-    def create(cls, device: int) -> "MemPool":
-        """A pool on `device` that keeps freed memory (release threshold: everything), as an
-        allocator's pool does."""
+    def create(cls, device: int, host: bool = False) -> "MemPool":
+        """A pool on `device` (or of pinned host memory that `device` reaches, with `host`) that
+        keeps freed memory (release threshold: everything), as an allocator's pool does."""
         d = drv()
         props = d.CUmemPoolProps()
         props.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         props.handleTypes = _posix_fd()
-        _device_location(props.location, device)
+        if host:
+            props.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST
+            props.location.id = 0
+        else:
+            _device_location(props.location, device)
         with on_device(device):
             pool = call("cuMemPoolCreate", d.cuMemPoolCreate, props, device=device)
             try:
                 call("cuMemPoolSetAttribute", d.cuMemPoolSetAttribute, pool,
                      d.CUmemPool_attribute.CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, d.cuuint64_t(2 ** 64 - 1),
                      device=device)
+                if host:  # host memory of a pool is not device-accessible until asked, here too
+                    call("cuMemPoolSetAccess", d.cuMemPoolSetAccess, pool, [_access(device)], 1, device=device)
             except BaseException:
                 d.cuMemPoolDestroy(pool)
                 raise

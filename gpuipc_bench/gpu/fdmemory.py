@@ -129,6 +129,18 @@ def fabric_refusal(device: int) -> str | None:
     return None
 
 
+def host_numa_node(device: int) -> int:
+    """The host NUMA node nearest `device` (0 where the driver does not say)."""
+    d = drv()
+    with on_device(device):
+        try:
+            node = int(call("cuDeviceGetAttribute", d.cuDeviceGetAttribute,
+                            d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device, device=device))
+        except (CudaError, AttributeError):
+            return 0
+    return max(node, 0)
+
+
 class VmmMemory:
     """A cuMemCreate'd physical allocation (made here, or imported from another process's fd),
     mapped into this process's address space by map()."""
@@ -212,9 +224,9 @@ class MemPool:
         props = d.CUmemPoolProps()
         props.allocType = d.CUmemAllocationType.CU_MEM_ALLOCATION_TYPE_PINNED
         props.handleTypes = _posix_fd()
-        if host:
-            props.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST
-            props.location.id = 0
+        if host:  # a pool of plain HOST location cannot be exported: a NUMA node's can
+            props.location.type = d.CUmemLocationType.CU_MEM_LOCATION_TYPE_HOST_NUMA
+            props.location.id = host_numa_node(device)
         else:
             _device_location(props.location, device)
         with on_device(device):

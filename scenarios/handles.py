@@ -16,8 +16,12 @@ and then the allocator's case: a 1 MiB buffer carved out of memory that holds mo
 
   ipc_open_suballoc   cudaIpcOpenMemHandle of a buffer inside one big cudaMalloc (the handle
                       maps the whole allocation)
-  pool_import_full    importing a pool that holds that much, then
+  pool_import_full    importing a pool that holds that much (grown in 4 GiB allocations, then
+                      freed: it keeps them), then
   ptr_import_full     the buffer's pointer from it
+
+Pool allocations over 4 GiB are not measured: on driver 580.159.04 importing the pointer of
+one 8 GiB or 16 GiB allocation killed the importing process (SIGSEGV), which the run notes.
 
 Rows are setup rows of the paths themselves (path ipc, vmm, mempool; bytes = the allocation's
 size), so the break-even of a run that also measured the transfers uses the cost at each
@@ -46,6 +50,11 @@ QUICK_SIZES = (MiB, 64 * MiB, GiB)
 THOROUGH_SIZES = tuple(MiB * 4 ** k for k in range(9))  # .. 64 GiB, where a quarter of the GPU allows
 POOL_FRACTION = 0.85  # RMM's pool in rapidsmpf#206
 BUFFER = MiB  # the buffer handed out of the big allocation
+# cuMemPoolImportPointer of one allocation of 8 GiB or more killed the importing process with
+# SIGSEGV on an H100 (driver 580.159.04, cuda-bindings 13.3.1), while six 4 GiB allocations of
+# one 24 GiB pool imported fine: pool allocations are measured up to this size, and the big
+# pool is grown in chunks of it.
+POOL_MAX_ALLOCATION = 4 * GiB
 
 
 def free_and_total(device: int) -> tuple[int, int]:
@@ -74,6 +83,11 @@ class HandlesWorker(FdSharingWorker):
         if skipped and self.producer:
             self.ctx.note("skipped", f"{', '.join(format_size(n) for n in skipped)}: more than a quarter of "
                                      f"GPU {self.device}'s {format_size(total)}")
+        unsafe = [n for n in self.sizes if POOL_MAX_ALLOCATION < n <= self.cap]
+        if unsafe and self.producer:
+            self.ctx.note("mempool_skipped", f"{', '.join(format_size(n) for n in unsafe)}: importing a pool "
+                                             f"pointer of 8 GiB or more crashed the importer (SIGSEGV) on "
+                                             f"driver 580.159.04; pool allocations stop at 4 GiB")
         self.ctx.sync()
         return iter(())
 
@@ -81,6 +95,8 @@ class HandlesWorker(FdSharingWorker):
         if nbytes <= self.cap:
             for path, costs in (("ipc", IpcWorker.setup_costs), ("vmm", VmmWorker.setup_costs),
                                 ("mempool", MempoolWorker.setup_costs)):
+                if path == "mempool" and nbytes > POOL_MAX_ALLOCATION:
+                    continue
                 self.path = path
                 yield from costs(self, nbytes)
         if nbytes == self.sizes[-1]:
@@ -116,7 +132,11 @@ class HandlesWorker(FdSharingWorker):
             self.path = "mempool"
             if self.producer:
                 pool = MemPool.create(device)
-                pool.allocate(big).close()  # the pool grows to `big` and keeps it (release threshold: all)
+                # The pool grows to `big` and keeps it (release threshold: all), in chunks an
+                # importer survives (POOL_MAX_ALLOCATION).
+                chunks = [pool.allocate(min(POOL_MAX_ALLOCATION, big - k)) for k in range(0, big, POOL_MAX_ALLOCATION)]
+                for chunk in chunks:
+                    chunk.close()
                 buffer = pool.allocate(BUFFER)
                 self.send_fd("full", pool.export_fd())
                 ctx.publish("full.ptr", buffer.export())

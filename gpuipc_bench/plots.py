@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 FORMATS = ("png", "svg")
-KINDS = ("bandwidth", "latency", "setup")
+KINDS = ("bandwidth", "latency", "setup", "setup-size")
 DPI = 120
 
 # A path's hue comes from its facts (paths.PathInfo.colour), the same in every figure;
@@ -459,13 +459,51 @@ def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame 
     return fig
 
 
+def sized_setup(summary: pd.DataFrame) -> pd.DataFrame:
+    """The setup rows of operations measured at three sizes or more (the handles study)."""
+    setup = summary[summary["metric"] == "setup"]
+    sizes = setup.groupby(["path", "variant", "src", "dst"])["bytes"].transform("nunique")
+    return setup[sizes >= 3]
+
+
+def plot_setup_size(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame | None = None) -> Figure:
+    """Set-up cost against the allocation's size: one line per operation (median ms, its 95%
+    interval shaded), a panel per path; the operations a path pays before its first
+    transfer drawn solid, the others dashed."""
+    plt = _pyplot()
+    facts = from_metadata(meta)
+    summary = summarize(df, paths=facts) if summary is None else summary
+    rows = sized_setup(summary)
+    paths = list(pd.unique(rows["path"])) or ["(none)"]
+    fig, axes = plt.subplots(1, len(paths), figsize=(4.6 * len(paths) + 1, 5.2), squeeze=False, sharey=True)
+    for ax, path in zip(axes[0], paths):
+        part = rows[rows["path"] == path]
+        paid = facts[path].setup if path in facts else ()
+        for i, ((variant, src, dst), line) in enumerate(part.groupby(["variant", "src", "dst"], sort=False)):
+            label = f"{variant}" + ("" if src == dst == part["src"].iloc[0] else f" ({link(src, dst)})")
+            _line(ax, line, label, f"C{i % 10}", "os^vD<>"[i % 7], value="seconds",
+                  linestyle="-" if variant in paid else "--")
+        ax.set_title(path)
+        _size_axis(ax, part["bytes"])
+        _value_axis(ax)
+        _grid(ax)
+        ax.set_xlabel("allocation size")
+        _legend(ax, fontsize=8)
+    axes[0][0].set_ylabel("median time of the operation (µs, log scale)")
+    _layout(fig, _suptitle(fig, "Set-up cost against allocation size", meta,
+                           "one allocation exported, opened or imported, mapped and closed on fresh objects; "
+                           "solid: paid before a path's first transfer"))
+    return fig
+
+
 def _plain_ms(value: float) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
 
 
 # --------------------------------------------------------------------------- files
 
-PLOTTERS = {"bandwidth": plot_bandwidth, "latency": plot_latency, "setup": plot_setup}
+PLOTTERS = {"bandwidth": plot_bandwidth, "latency": plot_latency, "setup": plot_setup,
+            "setup-size": plot_setup_size}
 
 
 def plot_targets(dest: Path, stem: str, fmt: str | None, several: bool) -> dict[str, Path]:
@@ -513,6 +551,8 @@ def save_plots(df: pd.DataFrame, meta: Mapping[str, str], dest: Path, stem: str,
     summary = summarize(df, paths=from_metadata(meta))
     if not (summary["metric"] == "setup").any():
         targets.pop("setup")
+    if sized_setup(summary).empty:
+        targets.pop("setup-size")
     written = []
     for kind, target in targets.items():
         try:

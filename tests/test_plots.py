@@ -200,3 +200,29 @@ def test_colours_come_from_the_path_facts(small):
         assert ipc.get_color() == "#123456"
     finally:
         plots._pyplot().close(fig)
+
+
+def test_setup_against_size_figure_only_where_an_operation_was_timed_at_three_sizes(small, tmp_path):
+    import pandas as pd
+
+    from gpuipc_bench.results import new_row, typed_frame
+
+    df, meta = small
+    rows = [new_row(scenario="handles", path=path, variant=op, measure="", metric="setup", src="0", dst="0",
+                    bytes=n, iteration=i, seconds=1e-4 * (1 + n / (1 << 30)) * (1 + i / 10), workers=2,
+                    sharing="time-sliced")
+            for path, op in (("ipc", "ipc_open_cold"), ("mempool", "ptr_import_first"))
+            for n in (1 << 20, 64 << 20, 1 << 30) for i in range(6)]
+    sized = pd.concat([df, typed_frame(pd.DataFrame(rows))], ignore_index=True)
+    written = {p.name for p in plots.save_plots(sized, meta, tmp_path / "with", "run")}
+    assert "run-setup-size.png" in written
+    fig = plots.plot_setup_size(sized, meta)
+    try:
+        assert [ax.get_title() for ax in visible_axes(fig)] == ["ipc", "mempool"]
+        ipc = visible_axes(fig)[0]
+        (line,) = [ln for ln in ipc.get_lines() if ln.get_label() == "ipc_open_cold"]
+        assert line.get_linestyle() == "-"  # ipc pays it before its first transfer
+        assert [int(x) for x in line.get_xdata()] == [1 << 20, 64 << 20, 1 << 30]
+    finally:
+        plots._pyplot().close(fig)
+    assert "run-setup-size.png" not in {p.name for p in plots.save_plots(df, meta, tmp_path / "without", "run")}

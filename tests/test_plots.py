@@ -222,7 +222,7 @@ def test_setup_against_size_figure_only_where_an_operation_was_timed_at_three_si
         ipc = visible_axes(fig)[0]
         (line,) = [ln for ln in ipc.get_lines() if ln.get_label() == "ipc_open_cold"]
         assert line.get_linestyle() == "-"  # ipc pays it before its first transfer
-        assert [int(x) for x in line.get_xdata()] == [1 << 20, 64 << 20, 1 << 30]
+        assert {1 << 20, 64 << 20, 1 << 30} <= {int(x) for x in line.get_xdata()}
     finally:
         plots._pyplot().close(fig)
     assert "run-setup-size.png" not in {p.name for p in plots.save_plots(df, meta, tmp_path / "without", "run")}

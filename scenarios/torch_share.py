@@ -106,10 +106,9 @@ def _torch_version() -> str:
 
 
 def how_started() -> str:
-    """'spawned' in a process that multiprocessing spawned (a fresh interpreter), else 'forked'."""
-    from multiprocessing.spawn import is_forking
-
-    return "spawned" if is_forking(sys.argv) else "forked"
+    """'spawned' in a process that multiprocessing spawned (a fresh interpreter, started with
+    --multiprocessing-fork; it sets sys.argv to its parent's, but not sys.orig_argv), else 'forked'."""
+    return "spawned" if "--multiprocessing-fork" in getattr(sys, "orig_argv", ()) else "forked"
 
 
 def workers_note(started: str) -> str:
@@ -133,10 +132,11 @@ def refused(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "pidfd" in str(exc)
 
 
-def remove_torch_files(pid: int, folder: str = SHM) -> None:
+def remove_torch_files(pid: int, folder: str | None = None) -> None:
     """Unlink the shared-memory files of process `pid` that torch names /torch_<pid>_<n>_<n>
     (the reference counts of the tensors it sent), which a process that ends without torch's
     exit handlers leaves behind."""
+    folder = folder or SHM
     try:
         names = os.listdir(folder)
     except OSError:
@@ -218,7 +218,8 @@ class TensorQueue:
         self.q.put(item)
 
     def send(self, item) -> None:
-        """Put `item` and wait until its message is in the pipe (the consumer's get reads it at once)."""
+        """Put `item` and wait until its message is in the pipe, so that the consumer's get reads it at
+        once (the consumer must not get before this returns: it waits at a barrier)."""
         self.put(item)
         deadline = time.monotonic() + self.ctx.config.timeout
         while self.q.empty():
@@ -302,7 +303,7 @@ class TorchWorker(PairWorker):
                 continue
             if self.producer:
                 self.rings[variant] = self.fresh(variant, capacity)
-                self.queue.send(self.rings[variant])
+                self.queue.put(self.rings[variant])
             else:
                 self.received[variant] = self.queue.get()
         self.ctx.sync()

@@ -23,7 +23,7 @@ _ORDER: list[Scenario] = [
     host.HostScenario(),
     barrier.BarrierScenario(),
     handles.HandlesScenario(),
-    torch_share.TorchHandlesScenario(),
+    torch_share.TorchSizesScenario(),
 ]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ORDER}

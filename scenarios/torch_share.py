@@ -37,7 +37,7 @@ Set-up rows, per variant, 6 each on fresh allocations of the ring's size: <v>_se
 put until the message is in the pipe: the export, the event, the reference count, the
 pickling, the queue's feeder thread), <v>_receive_cold (consumer: the first get of it, which
 opens the handle or imports and maps the fds), <v>_release (consumer: dropping it, which
-closes or unmaps it). The torch-handles study times them from 1 MiB up to a quarter of the
+closes or unmaps it). The torch-sizes study times them from 1 MiB up to a quarter of the
 GPU (pytorch/pytorch#161481: _new_shared_cuda taking hundreds of ms).
 
 PyTorch asks for spawned workers (start_method 'spawn'); the run's notes say how they were
@@ -435,7 +435,7 @@ class TorchWorker(PairWorker):
                 self.side.collect()
 
 
-class TorchHandlesWorker(TorchWorker):
+class TorchSizesWorker(TorchWorker):
     """First receipts of fresh tensors at every size of the sweep, nothing else."""
 
     def setup(self) -> Iterator[dict]:
@@ -464,7 +464,7 @@ class TorchScenario(PairScenario):
     summary = "PyTorch: CUDA tensors through a torch.multiprocessing queue (caching, expandable); spawned workers"
     worker_class: type[PairWorker] = TorchWorker
     start_method = "spawn"
-    paths = (PathInfo("torch", colour="#ff7f0e", setup=("caching_receive_cold",)),)
+    paths: tuple[PathInfo, ...] = (PathInfo("torch", colour="#ff7f0e", setup=("caching_receive_cold",)),)
 
     def waive_reason(self, machine):
         return missing_torch() or super().waive_reason(machine) or torch_without_cuda()
@@ -477,10 +477,10 @@ class TorchScenario(PairScenario):
             shared.close()
 
 
-class TorchHandlesScenario(TorchScenario):
-    name = "torch-handles"
+class TorchSizesScenario(TorchScenario):
+    name = "torch-sizes"
     summary = "set-up cost against allocation size (1 MiB to 1/4 of the GPU) for torch (caching, expandable)"
-    worker_class = TorchHandlesWorker
+    worker_class = TorchSizesWorker
     in_default_run = False
     paths = ()  # its rows are the torch path's set-up rows
 

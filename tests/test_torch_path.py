@@ -125,9 +125,9 @@ def test_torch_is_registered_with_its_facts_and_asks_for_spawned_workers():
     assert scenario.start_method == "spawn" and "spawned" in scenario.summary
     [info] = scenario.paths
     assert info.name == "torch" and info.ranked and info.setup == ("caching_receive_cold",)
-    study = SCENARIOS["torch-handles"]
+    study = SCENARIOS["torch-sizes"]
     assert study.start_method == "spawn" and not study.in_default_run
-    assert "torch" in _resolve_names((), SCENARIOS) and "torch-handles" not in _resolve_names((), SCENARIOS)
+    assert "torch" in _resolve_names((), SCENARIOS) and "torch-sizes" not in _resolve_names((), SCENARIOS)
 
 
 def test_the_waive_reasons_name_what_is_missing(monkeypatch, tmp_path):
@@ -211,10 +211,10 @@ def test_a_hung_producer_is_named_after_the_timeout(monkeypatch, no_leaks):
 
 
 def test_the_study_times_first_receipts_at_each_size(monkeypatch, no_leaks):
-    outcome, rows, notes = run(monkeypatch, name="torch-handles", sizes=(4096, 65536, 1 << 20))
+    outcome, rows, notes = run(monkeypatch, name="torch-sizes", sizes=(4096, 65536, 1 << 20))
     assert outcome.ok, outcome.error
-    assert notes["torch-handles.skipped"] == "1 MiB: more than a quarter of GPU 0's 1 MiB"
-    assert notes["torch-handles.workers"] == torch_share.workers_note("forked")
+    assert notes["torch-sizes.skipped"] == "1 MiB: more than a quarter of GPU 0's 1 MiB"
+    assert notes["torch-sizes.workers"] == torch_share.workers_note("forked")
     setup = groups(rows, "path", "variant", "bytes")
     assert setup == {("torch", f"{v}_{op}", n): 6 for v in ("caching", "expandable") for op in SETUP_OPS
                      for n in (4096, 65536)}
@@ -333,7 +333,7 @@ def test_gpu_torch_moves_verified_tensors_with_both_allocators(no_leaks):
 @pytest.mark.skipif(GPU_SKIP is not None, reason=GPU_SKIP or "")
 def test_gpu_torch_handles_times_first_receipts_against_size(no_leaks):
     sizes = (1 << 20, 64 << 20)
-    outcome, rows, notes = gpu_run("torch-handles", sizes)
+    outcome, rows, notes = gpu_run("torch-sizes", sizes)
     assert outcome.ok, outcome.error
     setup = groups(rows, "variant", "bytes")
     assert setup == {(f"{v}_{op}", n): 6 for v in variants_run(notes) for op in SETUP_OPS for n in sizes}

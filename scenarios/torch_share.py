@@ -467,7 +467,7 @@ class TorchScenario(PairScenario):
     paths: tuple[PathInfo, ...] = (PathInfo("torch", colour="#ff7f0e", setup=("caching_receive_cold",)),)
 
     def waive_reason(self, machine):
-        return missing_torch() or super().waive_reason(machine) or torch_without_cuda()
+        return super().waive_reason(machine) or missing_torch() or torch_without_cuda()
 
     def prepare(self, config, specs):
         return TorchShared(len(specs))

@@ -223,7 +223,7 @@ def list_cmd():
         reason = scenario.waive_reason(machine)
         workers = f"{scenario.min_workers}" if scenario.min_workers == scenario.max_workers \
             else f"{scenario.min_workers}-{scenario.max_workers}"
-        here = "[green]yes[/]" if reason is None else f"[yellow]no[/]: {reason}"
+        here = "[green]yes[/]" if reason is None else f"[yellow]no[/]: {escape(reason)}"
         if not scenario.in_default_run:
             here += " (not in the default run: name it with -s)"
         table.add_row(scenario.name, scenario.summary, str(scenario.gpus_needed), workers, here)
@@ -320,7 +320,7 @@ def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, war
             for name, reason in waived:
                 by_reason.setdefault(reason, []).append(name)
             for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
-                err.print(f"[yellow]skipped[/] {', '.join(names)}: {reason}", soft_wrap=True)
+                err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
 
         if plot is not None:
             from gpuipc_bench.plots import check_plot_dest

@@ -5,7 +5,9 @@ order is stable. To add a path, write a module here and add it to the list.
 """
 
 from gpuipc_bench.scenario import Scenario
-from gpuipc_bench.scenarios import barrier, handles, host, ipc, latency, mempool, mmap, peer, sharing, staging, vmm
+from gpuipc_bench.scenarios import (
+    barrier, handles, host, ipc, latency, mempool, mmap, peer, sharing, staging, torch_share, vmm,
+)
 
 _ORDER: list[Scenario] = [
     staging.StagingScenario(),
@@ -15,11 +17,13 @@ _ORDER: list[Scenario] = [
     mempool.HostPoolScenario(),
     mmap.MmapScenario(),
     peer.PeerScenario(),
+    torch_share.TorchScenario(),
     latency.LatencyScenario(),
     sharing.SharingScenario(),
     host.HostScenario(),
     barrier.BarrierScenario(),
     handles.HandlesScenario(),
+    torch_share.TorchSizesScenario(),
 ]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ORDER}

@@ -142,6 +142,8 @@ def build_report(analysis: RunAnalysis, source: str | None = None, detailed: boo
     blocks = verdict_blocks(analysis.rankings)
     name = source or "RUN.csv"
     notes = [wording.UNITS_NOTE + tables.verified_note(summary) + "."]
+    # What the scenarios found while running ('# note.<scenario>.<key>: text' in the CSV header).
+    notes += [f"{key[len('note.'):]}: {text}" for key, text in analysis.meta.items() if key.startswith("note.")]
     if not detailed:
         notes.append(f"Every column (samples, intervals in µs, MAD, verified) and every warning's figures: "
                      f"gpuipc-bench report {name} --detailed.")

@@ -1,0 +1,491 @@
+"""torch: CUDA tensors through a torch.multiprocessing queue, as PyTorch programs share GPU memory.
+
+The parent makes one queue of the spawn context (what torch.multiprocessing.get_context('spawn')
+.Queue() is); the producer puts CUDA tensors on it and the consumer gets them and reads them.
+torch's reductions pickle a CUDA tensor as the IPC handle of its allocation, an interprocess
+event and a reference count; a consumer's first receipt of an allocation opens it
+(_new_shared_cuda), later ones find it open in torch's cache. Two allocator variants, each on
+allocations of its own (the allocator setting is switched on empty caches with
+torch.cuda.memory._set_allocator_settings, and every shared allocation is checked to be of the
+kind named):
+
+  caching     the default caching allocator: cudaMalloc segments, shared as legacy
+              cudaIpcMemHandles
+  expandable  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments of cuMemCreate
+              handles, shared as POSIX fds that the consumer takes with pidfd_getfd. The
+              producer names the consumer as its ptracer (Yama's ptrace_scope=1 refuses a
+              sibling otherwise); where the kernel still refuses (a seccomp filter, no
+              CAP_SYS_PTRACE under ptrace_scope 2) the variant is skipped and the run's notes
+              say why.
+
+Measures (every slot of a ring has its own seed; the consumer verifies every byte):
+
+  stream   bandwidth after import: the producer fills its ring tensor, synchronises and puts
+           it; the consumer gets it (already open) and copies slot r to slot r of its own ring
+           with the copy engine in one gated batch timed by CUDA events, as ipc/ce does
+  handoff  the whole cycle, one tensor in flight: the producer marks slot r, synchronises and
+           puts a view of it; the consumer gets it, copies it with Tensor.copy_, synchronises
+           and acks in the mailbox; the producer waits for the ack before the next. Timed by
+           the consumer's clock from a common barrier: what a program pays per tensor (at
+           4 KiB, the per-tensor overhead)
+
+The producer synchronises before every put: torch orders a first receipt after the
+producer's work (the consumer's stream waits on the IPC event), but hands over a tensor
+whose allocation the consumer already holds with no ordering at all.
+
+Set-up rows, per variant, 6 each on fresh allocations of the ring's size: <v>_send (producer:
+put until the message is in the pipe: the export, the event, the reference count, the
+pickling, the queue's feeder thread), <v>_receive_cold (consumer: the first get of it, which
+opens the handle or imports and maps the fds), <v>_release (consumer: dropping it, which
+closes or unmaps it). The torch-sizes study times them from 1 MiB up to a quarter of the
+GPU (pytorch/pytorch#161481: _new_shared_cuda taking hundreds of ms).
+
+PyTorch asks for spawned workers (start_method 'spawn'); the run's notes say how they were
+started. The timed parts keep the tool's own barrier and mailbox. A get gives up once the
+producer has been silent for --timeout, and at once when the run is aborted.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import queue as queue_errors
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, BenchError
+from gpuipc_bench.gpu import timing
+from gpuipc_bench.gpu.memory import Ring, reps_for
+from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.patterns import seed_for
+from gpuipc_bench.sampler import SETUP_REPEATS, Sample
+from gpuipc_bench.scenarios import handles
+from gpuipc_bench.sizes import format_size
+
+VARIANTS = ("caching", "expandable")
+EXTRA = "pip install -e '.[torch]'"
+HANDOFF_REPS = 64  # tensors per handoff sample before calibration (each is a host round trip)
+POLL_S = 0.05  # a get looks at the abort word and the producer's silence this often
+PR_SET_PTRACER = 0x59616D61
+SHM = "/dev/shm"
+SETUP_SEEDS = 0x70C4E5ED  # the fresh tensors' seeds differ from the samples'
+
+
+# --------------------------------------------------------------------------- can it run here
+
+
+def missing_torch() -> str | None:
+    """Why this path cannot run for want of PyTorch (None: it is installed). Looks at the
+    installed files only: the parent never imports torch."""
+    spec = importlib.util.find_spec("torch")
+    return f"needs PyTorch: {EXTRA}" if spec is None or not spec.origin else None
+
+
+def torch_without_cuda() -> str | None:
+    """Why the installed PyTorch cannot share CUDA tensors (a CPU-only build), or None."""
+    spec = importlib.util.find_spec("torch")
+    if spec is not None and spec.origin and not any((Path(spec.origin).parent / "lib").glob("libtorch_cuda*")):
+        return f"needs a CUDA build of PyTorch (torch {_torch_version()} has no CUDA): install torch for CUDA"
+    return None
+
+
+def _torch_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return "?"
+
+
+# --------------------------------------------------------------------------- process facts
+
+
+def how_started() -> str:
+    """'spawned' in a process that multiprocessing spawned (a fresh interpreter, started with
+    --multiprocessing-fork; it sets sys.argv to its parent's, but not sys.orig_argv), else 'forked'."""
+    return "spawned" if "--multiprocessing-fork" in getattr(sys, "orig_argv", ()) else "forked"
+
+
+def workers_note(started: str) -> str:
+    """The run's note on how the workers were started ('spawned' or 'forked')."""
+    how = "a fresh interpreter each, as torch.multiprocessing asks" if started == "spawned" else \
+        "before any CUDA call; not spawned"
+    return f"{started} ({how}); the timed parts keep the tool's barrier"
+
+
+def allow_ptrace(pid: int) -> None:
+    """Let process `pid` take this process's file descriptors (pidfd_getfd): Yama's
+    ptrace_scope=1 refuses it to a sibling that the process has not named."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PTRACER, ctypes.c_ulong(pid), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # no Yama, no prctl: nothing to allow
+
+
+def refused(exc: BaseException) -> bool:
+    """A receipt the kernel refused: the consumer may not take the producer's fds."""
+    return isinstance(exc, RuntimeError) and "pidfd" in str(exc)
+
+
+def remove_torch_files(pid: int, folder: str | None = None) -> None:
+    """Unlink the shared-memory files of process `pid` that torch names /torch_<pid>_<n>_<n>
+    (the reference counts of the tensors it sent), which a process that ends without torch's
+    exit handlers leaves behind."""
+    folder = folder or SHM
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    for name in names:
+        if name.startswith(f"torch_{pid}_"):
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+
+
+# --------------------------------------------------------------------------- torch and the queue
+
+
+class TorchSide:
+    """The torch calls a worker makes, in one place (the CPU tests put a fake in its stead).
+    Made after the tool's CUDA context, in the worker: the parent never imports torch."""
+
+    def __init__(self, device: int):
+        # Expandable segments are shared only where this is on (the default outside Meta's builds).
+        os.environ.setdefault("TORCH_CUDA_EXPANDABLE_SEGMENTS_IPC", "1")
+        import torch
+        import torch.multiprocessing  # noqa: F401  (registers the reductions of CUDA tensors)
+
+        self.torch, self.device = torch, device
+        torch.cuda.set_device(device)
+
+    def use_allocator(self, variant: str) -> None:
+        """New allocations from now on come from `variant`'s kind of segment (caches emptied)."""
+        self.collect()
+        try:
+            self.torch.cuda.memory._set_allocator_settings(f"expandable_segments:{variant == 'expandable'}")
+        except (AttributeError, RuntimeError) as exc:
+            raise BenchError(f"torch/{variant}: torch {self.torch.__version__} cannot switch its allocator to "
+                             f"expandable_segments:{variant == 'expandable'} ({exc})") from None
+
+    def empty(self, nbytes: int) -> Any:
+        return self.torch.empty(max(1, nbytes), dtype=self.torch.uint8, device=f"cuda:{self.device}")
+
+    @staticmethod
+    def ptr(tensor) -> int:
+        return tensor.data_ptr()
+
+    @staticmethod
+    def view(tensor, offset: int, nbytes: int) -> Any:
+        return tensor[offset:offset + nbytes]
+
+    def expandable(self, tensor) -> bool | None:
+        """Whether `tensor` lies in an expandable segment (None: torch does not say)."""
+        ptr = tensor.data_ptr()
+        for segment in self.torch.cuda.memory_snapshot():
+            if segment["address"] <= ptr < segment["address"] + segment["total_size"]:
+                return segment.get("is_expandable")
+        return None
+
+    def copy(self, dst, src) -> None:
+        dst.copy_(src)
+        self.torch.cuda.current_stream().synchronize()
+
+    def collect(self) -> None:
+        """Free what consumers have let go of (torch keeps a sent block until they do), and the caches."""
+        self.torch.cuda.synchronize()
+        self.torch.cuda.ipc_collect()
+        self.torch.cuda.empty_cache()
+
+
+class TensorQueue:
+    """The parent's queue as a worker uses it: puts whose pickling errors are not lost, and gets
+    that give up (a multiprocessing queue pickles in a feeder thread, which only prints them)."""
+
+    def __init__(self, ctx, q):
+        self.ctx, self.q = ctx, q
+        self.errors: list[BaseException] = []
+        q._on_queue_feeder_error = lambda exc, obj: self.errors.append(exc)  # the queue's hook for this
+
+    def put(self, item) -> None:
+        self._raise_feeder_error()
+        self.q.put(item)
+
+    def send(self, item) -> None:
+        """Put `item` and wait until its message is in the pipe, so that the consumer's get reads it at
+        once (the consumer must not get before this returns: it waits at a barrier)."""
+        self.put(item)
+        deadline = time.monotonic() + self.ctx.config.timeout
+        while self.q.empty():
+            self._raise_feeder_error()
+            if self.ctx.segment.aborted:
+                raise BarrierAborted("run aborted")
+            if time.monotonic() > deadline:
+                raise BenchError(f"the torch queue did not take a tensor within {self.ctx.config.timeout:g} s")
+            os.sched_yield()
+
+    def get(self) -> Any:
+        ctx = self.ctx
+        start = time.monotonic()
+        while True:
+            try:
+                return self.q.get(timeout=POLL_S)
+            except queue_errors.Empty:
+                pass
+            if ctx.segment.aborted:
+                raise BarrierAborted("run aborted")
+            if time.monotonic() - max(start, ctx.segment.last_progress(PRODUCER)) > ctx.config.timeout:
+                raise BarrierTimeout([PRODUCER], ctx.config.timeout, where="a tensor on the torch queue")
+
+    def _raise_feeder_error(self) -> None:
+        if self.errors:
+            exc = self.errors.pop(0)
+            raise BenchError(f"torch could not send a tensor: {type(exc).__name__}: {exc}") from exc
+
+
+class TorchShared:
+    """What the parent makes for the workers (picklable for spawned ones): the queue, and a
+    word per worker for its pid (release() removes the files torch left under it)."""
+
+    def __init__(self, nworkers: int = 2):
+        import multiprocessing
+
+        spawn = multiprocessing.get_context("spawn")
+        self.queue = spawn.Queue()
+        self.pids = spawn.RawArray("q", nworkers)
+
+    def close(self) -> None:
+        for pid in list(self.pids):
+            if pid:
+                remove_torch_files(pid)
+        self.queue.close()
+
+
+# --------------------------------------------------------------------------- the workers
+
+
+class TorchWorker(PairWorker):
+    path = "torch"
+
+    def open_torch(self) -> None:
+        """torch (after the tool's context), the queue, the ptracer; both workers cross a barrier."""
+        ctx = self.ctx
+        ctx.shared.pids[ctx.rank] = os.getpid()
+        ctx.declare("torch.ack", *(f"torch.refused.{v}" for v in VARIANTS))
+        self.side = TorchSide(self.device)
+        self.queue = TensorQueue(ctx, ctx.shared.queue)
+        self.acks = 0  # tensors acknowledged so far (the same count in both workers)
+        self.setup_seq = 0  # fresh tensors so far (their seeds)
+        self.refused: set[str] = set()
+        self.rings: dict[str, Any] = {}  # the producer's ring tensor of each variant
+        self.received: dict[str, Any] = {}  # ... as the consumer received it (kept: torch's cache holds it open)
+        ctx.sync()  # both pids published
+        if self.producer:
+            allow_ptrace(ctx.segment.pid(CONSUMER))
+            ctx.note("workers", workers_note(how_started()))
+
+    def setup(self) -> Iterator[dict]:
+        self.open_torch()
+        capacity = self.ring_bytes()
+        if not self.producer:
+            self.mine = self.side.empty(capacity)
+            self.scratch = self.gpu.alloc(max(self.sizes) + 256)  # where warm-up copies land
+        for variant in VARIANTS:
+            self.side.use_allocator(variant)
+            yield from self.setup_costs(variant, capacity)
+            if variant in self.refused:
+                continue
+            if self.producer:
+                self.rings[variant] = self.fresh(variant, capacity)
+                self.queue.put(self.rings[variant])
+            else:
+                self.received[variant] = self.queue.get()
+        self.ctx.sync()
+
+    def fresh(self, variant: str, nbytes: int) -> Any:
+        """A new tensor from the allocator, checked to lie in `variant`'s kind of segment."""
+        tensor = self.side.empty(nbytes)
+        kind = self.side.expandable(tensor)
+        if kind is not None and kind != (variant == "expandable"):
+            raise BenchError(f"torch/{variant}: the allocator gave {'an expandable' if kind else 'a cudaMalloc'} "
+                             f"segment despite expandable_segments:{variant == 'expandable'}")
+        return tensor
+
+    def setup_costs(self, variant: str, nbytes: int) -> Iterator[dict]:
+        """First receipts of fresh tensors: <v>_send, <v>_receive_cold (verified), <v>_release.
+        The kernel's refusal of the fds ends the variant for the run, with a note."""
+        ctx, side, src, dst = self.ctx, self.side, self.pdev, self.cdev
+        one = Ring.for_size(nbytes, 1)
+        for i in range(SETUP_REPEATS):
+            if variant in self.refused:
+                return
+            ctx.phase("setup", nbytes, i)
+            self.setup_seq += 1
+            seed = seed_for(self.setup_seq) ^ SETUP_SEEDS
+            tensor = None
+            if self.producer:
+                tensor = self.fresh(variant, nbytes)
+                self.gpu.fill(side.ptr(tensor), one, seed)
+                self.gpu.synchronize()
+                _, seconds = timing.time_setup(lambda: self.queue.send(tensor), self.device)
+                yield self.setup_row(f"{variant}_send", seconds, i, nbytes, src, dst)
+            ctx.sync()  # the message is in the pipe
+            if not self.producer:
+                try:
+                    tensor, seconds = timing.time_setup(self.queue.get, self.device)
+                except RuntimeError as exc:
+                    if not refused(exc):
+                        raise
+                    ctx.store(f"torch.refused.{variant}", 1)
+                    ctx.note(variant, f"skipped: the consumer may not take the producer's file descriptors "
+                                      f"({str(exc).splitlines()[0]}); pidfd_getfd needs ptrace rights over the "
+                                      "producer: CAP_SYS_PTRACE, or no seccomp filter on it")
+                else:
+                    yield self.setup_row(f"{variant}_receive_cold", seconds, i, nbytes, src, dst)
+                    self.gpu.verify(side.ptr(tensor), one, seed, self.path, variant)
+                    held, tensor = [tensor], None
+                    _, seconds = timing.time_setup(held.clear, self.device)  # the last reference: torch closes it
+                    yield self.setup_row(f"{variant}_release", seconds, i, nbytes, src, dst)
+            ctx.sync()  # released (or refused) before the producer frees it
+            if ctx.load(f"torch.refused.{variant}"):
+                self.refused.add(variant)
+            if self.producer:
+                tensor = None
+                side.collect()
+
+    # ------------------------------------------------------------------ measuring
+
+    def measure(self, nbytes: int) -> Iterator[dict]:
+        for variant in VARIANTS:
+            if variant not in self.refused:
+                for measure in MEASURES:
+                    yield from self.bandwidth(variant, measure, nbytes)
+        yield from self.in_turn(lambda: self.ceiling_rows(self.ceiling_for(), nbytes) if not self.producer
+                                else iter(()))
+
+    def ceiling_for(self) -> str:
+        return f"d2d@{self.cdev}" if self.same_gpu else f"peer@{self.pdev}>{self.cdev}"
+
+    def bandwidth(self, variant: str, measure: str, nbytes: int) -> Iterator[dict]:
+        if measure == "stream":
+            reps, take = reps_for(nbytes), self.stream_sample
+        else:
+            reps, take = min(reps_for(nbytes), HANDOFF_REPS), self.handoff_sample
+        group = self.group(variant, measure, nbytes, self.pdev, self.cdev, self.ceiling_for(), reps)
+        yield from self.sampler.run(group, lambda trial: take(variant, nbytes, trial), timer=not self.producer,
+                                    reps=reps)
+
+    def stream_sample(self, variant: str, nbytes: int, trial) -> Sample | None:
+        gpu, side, ring = self.gpu, self.side, Ring.for_size(nbytes, trial.reps)
+        if self.producer:
+            gpu.fill(side.ptr(self.rings[variant]), ring, trial.seed)
+            gpu.synchronize()
+            self.queue.put(self.rings[variant])
+            return None
+        tensor = self.queue.get()  # held until verified: a receipt that reopened it would close it when dropped
+        theirs, mine = side.ptr(tensor), side.ptr(self.mine)
+        copy = gpu.copy_launcher(nbytes)
+        marks = gpu.time_batch(lambda r: copy(mine + ring.offset(r), theirs + ring.offset(r)), trial.reps,
+                               warm=lambda: copy(self.scratch.ptr, theirs))
+        seconds = marks.seconds() / trial.reps
+        gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
+        return Sample(seconds, trial.reps)
+
+    def handoff_sample(self, variant: str, nbytes: int, trial) -> Sample | None:
+        ctx, gpu, side, ring = self.ctx, self.gpu, self.side, Ring.for_size(nbytes, trial.reps)
+        first, self.acks = self.acks + 1, self.acks + trial.reps
+        if self.producer:
+            src = self.rings[variant]
+            base = side.ptr(src)
+            gpu.fill(base, ring, trial.seed, poison_tag=True)  # each mark below sets its slot's first bytes right
+            mark = gpu.kernels.mark_launcher(nbytes, gpu.stream)
+            gpu.synchronize()
+            ctx.sync()
+            for r in range(trial.reps):
+                mark(base + ring.offset(r), trial.seed + r)
+                gpu.synchronize()
+                self.queue.put(side.view(src, ring.offset(r), nbytes))
+                ctx.spin("torch.ack", first + r)
+            return None
+        ctx.sync()
+        t0 = time.perf_counter()
+        for r in range(trial.reps):
+            side.copy(side.view(self.mine, ring.offset(r), nbytes), self.queue.get())
+            ctx.store("torch.ack", first + r)
+        seconds = (time.perf_counter() - t0) / trial.reps
+        gpu.verify(side.ptr(self.mine), ring, trial.seed, self.path, variant, corrupt=ctx.corrupt)
+        return Sample(seconds, trial.reps)
+
+    # ------------------------------------------------------------------ teardown
+
+    def teardown(self, clean: bool) -> None:
+        """The consumer lets go of what it received (closing it) before the producer frees it."""
+        self.received = {}
+        try:
+            super().teardown(clean)  # crosses the barrier on a clean exit
+        finally:
+            if self.producer and clean and getattr(self, "side", None) is not None:
+                self.rings = {}
+                self.side.collect()
+
+
+class TorchSizesWorker(TorchWorker):
+    """First receipts of fresh tensors at every size of the sweep, nothing else."""
+
+    def setup(self) -> Iterator[dict]:
+        self.open_torch()
+        _, total = handles.free_and_total(self.device)
+        self.cap = total // 4
+        skipped = [n for n in self.sizes if n > self.cap]
+        if skipped and self.producer:
+            self.ctx.note("skipped", f"{', '.join(format_size(n) for n in skipped)}: more than a quarter of "
+                                     f"GPU {self.device}'s {format_size(total)}")
+        return iter(())
+
+    def measure(self, nbytes: int) -> Iterator[dict]:
+        if nbytes > self.cap:
+            return
+        for variant in VARIANTS:
+            self.side.use_allocator(variant)
+            yield from self.setup_costs(variant, nbytes)
+
+
+# --------------------------------------------------------------------------- the scenarios
+
+
+class TorchScenario(PairScenario):
+    name = "torch"
+    summary = "PyTorch: CUDA tensors through a torch.multiprocessing queue (caching, expandable); spawned workers"
+    worker_class: type[PairWorker] = TorchWorker
+    start_method = "spawn"
+    paths: tuple[PathInfo, ...] = (PathInfo("torch", colour="#ff7f0e", setup=("caching_receive_cold",)),)
+
+    def waive_reason(self, machine):
+        return super().waive_reason(machine) or missing_torch() or torch_without_cuda()
+
+    def prepare(self, config, specs):
+        return TorchShared(len(specs))
+
+    def release(self, shared):
+        if shared is not None:
+            shared.close()
+
+
+class TorchSizesScenario(TorchScenario):
+    name = "torch-sizes"
+    summary = "set-up cost against allocation size (1 MiB to 1/4 of the GPU) for torch (caching, expandable)"
+    worker_class = TorchSizesWorker
+    in_default_run = False
+    paths = ()  # its rows are the torch path's set-up rows
+
+    def default_sizes(self, preset: str = "") -> tuple[int, ...]:
+        return {"quick": handles.QUICK_SIZES, "thorough": handles.THOROUGH_SIZES}.get(preset, handles.SIZES)
+
+    def memory_needed(self, config, specs) -> tuple[int, int]:
+        return 0, 2 * min(self.sizes(config))  # larger sizes adapt to the GPU, as the handles study's

@@ -63,6 +63,7 @@ from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWo
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.patterns import seed_for
 from gpuipc_bench.sampler import SETUP_REPEATS, Sample
+from gpuipc_bench.scenario import SPIN_LIMIT_S
 from gpuipc_bench.scenarios import handles
 from gpuipc_bench.sizes import format_size
 
@@ -411,7 +412,7 @@ class TorchWorker(PairWorker):
                 mark(base + ring.offset(r), trial.seed + r)
                 gpu.synchronize()
                 self.queue.put(side.view(src, ring.offset(r), nbytes))
-                ctx.spin("torch.ack", first + r)
+                self.await_ack(first + r)
             return None
         ctx.sync()
         t0 = time.perf_counter()
@@ -421,6 +422,19 @@ class TorchWorker(PairWorker):
         seconds = (time.perf_counter() - t0) / trial.reps
         gpu.verify(side.ptr(self.mine), ring, trial.seed, self.path, variant, corrupt=ctx.corrupt)
         return Sample(seconds, trial.reps)
+
+    def await_ack(self, target: int) -> None:
+        """Wait for the consumer's ack without holding the GIL: put() leaves the pickling and the
+        write to the queue's feeder thread, which a spinning main thread starves (ctx.spin
+        measured ~51 ms a tensor, its whole spin limit). time.sleep(0) lets the feeder run."""
+        ctx = self.ctx
+        index, words = ctx.segment.mailbox_index(ctx.slot("torch.ack")), ctx.segment.words
+        limit = time.monotonic() + SPIN_LIMIT_S
+        while words[index] < target:
+            time.sleep(0)
+            if time.monotonic() > limit:
+                ctx.wait("torch.ack", target, what="the consumer's receipt of a tensor")
+                return
 
     # ------------------------------------------------------------------ teardown
 

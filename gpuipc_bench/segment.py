@@ -134,10 +134,12 @@ def spin_wait(words, index: int, target: int, deadline: float,
     return True
 
 
-def map_shared_file(size: int, what: str) -> tuple[mmap.mmap, str]:
+def map_shared_file(size: int, what: str, keep_fd: bool = False) -> tuple[mmap.mmap, str]:
     """A new MAP_SHARED mapping of `size` bytes backed by a file in /dev/shm that exists
     only for a moment: created exclusively (mode 0600, never following a planted link),
     unlinked at once, its pages allocated, then mapped. Returns (mapping, the name it had).
+    With `keep_fd` the descriptor stays open as `mapping.kept_fd` (the caller closes it):
+    a process that was not forked reaches the file through it (gpuipc_bench.shared).
 
     The pages are allocated (posix_fallocate), not only sized (ftruncate): on a full
     /dev/shm a sized-only file maps fine and the first write to it is a SIGBUS."""
@@ -172,9 +174,14 @@ def map_shared_file(size: int, what: str) -> tuple[mmap.mmap, str]:
             mm = mmap.mmap(fd, size, flags=mmap.MAP_SHARED,
                            prot=mmap.PROT_READ | mmap.PROT_WRITE)
     except OSError as exc:
-        raise BenchError(f"cannot map {what} {path}: {exc.strerror}") from exc
-    finally:
         os.close(fd)
+        raise BenchError(f"cannot map {what} {path}: {exc.strerror}") from exc
+    except BaseException:
+        os.close(fd)
+        raise
+    if keep_fd:
+        return mm, path, fd  # type: ignore[return-value]
+    os.close(fd)
     return mm, path
 
 
@@ -184,6 +191,22 @@ def _free_text(folder: str) -> str:
     except OSError:
         return "free space unknown"
     return f"{st.f_bavail * st.f_frsize} bytes free"
+
+
+def _attach_segment(pid: int, fd: int, name: str, nworkers: int, mailbox_slots: int) -> "Segment":
+    from gpuipc_bench.shared import open_foreign_fd
+
+    local = open_foreign_fd(pid, fd, "shared-memory segment")
+    try:
+        mm = mmap.mmap(local, Segment.size_for(nworkers, mailbox_slots), flags=mmap.MAP_SHARED,
+                       prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    finally:
+        os.close(local)
+    seg = Segment(mm, name, nworkers, mailbox_slots)
+    if seg.words[_MAGIC_W] != MAGIC or seg.words[_NWORKERS_W] != nworkers:
+        seg.close()
+        raise BenchError(f"{name} is not the segment it was said to be")
+    return seg
 
 
 class Segment:
@@ -197,6 +220,8 @@ class Segment:
         self._view = memoryview(mm)
         self.words = self._view.cast("q")  # int64 words; for hot loops with *_index()
         self._closed = False
+        self._fd: int | None = None  # the creator keeps the file's descriptor (see __reduce__)
+        self._owner = 0
         self.rank: int | None = None  # this process's worker rank, once bound (see bind)
         self._labels: dict[int, str] = {}
         n = nworkers
@@ -219,8 +244,9 @@ class Segment:
         if mailbox_slots < 0:
             raise ValueError(f"mailbox_slots must be 0 or more (got {mailbox_slots})")
         size = cls.size_for(nworkers, mailbox_slots)
-        mm, path = map_shared_file(size, "shared-memory segment")
+        mm, path, fd = map_shared_file(size, "shared-memory segment", keep_fd=True)  # type: ignore[misc]
         seg = cls(mm, path, nworkers, mailbox_slots)
+        seg._fd, seg._owner = fd, os.getpid()
         w = seg.words
         w[_MAGIC_W], w[_VERSION_W], w[_NWORKERS_W], w[_SLOTS_W] = MAGIC, LAYOUT_VERSION, nworkers, mailbox_slots
         for base in seg._info_w:
@@ -229,6 +255,12 @@ class Segment:
 
     def __repr__(self) -> str:
         return f"Segment({self.name!r}, nworkers={self.nworkers}, mailbox_slots={self.mailbox_slots})"
+
+    def __reduce__(self):
+        """A spawned worker or an MPI rank of this node maps the creator's segment again."""
+        if self._fd is None:
+            raise BenchError("this segment was not created here and cannot be passed on")
+        return _attach_segment, (self._owner, self._fd, self.name, self.nworkers, self.mailbox_slots)
 
     def __enter__(self) -> "Segment":
         return self
@@ -241,6 +273,9 @@ class Segment:
         if self._closed:
             return
         self._closed = True
+        if self._fd is not None and self._owner == os.getpid():
+            fd, self._fd = self._fd, None
+            os.close(fd)
         self.words.release()
         self._view.release()
         try:

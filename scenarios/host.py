@@ -16,7 +16,6 @@ checks the other's.
 
 from __future__ import annotations
 
-import mmap
 import time
 
 import numpy as np
@@ -64,7 +63,9 @@ class HostScenario(Scenario):
         return (1 + 4 * len(specs)) * max(self.sizes(config)), 0
 
     def prepare(self, config, specs):
-        return mmap.mmap(-1, max(self.sizes(config)), flags=mmap.MAP_SHARED)
+        from gpuipc_bench.shared import SharedPages
+
+        return SharedPages(max(self.sizes(config)))
 
     def release(self, shared):
         if shared is not None:

@@ -32,6 +32,7 @@ from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.scenarios.staging import StagingWorker
 from gpuipc_bench.exchange import max_transfers
 from gpuipc_bench.segment import PREFIX, _shm_dir
+from gpuipc_bench.shared import SharedPages
 from gpuipc_bench.sizes import format_size
 
 VARIANTS = {"zero-copy": "sm", "dma": "ce"}  # variant: the engine of both hops
@@ -72,11 +73,12 @@ def shared_region(nbytes: int) -> mmap.mmap:
         except OSError as e:
             raise BenchError(f"cannot reserve {format_size(nbytes)} for the mmap region in {folder}: "
                              f"{e.strerror}; give a smaller --sizes") from None
-        return mmap.mmap(fd, nbytes, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+        region = SharedPages(nbytes, os.dup(fd))  # keeps a descriptor: other ranks map it too
     except OSError as e:
         raise BenchError(f"cannot map {format_size(nbytes)} of shared memory at {path}: {e.strerror}") from None
     finally:
         os.close(fd)
+    return region
 
 
 class MmapWorker(StagingWorker):

@@ -39,6 +39,7 @@ from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.sampler import SETUP_REPEATS, Sample
+from gpuipc_bench.shared import SharedPages
 
 VARIANTS = ("pinned", "pipelined", "pinned-hostsync", "pageable")
 GPU_ORDERED = ("pinned", "pipelined")
@@ -283,8 +284,7 @@ class StagingScenario(PairScenario):
 
     def prepare(self, config, specs):
         pinned, pageable = self.host_bytes(config)
-        return _Shared(SharedGatePage(), mmap.mmap(-1, pinned, flags=mmap.MAP_SHARED),
-                       mmap.mmap(-1, pageable, flags=mmap.MAP_SHARED))
+        return _Shared(SharedGatePage(), SharedPages(pinned), SharedPages(pageable))
 
     def release(self, shared):
         if shared is not None:

@@ -18,7 +18,6 @@ never hang the GPU; time_batch then raises.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import time
 from typing import Any, Callable
 
@@ -78,12 +77,15 @@ class Gate:
 
 class SharedGatePage:
     """One page of MAP_SHARED host memory, made in the parent (scenario.prepare), inherited
-    by the forked workers. Word 0 is the release generation of every worker's SharedGate."""
+    by forked workers (and reached by others: gpuipc_bench.shared). Word 0 is the release
+    generation of every worker's SharedGate."""
 
     SIZE = 4096
 
     def __init__(self):
-        self.mm = mmap.mmap(-1, self.SIZE, flags=mmap.MAP_SHARED)
+        from gpuipc_bench.shared import SharedPages
+
+        self.mm = SharedPages(self.SIZE)  # inherited by forked workers, pickled to spawned ones and MPI ranks
 
     def close(self) -> None:
         try:

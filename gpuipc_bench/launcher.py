@@ -117,8 +117,11 @@ class _Worker:
 
 
 def _start_worker(scenario, spec, specs, config, segment, shared) -> _Worker:
-    reader, writer = FORK.Pipe(duplex=False)
-    process = FORK.Process(
+    # "spawn" (scenario.start_method): a fresh interpreter that gets the segment and the
+    # scenario's shared objects by pickle (they map the same pages again: gpuipc_bench.shared).
+    context = multiprocessing.get_context(scenario.start_method) if scenario.start_method != "fork" else FORK
+    reader, writer = context.Pipe(duplex=False)
+    process = context.Process(
         target=_worker_main,
         args=(scenario, spec, specs, config, segment, shared, writer),
         name=f"gpuipc-bench-{scenario.name}-{spec.rank}",
@@ -139,7 +142,21 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
     same_role = sum(1 for other in specs if other.role == spec.role)
     set_process_title(f"gpuipc-bench: {scenario.name} {spec.role}{f' {spec.rank}' if same_role > 1 else ''} {where}",
                       f"{scenario.name[:6]} {spec.role[:4]}{spec.rank}")
-    code = 0
+    code = 1
+    try:
+        code = run_worker(scenario, spec, specs, config, segment, shared, conn.send)
+    finally:
+        try:
+            conn.close()
+        finally:
+            # Skip atexit handlers and finalizers inherited from the parent.
+            os._exit(code)
+
+
+def run_worker(scenario, spec, specs, config, segment, shared, post: Callable[[tuple], None]) -> int:
+    """One worker's whole run, wherever it runs (a forked child, a spawned one, an MPI rank):
+    every message goes to `post` ('row', 'progress', 'note', then 'done', 'aborted' or
+    'error'). Returns the exit code (1 after an error)."""
     rank = spec.rank
     try:
         segment.bind(rank)
@@ -150,7 +167,7 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
 
         def send(message: tuple) -> None:  # every message to the parent is a sign of progress
             segment.beat(rank)
-            conn.send(message)
+            post(message)
 
         ctx = WorkerContext(spec, specs, config, segment, barrier, shared, send, faults)
         ctx.phase("setup")
@@ -159,14 +176,16 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
         if segment.phase(spec.rank)[0] != "teardown":
             ctx.phase("teardown")  # the scenario did not say; from here on only goodbyes
         ctx.phase("done")
-        conn.send(("done",))
+        post(("done",))
+        return 0
     except BarrierAborted:
-        conn.send(("aborted",))
+        post(("aborted",))
+        return 0
     except BaseException as exc:  # noqa: BLE001 - everything is reported to the parent
         segment.abort()
         phase, nbytes, iteration = segment.phase(spec.rank)
         try:
-            conn.send(("error", {
+            post(("error", {
                 "type": type(exc).__name__,
                 "message": str(exc),
                 "bench": isinstance(exc, BenchError),
@@ -177,13 +196,7 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
             }))
         except OSError:
             pass
-        code = 1
-    finally:
-        try:
-            conn.close()
-        finally:
-            # Skip atexit handlers and finalizers inherited from the parent.
-            os._exit(code)
+        return 1
 
 
 def set_process_title(title: str, short: str) -> None:

@@ -87,3 +87,27 @@ def test_driver_files_of_dead_workers_are_removed(tmp_path, monkeypatch):
                         lambda a, *b: real_join(str(shm) if a == "/dev/shm" else a, *b))
     launcher._remove_driver_files([0x3C2])
     assert sorted(p.name for p in shm.iterdir()) == ["cuda.shm.0.3c2", "cuda.shm.0.3c3.1", "other.0.3c2.1"]
+
+
+# --------------------------------------------------------------------------- spawned workers
+
+
+def test_spawned_workers_meet_in_the_same_segment_and_shared_pages(run_scenario, no_leaks, monkeypatch):
+    from gpuipc_bench.scenarios import SCENARIOS, host
+
+    monkeypatch.setattr(type(SCENARIOS["host"]), "start_method", "spawn")
+    outcome, rows, _ = run_scenario("host", sizes=(4096, 1 << 16), iterations=3, warmup=1, timeout=30)
+    assert outcome.ok, outcome.error
+    data = [r for r in rows if r["path"] == "host" and r["metric"] == "bandwidth"]
+    assert len(data) == 2 * 3 and all(r["verified"] is True for r in data)  # bytes crossed the shared pages
+    assert host.HostScenario.start_method == "spawn"
+
+
+def test_a_killed_spawned_worker_ends_the_run_naming_it(run_scenario, no_leaks, monkeypatch):
+    from gpuipc_bench.scenarios import SCENARIOS
+
+    monkeypatch.setattr(type(SCENARIOS["host"]), "start_method", "spawn")
+    outcome, rows, elapsed = run_scenario("host", "kill:1:sample:3", sizes=(4096,), iterations=6, timeout=30)
+    assert isinstance(outcome.error, WorkerFailed)
+    assert "worker 1 (consumer, CPU) was killed by SIGKILL" in str(outcome.error)
+    assert elapsed < 20 and rows

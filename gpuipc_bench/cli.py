@@ -9,6 +9,7 @@ any command at once with 130, 143 or 129, keeping what was measured.
 from __future__ import annotations
 
 import codecs
+import dataclasses
 import datetime
 import difflib
 import os
@@ -278,14 +279,38 @@ def info():
 @click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, metavar="DIR|FILE.png",
               help="Also draw the run's plots (bandwidth, latency, setup costs) into a folder, or the "
                    "bandwidth figure into FILE.png/.svg and the others beside it.")
+@click.option("--launcher", type=click.Choice(["fork", "mpi"]), default=None,
+              help="How the workers start: 'fork' (this process forks them) or 'mpi' (they are the ranks of "
+                   "`mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per rank, so N must be "
+                   "what a scenario takes, 2 for the GPU pairs). Default: mpi when started by mpirun or srun.")
 def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out, force,
-        chunk, timeout, quiet, verbose, plot=None):
+        chunk, timeout, quiet, verbose, plot=None, launcher=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
     baseline runs. Naming a GPU scenario with --scenario on such a machine is bad
     input (exit 2).
     """
+    from gpuipc_bench import mpi_launch
+
+    job = None
+    if mpi_launch.resolve_launcher(launcher) == "mpi":
+        job = mpi_launch.Job.start()
+        if job.rank != 0:  # a worker: rank 0 sends each scenario (and says when to stop)
+            raise click.exceptions.Exit(job.serve())
+    try:
+        _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
+             force, chunk, timeout, quiet, verbose, plot, job)
+    except mpi_launch.RanksLost as exc:  # the CSV is written: end the job with mpirun's own abort
+        _stderr().print(f"[red]error[/]: {escape(str(exc))}; ending the MPI job (MPI_Abort)", soft_wrap=True)
+        job.abort(1)  # type: ignore[union-attr]
+    finally:
+        if job is not None:
+            job.stop_others()
+
+
+def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
+         force, chunk, timeout, quiet, verbose, plot, job):
     from gpuipc_bench.machine import probe
 
     devices, visible = _select_by_uuid(devices)
@@ -295,16 +320,23 @@ def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, war
     try:
         registry = _scenarios()
         names = _resolve_names(scenario_names, registry)
+        if job is not None:
+            if workers is not None and workers != job.size:
+                raise UsageError(f"--workers {workers}: under MPI each rank is one worker, and the job has "
+                                 f"{job.size} ranks")
+            workers = job.size
         config = RunConfig(
             scenarios=tuple(names), sizes=sizes, iterations=iterations, preset=preset or "",
             **_sample_counts(preset, min_samples, max_samples, warmup),
-            devices=devices, workers=workers, timeout=timeout,
+            devices=devices, workers=workers, timeout=timeout, launcher="mpi" if job else "fork",
             **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
         )
         out = out or _default_out()
         check_writable(out, force)
 
         machine = probe()
+        if job is not None and devices is None:
+            config = dataclasses.replace(config, devices=job.devices(machine.gpu_count))
         _stop_stale_mps(_stderr())
         if visible and machine.gpu_count < len(devices):
             raise UsageError(f"--devices {visible}: CUDA sees {machine.gpu_count} of these devices "
@@ -312,7 +344,7 @@ def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, war
                              "gpuipc-bench info lists the GPU and MIG UUIDs")
         if devices:
             machine.check_devices(devices)
-        plan, waived = _plan(config, registry, machine, explicit=bool(scenario_names))
+        plan, waived = _plan(config, registry, machine, explicit=bool(scenario_names), job=job)
         check_memory(plan, config, machine)
         err = _stderr()
         if waived and not quiet:
@@ -327,7 +359,7 @@ def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, war
 
             check_plot_dest(plot)
         try:
-            _run_plan(plan, config, machine, out, err, quiet, verbose)
+            _run_plan(plan, config, machine, out, err, quiet, verbose, job)
         except BenchError:
             if plot is not None:
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
@@ -391,28 +423,39 @@ def _resolve_names(requested, registry) -> list[str]:
     return list(dict.fromkeys(requested)) or [name for name, s in registry.items() if s.in_default_run]
 
 
-def _plan(config, registry, machine, explicit):
+def _plan(config, registry, machine, explicit, job=None):
     """The scenarios to run with their workers, and the ones waived with a reason."""
     plan, waived = [], []
     for name in config.scenarios:
         scenario = registry[name]
         reason = scenario.waive_reason(machine)
+        if reason is None and job is not None:
+            reason = _mpi_reason(scenario, job)
         if reason is not None:
             if explicit:
                 raise UsageError(f"--scenario {name}: cannot run here: {reason}")
             waived.append((name, reason))
             continue
         if config.workers is not None and not scenario.min_workers <= config.workers <= scenario.max_workers:
+            given = f"the MPI job has {config.workers} ranks" if job else f"--workers is {config.workers}"
             if explicit or len(config.scenarios) == 1:
-                raise UsageError(f"--workers {config.workers}: scenario {name} takes "
+                raise UsageError(f"{'mpirun -np' if job else '--workers'} {config.workers}: scenario {name} takes "
                                  f"{scenario.min_workers} to {scenario.max_workers} workers")
-            waived.append((name, f"takes {scenario.min_workers} to {scenario.max_workers} workers, "
-                                 f"--workers is {config.workers}"))
+            waived.append((name, f"takes {scenario.min_workers} to {scenario.max_workers} workers, {given}"))
             continue
         plan.append((scenario, scenario.workers(config, machine)))
     if not plan:
         raise UsageError("nothing to run: every scenario was skipped (see above)")
     return plan, waived
+
+
+def _mpi_reason(scenario, job) -> str | None:
+    """Why a scenario cannot run with MPI ranks as its workers, or None."""
+    if not job.one_node():
+        hosts = ", ".join(dict.fromkeys(job.hosts))
+        return (f"its workers meet in a shared-memory segment, and the MPI job spans hosts {hosts}: "
+                "no path across nodes is measured yet")
+    return scenario.mpi_waiver or None
 
 
 def _default_out() -> Path:
@@ -447,13 +490,15 @@ def path_facts() -> dict[str, str]:
     return to_metadata([p for s in _scenarios().values() for p in s.paths] + [CEILING])
 
 
-def _run_plan(plan, config, machine, out, err, quiet, verbose):
+def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from gpuipc_bench.launcher import run_scenario
     from gpuipc_bench.results import ResultsFile
 
-    results = ResultsFile(out, _metadata(config, machine))
+    if job is not None:
+        run_scenario = job.run_scenario  # noqa: F811 - the ranks are the workers
+    results = ResultsFile(out, {**_metadata(config, machine), **(job.metadata() if job else {"launcher": "fork"})})
     results.write(partial=True, status="running")
     failures: list[tuple[str, BenchError, int]] = []
     done: list[str] = []
@@ -491,8 +536,9 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose):
         if quiet:
             print(out, flush=True)
         raise click.exceptions.Exit(128 + signum) from None
-    except BaseException:
-        results.write(partial=True, status="failed; " + _status(done, failures))
+    except BaseException as exc:
+        parts = [str(exc)] if isinstance(exc, BenchError) else []
+        results.write(partial=True, status="failed: " + "; ".join(parts + [_status(done, failures)]).strip("; "))
         results.close()
         raise
     results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")

@@ -58,6 +58,7 @@ class RunConfig:
     workers: int | None = None  # None: the scenario's default
     timeout: float = 60.0  # seconds a worker may stay silent at a barrier or a wait
     chunk_bytes: int = 16 << 20  # pipelined staging chunk
+    launcher: str = "fork"  # "fork" (forked workers) or "mpi" (the job's ranks are the workers)
     extra: tuple[tuple[str, str], ...] = ()  # scenario-specific knobs, kept hashable
 
     def __post_init__(self):

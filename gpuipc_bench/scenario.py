@@ -73,6 +73,8 @@ class Scenario:
     # How the launcher starts this scenario's workers: "fork" (the default; the parent never
     # touches CUDA) or "spawn" (a fresh interpreter, as PyTorch's CUDA sharing asks for).
     start_method: str = "fork"
+    # Why the scenario cannot run with MPI ranks as its workers ('' if it can).
+    mpi_waiver: str = ""
 
     def default_sizes(self, preset: str = "") -> tuple[int, ...]:
         """The sweep when --sizes is not given: the default, or a preset's (--quick, --thorough)."""

@@ -48,6 +48,8 @@ class SharedPages(mmap.mmap):
     def close(self) -> None:
         try:
             super().close()
+        except BufferError:
+            pass  # a view of it is still alive (an MPI rank 0's worker thread): it goes with the process
         finally:
             fd, self._fd = getattr(self, "_fd", None), None
             if fd is not None and self._pid == os.getpid():

@@ -2,7 +2,8 @@
 
 Every cross-process sample in this tool is bracketed by barrier crossings, so their cost
 bounds how finely the tool can synchronise workers. A sample is a batch of crossings timed
-by worker 0; seconds = batch time / crossings.
+by worker 0; seconds = batch time / crossings. Under MPI (the workers are the job's ranks) the
+reference is MPI_Barrier on COMM_WORLD instead.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ class BarrierScenario(Scenario):
         return 0, 0
 
     def prepare(self, config, specs):
+        if config.launcher == "mpi":
+            return None  # the ranks' reference is MPI's own barrier
         # Created before the fork so that every worker inherits it.
         return multiprocessing.get_context("fork").Barrier(len(specs))
 
@@ -49,7 +52,12 @@ class BarrierScenario(Scenario):
         ctx.lock_names()
         sampler = Sampler(ctx)
         reference = ctx.shared
-        crossings = {"shm": ctx.sync, "multiprocessing": lambda: reference.wait(ctx.config.timeout)}
+        if ctx.config.launcher == "mpi":
+            from gpuipc_bench.mpi_launch import mpi_world
+
+            crossings = {"shm": ctx.sync, "mpi": mpi_world().Barrier}
+        else:
+            crossings = {"shm": ctx.sync, "multiprocessing": lambda: reference.wait(ctx.config.timeout)}
         for variant, cross in crossings.items():
             def take(trial, cross=cross) -> Sample | None:
                 ctx.sync()

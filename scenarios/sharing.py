@@ -206,6 +206,8 @@ def _probe_child(conn, env, device) -> None:
 
 class SharingScenario(Scenario):
     name = "sharing"
+    mpi_waiver = ("starts a private MPS daemon that its workers must reach before their first CUDA call, "
+                  "and forks 1 to 8 of them: the fork launcher only")
     summary = ("N = 1..8 processes on one GPU (d2d and pinned h2d), time-sliced vs MPS: "
                "aggregate bandwidth, co-located device ping-pong")
     gpus_needed = 1

@@ -475,6 +475,7 @@ class TorchSizesWorker(TorchWorker):
 
 class TorchScenario(PairScenario):
     name = "torch"
+    mpi_waiver = "shares tensors through a torch.multiprocessing queue, which reaches only the processes it starts"
     summary = "PyTorch: CUDA tensors through a torch.multiprocessing queue (caching, expandable); spawned workers"
     worker_class: type[PairWorker] = TorchWorker
     start_method = "spawn"

@@ -1,0 +1,168 @@
+"""Workers as MPI ranks, with real Open MPI (`mpirun`) on this machine's CPU scenarios.
+
+Skipped with the reason where mpirun or mpi4py is missing (`apt-get install openmpi-bin
+libopenmpi-dev`, `pip install -e '.[mpi]'`; .ci/run installs both)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pytest
+
+from gpuipc_bench import mpi_launch
+from gpuipc_bench.results import read_results
+
+HAVE_MPI = shutil.which("mpirun") is not None and subprocess.run(
+    [sys.executable, "-c", "import mpi4py"], capture_output=True).returncode == 0
+needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs Open MPI's mpirun and mpi4py (pip install -e '.[mpi]')")
+BENCH = [sys.executable, "-m", "gpuipc_bench.cli"]
+
+
+def env(**extra) -> dict:
+    out = {k: v for k, v in os.environ.items() if k != "GPUIPC_BENCH_FAULT"}
+    out.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+               **extra)
+    return out
+
+
+def mpirun(n: int, *args, fault: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    command = ["mpirun", "--oversubscribe", "-np", str(n)]
+    if fault:
+        command += ["-x", f"GPUIPC_BENCH_FAULT={fault}"]
+    return subprocess.run(command + BENCH + ["run", *args], capture_output=True, text=True, timeout=timeout,
+                          env=env())
+
+
+def forked(*args) -> subprocess.CompletedProcess:
+    return subprocess.run(BENCH + ["run", *args], capture_output=True, text=True, timeout=120, env=env())
+
+
+def ours_in_shm() -> list[str]:
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith("gpuipc-bench-"))
+
+
+def groups(df):
+    return df.groupby(["path", "variant", "measure", "metric", "bytes"]).size().to_dict()
+
+
+@needs_mpi
+def test_two_ranks_measure_the_host_path_like_two_forked_workers(tmp_path):
+    args = ["-s", "host", "--sizes", "4K,256K", "-n", "5", "--force", "-q"]
+    mpi = mpirun(2, *args, "-o", str(tmp_path / "mpi.csv"))
+    assert mpi.returncode == 0, mpi.stderr
+    fork = forked(*args, "-o", str(tmp_path / "fork.csv"))
+    assert fork.returncode == 0, fork.stderr
+    (m, mmeta), (f, fmeta) = read_results(tmp_path / "mpi.csv"), read_results(tmp_path / "fork.csv")
+    assert list(m.columns) == list(f.columns)
+    assert groups(m) == groups(f)  # the same groups with the same sample counts
+    assert mmeta["launcher"] == "mpi" and fmeta["launcher"] == "fork"
+    assert mmeta["mpi.ranks"] == "2" and mmeta["mpi.hosts"].startswith("0:") and ",1:" in mmeta["mpi.hosts"]
+    assert m["verified"].dropna().all() and set(m["workers"]) == {2}
+    for key, part in m[m["metric"] == "bandwidth"].groupby(["variant", "bytes"]):
+        theirs = f[(f["variant"] == key[0]) & (f["bytes"] == key[1])]["bandwidth_gbps"].median()
+        ratio = part["bandwidth_gbps"].median() / theirs
+        assert 0.1 < ratio < 10, (key, ratio)  # the same path: the same order of magnitude
+    assert ours_in_shm() == []
+
+
+@needs_mpi
+def test_four_ranks_cross_the_barrier_next_to_mpi_barrier(tmp_path):
+    out = tmp_path / "barrier.csv"
+    result = mpirun(4, "-s", "barrier", "-n", "4", "-o", str(out), "-q")
+    assert result.returncode == 0, result.stderr
+    df, meta = read_results(out)
+    assert df.groupby("variant").size().to_dict() == {"mpi": 4, "shm": 4}
+    assert set(df["workers"]) == {4} and (df["seconds"] > 0).all()
+    assert meta["mpi.ranks"] == "4"
+
+
+@needs_mpi
+@pytest.mark.parametrize("fault, words", [
+    ("kill:1:sample:3", "worker 1 (consumer, CPU, rank 1) died during sample 3"),
+    ("hang:1:sample:3", "worker 1 (consumer, CPU) made no progress for 3 s during sample 3"),
+])
+def test_a_rank_that_dies_or_hangs_ends_the_job_naming_it(tmp_path, fault, words):
+    out = tmp_path / "fault.csv"
+    start = time.monotonic()
+    result = mpirun(2, "-s", "host", "--sizes", "4K", "-n", "8", "--timeout", "3", "-o", str(out), fault=fault)
+    assert result.returncode != 0
+    assert words in result.stderr and "ending the MPI job (MPI_Abort)" in result.stderr
+    assert time.monotonic() - start < 60
+    df, meta = read_results(out)
+    assert len(df) > 0 and meta["partial"] == "true" and words in meta["status"]  # rows taken before are kept
+    time.sleep(0.5)
+    assert ours_in_shm() == []
+    assert subprocess.run(["pgrep", "-f", "gpuipc_bench.cli run"], capture_output=True).stdout == b""
+
+
+@needs_mpi
+def test_a_pair_scenario_needs_as_many_ranks_as_workers(tmp_path):
+    result = mpirun(3, "-s", "host", "--sizes", "4K", "-n", "3", "-o", str(tmp_path / "x.csv"), "-q")
+    assert result.returncode == 0, result.stderr  # host takes 2 to 8 workers
+    result = mpirun(3, "-s", "barrier", "-s", "host", "--workers", "2", "-o", str(tmp_path / "y.csv"))
+    assert result.returncode == 2
+    assert "--workers 2: under MPI each rank is one worker, and the job has 3 ranks" in result.stderr
+
+
+def test_launch_detected_from_the_environment():
+    assert mpi_launch.launched_by_mpi({"OMPI_COMM_WORLD_SIZE": "2"})
+    assert mpi_launch.launched_by_mpi({"PMI_SIZE": "4"})
+    assert mpi_launch.launched_by_mpi({"SLURM_NTASKS": "2", "SLURM_PROCID": "1"})
+    assert not mpi_launch.launched_by_mpi({"SLURM_NTASKS": "2"})  # inside an allocation, not started by srun
+    assert not mpi_launch.launched_by_mpi({"OMPI_COMM_WORLD_SIZE": "1"})
+    assert not mpi_launch.launched_by_mpi({})
+    assert mpi_launch.resolve_launcher("fork") == "fork"
+
+
+def test_a_job_across_hosts_waives_every_scenario_with_the_reason():
+    from gpuipc_bench.cli import _mpi_reason
+    from gpuipc_bench.scenarios import SCENARIOS
+
+    job = mpi_launch.Job(comm=None, rank=0, size=2, local_ranks=[0, 0], hosts=["a", "b"])
+    reason = _mpi_reason(SCENARIOS["host"], job)
+    assert "spans hosts a, b" in reason and "no path across nodes" in reason
+    one = mpi_launch.Job(comm=None, rank=0, size=2, local_ranks=[0, 1], hosts=["a", "a"])
+    assert _mpi_reason(SCENARIOS["ipc"], one) is None
+    assert "MPS" in _mpi_reason(SCENARIOS["sharing"], one)
+    assert one.devices(2) == (0, 1) and one.devices(1) is None
+
+
+def test_without_mpi4py_the_mpi_launcher_names_the_extra(monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def refuse(name, *args, **kwargs):
+        if name.startswith("mpi4py"):
+            raise ImportError("No module named 'mpi4py'")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", refuse)
+    from click.testing import CliRunner
+
+    from gpuipc_bench.cli import cli
+
+    result = CliRunner().invoke(cli, ["run", "--launcher", "mpi", "-s", "host"])
+    assert result.exit_code == 2
+    assert "--launcher mpi: needs mpi4py: pip install -e '.[mpi]'" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_a_bad_launcher_is_refused_in_one_line():
+    from click.testing import CliRunner
+
+    from gpuipc_bench.cli import cli
+
+    result = CliRunner().invoke(cli, ["run", "--launcher", "slurm"])
+    assert result.exit_code == 2 and "'slurm' is not one of 'fork', 'mpi'" in result.output
+
+
+@needs_mpi
+def test_a_single_process_asked_to_use_mpi_is_told_how_to_start_it(tmp_path):
+    result = forked("--launcher", "mpi", "-s", "host", "-o", str(tmp_path / "z.csv"))
+    assert result.returncode == 2 and "the only rank of its MPI job" in result.stderr
+

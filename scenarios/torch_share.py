@@ -169,8 +169,11 @@ class TorchSide:
     def use_allocator(self, variant: str) -> None:
         """New allocations from now on come from `variant`'s kind of segment (caches emptied)."""
         self.collect()
+        # torch 2.10+ names the call for any accelerator (the CUDA one warns that it is deprecated).
+        setting = getattr(self.torch._C, "_accelerator_setAllocatorSettings", None) or \
+            self.torch.cuda.memory._set_allocator_settings
         try:
-            self.torch.cuda.memory._set_allocator_settings(f"expandable_segments:{variant == 'expandable'}")
+            setting(f"expandable_segments:{variant == 'expandable'}")
         except (AttributeError, RuntimeError) as exc:
             raise BenchError(f"torch/{variant}: torch {self.torch.__version__} cannot switch its allocator to "
                              f"expandable_segments:{variant == 'expandable'} ({exc})") from None

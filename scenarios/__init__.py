@@ -6,7 +6,7 @@ order is stable. To add a path, write a module here and add it to the list.
 
 from gpuipc_bench.scenario import Scenario
 from gpuipc_bench.scenarios import (
-    barrier, handles, host, ipc, latency, mempool, mmap, peer, sharing, staging, torch_share, vmm,
+    barrier, handles, host, ipc, latency, mempool, mmap, nvshmem, peer, sharing, staging, torch_share, vmm,
 )
 
 _ORDER: list[Scenario] = [
@@ -18,6 +18,7 @@ _ORDER: list[Scenario] = [
     mmap.MmapScenario(),
     peer.PeerScenario(),
     torch_share.TorchScenario(),
+    nvshmem.NvshmemScenario(),
     latency.LatencyScenario(),
     sharing.SharingScenario(),
     host.HostScenario(),

@@ -1,0 +1,46 @@
+"""The nvshmem path: its skip reason here (nvshmem4py is not installed on CI), its registry
+entry, and on a GPU with nvshmem4py a short verified run."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+
+from gpuipc_bench.scenarios import SCENARIOS
+from gpuipc_bench.scenarios import nvshmem as path
+from test_bad_input import fake_machine
+
+HAVE = importlib.util.find_spec("nvshmem") is not None
+
+
+def test_without_nvshmem4py_it_is_waived_naming_the_extra(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None)
+    reason = SCENARIOS["nvshmem"].waive_reason(fake_machine((80 << 30,)))
+    assert reason == "needs nvshmem4py: pip install -e '.[nvshmem12]' (or '.[nvshmem13]')"
+
+
+def test_without_a_gpu_the_reason_is_the_gpu():
+    assert SCENARIOS["nvshmem"].waive_reason(fake_machine(())).startswith("needs a CUDA GPU")
+
+
+def test_its_small_put_rows_are_a_reference_never_ranked():
+    facts = {p.name: p for p in SCENARIOS["nvshmem"].paths}
+    assert facts["nvshmem"].role == "transfer" and facts["nvshmem"].setup == ("nvshmem_init",)
+    assert facts["nvshmem-call"].role == "reference" and not facts["nvshmem-call"].ranked
+    assert path.NVSHMEM_ENV["NVSHMEM_DISABLE_NVLS"] == "1"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAVE, reason="needs nvshmem4py (pip install -e '.[nvshmem13]')")
+def test_put_and_get_move_verified_bytes(monkeypatch, no_leaks):
+    from test_gpu import groups, run
+
+    outcome, rows = run(monkeypatch, "nvshmem", sizes=(4096, 64 << 20))
+    assert outcome.ok, outcome.error
+    data = [r for r in rows if r["path"] == "nvshmem" and r["metric"] == "bandwidth"]
+    assert set(groups(data, "variant", "bytes")) == {(v, n) for v in ("put", "get") for n in (4096, 64 << 20)}
+    assert all(r["verified"] is True and r["seconds"] > 0 for r in data)
+    calls = {r["variant"] for r in rows if r["path"] == "nvshmem-call"}
+    assert calls == {f"{c}:{k}" for c in ("core.put", "putmem_on_stream", "cudaMemcpyAsync") for k in ("host", "done")}
+    assert [r for r in rows if r["variant"] == "nvshmem_init"]

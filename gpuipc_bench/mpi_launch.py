@@ -187,16 +187,10 @@ class _Rank:
     def alive(self) -> bool:
         if self.thread is not None:
             return self.thread.is_alive()
+        from gpuipc_bench.mps import alive
+
         pid = self.segment.pid(self.spec.rank)
-        if not pid:
-            return True  # not started yet
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return not pid or alive(pid)  # no pid yet: not started
 
 
 class _Supervisor:

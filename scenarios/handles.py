@@ -30,18 +30,16 @@ size. Not part of the default run (it allocates up to a quarter of the GPU): `-s
 
 from __future__ import annotations
 
-import os
 from typing import Iterator
 
-from gpuipc_bench.gpu import fdmemory
 from gpuipc_bench.gpu.fdmemory import MemPool
 from gpuipc_bench.gpu.memory import DeviceBuffer, MappedBuffer
 from gpuipc_bench.gpu.timing import time_setup
-from gpuipc_bench.pair import PRODUCER, PairScenario
+from gpuipc_bench.pair import PRODUCER
 from gpuipc_bench.sampler import SETUP_REPEATS
 from gpuipc_bench.scenarios.ipc import IpcWorker
 from gpuipc_bench.scenarios.mempool import MempoolWorker
-from gpuipc_bench.scenarios.vmm import FdSharingWorker, VmmWorker
+from gpuipc_bench.scenarios.vmm import FdScenario, VmmWorker
 from gpuipc_bench.sizes import format_size
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -68,7 +66,7 @@ def free_and_total(device: int) -> tuple[int, int]:
     return int(free), int(total)
 
 
-class HandlesWorker(FdSharingWorker):
+class HandlesWorker(MempoolWorker):
     path = "ipc"  # set to each path in turn (setup_row names it)
 
     def setup(self) -> Iterator[dict]:
@@ -142,11 +140,7 @@ class HandlesWorker(FdSharingWorker):
                 ctx.publish("full.ptr", buffer.export())
             ctx.sync()
             if not self.producer:
-                fd = self.channel.receive(PRODUCER, "full")
-                try:
-                    imported, seconds = time_setup(lambda: MemPool.import_fd(fd, device), device)
-                finally:
-                    os.close(fd)
+                imported, seconds = self.receive_pool("full")
                 yield self.setup_row("pool_import_full", seconds, i, big, src, dst)
                 pointer, seconds = time_setup(
                     lambda: imported.import_pointer(ctx.receive(PRODUCER, "full.ptr"), BUFFER), device)
@@ -159,7 +153,7 @@ class HandlesWorker(FdSharingWorker):
                 pool.close()
 
 
-class HandlesScenario(PairScenario):
+class HandlesScenario(FdScenario):
     name = "handles"
     summary = "set-up cost against allocation size (1 MiB to 1/4 of the GPU) for ipc, vmm, mempool"
     worker_class = HandlesWorker
@@ -173,5 +167,3 @@ class HandlesScenario(PairScenario):
         # GPU: over a quarter of its memory they are skipped, and the big block takes 85% of free.
         return 0, 2 * min(self.sizes(config))
 
-    def waive_reason(self, machine):
-        return super().waive_reason(machine) or fdmemory.missing_reason()

@@ -28,17 +28,16 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
-from gpuipc_bench.gpu import fdmemory
 from gpuipc_bench.gpu.fdmemory import MemPool, PoolPointer
 from gpuipc_bench.gpu.timing import time_setup
 from gpuipc_bench.exchange import max_transfers
 from gpuipc_bench.fdpass import channel_for
 from gpuipc_bench.gpu.memory import reps_for
-from gpuipc_bench.pair import MEASURES, PRODUCER, PairScenario
+from gpuipc_bench.pair import MEASURES, PRODUCER
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.sampler import SETUP_REPEATS
 from gpuipc_bench.scenarios.staging import StagingScenario, StagingWorker
-from gpuipc_bench.scenarios.vmm import FdSharingWorker
+from gpuipc_bench.scenarios.vmm import FdScenario, FdSharingWorker
 
 
 class ImportedAllocation:
@@ -80,6 +79,14 @@ class MempoolWorker(FdSharingWorker):
         finally:
             os.close(fd)
 
+    def receive_pool(self, name: str):
+        """(the pool the other worker sent as `name`, imported here; the seconds the import took)."""
+        fd = self.channel.receive(self.other, name)
+        try:
+            return time_setup(lambda: MemPool.import_fd(fd, self.device), self.device)
+        finally:
+            os.close(fd)
+
     def setup_costs(self, n: int) -> Iterator[dict]:
         """Pool and pointer export (producer), import and free (consumer), on fresh pools whose
         allocations are `n` bytes."""
@@ -102,11 +109,7 @@ class MempoolWorker(FdSharingWorker):
                 ctx.publish("setup.second", second.export())
             ctx.sync()
             if not self.producer:
-                fd = self.channel.receive(PRODUCER, "setup")
-                try:
-                    imported, seconds = time_setup(lambda: MemPool.import_fd(fd, device), device)
-                finally:
-                    os.close(fd)
+                imported, seconds = self.receive_pool("setup")
                 yield self.setup_row("pool_import", seconds, i, n, src, dst)
                 pointers = []
                 for name, variant in (("setup.first", "ptr_import_first"), ("setup.second", "ptr_import")):
@@ -125,14 +128,11 @@ class MempoolWorker(FdSharingWorker):
                 pool.close()
 
 
-class MempoolScenario(PairScenario):
+class MempoolScenario(FdScenario):
     name = "mempool"
     summary = "memory pool IPC: the producer's cudaMallocAsync pool exported as an fd, pointers imported"
     worker_class = MempoolWorker
     paths = (PathInfo("mempool", colour="#bcbd22", setup=("pool_import", "ptr_import_first")),)
-
-    def waive_reason(self, machine):
-        return super().waive_reason(machine) or fdmemory.missing_reason()
 
 
 class HostPoolWorker(StagingWorker):
@@ -185,7 +185,7 @@ class HostPoolWorker(StagingWorker):
             f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}", nbytes))
 
 
-class HostPoolScenario(PairScenario):
+class HostPoolScenario(FdScenario):
     name = "hostpool"
     summary = "a pinned host memory pool shared as an fd, the staging buffer of D2H then H2D"
     worker_class = HostPoolWorker
@@ -196,6 +196,3 @@ class HostPoolScenario(PairScenario):
 
     def host_bytes(self, config):
         return StagingScenario.host_bytes(self, config)
-
-    def waive_reason(self, machine):
-        return super().waive_reason(machine) or fdmemory.missing_reason()

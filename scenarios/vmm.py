@@ -109,11 +109,15 @@ class VmmWorker(FdSharingWorker):
                 memory.close()
 
 
-class VmmScenario(PairScenario):
+class FdScenario(PairScenario):
+    """A pair scenario whose handles need the driver calls of cuda-bindings."""
+
+    def waive_reason(self, machine):
+        return super().waive_reason(machine) or fdmemory.missing_reason()
+
+
+class VmmScenario(FdScenario):
     name = "vmm"
     summary = "VMM: the producer's cuMemCreate memory shared as a POSIX fd (pull ce/sm, push)"
     worker_class = VmmWorker
     paths = (PathInfo("vmm", colour="#17becf", setup=("vmm_import", "vmm_map")),)
-
-    def waive_reason(self, machine):
-        return super().waive_reason(machine) or fdmemory.missing_reason()

@@ -241,6 +241,9 @@ class _Supervisor:
                 busy = True
             on_status(launcher.status_text(self.segment, [_Live(r) for r in self.ranks]))
             for rank in self.ranks:
+                if not rank.finished and not rank.alive() and rank.thread is not None:
+                    while not self.local.empty():  # the thread said goodbye, then ended: read it first
+                        handle(rank, self.local.get_nowait())
                 if not rank.finished and not rank.alive():
                     rank.finished = True
                     where = launcher._phase_text(self.segment, rank.spec.rank, *self.segment.phase(rank.spec.rank))

@@ -19,6 +19,7 @@ _ORDER: list[Scenario] = [
     peer.PeerScenario(),
     torch_share.TorchScenario(),
     nvshmem.NvshmemScenario(),
+    nvshmem.NvshmemMpsScenario(),
     latency.LatencyScenario(),
     sharing.SharingScenario(),
     host.HostScenario(),

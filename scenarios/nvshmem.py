@@ -24,23 +24,36 @@ return (what the host pays to enqueue it), ':done' the time per call once the st
 finished them all. The first minus the second API is the Python wrapper's share; the second
 against cudaMemcpyAsync is the library's.
 
-Device-initiated put (a kernel calling nvshmem_putmem_signal_nbi, linked with NVSHMEM's
-device bitcode) is not measured by this version: the tool's own device ping-pong
-(`latency`, `sharing` under MPS) is the reference for GPU-initiated signalling.
+Device-initiated put + signal ('device-putsig', latency, at 4 B and 4 KiB of the sweep):
+a kernel of one warp in each PE ping-pongs nvshmemx_putmem_signal_nbi_warp of its payload
+with the peer's signal set to the round, and nvshmem_signal_wait_until for the answer
+(gpuipc_bench/gpu/nvshmem_putsig.cu). NVSHMEM's device functions come as a device library,
+so the kernel is built by nvcc (-rdc, device-linked with libnvshmem_device) once per run in
+the parent (no CUDA call there) and loaded by each PE, which runs nvshmemx_cumodule_init on
+it; without nvcc the variant is skipped with a note. One-way = round trip / 2; each PE
+verifies the peer's payload after every sample. On one time-sliced GPU each hop waits for
+the other context's time slice (~2.2 ms); `nvshmem-mps` runs the same under a private MPS
+daemon, next to the tool's own device ping-pong under MPS (`sharing`). A kernel whose peer
+never launches spins until the run's --timeout ends the workers.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import subprocess
+import tempfile
 import time
 from typing import Iterator
 
 import numpy as np
 
-from gpuipc_bench.gpu.memory import Ring, reps_for
-from gpuipc_bench.gpu.timing import time_setup
-from gpuipc_bench.pair import PRODUCER, PairScenario, PairWorker
+from gpuipc_bench import mps
+from gpuipc_bench.errors import BenchError
+from gpuipc_bench.gpu.memory import Ring, memset, reps_for
+from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
+from gpuipc_bench.pair import PRODUCER, PairScenario, PairShared, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.sampler import Sample
 
@@ -50,6 +63,64 @@ UID_SLOTS = 4  # 64-byte handle slots for the unique id (128 bytes in NVSHMEM 3)
 CALL_SIZES = (4, 4096)
 CALLS = 200
 VARIANTS = ("put", "get")
+PUTSIG_SIZES = (4, 4096)
+PUTSIG_ROUNDS = 200  # before calibration to about 5 ms a sample
+KERNEL = "nvshmem_putsig.cu"
+REPLY = 0x5A5A5A5A  # PE 1's payload has the pattern of seed ^ REPLY
+
+
+def nvshmem_home() -> str | None:
+    """The folder of NVSHMEM's include/ and lib/ (the nvidia-nvshmem wheel), or None."""
+    spec = importlib.util.find_spec("nvidia.nvshmem") if importlib.util.find_spec("nvidia") else None
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        if os.path.isfile(os.path.join(folder, "include", "nvshmem.h")):
+            return folder
+    home = os.environ.get("NVSHMEM_HOME")
+    return home if home and os.path.isfile(os.path.join(home, "include", "nvshmem.h")) else None
+
+
+def build_putsig(folder: str) -> str:
+    """Compile and device-link the put+signal kernel into `folder`; the cubin's path. Runs nvcc
+    (a separate process: no CUDA call here). BenchError with the reason where it cannot."""
+    nvcc, home = shutil.which("nvcc"), nvshmem_home()
+    if nvcc is None:
+        raise BenchError("needs nvcc (the CUDA toolkit) to link a kernel with NVSHMEM's device library")
+    if home is None:
+        raise BenchError("found no NVSHMEM headers and device library (the nvidia-nvshmem wheel, or NVSHMEM_HOME)")
+    from importlib import resources
+
+    source = str(resources.files("gpuipc_bench.gpu") / KERNEL)
+    obj, cubin = os.path.join(folder, "putsig.o"), os.path.join(folder, "putsig.cubin")
+    steps = ([nvcc, "-rdc=true", "-arch=native", f"-I{home}/include", "-c", source, "-o", obj],
+             [nvcc, "-dlink", "-cubin", "-arch=native", obj, f"-L{home}/lib", "-lnvshmem_device", "-o", cubin])
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, timeout=300)
+        if done.returncode:
+            last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+            raise BenchError(f"nvcc could not build the put+signal kernel: {last}")
+    return cubin
+
+
+class NvshmemShared(PairShared):
+    """The pair's gate page, and the device-initiated kernel built for this run (or why not)."""
+
+    def __init__(self, daemon: "mps.MpsDaemon | None" = None):
+        super().__init__(SharedGatePage())
+        self.daemon = daemon
+        self.folder = tempfile.mkdtemp(prefix="gpuipc-bench-nvshmem-")
+        self.cubin, self.reason = None, ""
+        try:
+            self.cubin = build_putsig(self.folder)
+        except (BenchError, OSError, subprocess.TimeoutExpired) as exc:
+            self.reason = str(exc)
+
+    def close(self) -> None:
+        try:
+            super().close()
+            if self.daemon is not None:
+                self.daemon.stop()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def missing_reason() -> str | None:
@@ -98,6 +169,21 @@ class NvshmemWorker(PairWorker):
         rows.append(self.setup_row("nvshmem_malloc", seconds, 0, capacity, self.pdev, self.cdev))
         self.scratch = bindings.malloc(max(self.sizes) + 256)
         self.cstream = device.create_stream()
+        self.putsig = None
+        shared = ctx.shared
+        if shared.cubin and any(n in PUTSIG_SIZES for n in self.sizes):
+            import cupy
+
+            module = cupy.RawModule(path=shared.cubin)
+            bindings.cumodule_init(int(module.module.ptr))  # the module's view of this PE's NVSHMEM state
+            self.putsig_module, self.putsig = module, module.get_function("putsig_pingpong")
+            self.signal, self.dest, self.payload = (bindings.malloc(n) for n in (8, 4096, 4096))  # collectives
+            memset(self.signal, 0, 8, self.gpu.stream, self.device)  # rounds count from 1
+            self.gpu.synchronize()
+            self.rounds = 0
+        elif self.producer:
+            why = shared.reason or "no size of 4 B or 4 KiB in the sweep"
+            ctx.note("device_putsig", f"skipped: {why}")
         ctx.sync()
         yield from rows
 
@@ -113,6 +199,11 @@ class NvshmemWorker(PairWorker):
         yield from self.in_turn(lambda: iter(()) if self.producer else self.ceiling_rows(f"d2d@{self.cdev}", nbytes))
         if nbytes in CALL_SIZES:
             yield from self.call_costs(nbytes)
+        if nbytes in PUTSIG_SIZES and self.putsig is not None:
+            group = dict(path=self.path, variant="device-putsig", measure="pingpong", metric="latency",
+                         src=self.pdev, dst=self.cdev, bytes=nbytes, ceiling="")
+            yield from self.sampler.run(group, lambda trial: self.putsig_sample(nbytes, trial), timer=self.producer,
+                                        reps=PUTSIG_ROUNDS, min_reps=1, phase="latency")
 
     def one_sided(self, variant: str, nbytes: int, trial) -> Sample | None:
         """A batch of puts (by the producer) or gets (by the consumer), slot r to slot r."""
@@ -136,6 +227,26 @@ class NvshmemWorker(PairWorker):
         if not self.producer:
             gpu.verify(sym, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
         return sample
+
+    def putsig_sample(self, nbytes: int, trial) -> Sample | None:
+        """`trial.reps` device-initiated round trips; each PE then checks the peer's payload."""
+        import numpy as np
+
+        gpu, one = self.gpu, Ring.for_size(nbytes, 1)
+        mine, theirs = (trial.seed, trial.seed ^ REPLY) if self.producer else (trial.seed ^ REPLY, trial.seed)
+        gpu.fill(self.payload, one, mine)
+        gpu.synchronize()
+        first, self.rounds = self.rounds + 1, self.rounds + trial.reps
+        self.ctx.sync()
+        start = time.perf_counter()
+        self.putsig((1,), (32,), (np.uint64(self.dest), np.uint64(self.payload), np.uint64(nbytes),
+                                  np.uint64(self.signal), np.int32(trial.reps), np.uint64(first),
+                                  np.int32(self.ctx.rank)), stream=gpu.stream)
+        gpu.synchronize()
+        seconds = (time.perf_counter() - start) / trial.reps / 2
+        gpu.verify(self.dest, one, theirs, self.path, "device-putsig", corrupt=self.ctx.corrupt)
+        self.ctx.sync()
+        return Sample(seconds, trial.reps) if self.producer else None
 
     def call_costs(self, nbytes: int) -> Iterator[dict]:
         """Host time per small put through the Python API, the C binding and cudaMemcpyAsync."""
@@ -183,6 +294,9 @@ class NvshmemWorker(PairWorker):
         """Symmetric memory is freed and NVSHMEM finalised collectively, so only on a clean exit
         (after a failure the other PE may be gone: the process's exit releases it all)."""
         if clean and getattr(self, "initialised", False):
+            if getattr(self, "putsig", None) is not None:
+                for ptr in (self.payload, self.dest, self.signal):
+                    self.bindings.free(ptr)
             self.bindings.free(self.scratch)
             self.bindings.free(self.sym)
             self.core.finalize()
@@ -198,5 +312,40 @@ class NvshmemScenario(PairScenario):
     paths = (PathInfo("nvshmem", colour="#e377c2", setup=("nvshmem_init",)),
              PathInfo("nvshmem-call", role="reference", colour="#f7b6d2"))
 
+    def prepare(self, config, specs):
+        return NvshmemShared()
+
     def waive_reason(self, machine):
         return super().waive_reason(machine) or missing_reason()
+
+
+class NvshmemMpsWorker(NvshmemWorker):
+    def run(self):
+        os.environ.update(self.ctx.shared.daemon.env())  # an MPS client from its first CUDA call
+        return super().run()
+
+
+class NvshmemMpsScenario(NvshmemScenario):
+    name = "nvshmem-mps"
+    summary = "nvshmem under a private MPS daemon: device-initiated put+signal latency, put/get"
+    worker_class = NvshmemMpsWorker
+    mpi_waiver = "starts a private MPS daemon that its workers must reach before their first CUDA call"
+
+    def default_sizes(self, preset: str = "") -> tuple[int, ...]:
+        return (4, 4096, 1 << 20) if preset == "quick" else (4, 4096, 1 << 20, 256 << 20)
+
+    def waive_reason(self, machine):
+        if shutil.which(mps.BINARY) is None:
+            return super().waive_reason(machine) or f"needs {mps.BINARY} (the MPS control daemon) on PATH"
+        return super().waive_reason(machine)
+
+    def prepare(self, config, specs):
+        try:
+            daemon = mps.MpsDaemon.start()
+        except mps.MpsUnavailable as exc:
+            raise BenchError(f"nvshmem-mps: cannot start a private MPS daemon: {exc}") from None
+        try:
+            return NvshmemShared(daemon)
+        except BaseException:
+            daemon.stop()
+            raise

@@ -7,6 +7,7 @@ import importlib.util
 
 import pytest
 
+from gpuipc_bench.errors import BenchError
 from gpuipc_bench.scenarios import SCENARIOS
 from gpuipc_bench.scenarios import nvshmem as path
 from test_bad_input import fake_machine
@@ -31,6 +32,23 @@ def test_its_small_put_rows_are_a_reference_never_ranked():
     assert path.NVSHMEM_ENV["NVSHMEM_DISABLE_NVLS"] == "1"
 
 
+def test_the_device_kernel_says_why_it_cannot_be_built(monkeypatch, tmp_path):
+    monkeypatch.setattr(path.shutil, "which", lambda name: None)
+    with pytest.raises(BenchError, match="needs nvcc"):
+        path.build_putsig(str(tmp_path))
+    monkeypatch.setattr(path.shutil, "which", lambda name: "/usr/bin/true")
+    monkeypatch.setattr(path, "nvshmem_home", lambda: None)
+    with pytest.raises(BenchError, match="found no NVSHMEM headers"):
+        path.build_putsig(str(tmp_path))
+
+
+def test_the_mps_variant_needs_the_mps_daemon(monkeypatch):
+    monkeypatch.setattr(path.shutil, "which", lambda name: None)
+    reason = SCENARIOS["nvshmem-mps"].waive_reason(fake_machine((80 << 30,)))
+    assert reason is not None and ("nvidia-cuda-mps-control" in reason or "nvshmem4py" in reason)
+    assert SCENARIOS["nvshmem-mps"].mpi_waiver
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE, reason="needs nvshmem4py (pip install -e '.[nvshmem13]')")
 def test_put_and_get_move_verified_bytes(monkeypatch, no_leaks):
@@ -44,3 +62,5 @@ def test_put_and_get_move_verified_bytes(monkeypatch, no_leaks):
     calls = {r["variant"] for r in rows if r["path"] == "nvshmem-call"}
     assert calls == {f"{c}:{k}" for c in ("core.put", "putmem_on_stream", "cudaMemcpyAsync") for k in ("host", "done")}
     assert [r for r in rows if r["variant"] == "nvshmem_init"]
+    putsig = [r for r in rows if r["variant"] == "device-putsig"]  # where nvcc could build the kernel
+    assert all(r["verified"] is True and r["bytes"] == 4096 and r["seconds"] > 0 for r in putsig)

@@ -79,6 +79,25 @@ def nvshmem_home() -> str | None:
     return home if home and os.path.isfile(os.path.join(home, "include", "nvshmem.h")) else None
 
 
+_BUILT: dict[str, str] = {}  # this run's cubin (or why not), built once for nvshmem and nvshmem-mps
+
+
+def putsig_for_run() -> str:
+    """The put+signal kernel of this run, built on first use into a folder removed at exit."""
+    if "cubin" not in _BUILT:
+        import atexit
+
+        folder = tempfile.mkdtemp(prefix="gpuipc-bench-nvshmem-")
+        atexit.register(shutil.rmtree, folder, True)
+        try:
+            _BUILT["cubin"] = build_putsig(folder)
+        except (BenchError, OSError, subprocess.TimeoutExpired) as exc:
+            _BUILT["cubin"], _BUILT["reason"] = "", str(exc)
+    if not _BUILT["cubin"]:
+        raise BenchError(_BUILT["reason"])
+    return _BUILT["cubin"]
+
+
 def build_putsig(folder: str) -> str:
     """Compile and device-link the put+signal kernel into `folder`; the cubin's path. Runs nvcc
     (a separate process: no CUDA call here). BenchError with the reason where it cannot."""
@@ -107,20 +126,18 @@ class NvshmemShared(PairShared):
     def __init__(self, daemon: "mps.MpsDaemon | None" = None):
         super().__init__(SharedGatePage())
         self.daemon = daemon
-        self.folder = tempfile.mkdtemp(prefix="gpuipc-bench-nvshmem-")
         self.cubin, self.reason = None, ""
         try:
-            self.cubin = build_putsig(self.folder)
-        except (BenchError, OSError, subprocess.TimeoutExpired) as exc:
+            self.cubin = putsig_for_run()
+        except BenchError as exc:
             self.reason = str(exc)
 
     def close(self) -> None:
         try:
             super().close()
+        finally:
             if self.daemon is not None:
                 self.daemon.stop()
-        finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 def missing_reason() -> str | None:

@@ -6,7 +6,7 @@ order is stable. To add a path, write a module here and add it to the list.
 
 from gpuipc_bench.scenario import Scenario
 from gpuipc_bench.scenarios import (
-    barrier, handles, host, ipc, latency, mempool, mmap, nvshmem, peer, sharing, staging, torch_share, vmm,
+    barrier, handles, host, ipc, latency, mempool, mmap, nccl, nvshmem, peer, sharing, staging, torch_share, vmm,
 )
 
 _ORDER: list[Scenario] = [
@@ -17,6 +17,7 @@ _ORDER: list[Scenario] = [
     mempool.HostPoolScenario(),
     mmap.MmapScenario(),
     peer.PeerScenario(),
+    nccl.NcclScenario(),
     torch_share.TorchScenario(),
     nvshmem.NvshmemScenario(),
     nvshmem.NvshmemMpsScenario(),
@@ -26,6 +27,7 @@ _ORDER: list[Scenario] = [
     barrier.BarrierScenario(),
     handles.HandlesScenario(),
     torch_share.TorchSizesScenario(),
+    *nccl.TRANSPORT_SCENARIOS,
 ]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ORDER}

@@ -109,6 +109,27 @@ class DevicesType(click.ParamType):
         return devices
 
 
+class PairsType(click.ParamType):
+    """--pairs: 'all', or ordered GPU pairs 'A-B' separated by commas ('0-1,1-0,0-2')."""
+
+    name = "PAIRS"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple) or value == "all":
+            return value
+        pairs = []
+        for item in str(value).split(","):
+            a, sep, b = item.strip().partition("-")
+            if not sep or not a.isdigit() or not b.isdigit():
+                self.fail(f"'{item.strip()}' is not a pair of GPU indices like 0-1 (or give 'all')", param, ctx)
+            if a == b:
+                self.fail(f"'{item.strip()}' names one GPU twice: a pair is two GPUs", param, ctx)
+            pairs.append((int(a), int(b)))
+        if len(set(pairs)) != len(pairs):
+            self.fail(f"'{value}' names a pair twice", param, ctx)
+        return tuple(pairs)
+
+
 class BenchCommandError(click.ClickException):
     """A BenchError shown the click way: 'Error: ...' on stderr and its exit code."""
 
@@ -279,12 +300,16 @@ def info():
 @click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, metavar="DIR|FILE.png",
               help="Also draw the run's plots (bandwidth, latency, setup costs) into a folder, or the "
                    "bandwidth figure into FILE.png/.svg and the others beside it.")
+@click.option("--pairs", type=PairsType(), default=None, metavar="all|A-B,...",
+              help="Run each GPU pair scenario (peer, ipc, vmm, mempool, staging, ...) once for every ordered "
+                   "pair of GPUs ('all': every pair of this node) or for the pairs given (0-1,1-0): producer on "
+                   "A, consumer on B. Default: one pair, as --devices says.")
 @click.option("--launcher", type=click.Choice(["fork", "mpi"]), default=None,
               help="How the workers start: 'fork' (this process forks them) or 'mpi' (they are the ranks of "
                    "`mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per rank, so N must be "
                    "what a scenario takes, 2 for the GPU pairs). Default: mpi when started by mpirun or srun.")
 def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out, force,
-        chunk, timeout, quiet, verbose, plot=None, launcher=None):
+        chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -300,7 +325,7 @@ def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, war
             raise click.exceptions.Exit(job.serve())
     try:
         _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
-             force, chunk, timeout, quiet, verbose, plot, job)
+             force, chunk, timeout, quiet, verbose, plot, job, pairs)
     except mpi_launch.RanksLost as exc:  # the CSV is written: end the job with mpirun's own abort
         _stderr().print(f"[red]error[/]: {escape(str(exc))}; ending the MPI job (MPI_Abort)", soft_wrap=True)
         job.abort(1)  # type: ignore[union-attr]
@@ -310,9 +335,11 @@ def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, war
 
 
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
-         force, chunk, timeout, quiet, verbose, plot, job):
+         force, chunk, timeout, quiet, verbose, plot, job, pairs=None):
     from gpuipc_bench.machine import probe
 
+    if pairs is not None and devices:
+        raise UsageError("--pairs and --devices both choose the GPUs: give one of them")
     devices, visible = _select_by_uuid(devices)
     previous = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
@@ -345,6 +372,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         if devices:
             machine.check_devices(devices)
         plan, waived = _plan(config, registry, machine, explicit=bool(scenario_names), job=job)
+        if pairs is not None:
+            plan = _plan_pairs(plan, config, machine, pairs)
         check_memory(plan, config, machine)
         err = _stderr()
         if waived and not quiet:
@@ -449,6 +478,28 @@ def _plan(config, registry, machine, explicit, job=None):
     return plan, waived
 
 
+def _plan_pairs(plan, config, machine, pairs):
+    """Each GPU pair scenario of the plan once per ordered pair of GPUs (producer, consumer)."""
+    from gpuipc_bench.pair import PairScenario
+
+    if pairs == "all":
+        if machine.gpu_count < 2:
+            raise UsageError(f"--pairs all: this machine has {machine.gpu_count} GPU(s), no pair of two")
+        pairs = tuple((a, b) for a in range(machine.gpu_count) for b in range(machine.gpu_count) if a != b)
+    for a, b in pairs:
+        if max(a, b) >= machine.gpu_count:
+            raise UsageError(f"--pairs {a}-{b}: GPU {max(a, b)} does not exist (this machine has "
+                             f"{machine.gpu_count})")
+    expanded = []
+    for scenario, specs in plan:
+        if isinstance(scenario, PairScenario):
+            expanded += [(scenario, scenario.workers(dataclasses.replace(config, devices=pair), machine))
+                         for pair in pairs]
+        else:
+            expanded.append((scenario, specs))
+    return expanded
+
+
 def _mpi_reason(scenario, job) -> str | None:
     """Why a scenario cannot run with MPI ranks as its workers, or None."""
     if not job.one_node():
@@ -509,7 +560,9 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
     try:
         with progress:
             for scenario, specs in plan:
-                task = progress.add_task(scenario.name, total=scenario.progress_total(config, specs), doing="")
+                devices = {spec.device for spec in specs}
+                label = scenario.name if len(devices) < 2 else f"{scenario.name} {specs[0].device}>{specs[-1].device}"
+                task = progress.add_task(label, total=scenario.progress_total(config, specs), doing="")
                 started = time.monotonic()
                 outcome = run_scenario(
                     scenario, config, specs,
@@ -523,7 +576,8 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
                     progress.update(task, description=f"[red]{scenario.name}")
                 else:
                     done.append(scenario.name)
-                results.set_meta(f"seconds.{scenario.name}", f"{time.monotonic() - started:.1f}")
+                spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))
+                results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs
                 results.write(partial=bool(failures), status=_status(done, failures, running=True))
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
@@ -565,7 +619,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
 def _status(done, failures, running=False) -> str:
     parts = []
     if done:
-        parts.append("completed: " + ",".join(done))
+        parts.append("completed: " + ",".join(dict.fromkeys(done)))
     if failures:
         parts.append("failed: " + "; ".join(f"{name} ({err})" for name, err, _ in failures))
     if running:

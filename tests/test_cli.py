@@ -185,3 +185,47 @@ def test_the_no_gpu_reason_is_in_plain_words(error, driver, gpus, words):
 
     machine = dataclasses.replace(probe(), cuda_error=error, driver_version=driver, gpus=gpus)
     assert words in machine.no_gpu_reason
+
+
+# --------------------------------------------------------------------------- every GPU pair
+
+
+def test_pairs_all_plans_each_pair_scenario_once_per_ordered_pair():
+    from gpuipc_bench.cli import _plan_pairs
+    from gpuipc_bench.config import RunConfig
+    from gpuipc_bench.scenarios import SCENARIOS
+    from test_bad_input import fake_machine
+
+    machine = fake_machine((80 << 30,) * 4)
+    config = RunConfig(scenarios=("ipc", "host"))
+    plan = [(SCENARIOS[n], SCENARIOS[n].workers(config, machine)) for n in ("ipc", "host")]
+    expanded = _plan_pairs(plan, config, machine, "all")
+    ipc = [[spec.device for spec in specs] for scenario, specs in expanded if scenario.name == "ipc"]
+    assert len(ipc) == 12 and sorted(map(tuple, ipc)) == [(a, b) for a in range(4) for b in range(4) if a != b]
+    assert [s.name for s, _ in expanded].count("host") == 1  # not a GPU pair scenario
+    assert [[spec.device for spec in specs] for _, specs in _plan_pairs(plan[:1], config, machine, ((1, 0),))] \
+        == [[1, 0]]
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--pairs", "0-0"], "names one GPU twice"),
+    (["--pairs", "0>1"], "is not a pair of GPU indices"),
+    (["--pairs", "0-1,0-1"], "names a pair twice"),
+    (["--pairs", "0-1", "--devices", "0"], "--pairs and --devices both choose the GPUs"),
+])
+def test_bad_pairs_are_refused_in_one_line(args, words, tmp_path):
+    from click.testing import CliRunner
+
+    from gpuipc_bench.cli import cli
+
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "-o", str(tmp_path / "x.csv"), *args])
+    assert result.exit_code == 2 and words in result.output and "Traceback" not in result.output
+
+
+def test_pairs_all_on_a_machine_without_two_gpus_says_so(tmp_path):
+    from click.testing import CliRunner
+
+    from gpuipc_bench.cli import cli
+
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "--pairs", "all", "-o", str(tmp_path / "x.csv")])
+    assert result.exit_code == 2 and "--pairs all: this machine has 0 GPU(s), no pair of two" in result.output

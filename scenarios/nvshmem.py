@@ -7,8 +7,8 @@ bootstrap over loopback; NVSHMEM_DISABLE_NVLS=1 always). Each allocates one symm
 (nvshmem_malloc, a collective) and a symmetric scratch buffer.
 
   put  (stream)  the producer fills its ring and queues putmem_on_stream of slot r into
-                 slot r at PE 1, back to back, then quiet_on_stream; timed by the producer's
-                 events; the consumer verifies every slot
+                 slot r at PE 1, back to back, then quiet_on_stream (completion, inside the
+                 timed interval); timed by the producer's events; the consumer verifies every slot
   get  (stream)  the consumer queues getmem_on_stream of slot r from PE 0's ring into its
                  own; timed and verified by the consumer
 
@@ -235,9 +235,14 @@ class NvshmemWorker(PairWorker):
             call = b.putmem_on_stream if variant == "put" else b.getmem_on_stream
             # warm-up: a put into the peer's scratch, or a get from the peer's ring into ours
             warm = lambda: call(self.scratch, sym, nbytes, peer, stream)  # noqa: E731
-            marks = gpu.time_batch(lambda r: call(sym + ring.offset(r), sym + ring.offset(r), nbytes, peer, stream),
-                                   trial.reps, warm=warm)
-            b.quiet_on_stream(stream)
+            last = trial.reps - 1
+
+            def op(r: int) -> None:
+                call(sym + ring.offset(r), sym + ring.offset(r), nbytes, peer, stream)
+                if r == last:  # completion, as NVSHMEM defines it, inside the timed interval
+                    b.quiet_on_stream(stream)
+
+            marks = gpu.time_batch(op, trial.reps, warm=warm)
             gpu.synchronize()
             sample = Sample(marks.seconds() / trial.reps, trial.reps)
         self.ctx.sync()  # the bytes have landed

@@ -241,3 +241,23 @@ def test_machine_header_reads_the_machine_metadata():
     same = {"host": "n2", "link.0-1": "NV18", "link.0-2": "NV18", "link.1-2": "NV18"}
     assert machine_summary(same) == ["n2", "no GPU", "links all NV18"]
     assert machine_summary(meta, leave_out=("cupy", "cuda_driver", "links"))[-2:] == ["CUDA 12.9", "MPS running"]
+
+
+def test_pair_matrices_only_for_a_run_over_several_gpu_pairs():
+    from pathlib import Path
+
+    from gpuipc_bench.analysis import analyse
+    from gpuipc_bench.report.matrix import pair_matrices
+    from gpuipc_bench.results import read_results
+
+    results = Path(__file__).parent.parent / "results"
+    df, meta = read_results(results / "h200x2-nvlink-all.csv")
+    tables = pair_matrices(analyse(df, meta).summary, meta)
+    assert [t.title for t in tables] == ["peer · GB/s at 256 MiB, best streamed variant ± its 95% interval",
+                                         "links between the GPUs (NVML)"]
+    peer, links = tables
+    assert peer.names == ["src \\ dst", "GPU 0", "GPU 1"]
+    assert peer.rows[0][1] == "—" and peer.rows[0][2].startswith("393") and "±" in peer.rows[0][2]
+    assert links.rows == [["GPU 0", "—", "NV18"], ["GPU 1", "NV18", "—"]]
+    df, meta = read_results(results / "h100-default.csv")
+    assert pair_matrices(analyse(df, meta).summary, meta) == []

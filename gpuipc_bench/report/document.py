@@ -15,7 +15,9 @@ import dataclasses
 from collections.abc import Mapping
 
 from gpuipc_bench.analysis import RunAnalysis
-from gpuipc_bench.report import tables, wording
+from gpuipc_bench.report import tables
+from gpuipc_bench.report import wording
+from gpuipc_bench.report.matrix import pair_matrices
 from gpuipc_bench.report.tables import Table
 from gpuipc_bench.verdict import BreakEven, Ranking
 
@@ -149,7 +151,8 @@ def build_report(analysis: RunAnalysis, source: str | None = None, detailed: boo
                      f"gpuipc-bench report {name} --detailed.")
     return Report(
         header=header(analysis.meta), empty=summary.empty,
-        tables=tables.measurement_tables(summary, detailed) if not summary.empty else [],
+        tables=(tables.measurement_tables(summary, detailed) + pair_matrices(summary, analysis.meta))
+        if not summary.empty else [],
         verdict_heading=wording.verdict_heading(analysis.min_effect), rankings=blocks,
         no_verdict=None if blocks else NO_VERDICT, break_even=list(analysis.break_even),
         break_even_table=tables.break_even_table(analysis.break_even) if analysis.break_even else None,

@@ -49,6 +49,23 @@ def test_the_mps_variant_needs_the_mps_daemon(monkeypatch):
     assert SCENARIOS["nvshmem-mps"].mpi_waiver
 
 
+def test_each_variant_is_bounded_by_a_ceiling_its_own_process_measures():
+    worker = path.NvshmemWorker.__new__(path.NvshmemWorker)
+    worker.pdev = worker.cdev = 0
+    assert (worker.ceiling_for("put"), worker.ceiling_for("get")) == ("d2d@0/producer", "d2d@0/consumer")
+    worker.cdev = 1
+    assert (worker.ceiling_for("put"), worker.ceiling_for("get")) == ("peer@0>1/producer", "peer@0>1/consumer")
+
+
+def test_a_ceiling_key_may_name_who_measured_it_and_nothing_else():
+    from gpuipc_bench.gpu.ceilings import parse_ceiling
+
+    assert parse_ceiling("d2d@0/producer") == parse_ceiling("d2d@0") == ("d2d", "ce", 0, 0)
+    assert parse_ceiling("peer@0>1/consumer") == ("peer", "ce", 0, 1)
+    with pytest.raises(ValueError, match="unknown ceiling"):
+        parse_ceiling("d2d@0/rank3")
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE, reason="needs nvshmem4py (pip install -e '.[nvshmem13]')")
 def test_put_and_get_move_verified_bytes(monkeypatch, no_leaks):
@@ -59,6 +76,9 @@ def test_put_and_get_move_verified_bytes(monkeypatch, no_leaks):
     data = [r for r in rows if r["path"] == "nvshmem" and r["metric"] == "bandwidth"]
     assert set(groups(data, "variant", "bytes")) == {(v, n) for v in ("put", "get") for n in (4096, 64 << 20)}
     assert all(r["verified"] is True and r["seconds"] > 0 for r in data)
+    assert {(r["variant"], r["ceiling"]) for r in data} == {("put", "d2d@0/producer"), ("get", "d2d@0/consumer")}
+    ceilings = {r["variant"] for r in rows if r["path"] == "ceiling"}
+    assert ceilings == {"d2d@0/producer", "d2d@0/consumer"}  # each measured, so each bounds its figure
     calls = {r["variant"] for r in rows if r["path"] == "nvshmem-call"}
     assert calls == {f"{c}:{k}" for c in ("core.put", "putmem_on_stream", "cudaMemcpyAsync") for k in ("host", "done")}
     assert [r for r in rows if r["variant"] == "nvshmem_init"]

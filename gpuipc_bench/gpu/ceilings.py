@@ -8,6 +8,13 @@ Keys (the `variant` of ceiling rows, and the `ceiling` column of the rows they b
     peer@A>B   GPU A -> GPU B, peer access on, copy engine  peer-sm@A>B  a kernel on A stores into B
 A peer ceiling is issued by the source GPU (it pushes): on two H200s a copy issued by the
 destination took ~13 us per 4 KiB against ~2.3 us pushed, and fell below the IPC path it bounds.
+
+A key may end in '/producer' or '/consumer': the process that measured it, where a scenario
+measures one ceiling in both of its processes because each bounds a path that process times.
+Up to a few MiB a copy costs a fixed time per copy more than its bytes, and that time is not
+the same in every process (on an H100 one process's copies took 165 ns longer than the
+other's, 4 B to 4 MiB alike, scripts/probe_nvshmem_put.py); a bound measured in another
+process is then no bound.
 """
 
 from __future__ import annotations
@@ -23,7 +30,11 @@ KINDS = ("d2d", "h2d", "d2h", "peer")
 
 def parse_ceiling(key: str) -> tuple[str, str, Any, Any]:
     """'d2d@0' -> ('d2d', 'ce', 0, 0); 'h2d-sm@0' -> ('h2d', 'sm', 'host', 0);
-    'peer@0>1' -> ('peer', 'ce', 0, 1). Kind, engine, source, destination."""
+    'peer@0>1' -> ('peer', 'ce', 0, 1). Kind, engine, source, destination. A trailing
+    '/producer' or '/consumer' (who measured it) changes nothing here."""
+    key, _, who = key.partition("/")
+    if who not in ("", "producer", "consumer"):
+        raise ValueError(f"unknown ceiling {key}/{who!r}")
     name, _, where = key.partition("@")
     kind, _, engine = name.partition("-")
     engine = engine or "ce"

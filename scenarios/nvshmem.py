@@ -12,10 +12,15 @@ bootstrap over loopback; NVSHMEM_DISABLE_NVLS=1 always). Each allocates one symm
   get  (stream)  the consumer queues getmem_on_stream of slot r from PE 0's ring into its
                  own; timed and verified by the consumer
 
-Each against the copy it makes, measured in the process that issues it (d2d@GPU/producer
-for the put, d2d@GPU/consumer for the get; peer@P>C/... on two GPUs): on an H100 the put ran
-3-8% above a d2d ceiling measured by the consumer, 4 KiB to 4 MiB, because a copy's fixed
-cost differs between processes (scripts/probe_nvshmem_put.py). Set-up rows:
+A put to a PE on the same GPU (or a peer GPU) is one copy-engine copy on the caller's stream
+(cuMemcpyDtoDAsync: a CUPTI trace shows one "Memcpy DtoD" per put, no kernel; timed back to
+back it matches cudaMemcpyAsync within 0.5% at every size, scripts/probe_nvshmem_put.py). So
+each variant is bounded by that copy (d2d@GPU, or peer@P>C on two GPUs), measured by the
+process that issues it, on its stream, one ceiling sample right after each of its samples
+with the same transfers ('/producer' for the put, '/consumer' for the get): up to a few MiB
+a copy costs a fixed ~1.8 us more than its bytes (H100), and that cost differs by up to 8%
+between the two processes and drifts over a run; a put against a ceiling measured by the
+other process read 3-8% above it. Set-up rows:
 nvshmem_init (the collective init, once) and nvshmem_malloc of the ring.
 
 Where a small put's time goes ('nvshmem-call' rows, at 4 B and 4 KiB, the producer alone):
@@ -54,6 +59,7 @@ import numpy as np
 
 from gpuipc_bench import mps
 from gpuipc_bench.errors import BenchError
+from gpuipc_bench.gpu.ceilings import parse_ceiling
 from gpuipc_bench.gpu.memory import Ring, memset, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
 from gpuipc_bench.pair import PRODUCER, PairScenario, PairShared, PairWorker
@@ -70,6 +76,7 @@ PUTSIG_SIZES = (4, 4096)
 PUTSIG_ROUNDS = 200  # before calibration to about 5 ms a sample
 KERNEL = "nvshmem_putsig.cu"
 REPLY = 0x5A5A5A5A  # PE 1's payload has the pattern of seed ^ REPLY
+CEILING_SEEDS = 0xCE11  # a paired ceiling sample's seed differs from its path sample's
 
 
 def nvshmem_home() -> str | None:
@@ -213,11 +220,16 @@ class NvshmemWorker(PairWorker):
         for variant in VARIANTS:
             reps = reps_for(nbytes)
             timer = self.producer if variant == "put" else not self.producer
-            group = self.group(variant, "stream", nbytes, self.pdev, self.cdev, self.ceiling_for(variant), reps)
+            key = self.ceiling_for(variant)
+            group = self.group(variant, "stream", nbytes, self.pdev, self.cdev, key, reps)
+            self.paired: list[Sample] = []
             yield from self.sampler.run(group, lambda trial, v=variant: self.one_sided(v, nbytes, trial),
                                         timer=timer, reps=reps)
-        # each process measures the ceiling of the variant it times, on the stream it times it on
-        yield from self.in_turn(lambda: self.ceiling_rows(self.ceiling_for("put" if self.producer else "get"), nbytes))
+            if timer:  # the ceiling's samples, each taken right after the variant's
+                _, _, src, dst = parse_ceiling(key)
+                ceiling = self.group(key, "stream", nbytes, src, dst, path="ceiling", reps=reps)
+                for i, sample in enumerate(self.paired):
+                    yield self.sampler.row(ceiling, sample, i)
         if nbytes in CALL_SIZES:
             yield from self.call_costs(nbytes)
         if nbytes in PUTSIG_SIZES and self.putsig is not None:
@@ -258,6 +270,14 @@ class NvshmemWorker(PairWorker):
         self.ctx.sync()  # the bytes have landed
         if not self.producer:
             gpu.verify(sym, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
+        self.ctx.sync()  # verified: the GPU is idle
+        if sample is not None and not trial.warm:
+            # the bound of this sample: the same copy, by this process on this stream, at once
+            # after it (a copy's fixed cost drifts a few % over time, and differs per process)
+            seconds, batch = self.meter().bandwidth(self.ceiling_for(variant), nbytes, trial.seed ^ CEILING_SEEDS,
+                                                    trial.reps)
+            self.paired.append(Sample(seconds, batch))
+        self.ctx.sync()  # the other process waits while it is measured
         return sample
 
     def putsig_sample(self, nbytes: int, trial) -> Sample | None:

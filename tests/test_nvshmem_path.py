@@ -79,6 +79,12 @@ def test_put_and_get_move_verified_bytes(monkeypatch, no_leaks):
     assert {(r["variant"], r["ceiling"]) for r in data} == {("put", "d2d@0/producer"), ("get", "d2d@0/consumer")}
     ceilings = {r["variant"] for r in rows if r["path"] == "ceiling"}
     assert ceilings == {"d2d@0/producer", "d2d@0/consumer"}  # each measured, so each bounds its figure
+    for variant, key in (("put", "d2d@0/producer"), ("get", "d2d@0/consumer")):  # one ceiling sample per sample
+        for n in (4096, 64 << 20):
+            mine = [r for r in data if r["variant"] == variant and r["bytes"] == n]
+            paired = [r for r in rows if r["variant"] == key and r["bytes"] == n]
+            assert [r["batch"] for r in paired] == [r["batch"] for r in mine]
+            assert all(r["verified"] is True and r["seconds"] > 0 for r in paired)
     calls = {r["variant"] for r in rows if r["path"] == "nvshmem-call"}
     assert calls == {f"{c}:{k}" for c in ("core.put", "putmem_on_stream", "cudaMemcpyAsync") for k in ("host", "done")}
     assert [r for r in rows if r["variant"] == "nvshmem_init"]

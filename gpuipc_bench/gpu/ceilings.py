@@ -11,10 +11,10 @@ destination took ~13 us per 4 KiB against ~2.3 us pushed, and fell below the IPC
 
 A key may end in '/producer' or '/consumer': the process that measured it, where a scenario
 measures one ceiling in both of its processes because each bounds a path that process times.
-Up to a few MiB a copy costs a fixed time per copy more than its bytes, and that time is not
-the same in every process (on an H100 one process's copies took 165 ns longer than the
-other's, 4 B to 4 MiB alike, scripts/probe_nvshmem_put.py); a bound measured in another
-process is then no bound.
+Up to a few MiB a copy costs a fixed time more than its bytes (~1.8 us on an H100), and
+that time is not the same in every process: one process's copies took 40-165 ns longer than
+the other's, 4 B to 4 MiB alike, the slower one changing from run to run
+(scripts/probe_nvshmem_put.py); a bound measured in another process is then no bound.
 """
 
 from __future__ import annotations

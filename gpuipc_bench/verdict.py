@@ -11,11 +11,14 @@ with them mixed (`mixed_measures`), which the report says.
 At each size the figure with the fastest median leads; another figure is tied with it
 unless a Mann-Whitney U test on the two sets of samples says they differ (two-sided
 p < ALPHA, as benchstat and Google Benchmark's compare.py decide) *and* the medians are
-at least `min_effect` apart. A group that is unstable (analysis: too few samples,
-bimodal, a wide interval) is not ranked; the verdict names it and says why. Adjacent
-sizes merge into one band while some figure stays among the leaders (the fastest, or
-tied with it) at every size, so a band's winner is the fastest median at each of its
-sizes or statistically tied with it.
+at least `min_effect` apart. Two figures that are the same copy are tied as well when they
+sit within `min_effect` of each other as fractions of their own ceilings (`same_copy`):
+up to a few MiB a copy's time is mostly a fixed cost per copy that differs by up to 8%
+between processes (gpu/ceilings.py), so a gap their ceilings show too is not the paths'.
+A group that is unstable (analysis: too few samples, bimodal, a wide interval) is not
+ranked; the verdict names it and says why. Adjacent sizes merge into one band while some
+figure stays among the leaders (the fastest, or tied with it) at every size, so a band's
+winner is the fastest median at each of its sizes or statistically tied with it.
 
 Break-even: a path with a setup cost against the baseline path (staging) on the same
 link, sharing mode and measure: setup / N + t_path(size) < t_baseline(size), with the
@@ -38,6 +41,7 @@ from gpuipc_bench.analysis import ABOVE_CEILING, condition, is_gpu, link_rank
 from gpuipc_bench.paths import PathInfo
 
 MIN_EFFECT = 0.02  # medians closer than this are a tie, however significant
+SAME_COPY_FRACTION = 0.9  # a figure this close to its ceiling is the ceiling's copy, with little else in it
 ALPHA = 0.05  # the U test's two-sided significance level
 AMORTISE_OVER = 1000
 MIXED = "mixed"  # the measure of a ranking over a schema-1 file
@@ -127,6 +131,19 @@ def differ(a: Sequence[float], b: Sequence[float], min_effect: float = MIN_EFFEC
     if max(ma, mb) / min(ma, mb) - 1 < min_effect:
         return False
     return mann_whitney_p(a, b) < alpha
+
+
+def same_copy(a, b, min_effect: float = MIN_EFFECT) -> bool:
+    """Whether summary rows a and b are one copy that differs only as their processes do:
+    bounded by the same ceiling (its key up to '/producer' or '/consumer', one hop), each at
+    SAME_COPY_FRACTION of it or more, and their fractions of it within `min_effect`."""
+    ka, kb = (str(getattr(r, "ceiling", "") or "").partition("/")[0] for r in (a, b))
+    if not ka or ka != kb or "+" in ka or "|" in ka:
+        return False
+    fa, fb = (float(getattr(r, "fraction_of_ceiling", math.nan)) for r in (a, b))
+    if not (fa >= SAME_COPY_FRACTION and fb >= SAME_COPY_FRACTION):  # NaN: no ceiling, no claim
+        return False
+    return max(fa, fb) / min(fa, fb) - 1 < min_effect
 
 
 # --------------------------------------------------------------------------- candidates
@@ -244,7 +261,8 @@ def _size_result(size: int, rows: list, samples: Mapping[tuple, np.ndarray], min
         return SizeResult(size, None, (), {}, unranked, None)
     fastest = ranked[0]
     best = samples.get(condition(fastest), ())
-    leaders = [r for r in ranked if r is fastest or not differ(samples.get(condition(r), ()), best, min_effect, alpha)]
+    leaders = [r for r in ranked if r is fastest or same_copy(r, fastest, min_effect)
+               or not differ(samples.get(condition(r), ()), best, min_effect, alpha)]
     # A cache figure where a leader's buffers could stay in L2 (None: the file does not say).
     flags = [bool(r.l2_resident) for r in leaders if r.l2_resident is not pd.NA and r.l2_resident is not None]
     medians = {r.label: float(r.median_s) for r in ranked}

@@ -213,6 +213,55 @@ def test_an_8_percent_gap_with_20_percent_noise_names_no_winner_over_the_other()
         assert len(s.leaders) == len(s.medians)
 
 
+def ceiling_of(scenario, key, seconds_at, sizes=SIZES):
+    """Ceiling rows of `key` measured in `scenario` (what bounds that scenario's figures)."""
+    rows = measured("ceiling", key, seconds_at, sizes=sizes, workers=1)
+    return [{**r, "scenario": scenario} for r in rows]
+
+
+def two_processes_one_copy(gap, fraction=1.0):
+    """ipc/ce and peer/ce (standing in for any two paths whose figure is one d2d copy), each
+    in a scenario of its own whose copies cost `gap` more in one of them, ceilings included."""
+    slow = lambda s: linear(2e-6, 500)(s) * gap  # noqa: E731
+    fast = linear(2e-6, 500)
+    return (measured("ipc", "ce", lambda s: fast(s) / fraction, ceiling="d2d@0"),
+            ceiling_of("ipc", "d2d@0", fast),
+            measured("peer", "ce", slow, ceiling="d2d@0/producer"),
+            ceiling_of("peer", "d2d@0/producer", slow))
+
+
+def test_one_copy_measured_in_two_processes_is_a_tie_when_their_ceilings_differ_as_much():
+    (r,) = ranked(*two_processes_one_copy(1.08))  # 8% apart, and so are their own ceilings
+    assert all(set(s.leaders) == {"ipc/ce", "peer/ce"} for s in r.sizes)
+
+
+def test_the_same_copy_rule_needs_the_figures_at_their_ceilings_and_the_gap_unexplained_is_kept():
+    (r,) = ranked(*two_processes_one_copy(1.08, fraction=0.8))  # ipc at 80% of its ceiling: no claim
+    assert all(s.leaders == ("peer/ce",) for s in r.sizes)
+    slow = lambda s: linear(2e-6, 500)(s) * 1.08  # noqa: E731
+    groups = (measured("ipc", "ce", linear(2e-6, 500), ceiling="d2d@0"), ceiling_of("ipc", "d2d@0", linear(2e-6, 500)),
+              measured("peer", "ce", slow, ceiling="d2d@0/producer"),
+              ceiling_of("peer", "d2d@0/producer", linear(2e-6, 500)))  # same ceilings: the 8% is the path's
+    (r,) = ranked(*groups)
+    assert all(s.leaders == ("ipc/ce",) for s in r.sizes)
+
+
+def test_figures_under_different_ceilings_are_never_the_same_copy():
+    from types import SimpleNamespace as Row
+
+    from gpuipc_bench.verdict import same_copy
+
+    def row(ceiling, fraction=1.0):
+        return Row(ceiling=ceiling, fraction_of_ceiling=fraction)
+
+    assert same_copy(row("d2d@0"), row("d2d@0/producer", 0.99))
+    assert not same_copy(row("d2d@0"), row("d2d-sm@0"))
+    assert not same_copy(Row(ceiling="d2h@0+h2d@0", fraction_of_ceiling=1.0),
+                         Row(ceiling="d2h@0+h2d@0", fraction_of_ceiling=1.0))
+    assert not same_copy(Row(ceiling="", fraction_of_ceiling=math.nan), Row(ceiling="", fraction_of_ceiling=math.nan))
+    assert not same_copy(Row(ceiling="d2d@0", fraction_of_ceiling=1.0), Row(ceiling="d2d@0", fraction_of_ceiling=0.97))
+
+
 def test_a_bimodal_group_is_not_ranked_and_the_verdict_says_why():
     twin = {4 * KIB: True}
 

@@ -424,7 +424,8 @@ def warnings_count(warnings: Sequence[StabilityWarning]) -> str:
 def verdict_heading(min_effect: float) -> str:
     return (f"Fastest path per size: the fastest median time per transfer between the same two processes, on "
             f"one link, in one sharing mode and one measure. ~ marks a tie: the samples do not differ "
-            f"(Mann-Whitney U, p < 0.05) by {min_effect:.0%} or more.")
+            f"(Mann-Whitney U, p < 0.05) by {min_effect:.0%} or more, or the two are the same copy and "
+            f"differ by less than {min_effect:.0%} as fractions of their own ceilings.")
 
 
 def ranking_title(r: Ranking) -> str:

@@ -651,7 +651,8 @@ def _stop_stale_mps(err) -> None:
               metavar="N", help="Break-even: the setup cost is paid once per N transfers (and, apart, every transfer).")
 @click.option("--min-effect", "min_effect", type=click.FloatRange(0, 100), default=2.0, show_default=True,
               metavar="PCT", help="Verdict: medians less than PCT% apart are a tie, however significant the "
-                                  "difference (a Mann-Whitney U test decides the rest).")
+                                  "difference (a Mann-Whitney U test decides the rest); so are two figures of "
+                                  "one copy less than PCT% apart as fractions of their own ceilings.")
 @click.option("--detailed", is_flag=True, help="Every column (samples, intervals in µs, MAD, verified) and "
                                                "every figure of each warning.")
 def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed):

@@ -190,7 +190,7 @@ def build_summary(analysis: RunAnalysis, source: str | None = None) -> RunSummar
         no_verdict = NO_VERDICT + (f" Measured: {shown}." if names else "")
     return RunSummary(
         meta=analysis.meta, partial=wording.partial_note(analysis.meta),
-        verdict_heading=f"Fastest path per size (~: no {analysis.min_effect:.0%} difference in the samples), "
+        verdict_heading=f"Fastest path per size (~: tied, no {analysis.min_effect:.0%} difference), "
                         f"next path's time ×",
         rankings=blocks, legend=legend, no_verdict=no_verdict, figures=tables.path_figures(analysis),
         break_even=tables.break_even_table(analysis.break_even, short=True) if analysis.break_even else None,

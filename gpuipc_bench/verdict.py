@@ -13,7 +13,7 @@ unless a Mann-Whitney U test on the two sets of samples says they differ (two-si
 p < ALPHA, as benchstat and Google Benchmark's compare.py decide) *and* the medians are
 at least `min_effect` apart. Two figures that are the same copy are tied as well when they
 sit within `min_effect` of each other as fractions of their own ceilings (`same_copy`):
-up to a few MiB a copy's time is mostly a fixed cost per copy that differs by up to 8%
+up to a few MiB a copy's time is mostly a fixed cost per copy that differs by up to 9%
 between processes (gpu/ceilings.py), so a gap their ceilings show too is not the paths'.
 A group that is unstable (analysis: too few samples, bimodal, a wide interval) is not
 ranked; the verdict names it and says why. Adjacent sizes merge into one band while some

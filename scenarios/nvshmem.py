@@ -19,7 +19,7 @@ and an H200, scripts/probe_nvshmem_put.py). So
 each variant is bounded by that copy (d2d@GPU, or peer@P>C on two GPUs), measured by the
 process that issues it, on its stream, one ceiling sample right after each of its samples
 with the same transfers ('/producer' for the put, '/consumer' for the get): up to a few MiB
-a copy costs a fixed ~1.8 us more than its bytes (H100), and that cost differs by up to 8%
+a copy costs a fixed ~1.8 us more than its bytes (H100), and that cost differs by up to 9%
 between the two processes and drifts over a run; a put against a ceiling measured by the
 other process read 3-8% above it. Set-up rows:
 nvshmem_init (the collective init, once) and nvshmem_malloc of the ring.

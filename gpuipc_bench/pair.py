@@ -148,16 +148,21 @@ class PairWorker:
     def ceiling_rows(self, key: str, nbytes: int) -> Iterator[dict]:
         """Samples of the ceiling `key`, measured alone by this worker (see in_turn)."""
         ceilings = self.meter()
-        kind, engine, src, dst = parse_ceiling(key)
         reps = reps_for(nbytes)
 
         def take(trial) -> Sample:
             seconds, batch = ceilings.bandwidth(key, nbytes, trial.seed, trial.reps)
             return Sample(seconds, batch)
 
+        yield from self.sampler.run(self.ceiling_group(key, nbytes, reps), take, timer=True, solo=True, reps=reps,
+                                    phase="ceiling")
+
+    def ceiling_group(self, key: str, nbytes: int, reps: int) -> dict:
+        """The fields naming the samples of the ceiling `key` at nbytes."""
+        _, _, src, dst = parse_ceiling(key)
         group = self.group(key, "stream", nbytes, src, dst, path="ceiling", reps=reps)
-        group["l2_resident"] = ceilings.l2_resident(key, nbytes, reps)
-        yield from self.sampler.run(group, take, timer=True, solo=True, reps=reps, phase="ceiling")
+        group["l2_resident"] = self.meter().l2_resident(key, nbytes, reps)
+        return group
 
     def in_turn(self, mine: Callable[[], Iterator[dict]]) -> Iterator[dict]:
         """The producer, then the consumer, each runs mine() while the other waits at the barrier,

@@ -137,10 +137,10 @@ def same_copy(a, b, min_effect: float = MIN_EFFECT) -> bool:
     """Whether summary rows a and b are one copy that differs only as their processes do:
     bounded by the same ceiling (its key up to '/producer' or '/consumer', one hop), each at
     SAME_COPY_FRACTION of it or more, and their fractions of it within `min_effect`."""
-    ka, kb = (str(getattr(r, "ceiling", "") or "").partition("/")[0] for r in (a, b))
+    ka, kb = (str(r.ceiling).partition("/")[0] for r in (a, b))
     if not ka or ka != kb or "+" in ka or "|" in ka:
         return False
-    fa, fb = (float(getattr(r, "fraction_of_ceiling", math.nan)) for r in (a, b))
+    fa, fb = float(a.fraction_of_ceiling), float(b.fraction_of_ceiling)
     if not (fa >= SAME_COPY_FRACTION and fb >= SAME_COPY_FRACTION):  # NaN: no ceiling, no claim
         return False
     return max(fa, fb) / min(fa, fb) - 1 < min_effect

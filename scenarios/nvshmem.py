@@ -60,7 +60,6 @@ import numpy as np
 
 from gpuipc_bench import mps
 from gpuipc_bench.errors import BenchError
-from gpuipc_bench.gpu.ceilings import parse_ceiling
 from gpuipc_bench.gpu.memory import Ring, memset, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
 from gpuipc_bench.pair import PRODUCER, PairScenario, PairShared, PairWorker
@@ -227,8 +226,7 @@ class NvshmemWorker(PairWorker):
             yield from self.sampler.run(group, lambda trial, v=variant: self.one_sided(v, nbytes, trial),
                                         timer=timer, reps=reps)
             if timer:  # the ceiling's samples, each taken right after the variant's
-                _, _, src, dst = parse_ceiling(key)
-                ceiling = self.group(key, "stream", nbytes, src, dst, path="ceiling", reps=reps)
+                ceiling = self.ceiling_group(key, nbytes, reps)
                 for i, sample in enumerate(self.paired):
                     yield self.sampler.row(ceiling, sample, i)
         if nbytes in CALL_SIZES:

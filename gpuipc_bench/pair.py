@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterator
 
 from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
-from gpuipc_bench.gpu.device import Gpu
+from gpuipc_bench.gpu.device import Gpu, enable_peer_access
 from gpuipc_bench.gpu.memory import Ring, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.sampler import Sample, Sampler
@@ -56,6 +56,11 @@ class PairShared:
 
 class PairWorker:
     path = ""  # the path named in rows and errors
+    # Across two GPUs, where peer access is turned on in each worker: "run" (by the harness,
+    # before the path's setup), "setup" (the path's own setup does it where its method needs
+    # it: ipc's set-up rows, peer's P2P-off copies, are measured before it), or "never" (no
+    # GPU of the path touches the other's memory).
+    peer_access_at = "run"
 
     def __init__(self, ctx, scenario: Scenario):
         self.ctx, self.scenario, self.config = ctx, scenario, ctx.config
@@ -90,6 +95,8 @@ class PairWorker:
             self.ctx.phase("setup")
             self.ctx.declare("sampler")
             self._gpu = self.open_gpu()
+            if self.peer_access_at == "run":
+                yield from self.peer_enable_rows()
             yield from self.setup()
             self.ctx.lock_names()
             for nbytes in self.sizes:
@@ -130,6 +137,19 @@ class PairWorker:
         if self._gpu is None:
             raise RuntimeError("this worker has no GPU open (before setup, or after teardown)")
         return self._gpu
+
+    def peer_enable_rows(self) -> Iterator[dict]:
+        """Peer access both ways in this process (GPU A's context may reach GPU B's memory and the
+        other way). Every copy or kernel that touches the other GPU's memory, and every peer@A>B
+        ceiling, needs it: without it the driver stages peer copies through host memory (37 GB/s
+        against 395 on NV18, and a large one blocks the host while a gate holds the stream) and
+        a kernel's load from the other GPU faults. The consumer's first enables are set-up rows."""
+        if self.same_gpu:
+            return
+        for device, peer in ((self.cdev, self.pdev), (self.pdev, self.cdev)):
+            seconds = enable_peer_access(device, peer)
+            if seconds is not None and not self.producer:  # None: already on, or no peer access here
+                yield self.setup_row("peer_enable", seconds, 0, 0, peer, device)
 
     def imported(self, resource: Any) -> Any:
         """Something opened from the other worker (IPC mapping, event): closed before teardown's barrier."""

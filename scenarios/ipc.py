@@ -33,7 +33,6 @@ import time
 from typing import Iterator
 
 from gpuipc_bench.exchange import Exchange, max_transfers
-from gpuipc_bench.gpu.device import enable_peer_access
 from gpuipc_bench.gpu.memory import DeviceBuffer, IpcEvent, MappedBuffer, Ring, reps_for
 from gpuipc_bench.gpu.timing import time_setup
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
@@ -49,6 +48,7 @@ REPLY = 0x5A5A5A5A  # the consumer answers with the pattern of seed ^ REPLY
 
 class IpcWorker(PairWorker):
     path = "ipc"
+    peer_access_at = "setup"  # after the set-up rows of the first IPC open (which enables it lazily)
 
     # ------------------------------------------------------------------ setup
 
@@ -119,12 +119,6 @@ class IpcWorker(PairWorker):
             if self.producer:
                 event.close()
                 buf.close()
-
-    def peer_enable_rows(self) -> Iterator[dict]:
-        for device, peer in ((self.cdev, self.pdev), (self.pdev, self.cdev)):
-            seconds = enable_peer_access(device, peer)
-            if seconds is not None:  # None: already on (an IPC open enables it lazily)
-                yield self.setup_row("peer_enable", seconds, 0, 0, peer, device)
 
     # ------------------------------------------------------------------ measuring
 

@@ -10,7 +10,9 @@ environment once per process): `nccl` (NCCL's choice), `nccl-ce` (P2P through th
 engine, NCCL_P2P_USE_CUDA_MEMCPY=1), `nccl-shm` (shared host memory, NCCL_P2P_DISABLE=1),
 `nccl-net` (network loopback, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1). What NCCL chose is
 read from its own INFO output ('... via P2P/CUMEM/read') and kept in the CSV's notes
-(`note.<scenario>.transport`). NCCL_NVLS_ENABLE=0 always: NVLink multicast stays off.
+(`note.<scenario>.transport`). A forced transport is a variant of its own: 'send-recv:shm',
+'sendrecv:net', ... ('send-recv' alone is NCCL's choice). NCCL_NVLS_ENABLE=0 always: NVLink
+multicast stays off.
 
   stream    the producer sends slot r of its ring, the consumer receives into slot r, back
             to back; timed by the consumer's events from its first receive (both start after
@@ -51,6 +53,8 @@ TRANSPORTS = {
     "nccl-shm": {"NCCL_P2P_DISABLE": "1"},
     "nccl-net": {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"},
 }
+# A forced transport is a variant of its own ('send-recv:shm'); NCCL's own choice has no suffix.
+FORCED = {"nccl": "", "nccl-ce": ":p2p-ce", "nccl-shm": ":shm", "nccl-net": ":net"}
 ONE_GPU = ("needs 2 GPUs, one per process: NCCL refuses two ranks on one GPU (before NCCL 2.30, and "
            "then only behind a flag)")
 _VIA = re.compile(r"\bvia (\S+)")
@@ -146,18 +150,21 @@ class NcclWorker(PairWorker):
 
     # ------------------------------------------------------------------ measuring
 
+    def variant(self, base: str) -> str:
+        return base + FORCED[self.scenario.name]
+
     def measure(self, nbytes: int) -> Iterator[dict]:
         reps = reps_for(nbytes)
         for measure in ("stream", "sendrecv"):
-            group = self.group("send-recv" if measure == "stream" else "sendrecv", "stream", nbytes, self.pdev,
-                               self.cdev, f"peer@{self.pdev}>{self.cdev}", reps)
+            group = self.group(self.variant("send-recv" if measure == "stream" else "sendrecv"), "stream", nbytes,
+                               self.pdev, self.cdev, f"peer@{self.pdev}>{self.cdev}", reps)
             yield from self.sampler.run(group, lambda trial, m=measure: self.batch(m, nbytes, trial),
                                         timer=not self.producer, reps=reps)
         yield from self.in_turn(lambda: iter(()) if self.producer else self.ceiling_rows(
             f"peer@{self.pdev}>{self.cdev}", nbytes))
         if nbytes in PINGPONG_SIZES:
-            group = dict(path=self.path, variant="send-recv", measure="pingpong", metric="latency", src=self.pdev,
-                         dst=self.cdev, bytes=nbytes, ceiling="")
+            group = dict(path=self.path, variant=self.variant("send-recv"), measure="pingpong", metric="latency",
+                         src=self.pdev, dst=self.cdev, bytes=nbytes, ceiling="")
             yield from self.sampler.run(group, lambda trial: self.pingpong(nbytes, trial), timer=self.producer,
                                         reps=PINGPONG_ROUNDS, min_reps=5, phase="latency")
 

@@ -80,6 +80,7 @@ class _Shared:
 
 class StagingWorker(PairWorker):
     path = "staging"
+    peer_access_at = "never"  # every byte goes through host memory; no GPU touches the other's
 
     def host_region(self) -> mmap.mmap:
         """The shared host memory both workers register: the ring, then a scratch message."""

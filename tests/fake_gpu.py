@@ -369,7 +369,7 @@ def install(monkeypatch) -> None:
         (timing, "time_setup", _time_setup), (signal, "IpcEvent", FakeEvent),
         (ipc, "DeviceBuffer", FakeBuffer), (ipc, "IpcEvent", FakeEvent), (ipc, "MappedBuffer", FakeMapped),
         (ipc, "time_setup", _time_setup),
-        (ipc, "enable_peer_access", lambda device, peer: 1e-3),
+        (pair, "enable_peer_access", lambda device, peer: 1e-3),
         (staging, "HostRegistration", FakeRegistration),
         (ceilings, "Ceilings", FakeCeilings), (peer, "on_device", _nothing),
         (pingpong, "MappedBuffer", FakeMapped), (pingpong, "memset", lambda *a, **k: None),

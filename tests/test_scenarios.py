@@ -250,11 +250,16 @@ def test_latency_workers_and_sizes():
 def test_latency_orchestration(monkeypatch, no_leaks, devices, path):
     outcome, rows = run(monkeypatch, "latency", sizes=(0, 4, 4099), devices=devices)
     assert outcome.ok, outcome.error
+    setup = [r for r in rows if r["metric"] == "setup"]
+    rows = [r for r in rows if r["metric"] != "setup"]
     got = groups(rows, "variant", "bytes")
     assert set(got) == {("barrier", 0), ("flag-pingpong", 0), ("device-pingpong", 0), ("device-pingpong", 4),
                         ("device-pingpong", 4099), ("device-ll", 4), ("device-ll", 4099), ("host-pingpong", 4),
                         ("host-pingpong", 4099)}
     assert all(r["path"] == path and r["metric"] == "latency" and r["workers"] == 2 for r in rows)
+    # across two GPUs the harness turns peer access on (both ways), a set-up row each, by the consumer
+    assert [(r["variant"], r["src"], r["dst"]) for r in setup] == ([] if devices is None else
+                                                                 [("peer_enable", "0", "1"), ("peer_enable", "1", "0")])
 
 
 def test_sharing_sweep():

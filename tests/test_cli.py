@@ -142,7 +142,8 @@ def test_report_refuses_foreign_files(tmp_path):
 
 
 def test_devices_by_uuid_parse():
-    from gpuipc_bench.cli import DevicesType, _select_by_uuid
+    from gpuipc_bench.cli.params import DevicesType
+    from gpuipc_bench.cli.run import _select_by_uuid
 
     parse = DevicesType().convert
     uuid = "MIG-6f2a1c3e-0d1b-5a7e-9c4b-1e2f3a4b5c6d"
@@ -191,7 +192,7 @@ def test_the_no_gpu_reason_is_in_plain_words(error, driver, gpus, words):
 
 
 def test_pairs_all_plans_each_pair_scenario_once_per_ordered_pair():
-    from gpuipc_bench.cli import _plan_pairs
+    from gpuipc_bench.plan import plan_pairs
     from gpuipc_bench.config import RunConfig
     from gpuipc_bench.scenarios import SCENARIOS
     from test_bad_input import fake_machine
@@ -199,11 +200,11 @@ def test_pairs_all_plans_each_pair_scenario_once_per_ordered_pair():
     machine = fake_machine((80 << 30,) * 4)
     config = RunConfig(scenarios=("ipc", "host"))
     plan = [(SCENARIOS[n], SCENARIOS[n].workers(config, machine)) for n in ("ipc", "host")]
-    expanded = _plan_pairs(plan, config, machine, "all")
+    expanded = plan_pairs(plan, config, machine, "all")
     ipc = [[spec.device for spec in specs] for scenario, specs in expanded if scenario.name == "ipc"]
     assert len(ipc) == 12 and sorted(map(tuple, ipc)) == [(a, b) for a in range(4) for b in range(4) if a != b]
     assert [s.name for s, _ in expanded].count("host") == 1  # not a GPU pair scenario
-    assert [[spec.device for spec in specs] for _, specs in _plan_pairs(plan[:1], config, machine, ((1, 0),))] \
+    assert [[spec.device for spec in specs] for _, specs in plan_pairs(plan[:1], config, machine, ((1, 0),))] \
         == [[1, 0]]
 
 

@@ -119,15 +119,15 @@ def test_launch_detected_from_the_environment():
 
 
 def test_a_job_across_hosts_waives_every_scenario_with_the_reason():
-    from gpuipc_bench.cli import _mpi_reason
+    from gpuipc_bench.plan import mpi_reason
     from gpuipc_bench.scenarios import SCENARIOS
 
     job = mpi_launch.Job(comm=None, rank=0, size=2, local_ranks=[0, 0], hosts=["a", "b"])
-    reason = _mpi_reason(SCENARIOS["host"], job)
+    reason = mpi_reason(SCENARIOS["host"], job)
     assert "spans hosts a, b" in reason and "no path across nodes" in reason
     one = mpi_launch.Job(comm=None, rank=0, size=2, local_ranks=[0, 1], hosts=["a", "a"])
-    assert _mpi_reason(SCENARIOS["ipc"], one) is None
-    assert "MPS" in _mpi_reason(SCENARIOS["sharing"], one)
+    assert mpi_reason(SCENARIOS["ipc"], one) is None
+    assert "MPS" in mpi_reason(SCENARIOS["sharing"], one)
     assert one.devices(2) == (0, 1) and one.devices(1) is None
 
 

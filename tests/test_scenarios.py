@@ -393,10 +393,10 @@ def test_handles_times_every_paths_setup_at_each_size_and_inside_most_of_the_gpu
 
 
 def test_handles_is_not_in_the_default_run():
-    from gpuipc_bench.cli import _resolve_names
+    from gpuipc_bench.plan import resolve_names
 
-    assert "handles" not in _resolve_names((), SCENARIOS) and "vmm" in _resolve_names((), SCENARIOS)
-    assert _resolve_names(("handles",), SCENARIOS) == ["handles"]
+    assert "handles" not in resolve_names((), SCENARIOS) and "vmm" in resolve_names((), SCENARIOS)
+    assert resolve_names(("handles",), SCENARIOS) == ["handles"]
 
 
 def test_hostpool_protocol(monkeypatch, no_leaks):

@@ -119,7 +119,7 @@ def semaphores() -> set[str]:
 
 
 def test_torch_is_registered_with_its_facts_and_asks_for_spawned_workers():
-    from gpuipc_bench.cli import _resolve_names
+    from gpuipc_bench.plan import resolve_names
 
     scenario = SCENARIOS["torch"]
     assert scenario.start_method == "spawn" and "spawned" in scenario.summary
@@ -127,7 +127,7 @@ def test_torch_is_registered_with_its_facts_and_asks_for_spawned_workers():
     assert info.name == "torch" and info.ranked and info.setup == ("caching_receive_cold",)
     study = SCENARIOS["torch-sizes"]
     assert study.start_method == "spawn" and not study.in_default_run
-    assert "torch" in _resolve_names((), SCENARIOS) and "torch-sizes" not in _resolve_names((), SCENARIOS)
+    assert "torch" in resolve_names((), SCENARIOS) and "torch-sizes" not in resolve_names((), SCENARIOS)
 
 
 def test_the_waive_reasons_name_what_is_missing(monkeypatch, tmp_path):

@@ -1,0 +1,95 @@
+"""`report`: summarise results CSVs in the terminal, as markdown, csv or json, and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from gpuipc_bench.cli.console import stderr_console, stdout_console
+from gpuipc_bench.errors import UsageError
+
+
+@click.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["table", "markdown", "csv", "json"]), default="table",
+              show_default=True,
+              help="table: for the terminal; markdown: a compact summary to paste into a GitHub issue; "
+                   "csv, json: the summary (median, spread, fraction of the ceiling per group) for scripts.")
+@click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, metavar="DIR|FILE.png",
+              help="Draw bandwidth and latency against size, and the setup costs: into a folder "
+                   "(RUN-bandwidth.png, RUN-latency.png, RUN-setup.png), or the bandwidth figure into "
+                   "FILE.png/.svg and the others beside it.")
+@click.option("--plot-format", "plot_format", type=click.Choice(["png", "svg"]), default=None,
+              help="Image format of --plot into a folder (default png).")
+@click.option("--amortise-over", "amortise_over", type=click.IntRange(min=1), default=1000, show_default=True,
+              metavar="N", help="Break-even: the setup cost is paid once per N transfers (and, apart, every transfer).")
+@click.option("--min-effect", "min_effect", type=click.FloatRange(0, 100), default=2.0, show_default=True,
+              metavar="PCT", help="Verdict: medians less than PCT% apart are a tie, however significant the "
+                                  "difference (a Mann-Whitney U test decides the rest); so are two figures of "
+                                  "one copy less than PCT% apart as fractions of their own ceilings.")
+@click.option("--detailed", is_flag=True, help="Every column (samples, intervals in µs, MAD, verified) and "
+                                               "every figure of each warning.")
+def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed):
+    """Summarise results CSVs: median and its 95% interval per path, variant and size, against
+    the ceiling; the fastest path per size (ties decided by a test on the samples) and the
+    break-even of the paths with a setup cost.
+
+    \b
+    Several files: each run, then the ratios of their medians (run N / run 1), with a
+    warning when the machines differ (GPUs, driver, links).
+    \b
+    gpuipc-bench report RUN.csv                      tables in the terminal
+    gpuipc-bench report RUN.csv --format markdown    to paste into an issue
+    gpuipc-bench report RUN.csv --plot plots/        PNG figures
+    gpuipc-bench report H100.csv H200.csv            side by side, with ratios
+    """
+    from gpuipc_bench.report import (
+        check_reportable, load_runs, render_comparison_terminal, render_csv, render_json, render_markdown_runs,
+        render_terminal,
+    )
+
+    if plot_format and plot is None:
+        raise UsageError("--plot-format needs --plot DIR")
+    if plot is not None:
+        from gpuipc_bench.plots import check_plot_dest, plot_targets
+
+        check_plot_dest(plot)
+        plot_targets(plot, "run", plot_format, len(files) > 1)  # refuses a bad suffix before any work
+    runs = load_runs(files)
+    for path, (frame, meta) in zip(files, runs):
+        check_reportable(path, frame, meta)
+    sources = [str(path) for path in files]
+    options = {"min_effect": min_effect / 100, "amortise_over": amortise_over}
+    if fmt == "markdown":
+        click.echo(render_markdown_runs(runs, sources, **options))
+    elif fmt == "csv":
+        click.echo(render_csv(runs, sources), nl=False)
+    elif fmt == "json":
+        click.echo(render_json(runs, sources, **options))
+    else:
+        from rich.text import Text
+
+        console = stdout_console()
+        for i, (source, (frame, meta)) in enumerate(zip(sources, runs)):
+            if len(runs) > 1:
+                console.rule(Text(f"run {i + 1}: {source}"), style="bold", characters="═")
+            render_terminal(frame, meta, console, source=source, detailed=detailed, **options)
+        if len(runs) > 1:
+            console.rule("comparison", style="bold", characters="═")
+            render_comparison_terminal(runs, sources, console)
+    if plot is not None:
+        _report_plots(runs, files, plot, plot_format)
+
+
+def _report_plots(runs, files, plot: Path, plot_format) -> None:
+    from gpuipc_bench.plots import save_plots
+
+    stems: list[str] = []
+    for path in files:
+        stem = Path(path).stem
+        stems.append(stem if stem not in stems else f"{stem}-{len(stems) + 1}")
+    written = []
+    for (frame, meta), stem in zip(runs, stems):
+        written += save_plots(frame, meta, plot, stem, plot_format, several=len(runs) > 1)
+    stderr_console().print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True, markup=False)

@@ -1,0 +1,340 @@
+"""`run`: options -> RunConfig -> plan -> the scenarios run one after the other, their rows
+appended to the results file as each size completes; progress on stderr, summary on stdout."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import os
+import shlex
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+import click
+from rich.markup import escape
+
+from gpuipc_bench import __version__
+from gpuipc_bench.cli.console import signal_name, stderr_console, stdout_console
+from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
+from gpuipc_bench.config import RunConfig, check_memory, check_writable
+from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
+from gpuipc_bench.plan import plan_pairs, plan_scenarios, registry, resolve_names
+
+
+@click.command()
+@click.option("--scenario", "-s", "scenario_names", multiple=True, metavar="NAME",
+              help="Scenario to run (repeatable). Default: every scenario that can run here.")
+@click.option("--sizes", type=SizesType(), default=None,
+              help="Message sizes: a range doubling from A to B (4KiB..1GiB), with a step "
+                   "(4..1G:x4), or a list (4K,64K,1M). K/M/G are powers of 1024, kB/MB/GB of 1000. "
+                   "Default: 4 B..256 MiB in steps of 4 (host: up to 16 MiB).")
+@click.option("--quick", "preset", flag_value="quick", default=None,
+              help="About 10 s: 3 sizes (4 KiB, 1 MiB, 64 MiB), 3 samples per group, 2 processes "
+                   "in sharing.")
+@click.option("--thorough", "preset", flag_value="thorough",
+              help="The sweep up to 1 GiB (host: 64 MiB), 20 samples per group after 3 warm-up samples.")
+@click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",
+              help="Exactly N timed samples per group (turns the adaptive count off).")
+@click.option("--min-samples", type=Bounded("min_samples"), default=None,
+              help="Timed samples per group at least; more are taken until the median's 95% interval "
+                   "is within +-1% (12 when the spread is wide), up to --max-samples. [default: 6]")
+@click.option("--max-samples", type=Bounded("max_samples"), default=None,
+              help="Timed samples per group at most. [default: 20]")
+@click.option("--warmup", type=Bounded("warmup"), default=None,
+              help="Untimed samples per group before the timed ones (each also queues 2 untimed "
+                   "operations before its start event). [default: 1]")
+@click.option("--devices", type=DevicesType(), default=None,
+              help="GPUs to use: CUDA indices (0 or 0,1), or GPU/MIG UUIDs as `info` lists them "
+                   "(MIG-..., run with CUDA_VISIBLE_DEVICES set to them). Default: GPU 0 (and 1 for peer).")
+@click.option("--workers", type=Bounded("workers"), default=None,
+              help="Worker processes per scenario, where the scenario allows more than 2.")
+@click.option("--out", "-o", type=click.Path(dir_okay=True, path_type=Path), default=None,
+              help="CSV file to write. Default: results/<UTC time>-<host>.csv")
+@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--chunk", "chunk", type=SizesType(), default=None,
+              help="Chunk size of pipelined staging (default 16MiB; a message is cut into at most 64).")
+@click.option("--timeout", type=Bounded("timeout", float), default=60.0, show_default=True,
+              help="Seconds a worker may go without progress before the run is ended (a long "
+                   "phase that makes progress is never cut short).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary; just the CSV path.")
+@click.option("--verbose", "-v", is_flag=True, help="Show worker tracebacks on failure.")
+@click.option("--plot", "plot", type=click.Path(path_type=Path), default=None, metavar="DIR|FILE.png",
+              help="Also draw the run's plots (bandwidth, latency, setup costs) into a folder, or the "
+                   "bandwidth figure into FILE.png/.svg and the others beside it.")
+@click.option("--pairs", type=PairsType(), default=None, metavar="all|A-B,...",
+              help="Run each GPU pair scenario (peer, ipc, vmm, mempool, staging, ...) once for every ordered "
+                   "pair of GPUs ('all': every pair of this node) or for the pairs given (0-1,1-0): producer on "
+                   "A, consumer on B. Default: one pair, as --devices says.")
+@click.option("--launcher", type=click.Choice(["fork", "mpi"]), default=None,
+              help="How the workers start: 'fork' (this process forks them) or 'mpi' (they are the ranks of "
+                   "`mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per rank, so N must be "
+                   "what a scenario takes, 2 for the GPU pairs). Default: mpi when started by mpirun or srun.")
+def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out, force,
+        chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None):
+    """Run scenarios across forked workers and write one tidy CSV (one row per sample).
+
+    Where there is no GPU, the GPU scenarios are skipped with a note and the host
+    baseline runs. Naming a GPU scenario with --scenario on such a machine is bad
+    input (exit 2).
+    """
+    from gpuipc_bench import mpi_launch
+
+    job = None
+    if mpi_launch.resolve_launcher(launcher) == "mpi":
+        job = mpi_launch.Job.start()
+        if job.rank != 0:  # a worker: rank 0 sends each scenario (and says when to stop)
+            raise click.exceptions.Exit(job.serve())
+    try:
+        _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
+             force, chunk, timeout, quiet, verbose, plot, job, pairs)
+    except mpi_launch.RanksLost as exc:  # the CSV is written: end the job with mpirun's own abort
+        stderr_console().print(f"[red]error[/]: {escape(str(exc))}; ending the MPI job (MPI_Abort)", soft_wrap=True)
+        job.abort(1)  # type: ignore[union-attr]
+    finally:
+        if job is not None:
+            job.stop_others()
+
+def _select_by_uuid(devices):
+    """UUIDs given to --devices: (indices 0..n-1, value for CUDA_VISIBLE_DEVICES); else (devices, None).
+    The parent never initialises CUDA, so the forked workers see only these devices."""
+    if not devices or not isinstance(devices[0], str):
+        return devices, None
+    return tuple(range(len(devices))), ",".join(devices)
+
+
+def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
+         force, chunk, timeout, quiet, verbose, plot, job, pairs=None):
+    from gpuipc_bench.machine import probe
+
+    if pairs is not None and devices:
+        raise UsageError("--pairs and --devices both choose the GPUs: give one of them")
+    devices, visible = _select_by_uuid(devices)
+    previous = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    try:
+        scenarios = registry()
+        names = resolve_names(scenario_names, scenarios)
+        if job is not None:
+            if workers is not None and workers != job.size:
+                raise UsageError(f"--workers {workers}: under MPI each rank is one worker, and the job has "
+                                 f"{job.size} ranks")
+            workers = job.size
+        config = RunConfig(
+            scenarios=tuple(names), sizes=sizes, iterations=iterations, preset=preset or "",
+            **_sample_counts(preset, min_samples, max_samples, warmup),
+            devices=devices, workers=workers, timeout=timeout, launcher="mpi" if job else "fork",
+            **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
+        )
+        out = out or _default_out()
+        check_writable(out, force)
+
+        machine = probe()
+        if job is not None and devices is None:
+            config = dataclasses.replace(config, devices=job.devices(machine.gpu_count))
+        _stop_stale_mps(stderr_console())
+        if visible and machine.gpu_count < len(devices):
+            raise UsageError(f"--devices {visible}: CUDA sees {machine.gpu_count} of these devices "
+                             f"({machine.cuda_error or 'one MIG instance per process at most'}); "
+                             "gpuipc-bench info lists the GPU and MIG UUIDs")
+        if devices:
+            machine.check_devices(devices)
+        plan, waived = plan_scenarios(config, scenarios, machine, explicit=bool(scenario_names), job=job)
+        if pairs is not None:
+            plan = plan_pairs(plan, config, machine, pairs)
+        check_memory(plan, config, machine)
+        err = stderr_console()
+        if waived and not quiet:
+            by_reason: dict[str, list[str]] = {}
+            for name, reason in waived:
+                by_reason.setdefault(reason, []).append(name)
+            for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
+                err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
+
+        if plot is not None:
+            from gpuipc_bench.plots import check_plot_dest
+
+            check_plot_dest(plot)
+        try:
+            _run_plan(plan, config, machine, out, err, quiet, verbose, job)
+        except BenchError:
+            if plot is not None:
+                _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
+            raise
+        if plot is not None:
+            _plot_run(out, plot, err, quiet)
+    finally:
+        if visible:
+            if previous is None:
+                os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                os.environ["CUDA_VISIBLE_DEVICES"] = previous
+
+
+def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> None:
+    """Draw the plots of the run just written to `out`."""
+    from gpuipc_bench.plots import save_plots
+    from gpuipc_bench.results import read_results
+
+    try:
+        frame, meta = read_results(out)
+        if frame.empty:
+            return
+        written = save_plots(frame, meta, plot, Path(out).stem)
+    except BenchError as e:
+        if not failed:
+            raise
+        err.print(f"[yellow]no plots[/]: {e}", soft_wrap=True)
+        return
+    if not quiet:
+        err.print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _sample_counts(preset, min_samples, max_samples, warmup) -> dict:
+    """The sample counts: as given, else the preset's, else the defaults (6 to 20, 1 warm-up)."""
+    from gpuipc_bench.scenario import PRESETS
+
+    low, high, warm = PRESETS.get(preset or "", (6, 20, 1))
+    return dict(min_samples=low if min_samples is None else min_samples,
+                max_samples=high if max_samples is None else max_samples,
+                warmup=warm if warmup is None else warmup)
+
+
+def _single_size(sizes: tuple[int, ...], option: str) -> int:
+    if len(sizes) != 1:
+        raise UsageError(f"{option} takes one size, not a list or range")
+    return sizes[0]
+
+
+
+def _default_out() -> Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("results") / f"{stamp}-{socket.gethostname()}.csv"
+
+
+def _metadata(config: RunConfig, machine) -> dict[str, str]:
+    from gpuipc_bench.results import SCHEMA_VERSION
+
+    meta = {
+        "tool_version": __version__,
+        "schema_version": str(SCHEMA_VERSION),
+        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "command": "gpuipc-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+        "scenarios": ",".join(config.scenarios),
+        "min_samples": str(config.min_samples),
+        "max_samples": str(config.max_samples),
+        "warmup": str(config.warmup),
+        "chunk_bytes": str(config.chunk_bytes),
+        "timeout": f"{config.timeout:g}",
+    }
+    meta.update(machine.metadata())
+    meta.update(path_facts())
+    return meta
+
+
+def path_facts() -> dict[str, str]:
+    """The facts of every path the registry knows, for the CSV header (gpuipc_bench.paths)."""
+    from gpuipc_bench.paths import CEILING, to_metadata
+
+    return to_metadata([p for s in registry().values() for p in s.paths] + [CEILING])
+
+
+def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from gpuipc_bench.launcher import run_scenario
+    from gpuipc_bench.results import ResultsFile
+
+    if job is not None:
+        run_scenario = job.run_scenario  # noqa: F811 - the ranks are the workers
+    results = ResultsFile(out, {**_metadata(config, machine), **(job.metadata() if job else {"launcher": "fork"})})
+    results.write(partial=True, status="running")
+    failures: list[tuple[str, BenchError, int]] = []
+    done: list[str] = []
+    # One line per scenario: what it is doing now, how far it is, the time spent and the time left.
+    progress = Progress(TextColumn("{task.description:>8}"), BarColumn(bar_width=16), TimeElapsedColumn(),
+                        TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[doing]}"),
+                        console=err, disable=quiet, transient=False)
+    try:
+        with progress:
+            for scenario, specs in plan:
+                devices = {spec.device for spec in specs}
+                label = scenario.name if len(devices) < 2 else f"{scenario.name} {specs[0].device}>{specs[-1].device}"
+                task = progress.add_task(label, total=scenario.progress_total(config, specs), doing="")
+                started = time.monotonic()
+                outcome = run_scenario(
+                    scenario, config, specs,
+                    on_row=lambda row: results.add([row]),
+                    on_progress=lambda n, task=task: progress.advance(task, n),
+                    on_status=lambda text, task=task: progress.update(task, doing=_fit(text, 34)),
+                    on_note=lambda key, text: results.set_meta(f"note.{key}", text),
+                )
+                if outcome.error is not None:
+                    failures.append((scenario.name, outcome.error, outcome.rows))
+                    progress.update(task, description=f"[red]{scenario.name}")
+                else:
+                    done.append(scenario.name)
+                spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))
+                results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs
+                results.write(partial=bool(failures), status=_status(done, failures, running=True))
+    except (Interrupted, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+        where = f" during {exc.scenario}{' ' + exc.at if exc.at else ''}" if getattr(exc, "scenario", "") else ""
+        results.write(partial=True, status=f"{signal_name(signum)}{where} ({signal.Signals(signum).name})"
+                                           + "".join(f"; {part}" for part in [_status(done, failures)] if part))
+        results.close()
+        err.print(f"[red]{signal_name(signum)}[/]{escape(where)}; {len(results)} samples kept in "
+                  f"{escape(str(out))}", soft_wrap=True)
+        if quiet:
+            print(out, flush=True)
+        raise click.exceptions.Exit(128 + signum) from None
+    except BaseException as exc:
+        parts = [str(exc)] if isinstance(exc, BenchError) else []
+        results.write(partial=True, status="failed: " + "; ".join(parts + [_status(done, failures)]).strip("; "))
+        results.close()
+        raise
+    results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
+    results.close()
+
+    if not quiet:
+        from gpuipc_bench.report import render_run_summary
+
+        render_run_summary(results.frame, results.metadata, stdout_console(), source=out)
+    for name, error, rows in failures:
+        err.print(f"[red]error[/] in scenario {escape(name)} ({rows} samples kept): {escape(str(error))}",
+                  soft_wrap=True)
+        if verbose and isinstance(error, WorkerFailed) and error.traceback_text:
+            err.print(error.traceback_text, markup=False, highlight=False)
+    rows = len(results)
+    err.print(f"wrote {escape(str(out))} ({rows} rows{', partial' if failures else ''})", soft_wrap=True)
+    if quiet:
+        print(out, flush=True)
+    if failures:
+        raise BenchError(f"{len(failures)} of {len(plan)} scenarios failed; samples taken before "
+                         f"the failure are kept in {out}")
+
+
+def _status(done, failures, running=False) -> str:
+    parts = []
+    if done:
+        parts.append("completed: " + ",".join(dict.fromkeys(done)))
+    if failures:
+        parts.append("failed: " + "; ".join(f"{name} ({err})" for name, err, _ in failures))
+    if running:
+        parts.append("running")
+    return "; ".join(parts)
+
+
+def _stop_stale_mps(err) -> None:
+    """Stop any private MPS daemon an earlier run left behind (its guard was killed too), and say so."""
+    from gpuipc_bench import mps
+
+    for note in mps.stop_stale_daemons():
+        err.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)

@@ -1,0 +1,84 @@
+"""Planning a run: the scenario names resolved, each scenario that can run here with its
+workers (or waived with a reason), and the GPU pairs expanded. No CUDA: the machine's facts
+come from machine.probe()."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+
+from gpuipc_bench.errors import UsageError
+
+
+def registry():
+    """The scenarios, in their registry order (imported on first use)."""
+    from gpuipc_bench.scenarios import SCENARIOS
+
+    return SCENARIOS
+
+
+def resolve_names(requested, registry) -> list[str]:
+    for name in requested:
+        if name not in registry:
+            close = difflib.get_close_matches(name.lower(), registry, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else f"; choose from {', '.join(registry)}"
+            raise UsageError(f"--scenario {name}: no such scenario{hint}")
+    # With no --scenario: every scenario of the default run (a study such as 'handles' is only run by name).
+    return list(dict.fromkeys(requested)) or [name for name, s in registry.items() if s.in_default_run]
+
+
+def plan_scenarios(config, registry, machine, explicit, job=None):
+    """The scenarios to run with their workers, and the ones waived with a reason."""
+    plan, waived = [], []
+    for name in config.scenarios:
+        scenario = registry[name]
+        reason = scenario.waive_reason(machine)
+        if reason is None and job is not None:
+            reason = mpi_reason(scenario, job)
+        if reason is not None:
+            if explicit:
+                raise UsageError(f"--scenario {name}: cannot run here: {reason}")
+            waived.append((name, reason))
+            continue
+        if config.workers is not None and not scenario.min_workers <= config.workers <= scenario.max_workers:
+            given = f"the MPI job has {config.workers} ranks" if job else f"--workers is {config.workers}"
+            if explicit or len(config.scenarios) == 1:
+                raise UsageError(f"{'mpirun -np' if job else '--workers'} {config.workers}: scenario {name} takes "
+                                 f"{scenario.min_workers} to {scenario.max_workers} workers")
+            waived.append((name, f"takes {scenario.min_workers} to {scenario.max_workers} workers, {given}"))
+            continue
+        plan.append((scenario, scenario.workers(config, machine)))
+    if not plan:
+        raise UsageError("nothing to run: every scenario was skipped (see above)")
+    return plan, waived
+
+
+def plan_pairs(plan, config, machine, pairs):
+    """Each GPU pair scenario of the plan once per ordered pair of GPUs (producer, consumer)."""
+    from gpuipc_bench.pair import PairScenario
+
+    if pairs == "all":
+        if machine.gpu_count < 2:
+            raise UsageError(f"--pairs all: this machine has {machine.gpu_count} GPU(s), no pair of two")
+        pairs = tuple((a, b) for a in range(machine.gpu_count) for b in range(machine.gpu_count) if a != b)
+    for a, b in pairs:
+        if max(a, b) >= machine.gpu_count:
+            raise UsageError(f"--pairs {a}-{b}: GPU {max(a, b)} does not exist (this machine has "
+                             f"{machine.gpu_count})")
+    expanded = []
+    for scenario, specs in plan:
+        if isinstance(scenario, PairScenario):
+            expanded += [(scenario, scenario.workers(dataclasses.replace(config, devices=pair), machine))
+                         for pair in pairs]
+        else:
+            expanded.append((scenario, specs))
+    return expanded
+
+
+def mpi_reason(scenario, job) -> str | None:
+    """Why a scenario cannot run with MPI ranks as its workers, or None."""
+    if not job.one_node():
+        hosts = ", ".join(dict.fromkeys(job.hosts))
+        return (f"its workers meet in a shared-memory segment, and the MPI job spans hosts {hosts}: "
+                "no path across nodes is measured yet")
+    return scenario.mpi_waiver or None

@@ -60,6 +60,7 @@ class RunConfig:
     chunk_bytes: int = 16 << 20  # pipelined staging chunk
     launcher: str = "fork"  # "fork" (forked workers) or "mpi" (the job's ranks are the workers)
     extra: tuple[tuple[str, str], ...] = ()  # scenario-specific knobs, kept hashable
+    worker_log: str = ""  # a file that takes the workers' own stdout and stderr (libraries' output); '': the terminal
 
     def __post_init__(self):
         if self.iterations is not None:

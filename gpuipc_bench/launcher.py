@@ -138,6 +138,8 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent()
+    if config.worker_log:
+        _output_to(config.worker_log)
     where = "CPU" if spec.device is None else f"GPU{spec.device}"
     same_role = sum(1 for other in specs if other.role == spec.role)
     set_process_title(f"gpuipc-bench: {scenario.name} {spec.role}{f' {spec.rank}' if same_role > 1 else ''} {where}",
@@ -151,6 +153,19 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
         finally:
             # Skip atexit handlers and finalizers inherited from the parent.
             os._exit(code)
+
+
+def _output_to(path: str) -> None:
+    """Send this worker's stdout and stderr (and its children's: torch's, NCCL's) to the run's
+    worker log: what libraries print, and tracebacks printed by their threads, never reach the
+    terminal's progress lines. The worker's own errors travel to the parent through the pipe."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError:
+        return  # the terminal, then: nothing is lost
+    for std in (1, 2):
+        os.dup2(fd, std)
+    os.close(fd)
 
 
 def run_worker(scenario, spec, specs, config, segment, shared, post: Callable[[tuple], None]) -> int:

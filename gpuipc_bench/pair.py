@@ -23,6 +23,7 @@ class PairScenario(Scenario):
     (default: the same GPU). `worker_class` (a PairWorker) runs in both."""
 
     gpus_needed = 1
+    pairable = True
     min_workers = max_workers = default_workers = 2
     worker_class: type["PairWorker"]
 

@@ -53,11 +53,25 @@ def plan_scenarios(config, registry, machine, explicit, job=None):
     return plan, waived
 
 
-def plan_pairs(plan, config, machine, pairs):
-    """Each GPU pair scenario of the plan once per ordered pair of GPUs (producer, consumer)."""
-    from gpuipc_bench.pair import PairScenario
+def default_pair(machine) -> tuple[int, int]:
+    """The GPU pair a plain run measures across: the first pair linked by NVLink, else GPUs 0 and 1."""
+    count = machine.gpu_count
+    for a in range(count):
+        for b in range(a + 1, count):
+            if str(machine.links.get((a, b), "")).startswith("NV"):
+                return a, b
+    return 0, 1
 
-    if pairs == "all":
+
+def plan_pairs(plan, config, machine, pairs):
+    """Each pairable scenario of the plan (its workers: a producer GPU and a consumer GPU) once
+    per ordered pair of GPUs. `pairs`: 'all', the pairs given, or 'default' (a plain run on a
+    node of several GPUs): the same-GPU runs stay and each pairable scenario runs once more
+    across default_pair(); those needing two GPUs (nccl, peer) run on that pair only."""
+    same_gpu_too = pairs == "default"
+    if pairs == "default":
+        pairs = (default_pair(machine),)
+    elif pairs == "all":
         if machine.gpu_count < 2:
             raise UsageError(f"--pairs all: this machine has {machine.gpu_count} GPU(s), no pair of two")
         pairs = tuple((a, b) for a in range(machine.gpu_count) for b in range(machine.gpu_count) if a != b)
@@ -67,11 +81,13 @@ def plan_pairs(plan, config, machine, pairs):
                              f"{machine.gpu_count})")
     expanded = []
     for scenario, specs in plan:
-        if isinstance(scenario, PairScenario):
-            expanded += [(scenario, scenario.workers(dataclasses.replace(config, devices=pair), machine))
-                         for pair in pairs]
-        else:
+        if not scenario.pairable:
             expanded.append((scenario, specs))
+            continue
+        if same_gpu_too and scenario.gpus_needed < 2:
+            expanded.append((scenario, specs))
+        expanded += [(scenario, scenario.workers(dataclasses.replace(config, devices=pair), machine))
+                     for pair in pairs]
     return expanded
 
 

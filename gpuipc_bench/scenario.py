@@ -65,6 +65,9 @@ class Scenario:
     name: str = ""
     summary: str = ""
     gpus_needed: int = 0  # 0: runs without a GPU
+    # Its workers are a producer GPU and a consumer GPU (--devices A,B): run once per GPU pair by
+    # --pairs, and on a multi-GPU node's default pair beside its same-GPU run (plan.plan_pairs).
+    pairable: bool = False
     min_workers: int = 2
     max_workers: int = 2
     default_workers: int = 2

@@ -46,6 +46,7 @@ class LatencyScenario(Scenario):
     summary = ("latency floor: kernels ping-ponging through IPC-mapped flags vs host-driven "
                "copy+event+flag, shared-memory flags and the barrier")
     gpus_needed = 1
+    pairable = True
     min_workers = max_workers = default_workers = 2
 
     def default_sizes(self, preset=""):

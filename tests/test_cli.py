@@ -208,6 +208,27 @@ def test_pairs_all_plans_each_pair_scenario_once_per_ordered_pair():
         == [[1, 0]]
 
 
+def test_plain_run_on_several_gpus_adds_the_first_nvlink_pair():
+    """Same-GPU runs stay; each pairable scenario (latency too) runs once more across the first
+    NVLink pair; a scenario that needs two GPUs runs on that pair only."""
+    import dataclasses as dc
+
+    from gpuipc_bench.config import RunConfig
+    from gpuipc_bench.plan import default_pair, plan_pairs
+    from gpuipc_bench.scenarios import SCENARIOS
+    from test_bad_input import fake_machine
+
+    machine = fake_machine((80 << 30,) * 4)
+    assert default_pair(machine) == (0, 1)  # no NVLink known: GPUs 0 and 1
+    machine = dc.replace(machine, links={(2, 3): "NV18", (3, 2): "NV18", (0, 1): "SYS", (1, 0): "SYS"})
+    assert default_pair(machine) == (2, 3)
+    config = RunConfig(scenarios=("ipc", "latency", "peer", "host"))
+    plan = [(SCENARIOS[n], SCENARIOS[n].workers(config, machine)) for n in ("ipc", "latency", "peer", "host")]
+    got = [(s.name, [spec.device for spec in specs]) for s, specs in plan_pairs(plan, config, machine, "default")]
+    assert got == [("ipc", [0, 0]), ("ipc", [2, 3]), ("latency", [0, 0]), ("latency", [2, 3]), ("peer", [2, 3]),
+                   ("host", [None] * len(plan[3][1]))]
+
+
 @pytest.mark.parametrize("args, words", [
     (["--pairs", "0-0"], "names one GPU twice"),
     (["--pairs", "0>1"], "is not a pair of GPU indices"),

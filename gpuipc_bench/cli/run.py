@@ -131,6 +131,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         )
         out = out or _default_out()
         check_writable(out, force)
+        if not verbose and job is None:  # what libraries print in the workers goes beside the CSV
+            config = dataclasses.replace(config, worker_log=str(Path(out).with_suffix(".log")))
 
         machine = probe()
         if job is not None and devices is None:
@@ -143,6 +145,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         if devices:
             machine.check_devices(devices)
         plan, waived = plan_scenarios(config, scenarios, machine, explicit=bool(scenario_names), job=job)
+        if pairs is None and not devices and job is None and machine.gpu_count >= 2:
+            pairs = "default"  # a plain run on a node of several GPUs answers across one pair too
         if pairs is not None:
             plan = plan_pairs(plan, config, machine, pairs)
         check_memory(plan, config, machine)
@@ -164,6 +168,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             if plot is not None:
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
             raise
+        finally:
+            _drop_if_empty(config.worker_log)
         if plot is not None:
             _plot_run(out, plot, err, quiet)
     finally:
@@ -312,13 +318,41 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
                   soft_wrap=True)
         if verbose and isinstance(error, WorkerFailed) and error.traceback_text:
             err.print(error.traceback_text, markup=False, highlight=False)
+    log = _worker_log(config, failures)
     rows = len(results)
-    err.print(f"wrote {escape(str(out))} ({rows} rows{', partial' if failures else ''})", soft_wrap=True)
+    err.print(f"wrote {escape(str(out))} ({rows} rows{', partial' if failures else ''})"
+              + (f"; the workers' output and tracebacks: {escape(log)}" if log else ""), soft_wrap=True)
     if quiet:
         print(out, flush=True)
     if failures:
         raise BenchError(f"{len(failures)} of {len(plan)} scenarios failed; samples taken before "
                          f"the failure are kept in {out}")
+
+
+def _worker_log(config, failures) -> str:
+    """The run's worker log with the failed workers' tracebacks added, or '' (and removed) when
+    nothing was written to it."""
+    path = config.worker_log
+    if not path:
+        return ""
+    try:
+        with open(path, "a") as log:
+            for name, error, _ in failures:
+                if isinstance(error, WorkerFailed) and error.traceback_text:
+                    log.write(f"--- scenario {name}: {error}\n{error.traceback_text}\n")
+    except OSError:
+        return ""
+    return "" if _drop_if_empty(path) else path
+
+
+def _drop_if_empty(path: str) -> bool:
+    """Remove the worker log when no worker wrote to it; True when it is gone."""
+    try:
+        if path and os.path.getsize(path) == 0:
+            os.unlink(path)
+    except OSError:
+        pass
+    return not path or not os.path.exists(path)
 
 
 def _status(done, failures, running=False) -> str:

@@ -58,7 +58,7 @@ from typing import Any, Iterator
 
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, BenchError
 from gpuipc_bench.gpu import timing
-from gpuipc_bench.gpu.memory import Ring, reps_for
+from gpuipc_bench.gpu.memory import Ring, on_device, reps_for
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.patterns import seed_for
@@ -352,7 +352,10 @@ class TorchWorker(PairWorker):
                                       "producer: CAP_SYS_PTRACE, or no seccomp filter on it")
                 else:
                     yield self.setup_row(f"{variant}_receive_cold", seconds, i, nbytes, src, dst)
-                    self.gpu.verify(side.ptr(tensor), one, seed, self.path, variant)
+                    # torch maps the producer's memory in the producer GPU's context of this process,
+                    # where no other GPU's kernel may read it, peer access or not: check it there
+                    with on_device(self.pdev):
+                        self.meter().gpu_for(self.pdev).verify(side.ptr(tensor), one, seed, self.path, variant)
                     held, tensor = [tensor], None
                     _, seconds = timing.time_setup(held.clear, self.device)  # the last reference: torch closes it
                     yield self.setup_row(f"{variant}_release", seconds, i, nbytes, src, dst)

@@ -67,7 +67,7 @@ class IpcWorker(PairWorker):
         self.pushed = Signal(ctx, "pushed", CONSUMER, PRODUCER)
         self.pull = Exchange(ctx, "pull", PRODUCER, CONSUMER, self.same_gpu)
         self.push = Exchange(ctx, "push", CONSUMER, PRODUCER, self.same_gpu)
-        parts = (self.ready, self.pushed, self.pull, self.push)
+        parts = (self.ready, self.pushed, self.pull, self.push) + self.more_signals()
         for part in parts:
             part.create(gpu)
         ctx.sync()  # handles published
@@ -76,6 +76,10 @@ class IpcWorker(PairWorker):
             part.open(gpu, self.imports)
         ctx.sync()  # everything open
         yield from rows
+
+    def more_signals(self) -> tuple:
+        """Signals a subclass adds (made in step on both workers, created and opened with ipc's)."""
+        return ()
 
     def share_ring(self, capacity: int):
         """Allocate this worker's ring (anything with .ptr and close()) and export it to the

@@ -33,6 +33,14 @@ return (what the host pays to enqueue it), ':done' the time per call once the st
 finished them all. The first minus the second API is the Python wrapper's share; the second
 against cudaMemcpyAsync is the library's.
 
+Device-initiated put and get ('device-put', 'device-get', stream, every size): a kernel of up
+to DEVICE_MAX_BLOCKS blocks of DEVICE_THREADS threads (one block per 64 KiB), each block moving
+its share of the message with nvshmemx_putmem_block / nvshmemx_getmem_block and ending with
+nvshmem_quiet; one launch per message, queued behind the gate like the host-initiated calls,
+bounded by the kernel copy of the link (d2d-sm@GPU or peer-sm@P>C), paired as above. This is
+how GPU-initiated code (DeepEP-style) moves data: SM loads and stores over the link, no copy
+engine.
+
 Device-initiated put + signal ('device-putsig', latency, at 4 B and 4 KiB of the sweep):
 a kernel of one warp in each PE ping-pongs nvshmemx_putmem_signal_nbi_warp of its payload
 with the peer's signal set to the round, and nvshmem_signal_wait_until for the answer
@@ -72,6 +80,10 @@ UID_SLOTS = 4  # 64-byte handle slots for the unique id (128 bytes in NVSHMEM 3)
 CALL_SIZES = (4, 4096)
 CALLS = 200
 VARIANTS = ("put", "get")
+DEVICE_VARIANTS = ("device-put", "device-get")  # issued from a kernel (put_block / get_block)
+DEVICE_THREADS = 512
+DEVICE_MAX_BLOCKS = 32
+DEVICE_BYTES_PER_BLOCK = 64 << 10
 PUTSIG_SIZES = (4, 4096)
 PUTSIG_ROUNDS = 200  # before calibration to about 5 ms a sample
 KERNEL = "nvshmem_putsig.cu"
@@ -196,14 +208,18 @@ class NvshmemWorker(PairWorker):
         rows.append(self.setup_row("nvshmem_malloc", seconds, 0, capacity, self.pdev, self.cdev))
         self.scratch = bindings.malloc(max(self.sizes) + 256)
         self.cstream = device.create_stream()
-        self.putsig = None
+        self.putsig, self.device_kernels = None, {}
         shared = ctx.shared
-        if shared.cubin and any(n in PUTSIG_SIZES for n in self.sizes):
+        if shared.cubin:
             import cupy
 
             module = cupy.RawModule(path=shared.cubin)
             bindings.cumodule_init(int(module.module.ptr))  # the module's view of this PE's NVSHMEM state
-            self.putsig_module, self.putsig = module, module.get_function("putsig_pingpong")
+            self.device_module = module
+            self.device_kernels = {"device-put": module.get_function("put_block"),
+                                   "device-get": module.get_function("get_block")}
+        if shared.cubin and any(n in PUTSIG_SIZES for n in self.sizes):
+            self.putsig = self.device_module.get_function("putsig_pingpong")
             self.signal, self.dest, self.payload = (bindings.malloc(n) for n in (8, 4096, 4096))  # collectives
             memset(self.signal, 0, 8, self.gpu.stream, self.device)  # rounds count from 1
             self.gpu.synchronize()
@@ -211,15 +227,17 @@ class NvshmemWorker(PairWorker):
         elif self.producer:
             why = shared.reason or "no size of 4 B or 4 KiB in the sweep"
             ctx.note("device_putsig", f"skipped: {why}")
+        if not shared.cubin and self.producer:
+            ctx.note("device_bulk", f"skipped: {shared.reason}")
         ctx.sync()
         yield from rows
 
     # ------------------------------------------------------------------ measuring
 
     def measure(self, nbytes: int) -> Iterator[dict]:
-        for variant in VARIANTS:
+        for variant in VARIANTS + tuple(self.device_kernels):
             reps = reps_for(nbytes)
-            timer = self.producer if variant == "put" else not self.producer
+            timer = self.producer if variant.endswith("put") else not self.producer
             key = self.ceiling_for(variant)
             group = self.group(variant, "stream", nbytes, self.pdev, self.cdev, key, reps)
             self.paired: list[Sample] = []
@@ -239,9 +257,23 @@ class NvshmemWorker(PairWorker):
 
     def ceiling_for(self, variant: str) -> str:
         """The put is issued by the producer, the get by the consumer: each is bounded by the
-        copy it makes (pushed from the producer's GPU), measured by the process that issues it."""
-        link = f"d2d@{self.cdev}" if self.pdev == self.cdev else f"peer@{self.pdev}>{self.cdev}"
-        return f"{link}/{'producer' if variant == 'put' else 'consumer'}"
+        copy it makes (pushed from the producer's GPU), measured by the process that issues it;
+        by the copy engine for the host-initiated ones, by a kernel for the device-initiated ones."""
+        sm = "-sm" if variant.startswith("device") else ""
+        link = f"d2d{sm}@{self.cdev}" if self.pdev == self.cdev else f"peer{sm}@{self.pdev}>{self.cdev}"
+        return f"{link}/{'producer' if variant.endswith('put') else 'consumer'}"
+
+    def device_call(self, variant: str):
+        """The device-initiated transfer as a call like putmem_on_stream's: one kernel launch,
+        each block moving its share of the message."""
+        kernel, stream = self.device_kernels[variant], self.gpu.stream
+
+        def call(dest: int, src: int, nbytes: int, peer: int, _stream: int) -> None:
+            blocks = max(1, min(DEVICE_MAX_BLOCKS, nbytes // DEVICE_BYTES_PER_BLOCK))
+            kernel((blocks,), (DEVICE_THREADS,), (np.uint64(dest), np.uint64(src), np.uint64(nbytes),
+                                                  np.int32(peer)), stream=stream)
+
+        return call
 
     def one_sided(self, variant: str, nbytes: int, trial) -> Sample | None:
         """A batch of puts (by the producer) or gets (by the consumer), slot r to slot r."""
@@ -252,16 +284,18 @@ class NvshmemWorker(PairWorker):
             gpu.synchronize()
         self.ctx.sync()  # the source is filled
         sample = None
-        if (variant == "put") == self.producer:
-            call = b.putmem_on_stream if variant == "put" else b.getmem_on_stream
+        if variant.endswith("put") == self.producer:
+            device = variant in self.device_kernels
+            call = (self.device_call(variant) if device else
+                    b.putmem_on_stream if variant == "put" else b.getmem_on_stream)
             # warm-up: a put into the peer's scratch, or a get from the peer's ring into ours
             warm = lambda: call(self.scratch, sym, nbytes, peer, stream)  # noqa: E731
             last = trial.reps - 1
 
             def op(r: int) -> None:
                 call(sym + ring.offset(r), sym + ring.offset(r), nbytes, peer, stream)
-                if r == last:  # completion, as NVSHMEM defines it, inside the timed interval
-                    b.quiet_on_stream(stream)
+                if r == last and not device:  # completion, as NVSHMEM defines it, inside the timed interval
+                    b.quiet_on_stream(stream)  # (a device-initiated transfer's kernel ends with nvshmem_quiet)
 
             marks = gpu.time_batch(op, trial.reps, warm=warm)
             gpu.synchronize()

@@ -9,6 +9,14 @@ behind a gate: they are host-timed from the first call to a synchronisation of b
 (an upper bound on the time at small sizes). Then everything the ipc scenario does,
 across the two GPUs: pull (copy engine, kernel), push, stream and handoff, against the
 in-process peer ceilings (peer@A>B, peer-sm@A>B); cudaDeviceEnablePeerAccess is a setup row.
+
+Both directions at once ('bidir', stream): each worker pushes a batch from its own source ring
+into the other's ring (copy engine), as KV-cache exchange and all-to-all traffic do. The
+consumer's events span both: its start lets the producer's first copy go ('bidir.go'), its
+end waits for the producer's last ('bidir.done'). A sample's transfers are the copies of both
+directions, so its GB/s is the total of the two (nvbandwidth's bidirectional figure); its
+bound is the sum of the two one-way ceilings, peer@A>B + peer@B>A. A reference, not a
+candidate: it answers what the pair does under two-way traffic, not how to move one message.
 """
 
 from __future__ import annotations
@@ -23,7 +31,8 @@ from gpuipc_bench.pair import CONSUMER, PRODUCER
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.sampler import Sample
 from gpuipc_bench.scenario import WorkerSpec, gpu_cpus
-from gpuipc_bench.scenarios.ipc import IpcScenario, IpcWorker
+from gpuipc_bench.scenarios.ipc import REPLY, IpcScenario, IpcWorker
+from gpuipc_bench.signal import Signal
 
 P2P_OFF_MAX_REPS = 32
 
@@ -35,6 +44,45 @@ class PeerWorker(IpcWorker):
         if not self.producer:
             yield from self.p2p_off()
         yield from super().setup()
+
+    def more_signals(self) -> tuple:
+        self.bidir_go = Signal(self.ctx, "bidir.go", CONSUMER, PRODUCER, depth=1)
+        self.bidir_done = Signal(self.ctx, "bidir.done", PRODUCER, CONSUMER, depth=1)
+        self.bidir_src = self.gpu.alloc(self.ring_bytes())
+        return self.bidir_go, self.bidir_done
+
+    def measure(self, nbytes: int) -> Iterator[dict]:
+        yield from super().measure(nbytes)
+        reps = reps_for(nbytes)
+        group = self.group("bidir", "stream", nbytes, self.pdev, self.cdev, "", reps)
+        yield from self.sampler.run(group, lambda trial: self.bidir_sample(nbytes, trial), timer=not self.producer,
+                                    reps=reps)
+
+    def bidir_sample(self, nbytes: int, trial) -> Sample | None:
+        """Both workers push `trial.reps` copies into the other's ring at once; each checks what
+        it received (the producer's bytes have the pattern of seed, the consumer's of seed ^ REPLY)."""
+        gpu, ring = self.gpu, Ring.for_size(nbytes, trial.reps)
+        mine, theirs = (trial.seed, trial.seed ^ REPLY) if self.producer else (trial.seed ^ REPLY, trial.seed)
+        src, dst = self.bidir_src.ptr, self.mapped.ptr
+        gpu.fill(src, ring, mine)
+        gpu.synchronize()
+        self.ctx.sync()  # both sources filled, nothing in flight
+        copy, last = gpu.copy_launcher(nbytes), trial.reps - 1
+
+        def op(r: int) -> None:
+            if r == 0:
+                (self.bidir_go.receive if self.producer else self.bidir_go.send)(gpu.stream)
+            copy(dst + ring.offset(r), src + ring.offset(r))
+            if r == last:
+                (self.bidir_done.send if self.producer else self.bidir_done.receive)(gpu.stream)
+
+        marks = gpu.time_batch(op, trial.reps, warm=lambda: copy(self.scratch.ptr, src), shared=True,
+                               before_release=self.ctx.sync, ops_per_rep=2)
+        self.ctx.sync()  # both directions have landed
+        gpu.verify(self.ring_buf.ptr, ring, theirs, self.path, "bidir", corrupt=self.ctx.corrupt)
+        if self.producer:
+            return None
+        return Sample(marks.seconds() / (2 * trial.reps), 2 * trial.reps)
 
     def p2p_off(self) -> Iterator[dict]:
         """In-process copies GPU pdev -> cdev before peer access exists in this process (an IPC
@@ -82,7 +130,8 @@ class PeerScenario(IpcScenario):
     summary = "two GPUs: the ipc paths across them, and a copy with P2P off in one process"
     gpus_needed = 2
     worker_class = PeerWorker
-    paths = (PathInfo("peer", colour="#9467bd", setup=("ipc_open_cold", "peer_enable"), references=("p2p-off",)),)
+    paths = (PathInfo("peer", colour="#9467bd", setup=("ipc_open_cold", "peer_enable"),
+                      references=("p2p-off", "bidir")),)
 
     def waive_reason(self, machine):
         reason = super().waive_reason(machine)

@@ -215,6 +215,30 @@ def test_ipc_across_two_gpus_uses_the_peer_ceilings(monkeypatch, no_leaks):
     assert [r for r in rows if r["variant"] == "peer_enable"]
 
 
+def test_peer_measures_both_directions_at_once(monkeypatch, no_leaks):
+    """'bidir': both workers push at once; the consumer times both, a sample's transfers being
+    the copies of both directions; each side checks what it received."""
+    from gpuipc_bench.scenarios import peer
+
+    monkeypatch.setattr(peer.PeerWorker, "p2p_off", lambda self: iter(()))  # staged copies: not faked
+    outcome, rows = run(monkeypatch, "peer", sizes=(4099, 64 << 10), devices=(0, 1))
+    assert outcome.ok, outcome.error
+    bidir = [r for r in rows if r["variant"] == "bidir"]
+    assert {r["bytes"] for r in bidir} == {4099, 64 << 10}
+    assert all(r["verified"] is True and r["batch"] % 2 == 0 and r["measure"] == "stream" for r in bidir)
+    assert {(r["src"], r["dst"], r["ceiling"]) for r in bidir} == {("0", "1", "")}
+
+
+def test_peer_bidir_catches_a_wrong_answer(monkeypatch, no_leaks):
+    from gpuipc_bench.scenarios import peer
+
+    monkeypatch.setattr(peer.PeerWorker, "p2p_off", lambda self: iter(()))
+    monkeypatch.setattr(peer.IpcWorker, "measure", lambda self, nbytes: iter(()))  # bidir alone
+    outcome, _ = run(monkeypatch, "peer", sizes=(4099,), devices=(0, 1), fault="corrupt")
+    assert isinstance(outcome.error, WorkerFailed)
+    assert "verification failed on path peer/bidir" in str(outcome.error)
+
+
 # --------------------------------------------------------------------------- latency and sharing
 
 

@@ -397,7 +397,8 @@ class TorchWorker(PairWorker):
             return None
         tensor = self.queue.get()  # held until verified: a receipt that reopened it would close it when dropped
         theirs, mine = side.ptr(tensor), side.ptr(self.mine)
-        copy = gpu.copy_launcher(nbytes)
+        # torch maps the producer's memory in the producer GPU's context: across GPUs, a peer copy
+        copy = gpu.copy_launcher(nbytes) if self.same_gpu else gpu.peer_copy_launcher(nbytes, self.pdev)
         marks = gpu.time_batch(lambda r: copy(mine + ring.offset(r), theirs + ring.offset(r)), trial.reps,
                                warm=lambda: copy(self.scratch.ptr, theirs))
         seconds = marks.seconds() / trial.reps

@@ -241,7 +241,8 @@ def test_peer_moves_the_right_bytes(monkeypatch, no_leaks):
     outcome, rows = run(monkeypatch, "peer", sizes=(4096 + 3, 8 * MiB))
     assert outcome.ok, outcome.error
     got = groups([r for r in rows if r["path"] == "peer" and r["metric"] == "bandwidth"], "variant", "measure")
-    assert set(got) == {("p2p-off", "stream"), *((v, m) for v in ("ce", "sm", "push") for m in ("stream", "handoff"))}
+    assert set(got) == {("p2p-off", "stream"), ("bidir", "stream"),
+                        *((v, m) for v in ("ce", "sm", "push") for m in ("stream", "handoff"))}
     assert all(r["verified"] is True for r in rows if r["path"] == "peer" and r["metric"] != "setup")
     assert {"peer@0>1", "peer-sm@0>1", "peer@1>0"} <= {r["variant"] for r in rows if r["path"] == "ceiling"}
     assert {r["sharing"] for r in rows if r["path"] == "peer"} == {"exclusive"}

@@ -52,6 +52,9 @@ def test_send_recv_moves_verified_bytes(monkeypatch, no_leaks, name):
     outcome, rows = run(monkeypatch, name, sizes=(4096, 64 << 20), devices=(0, 1))
     assert outcome.ok, outcome.error
     data = [r for r in rows if r["path"] == "nccl" and r["metric"] == "bandwidth"]
-    assert {r["variant"] for r in data} == {"send-recv", "sendrecv"}
+    suffix = nccl.FORCED[name]  # a forced transport is a variant of its own
+    assert {r["variant"] for r in data} == {"send-recv" + suffix, "sendrecv" + suffix}
     assert all(r["verified"] is True and r["seconds"] > 0 for r in data)
-    assert {r["variant"] for r in rows if r["metric"] == "setup"} == {"nccl_init", "nccl_first"}
+    # peer access is the harness's (both ways, before set-up): every ceiling is peer@0>1 with P2P on
+    assert {r["variant"] for r in rows if r["metric"] == "setup"} == {"nccl_init", "nccl_first", "peer_enable"}
+    assert {r["ceiling"] for r in data} == {"peer@0>1"}

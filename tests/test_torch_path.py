@@ -331,6 +331,20 @@ def test_gpu_torch_moves_verified_tensors_with_both_allocators(no_leaks):
     assert min(stream) < 3 * ceiling
 
 
+@pytest.mark.gpu2
+@pytest.mark.skipif(GPU_SKIP is not None, reason=GPU_SKIP or "")
+def test_gpu_torch_across_two_gpus(no_leaks):
+    """The producer's tensor lives on GPU 0, the consumer copies it to GPU 1: checked on the GPU
+    whose context maps it, copied with a peer copy, bounded by peer@0>1."""
+    sizes = (4096, 8 << 20)
+    outcome, rows, notes = gpu_run("torch", sizes, devices=(0, 1))
+    assert outcome.ok, outcome.error
+    data = [r for r in rows if r["path"] == "torch" and r["metric"] == "bandwidth"]
+    assert set(groups(data, "variant", "measure", "bytes")) == {
+        (v, m, n) for v in variants_run(notes) for m in ("stream", "handoff") for n in sizes}
+    assert all(r["verified"] is True and r["seconds"] > 0 and r["ceiling"] == "peer@0>1" for r in data)
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(GPU_SKIP is not None, reason=GPU_SKIP or "")
 def test_gpu_torch_handles_times_first_receipts_against_size(no_leaks):

@@ -88,6 +88,18 @@ class Gpu:
 
         return launch
 
+    def peer_copy_launcher(self, nbytes: int, src_device: int) -> Callable[[int, int], None]:
+        """f(dst, src) enqueuing cudaMemcpyPeerAsync of nbytes from src on GPU src_device into dst on
+        this GPU: for memory this process maps in another GPU's context (an IPC mapping torch opened
+        on the producer's GPU), where cudaMemcpyAsync's default direction is refused (invalid value)."""
+        fn, stream, device = rt().memcpyPeerAsync, self.stream.ptr, self.device
+
+        def launch(dst: int, src: int) -> None:
+            with cuda_call("cudaMemcpyPeerAsync", device):
+                fn(dst, device, src, src_device, nbytes, stream)
+
+        return launch
+
     def synchronize(self) -> None:
         with cuda_call("cudaStreamSynchronize", self.device):
             self.stream.synchronize()

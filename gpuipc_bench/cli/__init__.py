@@ -136,9 +136,9 @@ def _ascii_fallback(error: UnicodeError):
 codecs.register_error("gpuipc-bench-ascii", _ascii_fallback)
 
 
-class _StdoutUntilClosed:
-    """sys.stdout that drops the output once its reader has gone (`| head`): the run goes
-    on, writes its CSV and its messages on stderr, and exits as it would have."""
+class _UntilClosed:
+    """sys.stdout or sys.stderr that drops the output once its reader has gone (`| head`,
+    `2>&1 | head`): the run goes on, writes its CSV, and exits as it would have."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -174,14 +174,16 @@ class _StdoutUntilClosed:
 
 def _degrade_output() -> None:
     """Output degrades instead of failing: characters the streams' encoding lacks become ASCII
-    look-alikes, and a closed standard output ends only the output."""
+    look-alikes, and a closed standard output or error ends only that output."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="gpuipc-bench-ascii")
         except (AttributeError, ValueError):
             pass
     if sys.stdout is not None:
-        sys.stdout = _StdoutUntilClosed(sys.stdout)
+        sys.stdout = _UntilClosed(sys.stdout)
+    if sys.stderr is not None:
+        sys.stderr = _UntilClosed(sys.stderr)
 
 
 def main():

@@ -14,6 +14,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from gpuipc_bench.robust import MAX_SAMPLES, MIN_SAMPLES
 from gpuipc_bench.errors import BarrierAborted
 from gpuipc_bench.paths import PathInfo
 
@@ -34,7 +35,7 @@ QUICK_GPU_SIZES = (4 << 10, 1 << 20, 64 << 20)
 QUICK_HOST_SIZES = (4 << 10, 1 << 20)
 THOROUGH_GPU_SIZES = tuple(4 ** k for k in range(1, 16))  # 4 B .. 1 GiB
 THOROUGH_HOST_SIZES = tuple(4 ** k for k in range(1, 14))  # 4 B .. 64 MiB
-DEFAULT_SAMPLES = (6, 20, 1)  # (min samples, max samples, warm-up samples) without a preset
+DEFAULT_SAMPLES = (MIN_SAMPLES, MAX_SAMPLES, 1)  # (min samples, max samples, warm-up samples) without a preset
 PRESETS = {  # --quick / --thorough: (min samples, max samples, warm-up samples)
     "quick": (3, 3, 1),
     "thorough": (20, 20, 3),

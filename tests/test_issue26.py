@@ -344,3 +344,44 @@ def test_10_the_janitor_does_nothing_when_the_parent_cleans_up(tmp_path):
     assert not marker.exists()
     with pytest.raises(ChildProcessError):
         os.waitpid(janitor.pid, os.WNOHANG)
+
+
+# ------------------------------------------------------------------------ 11 (help part): help texts from the code
+
+
+def _help(*args: str) -> str:
+    result = CliRunner().invoke(cli, [*args, "--help"], env={"COLUMNS": "2000"})
+    assert result.exit_code == 0
+    return " ".join(result.output.split())
+
+
+def test_11_top_level_help_names_every_registered_scenario():
+    from gpuipc_bench.scenarios import SCENARIOS
+
+    text = _help()
+    assert all(name in text for name in SCENARIOS), text
+    default = [name for name, s in SCENARIOS.items() if s.in_default_run]
+    assert f"Scenarios ({len(default)} in the default run): {', '.join(default)}." in text
+
+
+def test_11_run_help_states_what_the_code_does_and_no_time():
+    import re
+
+    from gpuipc_bench import robust, scenario
+    from gpuipc_bench.gpu.timing import WARMUP_OPS
+    from gpuipc_bench.sizes import format_size
+
+    text = _help("run")
+    assert not re.search(r"\babout \d+ ?s\b", text, re.I), "a time in --help that no run backs"
+    quick = scenario.PRESETS["quick"]
+    assert f"--quick A first look: {len(scenario.QUICK_GPU_SIZES)} sizes" in text
+    assert all(format_size(n) in text for n in scenario.QUICK_GPU_SIZES + scenario.QUICK_HOST_SIZES)
+    assert f"{quick[0]} samples per group after {quick[2]} warm-up sample" in text
+    thorough = scenario.PRESETS["thorough"]
+    assert f"{format_size(max(scenario.THOROUGH_GPU_SIZES))} in steps" in text
+    assert f"{thorough[0]} samples per group after {thorough[2]} warm-up samples" in text
+    assert f"Default: {format_size(min(scenario.DEFAULT_GPU_SIZES))}..{format_size(max(scenario.DEFAULT_GPU_SIZES))}" \
+        in text
+    assert f"within +-{robust.PRECISION:.0%} ({robust.WIDE_MIN_SAMPLES} when the spread is wide)" in text
+    assert f"[default: {robust.MIN_SAMPLES}]" in text and f"at most. [default: {robust.MAX_SAMPLES}]" in text
+    assert f"each also queues {WARMUP_OPS} untimed operations" in text

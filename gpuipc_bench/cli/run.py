@@ -22,6 +22,7 @@ from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_memory, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
 from gpuipc_bench.plan import plan_pairs, plan_scenarios, registry, resolve_names
+from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
     THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES,
@@ -52,8 +53,8 @@ def _samples_text(preset: str) -> str:
 @click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",
               help="Exactly N timed samples per group (turns the adaptive count off).")
 @click.option("--min-samples", type=Bounded("min_samples"), default=None,
-              help="Timed samples per group at least; more are taken until the median's 95% interval "
-                   "is within +-1% (12 when the spread is wide), up to --max-samples. "
+              help=f"Timed samples per group at least; more are taken until the median's {CONFIDENCE:.0%} interval "
+                   f"is within +-{PRECISION:.0%} ({WIDE_MIN_SAMPLES} when the spread is wide), up to --max-samples. "
                    f"[default: {DEFAULT_SAMPLES[0]}]")
 @click.option("--max-samples", type=Bounded("max_samples"), default=None,
               help=f"Timed samples per group at most. [default: {DEFAULT_SAMPLES[1]}]")

@@ -250,7 +250,7 @@ def test_9_out_dash_is_refused(no_work):
 
 
 def test_9_a_results_file_over_the_limit_is_refused_before_reading(no_work, monkeypatch):
-    import gpuipc_bench.results as results
+    import gpuipc_bench.results.reading as results
 
     big = no_work / "big.txt"
     with open(big, "wb") as fh:  # sparse: the size, not the bytes

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import stat
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -25,6 +26,7 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
     "warmup": (0, 10_000, "untimed samples per group"),
     "workers": (1, 64, "worker processes"),
     "timeout": (0.1, 86_400, "seconds"),
+    "min_effect": (0, 100, "percent"),  # report's --min-effect
 }
 
 
@@ -83,6 +85,9 @@ def check_writable(out: Path, force: bool = False) -> None:
     """Refuse an output path we could not write, before any work starts. Only a regular
     file is ever replaced: a device, a FIFO or a socket is refused (a symlink is followed:
     what it points to counts)."""
+    if str(out) == "-":
+        raise UsageError("--out -: the results go to a file, appended as each size completes, not to "
+                         "standard output; give a file name ending in .csv (--quiet prints just its path)")
     out = Path(out)
     kind = _file_kind(out)
     if kind == "directory":
@@ -101,6 +106,12 @@ def check_writable(out: Path, force: bool = False) -> None:
             raise UsageError(f"--out {out}: cannot create folder {parent}: {e.strerror}") from None
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"--out {out}: folder {parent} is not writable")
+    try:  # the file is written through a temp file beside it: make one (/proc passes the test above)
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=f".{out.name}.", suffix=".tmp")
+    except OSError as e:
+        raise UsageError(f"--out {out}: cannot create a file in folder {parent}: {e.strerror or e}") from None
+    os.close(fd)
+    os.unlink(probe)
 
 
 def _file_kind(path: Path) -> str | None:

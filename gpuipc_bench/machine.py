@@ -568,20 +568,23 @@ def _link_text(gen: int | None, width: int | None) -> str:
 
 def render_info(machine: Machine, console) -> None:
     """What `gpuipc-bench info` prints."""
+    from rich.markup import escape
     from rich.table import Table
 
+    # Every fact is escaped: what a machine or an error says is text, never rich markup
+    # (CuPy's install advice names the extras "[cuda12]" and "[cuda13]").
     console.print(
-        f"[bold]CPU[/] {machine.cpu_model} ({machine.cpu_count} logical cores) · "
-        f"host {machine.hostname} · {machine.os} · {machine.python}",
+        f"[bold]CPU[/] {escape(machine.cpu_model)} ({machine.cpu_count} logical cores) · "
+        f"host {escape(machine.hostname)} · {escape(machine.os)} · {escape(machine.python)}",
         highlight=False,
     )
 
     if machine.gpu_count == 0:
         why = machine.no_gpu_reason
-        console.print(f"[bold red]No usable CUDA GPU[/]: {why}", highlight=False)
+        console.print(f"[bold red]No usable CUDA GPU[/]: {escape(why)}", highlight=False)
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if visible is not None:
-            console.print(f"  (CUDA_VISIBLE_DEVICES={visible!r} limits what CUDA sees)", highlight=False)
+            console.print(f"  (CUDA_VISIBLE_DEVICES={escape(repr(visible))} limits what CUDA sees)", highlight=False)
     else:
         table = Table(title="GPUs", title_justify="left")
         for column in ("#", "name", "memory", "CC", "PCIe current (max)", "MIG", "PCI bus id"):
@@ -590,7 +593,7 @@ def render_info(machine: Machine, console) -> None:
             mig = gpu.mig_mode
             if gpu.mig_instances:
                 mig += f" ({len(gpu.mig_instances)} instances)"
-            table.add_row(
+            table.add_row(*(escape(cell) for cell in (
                 str(gpu.index),
                 gpu.name,
                 f"{gpu.memory_bytes / 2**30:.1f} GiB",
@@ -598,7 +601,7 @@ def render_info(machine: Machine, console) -> None:
                 gpu.pcie_text() or "n/a",
                 mig,
                 gpu.pci_bus_id or "n/a",
-            )
+            )))
         console.print(table)
         _render_mig(machine, console)
         if any(g.pcie_gen and g.pcie_max_gen and g.pcie_gen < g.pcie_max_gen for g in machine.gpus):
@@ -608,17 +611,19 @@ def render_info(machine: Machine, console) -> None:
         _render_topology(machine, console)
 
     console.print(
-        f"[bold]Driver[/] {machine.driver_version or 'n/a'} · "
-        f"[bold]CUDA driver[/] {machine.cuda_driver_version or 'n/a'} · "
-        f"[bold]CUDA runtime[/] {machine.cuda_runtime_version or 'n/a'} · "
-        f"[bold]CuPy[/] {machine.cupy_version or 'not installed'}",
+        f"[bold]Driver[/] {escape(machine.driver_version or 'n/a')} · "
+        f"[bold]CUDA driver[/] {escape(machine.cuda_driver_version or 'n/a')} · "
+        f"[bold]CUDA runtime[/] {escape(machine.cuda_runtime_version or 'n/a')} · "
+        f"[bold]CuPy[/] {escape(machine.cupy_version or 'not installed')}",
         highlight=False,
     )
-    console.print(f"[bold]MPS[/] {machine.mps}", highlight=False)
+    console.print(f"[bold]MPS[/] {escape(machine.mps)}", highlight=False)
 
 
 def _render_mig(machine: Machine, console) -> None:
     """The MIG instances of each GPU that has them, one UUID a line."""
+    from rich.markup import escape
+
     listed = False
     for gpu in machine.gpus:
         if not gpu.mig_instances:
@@ -626,7 +631,7 @@ def _render_mig(machine: Machine, console) -> None:
         listed = True
         console.print(f"[bold]MIG instances of GPU {gpu.index}[/] ({len(gpu.mig_instances)})", highlight=False)
         for uuid in gpu.mig_instances:
-            console.print(f"  {uuid}", highlight=False)
+            console.print(f"  {escape(uuid)}", highlight=False)
     if listed:
         console.print("  [dim]run on one MIG instance with --devices MIG-<uuid> (CUDA enumerates one "
                       "instance per process; IPC between instances is not supported).[/]", highlight=False)
@@ -636,6 +641,7 @@ def _render_mig(machine: Machine, console) -> None:
 
 
 def _render_topology(machine: Machine, console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     table = Table(title="Topology (link, peer access)", title_justify="left")
@@ -649,7 +655,7 @@ def _render_topology(machine: Machine, console) -> None:
                 cells.append("X")
                 continue
             peer = "✓" if (i, j) in machine.peer_access else "✗"
-            cells.append(f"{machine.links.get((i, j), '?')} {peer}")
+            cells.append(escape(f"{machine.links.get((i, j), '?')} {peer}"))
         table.add_row(f"GPU{i}", *cells)
     console.print(table)
     console.print(

@@ -52,6 +52,14 @@ def launched_by_mpi(environ=os.environ) -> bool:
     return False
 
 
+def _launcher_variable(environ=os.environ) -> str:
+    """The variable that says this process is an MPI rank ('OMPI_COMM_WORLD_SIZE=2')."""
+    for name in (*SIZE_VARIABLES, "PMIX_RANK"):
+        if name in environ:
+            return f"{name}={environ[name]}"
+    return "its environment"
+
+
 def resolve_launcher(asked: str | None) -> str:
     """'fork' or 'mpi': as asked with --launcher, else detected from the environment."""
     if asked:
@@ -70,11 +78,19 @@ class Job:
     hosts: list[str]  # each rank's host
 
     @classmethod
-    def start(cls) -> "Job":
+    def start(cls, asked: bool = True) -> "Job":
+        """Join the MPI job. `asked`: --launcher mpi was given (else the environment said so),
+        which the message names when MPI cannot be used."""
+        why = "--launcher mpi" if asked else f"started by an MPI launcher ({_launcher_variable()})"
         try:
             from mpi4py import MPI
         except ImportError as exc:
-            raise UsageError(f"--launcher mpi: needs mpi4py: {INSTALL_HINT} ({exc})") from None
+            raise UsageError(f"{why}: needs mpi4py: {INSTALL_HINT} ({exc}); or use --launcher fork") from None
+        except (RuntimeError, OSError) as exc:  # mpi4py is there, the MPI library it needs is not
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            detail = lines[1] if len(lines) > 1 else (lines[0] if lines else type(exc).__name__)
+            raise UsageError(f"{why}: mpi4py cannot load an MPI library ({detail[:160]}); install the MPI "
+                             "library mpi4py was built against, or use --launcher fork") from None
         if MPI.Query_thread() < MPI.THREAD_MULTIPLE:  # rank 0 runs its worker beside the supervisor
             raise UsageError("--launcher mpi: the MPI library gives no MPI_THREAD_MULTIPLE, which rank 0 "
                              "needs (its worker runs beside the supervisor)")

@@ -21,6 +21,7 @@ given a file name, the bandwidth figure there and the others beside it.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -527,6 +528,15 @@ def plot_targets(dest: Path, stem: str, fmt: str | None, several: bool) -> dict[
             for kind in KINDS}
 
 
+def check_plot_targets(dest: Path, stems: list[str], fmt: str | None, force: bool) -> None:
+    """Refuse, before any work, a --plot that names a bad file type or would overwrite a figure
+    (any file save_plots may write for these runs) without --force."""
+    for stem in stems:
+        for target in plot_targets(dest, stem, fmt, len(stems) > 1).values():
+            if not force and os.path.lexists(target):
+                raise UsageError(f"--plot {dest}: {target} exists; use --force to overwrite it")
+
+
 def check_plot_dest(dest: Path, option: str = "--plot") -> None:
     """Refuse a --plot destination that cannot be written, before any work."""
     dest = Path(dest)
@@ -536,8 +546,6 @@ def check_plot_dest(dest: Path, option: str = "--plot") -> None:
         probe = probe.parent
     if not probe.is_dir():
         raise UsageError(f"{option} {dest}: {probe} is a file, not a folder")
-    import os
-
     if not os.access(probe, os.W_OK | os.X_OK):
         raise UsageError(f"{option} {dest}: cannot write into {probe}")
 

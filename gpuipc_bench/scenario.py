@@ -14,6 +14,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
+from gpuipc_bench.robust import MAX_SAMPLES, MIN_SAMPLES
 from gpuipc_bench.errors import BarrierAborted
 from gpuipc_bench.paths import PathInfo
 
@@ -34,11 +35,12 @@ QUICK_GPU_SIZES = (4 << 10, 1 << 20, 64 << 20)
 QUICK_HOST_SIZES = (4 << 10, 1 << 20)
 THOROUGH_GPU_SIZES = tuple(4 ** k for k in range(1, 16))  # 4 B .. 1 GiB
 THOROUGH_HOST_SIZES = tuple(4 ** k for k in range(1, 14))  # 4 B .. 64 MiB
+DEFAULT_SAMPLES = (MIN_SAMPLES, MAX_SAMPLES, 1)  # (min samples, max samples, warm-up samples) without a preset
 PRESETS = {  # --quick / --thorough: (min samples, max samples, warm-up samples)
     "quick": (3, 3, 1),
     "thorough": (20, 20, 3),
 }
-MAILBOX_SLOTS = 64
+MAILBOX_SLOTS = 64  # the slots a scenario may name (ctx.slot), whatever its worker count
 SPIN_LIMIT_S = 0.05  # ctx.spin() spins this long, then waits like ctx.wait()
 
 
@@ -120,9 +122,9 @@ class Scenario:
         """Runs in the parent after the workers are gone: undo `prepare`."""
 
     def mailbox_slots(self, config: "RunConfig", specs: list[WorkerSpec]) -> int:
-        """How many int64 mailbox slots the scenario needs in the shared segment (named by the
-        workers through ctx.slot(name))."""
-        return MAILBOX_SLOTS
+        """How many int64 mailbox slots the scenario needs in the shared segment: the ones the
+        workers name through ctx.slot(name), and one per worker for lock_names()' checksum."""
+        return MAILBOX_SLOTS + len(specs)
 
     def memory_needed(self, config: "RunConfig", specs: list[WorkerSpec]) -> tuple[int, int]:
         """(host bytes, bytes on each GPU it uses) that the largest size needs at once: checked

@@ -88,3 +88,13 @@ def format_size(nbytes: int) -> str:
             if nbytes >= scale:
                 return f"{nbytes / scale:.1f} {unit}"
     return f"{nbytes} B"
+
+
+def describe_sizes(sizes: tuple[int, ...]) -> str:
+    """A sweep in words, for help texts: '4 B..256 MiB in steps of x4', or a list '4 KiB, 1 MiB'."""
+    sizes = tuple(sorted(sizes))
+    ratios = {b / a for a, b in zip(sizes, sizes[1:])}
+    if len(sizes) > 3 and len(ratios) == 1:
+        return f"{format_size(sizes[0])}..{format_size(sizes[-1])} in steps of x{ratios.pop():g}"
+    return ", ".join(format_size(s) for s in sizes)
+

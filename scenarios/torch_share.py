@@ -255,20 +255,64 @@ class TensorQueue:
 
 class TorchShared:
     """What the parent makes for the workers (picklable for spawned ones): the queue, and a
-    word per worker for its pid (release() removes the files torch left under it)."""
+    word per worker for its pid (close() removes the files torch left under it).
+
+    The queue of the spawn context holds three named semaphores (/dev/shm/sem.mp-*) and each
+    worker leaves torch's files: if the parent is killed (SIGKILL: no clean-up of its own), a
+    janitor forked here removes the files and the semaphores once the workers are gone (else
+    the files stay, and multiprocessing's resource tracker warns of "leaked semaphore
+    objects" as it removes the semaphores)."""
 
     def __init__(self, nworkers: int = 2):
         import multiprocessing
 
+        from gpuipc_bench.janitor import Janitor
+
         spawn = multiprocessing.get_context("spawn")
         self.queue = spawn.Queue()
         self.pids = spawn.RawArray("q", nworkers)
+        self.janitor: Janitor | None = Janitor(self._after_parent_death, pids=lambda: list(self.pids),
+                                               title="gpuipc-bench: torch janitor")
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "janitor"}  # the janitor stays here
+
+    def __setstate__(self, state):
+        self.__dict__.update(state, janitor=None)
 
     def close(self) -> None:
+        if self.janitor is not None:
+            self.janitor.close()
+        self._remove_files()
+        self.queue.close()
+
+    def _remove_files(self) -> None:
         for pid in list(self.pids):
             if pid:
                 remove_torch_files(pid)
-        self.queue.close()
+
+    def _after_parent_death(self) -> None:
+        """In the janitor, once the parent and the workers are gone."""
+        import _multiprocessing
+        from multiprocessing import resource_tracker
+
+        self._remove_files()
+        for name in queue_semaphores(self.queue):
+            try:
+                _multiprocessing.sem_unlink(name)
+            except OSError:
+                continue
+            resource_tracker.unregister(name, "semaphore")  # removed: nothing for the tracker to warn of
+
+
+def queue_semaphores(q) -> list[str]:
+    """The names of the named semaphores of a multiprocessing queue (its locks and its count)."""
+    names = []
+    for lock in (getattr(q, "_rlock", None), getattr(q, "_wlock", None), getattr(q, "_sem", None)):
+        name = getattr(getattr(lock, "_semlock", None), "name", None)
+        if name:
+            names.append(name)
+    return names
 
 
 # --------------------------------------------------------------------------- the workers

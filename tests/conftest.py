@@ -61,6 +61,46 @@ def run_scenario(monkeypatch):
     return run
 
 
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture
+def no_work(monkeypatch, tmp_path):
+    """Fails the test if a scenario is started; checks nothing is written or left behind."""
+    import gpuipc_bench.launcher
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("a scenario was started: bad input must be refused before any work")
+
+    monkeypatch.setattr(gpuipc_bench.launcher, "run_scenario", tripwire)
+    monkeypatch.chdir(tmp_path)
+    before = our_segments()
+    yield tmp_path
+    assert our_segments() == before
+    assert not [p for p in tmp_path.rglob("*.csv") if p.is_file()], "a results file was written for refused input"
+
+
+def invoke(*args: str) -> tuple[int, str]:
+    """A command through click's CliRunner: (exit code, output)."""
+    from click.testing import CliRunner
+
+    from gpuipc_bench.cli import cli
+
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    return result.exit_code, result.output
+
+
+def assert_refused(code: int, output: str, *words: str) -> None:
+    """Exit 2, one line: 'Error:' holding every word (no usage block, no traceback)."""
+    assert code == 2, output
+    errors = [line for line in output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, output
+    assert output.strip() == errors[0], f"more than the one Error: line:\n{output}"
+    for word in words:
+        assert word in errors[0], f"{word!r} not in {errors[0]!r}"
+    assert "Traceback" not in output
+
+
 # --------------------------------------------------------------------------- real processes
 
 

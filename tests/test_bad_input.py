@@ -12,49 +12,15 @@ import dataclasses
 import pytest
 
 from gpuipc_bench.sizes import format_size
-from click.testing import CliRunner
 
-from conftest import our_segments
+from conftest import assert_refused, invoke
 from gpuipc_bench import config as config_mod
-from gpuipc_bench.cli import cli
 from gpuipc_bench.config import RunConfig, check_memory
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.machine import GpuInfo, Machine
 from gpuipc_bench.scenarios import SCENARIOS
 
 GiB = 1 << 30
-
-
-@pytest.fixture
-def no_work(monkeypatch, tmp_path):
-    """Fails the test if a scenario is started; checks nothing is written or left behind."""
-    import gpuipc_bench.launcher
-
-    def tripwire(*args, **kwargs):
-        raise AssertionError("a scenario was started: bad input must be refused before any work")
-
-    monkeypatch.setattr(gpuipc_bench.launcher, "run_scenario", tripwire)
-    monkeypatch.chdir(tmp_path)
-    before = our_segments()
-    yield tmp_path
-    assert our_segments() == before
-    assert not [p for p in tmp_path.rglob("*.csv") if p.is_file()], "a results file was written for refused input"
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    return result.exit_code, result.output
-
-
-def assert_refused(code: int, output: str, *words: str) -> None:
-    """Exit 2, one line: 'Error:' holding every word (no usage block, no traceback)."""
-    assert code == 2, output
-    errors = [line for line in output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, output
-    assert output.strip() == errors[0], f"more than the one Error: line:\n{output}"
-    for word in words:
-        assert word in errors[0], f"{word!r} not in {errors[0]!r}"
-    assert "Traceback" not in output
 
 
 RUN = ["run", "-s", "host", "--out", "r.csv"]

@@ -577,7 +577,7 @@ def test_out_through_a_symlink_writes_the_target(tmp_path, clean_slate):
 def test_out_that_becomes_a_device_mid_run_is_left_alone(tmp_path, monkeypatch):
     """The check before the run passed; something puts a FIFO there meanwhile: the final
     write refuses to replace it (exit 1, one line) instead of deleting it."""
-    from gpuipc_bench import results
+    from gpuipc_bench.results import writing as results  # where ResultsFile finds write_results
 
     out = tmp_path / "r.csv"
     real_write = results.write_results

@@ -193,7 +193,7 @@ def test_failed_write_keeps_previous_file_and_removes_temp(tmp_path, monkeypatch
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(results.os, "replace", broken_replace)
+    monkeypatch.setattr(results.writing.os, "replace", broken_replace)
     with pytest.raises(OSError):
         rf.write(partial=False)
     assert path.read_bytes() == before
@@ -510,7 +510,7 @@ def test_the_reader_refuses_what_cannot_be_a_results_file_before_reading_it(tmp_
     os.mkfifo(fifo)
     with pytest.raises(ResultsFormatError, match="not a regular file"):
         read_results(fifo)  # would block for ever if it were opened
-    monkeypatch.setattr(results, "MAX_RESULTS_BYTES", 100)
+    monkeypatch.setattr(results.reading, "MAX_RESULTS_BYTES", 100)
     big = tmp_path / "big.csv"
     big.write_text("# gpuipc-bench results\n" + "#\n" * 100)
     with pytest.raises(ResultsFormatError, match="larger than any results file"):

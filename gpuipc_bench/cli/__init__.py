@@ -16,6 +16,7 @@ import codecs
 import os
 import signal
 import sys
+import textwrap
 
 import click
 
@@ -79,6 +80,23 @@ class BenchGroup(click.Group):
         except click.UsageError as e:
             raise _one_line(e) from None
 
+    def format_help_text(self, ctx, formatter):
+        """The docstring, then the scenarios as the registry lists them (never a list that drifts)."""
+        super().format_help_text(ctx, formatter)
+        from gpuipc_bench.plan import registry
+
+        scenarios = registry().values()
+        default = [s.name for s in scenarios if s.in_default_run]
+        by_name = [s.name for s in scenarios if not s.in_default_run]
+        paragraphs = [f"Scenarios ({len(default)} in the default run): {', '.join(default)}."]
+        if by_name:
+            paragraphs.append(f"Run only when named with -s: {', '.join(by_name)}.")
+        width = max((formatter.width or 80) - formatter.current_indent - 2, 20)
+        for text in paragraphs:  # wrapped here: click's wrapper would cut 'nccl-net' at its hyphen
+            formatter.write_paragraph()
+            for line in textwrap.wrap(text, width, break_on_hyphens=False):
+                formatter.write(f"{'':>{formatter.current_indent + 2}}{line}\n")
+
     def invoke(self, ctx):
         restore = _end_on_signals()
         try:
@@ -100,10 +118,7 @@ class BenchGroup(click.Group):
 def cli():
     """Measure the ways of moving data between processes on one GPU node.
 
-    \b
-    Paths: cudaMemcpy staging through host memory, CUDA IPC mapping, host mmap of
-    pinned memory, peer access between GPUs, and a CPU-only shared-memory baseline.
-    Each runs across forked worker processes, verified, next to the hardware
+    Each scenario runs across worker processes, verified, next to the hardware
     ceiling measured in the same run.
 
     \b
@@ -136,9 +151,9 @@ def _ascii_fallback(error: UnicodeError):
 codecs.register_error("gpuipc-bench-ascii", _ascii_fallback)
 
 
-class _StdoutUntilClosed:
-    """sys.stdout that drops the output once its reader has gone (`| head`): the run goes
-    on, writes its CSV and its messages on stderr, and exits as it would have."""
+class _UntilClosed:
+    """sys.stdout or sys.stderr that drops the output once its reader has gone (`| head`,
+    `2>&1 | head`): the run goes on, writes its CSV, and exits as it would have."""
 
     def __init__(self, stream):
         self._stream = stream
@@ -174,14 +189,16 @@ class _StdoutUntilClosed:
 
 def _degrade_output() -> None:
     """Output degrades instead of failing: characters the streams' encoding lacks become ASCII
-    look-alikes, and a closed standard output ends only the output."""
+    look-alikes, and a closed standard output or error ends only that output."""
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.reconfigure(errors="gpuipc-bench-ascii")
         except (AttributeError, ValueError):
             pass
     if sys.stdout is not None:
-        sys.stdout = _StdoutUntilClosed(sys.stdout)
+        sys.stdout = _UntilClosed(sys.stdout)
+    if sys.stderr is not None:
+        sys.stderr = _UntilClosed(sys.stderr)
 
 
 def main():

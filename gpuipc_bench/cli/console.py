@@ -3,17 +3,31 @@ words for the signal that ended a command."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 
 from rich.console import Console
 
+MIN_WIDTH = 40  # narrower than this, tables are a few characters a line
+
+
+def _width() -> int | None:
+    """None (rich reads COLUMNS or the terminal) unless COLUMNS is a number below MIN_WIDTH:
+    rich prints nothing at all at COLUMNS=0. Then the terminal's width (80 without one), at least
+    MIN_WIDTH."""
+    columns = os.environ.get("COLUMNS", "").strip()
+    if not columns.isdigit() or int(columns) >= MIN_WIDTH:
+        return None
+    return max(shutil.get_terminal_size().columns, MIN_WIDTH)
+
 
 def stdout_console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False, width=_width())
 
 
 def stderr_console() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, width=_width())
 
 
 def signal_name(signum: int) -> str:

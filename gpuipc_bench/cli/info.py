@@ -27,7 +27,7 @@ def list_cmd():
         here = "[green]yes[/]" if reason is None else f"[yellow]no[/]: {escape(reason)}"
         if not scenario.in_default_run:
             here += " (not in the default run: name it with -s)"
-        table.add_row(scenario.name, scenario.summary, str(scenario.gpus_needed), workers, here)
+        table.add_row(escape(scenario.name), escape(scenario.summary), str(scenario.gpus_needed), workers, here)
     stdout_console().print(table)
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from gpuipc_bench.cli.console import stderr_console, stdout_console
+from gpuipc_bench.cli.params import Bounded
 from gpuipc_bench.errors import UsageError
 
 
@@ -24,13 +25,14 @@ from gpuipc_bench.errors import UsageError
               help="Image format of --plot into a folder (default png).")
 @click.option("--amortise-over", "amortise_over", type=click.IntRange(min=1), default=1000, show_default=True,
               metavar="N", help="Break-even: the setup cost is paid once per N transfers (and, apart, every transfer).")
-@click.option("--min-effect", "min_effect", type=click.FloatRange(0, 100), default=2.0, show_default=True,
+@click.option("--min-effect", "min_effect", type=Bounded("min_effect", float), default=2.0, show_default=True,
               metavar="PCT", help="Verdict: medians less than PCT% apart are a tie, however significant the "
                                   "difference (a Mann-Whitney U test decides the rest); so are two figures of "
                                   "one copy less than PCT% apart as fractions of their own ceilings.")
+@click.option("--force", is_flag=True, help="Overwrite the --plot files if they exist.")
 @click.option("--detailed", is_flag=True, help="Every column (samples, intervals in µs, MAD, verified) and "
                                                "every figure of each warning.")
-def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed):
+def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, force=False):
     """Summarise results CSVs: median and its 95% interval per path, variant and size, against
     the ceiling; the fastest path per size (ties decided by a test on the samples) and the
     break-even of the paths with a setup cost.
@@ -52,10 +54,10 @@ def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed):
     if plot_format and plot is None:
         raise UsageError("--plot-format needs --plot DIR")
     if plot is not None:
-        from gpuipc_bench.plots import check_plot_dest, plot_targets
+        from gpuipc_bench.plots import check_plot_dest, check_plot_targets
 
         check_plot_dest(plot)
-        plot_targets(plot, "run", plot_format, len(files) > 1)  # refuses a bad suffix before any work
+        check_plot_targets(plot, _stems(files), plot_format, force)  # a bad suffix, a figure there
     runs = load_runs(files)
     for path, (frame, meta) in zip(files, runs):
         check_reportable(path, frame, meta)
@@ -82,14 +84,19 @@ def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed):
         _report_plots(runs, files, plot, plot_format)
 
 
-def _report_plots(runs, files, plot: Path, plot_format) -> None:
-    from gpuipc_bench.plots import save_plots
-
+def _stems(files) -> list[str]:
+    """Each file's name for its figures: its stem, numbered where two files share one."""
     stems: list[str] = []
     for path in files:
         stem = Path(path).stem
         stems.append(stem if stem not in stems else f"{stem}-{len(stems) + 1}")
+    return stems
+
+
+def _report_plots(runs, files, plot: Path, plot_format) -> None:
+    from gpuipc_bench.plots import save_plots
+
     written = []
-    for (frame, meta), stem in zip(runs, stems):
+    for (frame, meta), stem in zip(runs, _stems(files)):
         written += save_plots(frame, meta, plot, stem, plot_format, several=len(runs) > 1)
     stderr_console().print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True, markup=False)

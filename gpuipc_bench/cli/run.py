@@ -22,6 +22,19 @@ from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_memory, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
 from gpuipc_bench.plan import plan_pairs, plan_scenarios, registry, resolve_names
+from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
+from gpuipc_bench.scenario import (
+    DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
+    THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES,
+)
+from gpuipc_bench.sizes import describe_sizes
+
+
+def _samples_text(preset: str) -> str:
+    low, high, warm = PRESETS[preset]
+    count = f"{low}" if low == high else f"{low} to {high}"
+    return f"{count} samples per group after {warm} warm-up sample{'s' if warm != 1 else ''}"
+
 
 
 @click.command()
@@ -30,22 +43,24 @@ from gpuipc_bench.plan import plan_pairs, plan_scenarios, registry, resolve_name
 @click.option("--sizes", type=SizesType(), default=None,
               help="Message sizes: a range doubling from A to B (4KiB..1GiB), with a step "
                    "(4..1G:x4), or a list (4K,64K,1M). K/M/G are powers of 1024, kB/MB/GB of 1000. "
-                   "Default: 4 B..256 MiB in steps of 4 (host: up to 16 MiB).")
-@click.option("--quick", "preset", flag_value="quick", default=None,
-              help="About 10 s: 3 sizes (4 KiB, 1 MiB, 64 MiB), 3 samples per group, 2 processes "
-                   "in sharing.")
-@click.option("--thorough", "preset", flag_value="thorough",
-              help="The sweep up to 1 GiB (host: 64 MiB), 20 samples per group after 3 warm-up samples.")
+                   f"Default: {describe_sizes(DEFAULT_GPU_SIZES)} (host: {describe_sizes(DEFAULT_HOST_SIZES)}).")
+@click.option("--quick", is_flag=True,
+              help=f"A first look: {len(QUICK_GPU_SIZES)} sizes ({describe_sizes(QUICK_GPU_SIZES)}; host: "
+                   f"{describe_sizes(QUICK_HOST_SIZES)}), {_samples_text('quick')}.")
+@click.option("--thorough", is_flag=True,
+              help=f"The sweep {describe_sizes(THOROUGH_GPU_SIZES)} (host: {describe_sizes(THOROUGH_HOST_SIZES)}), "
+                   f"{_samples_text('thorough')}.")
 @click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",
               help="Exactly N timed samples per group (turns the adaptive count off).")
 @click.option("--min-samples", type=Bounded("min_samples"), default=None,
-              help="Timed samples per group at least; more are taken until the median's 95% interval "
-                   "is within +-1% (12 when the spread is wide), up to --max-samples. [default: 6]")
+              help=f"Timed samples per group at least; more are taken until the median's {CONFIDENCE:.0%} interval "
+                   f"is within +-{PRECISION:.0%} ({WIDE_MIN_SAMPLES} when the spread is wide), up to --max-samples. "
+                   f"[default: {DEFAULT_SAMPLES[0]}]")
 @click.option("--max-samples", type=Bounded("max_samples"), default=None,
-              help="Timed samples per group at most. [default: 20]")
+              help=f"Timed samples per group at most. [default: {DEFAULT_SAMPLES[1]}]")
 @click.option("--warmup", type=Bounded("warmup"), default=None,
               help="Untimed samples per group before the timed ones (each also queues 2 untimed "
-                   "operations before its start event). [default: 1]")
+                   f"operations before its start event). [default: {DEFAULT_SAMPLES[2]}]")
 @click.option("--devices", type=DevicesType(), default=None,
               help="GPUs to use: CUDA indices (0 or 0,1), or GPU/MIG UUIDs as `info` lists them "
                    "(MIG-..., run with CUDA_VISIBLE_DEVICES set to them). Default: GPU 0 (and 1 for peer).")
@@ -53,7 +68,7 @@ from gpuipc_bench.plan import plan_pairs, plan_scenarios, registry, resolve_name
               help="Worker processes per scenario, where the scenario allows more than 2.")
 @click.option("--out", "-o", type=click.Path(dir_okay=True, path_type=Path), default=None,
               help="CSV file to write. Default: results/<UTC time>-<host>.csv")
-@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--force", is_flag=True, help="Overwrite --out (and the --plot files) if they exist.")
 @click.option("--chunk", "chunk", type=SizesType(), default=None,
               help="Chunk size of pipelined staging (default 16MiB; a message is cut into at most 64).")
 @click.option("--timeout", type=Bounded("timeout", float), default=60.0, show_default=True,
@@ -72,8 +87,8 @@ from gpuipc_bench.plan import plan_pairs, plan_scenarios, registry, resolve_name
               help="How the workers start: 'fork' (this process forks them) or 'mpi' (they are the ranks of "
                    "`mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per rank, so N must be "
                    "what a scenario takes, 2 for the GPU pairs). Default: mpi when started by mpirun or srun.")
-def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out, force,
-        chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None):
+def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
+        force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -82,9 +97,12 @@ def run(scenario_names, sizes, preset, iterations, min_samples, max_samples, war
     """
     from gpuipc_bench import mpi_launch
 
+    if quick and thorough:
+        raise UsageError("--quick and --thorough: give one of them")
+    preset = "quick" if quick else "thorough" if thorough else None
     job = None
     if mpi_launch.resolve_launcher(launcher) == "mpi":
-        job = mpi_launch.Job.start()
+        job = mpi_launch.Job.start(asked=launcher == "mpi")
         if job.rank != 0:  # a worker: rank 0 sends each scenario (and says when to stop)
             raise click.exceptions.Exit(job.serve())
     try:
@@ -133,6 +151,11 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         check_writable(out, force)
         if not verbose and job is None:  # what libraries print in the workers goes beside the CSV
             config = dataclasses.replace(config, worker_log=str(Path(out).with_suffix(".log")))
+        if plot is not None:
+            from gpuipc_bench.plots import check_plot_dest, check_plot_targets
+
+            check_plot_dest(plot)
+            check_plot_targets(plot, [Path(out).stem], None, force)
 
         machine = probe()
         if job is not None and devices is None:
@@ -158,10 +181,6 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
                 err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
 
-        if plot is not None:
-            from gpuipc_bench.plots import check_plot_dest
-
-            check_plot_dest(plot)
         try:
             _run_plan(plan, config, machine, out, err, quiet, verbose, job)
         except BenchError:
@@ -205,9 +224,7 @@ def _fit(text: str, width: int) -> str:
 
 def _sample_counts(preset, min_samples, max_samples, warmup) -> dict:
     """The sample counts: as given, else the preset's, else the defaults (6 to 20, 1 warm-up)."""
-    from gpuipc_bench.scenario import PRESETS
-
-    low, high, warm = PRESETS.get(preset or "", (6, 20, 1))
+    low, high, warm = PRESETS.get(preset or "", DEFAULT_SAMPLES)
     return dict(min_samples=low if min_samples is None else min_samples,
                 max_samples=high if max_samples is None else max_samples,
                 warmup=warm if warmup is None else warmup)
@@ -289,7 +306,8 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
                     done.append(scenario.name)
                 spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))
                 results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs
-                results.write(partial=bool(failures), status=_status(done, failures, running=True))
+                # partial until the clean end: a run killed now (SIGKILL) must not read as complete
+                results.write(partial=True, status=_status(done, failures, running=True))
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         where = f" during {exc.scenario}{' ' + exc.at if exc.at else ''}" if getattr(exc, "scenario", "") else ""

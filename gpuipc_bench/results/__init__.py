@@ -1,0 +1,43 @@
+"""The results table and its CSV file (schema version 2).
+
+One row per sample, tidy long format (see COLUMNS). The CSV carries the machine
+facts with it, so a file pasted into an issue stands alone:
+
+    # gpuipc-bench results
+    # schema_version: 1
+    # host: node17
+    # gpu.0.name: NVIDIA H100 80GB HBM3
+    scenario,path,variant,metric,...
+    ipc,ipc,ce,bandwidth,...
+
+Metadata is a flat str -> str dict, one `# key: value` line each; backslashes,
+newlines and carriage returns in values are escaped as \\\\, \\n and \\r, other
+control characters as \\xHH.
+A run's file is written atomically (temp file in the same folder, fsync, rename) at its
+start and after every scenario, and each row is appended (and flushed) as it arrives
+in between, so a killed run keeps every sample it had sent and its header says the run
+is partial. Only a regular file is ever replaced; a symlink is followed. A reader
+drops the torn last line a kill in the middle of an append can leave in a partial file.
+
+Schema history (read_results reads every version; rows come out in the newest form):
+  1  first release (2026-11).
+  2  columns `measure` (stream | handoff | pingpong | '') and `l2_resident`; kernel-copy
+     ceilings named '<kind>-sm@...' next to the copy-engine '<kind>@...'; setup rows
+     repeated (iteration 0..n-1); path facts in the header ('# path.<name>: ...').
+     A schema-1 file reads with measure 'handoff' for staging and host bandwidth rows
+     (they handed every transfer over), 'stream' for the other bandwidth rows,
+     'pingpong' for latency rows, and l2_resident unknown (empty).
+"""
+
+from gpuipc_bench.results.reading import MAX_RESULTS_BYTES, read_results
+from gpuipc_bench.results.rows import (
+    BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, MAGIC, MEASURES, METRICS, SCHEMA_VERSION, STR_COLUMNS,
+    empty_frame, new_row, typed_frame,
+)
+from gpuipc_bench.results.writing import ResultsFile, format_results, format_rows, write_results
+
+__all__ = [
+    "BOOL_COLUMNS", "COLUMNS", "FLOAT_COLUMNS", "INT_COLUMNS", "MAGIC", "MAX_RESULTS_BYTES", "MEASURES", "METRICS",
+    "SCHEMA_VERSION", "STR_COLUMNS", "ResultsFile", "empty_frame", "format_results", "format_rows", "new_row",
+    "read_results", "typed_frame", "write_results",
+]

@@ -1,0 +1,182 @@
+"""The rows of the results table: the columns, their types and defaults, and new_row.
+(The schema's history is in gpuipc_bench.results.)"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pandas is imported where a frame is made: `run` and `list` start faster
+    import pandas as pd
+
+SCHEMA_VERSION = 2
+MAGIC = "# gpuipc-bench results"
+
+COLUMNS: tuple[str, ...] = (
+    "scenario",  # scenario module name, e.g. 'ipc'
+    "path",  # staging, ipc, mmap, peer, host, barrier, ceiling
+    "variant",  # pinned, ce, sm, push, ...; ceiling rows: 'd2d@0', 'd2d-sm@0', 'peer@0>1'; setup rows: the operation
+    "measure",  # stream | handoff | pingpong | '' (setup rows); see MEASURES
+    "metric",  # bandwidth | latency | setup
+    "src",  # '0', '1', ... or 'host'
+    "dst",
+    "bytes",  # bytes moved by one transfer
+    "iteration",  # 0-based sample index
+    "batch",  # transfers timed together in this sample
+    "seconds",  # per transfer (sample time / batch); latency: one-way; setup: the operation
+    "bandwidth_gbps",  # bytes / seconds / 1e9, one direction; NaN unless metric is bandwidth
+    "verified",  # True/False; empty (NA) for setup rows
+    "workers",  # processes in the run
+    "sharing",  # exclusive, time-sliced, mps, mig, none
+    "ceiling",  # the variant of the ceiling rows this row is compared with; '' if none
+    "l2_resident",  # True: the sample's buffers could stay in the GPU's L2 (a cache figure); empty: n/a
+)
+
+METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
+# How a figure was taken:
+#   stream    transfers queued back to back after one hand-off: pipelined throughput (GB/s)
+#   handoff   every transfer signalled from producer to consumer, the consumer's copy ordered
+#             after it: the time per transfer a program pays (and the GB/s that gives)
+#   pingpong  round trip / 2 (latency rows)
+#   ''        setup rows (one operation, timed alone)
+MEASURES: tuple[str, ...] = ("stream", "handoff", "pingpong", "")
+
+STR_COLUMNS = ("scenario", "path", "variant", "measure", "metric", "src", "dst", "sharing", "ceiling")
+INT_COLUMNS = ("bytes", "iteration", "batch", "workers")
+FLOAT_COLUMNS = ("seconds", "bandwidth_gbps")
+BOOL_COLUMNS = ("verified", "l2_resident")
+
+_DEFAULTS: dict[str, Any] = {
+    "scenario": "",
+    "path": "",
+    "variant": "",
+    "measure": "",
+    "metric": "bandwidth",
+    "src": "",
+    "dst": "",
+    "bytes": 0,
+    "iteration": 0,
+    "batch": 1,
+    "seconds": math.nan,
+    "bandwidth_gbps": None,  # None: computed for bandwidth rows, NaN otherwise
+    "verified": None,
+    "workers": 1,
+    "sharing": "none",
+    "ceiling": "",
+    "l2_resident": None,
+}
+
+
+_CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def new_row(**fields: Any) -> dict[str, Any]:
+    """One result row with every column, in COLUMNS order.
+
+    `seconds` is required. Unknown keys, an unknown metric, a non-integral byte count and the like raise
+    ValueError (a bug in the scenario, not a user error). `src`/`dst` may be given
+    as device indices (0 -> '0'). For metric 'bandwidth', bandwidth_gbps is computed
+    from bytes / seconds when not given.
+    """
+    unknown = sorted(set(fields) - set(COLUMNS))
+    if unknown:
+        raise ValueError(f"unknown result column(s): {', '.join(unknown)} (known: {', '.join(COLUMNS)})")
+    row = {**_DEFAULTS, **fields}
+
+    for col in STR_COLUMNS:
+        value = row[col]
+        row[col] = "" if value is None else str(value)
+        if _CONTROL_RE.search(row[col]):
+            raise ValueError(f"{col} must be one line of printable text, not {row[col]!r}")
+    if row["metric"] not in METRICS:
+        raise ValueError(f"metric must be one of {', '.join(METRICS)}, not {row['metric']!r}")
+    if row["measure"] not in MEASURES:
+        raise ValueError(f"measure must be one of {', '.join(m or repr(m) for m in MEASURES)}, "
+                         f"not {row['measure']!r}")
+    for col in INT_COLUMNS:
+        row[col] = _as_int(col, row[col])
+    if row["batch"] < 1:
+        raise ValueError(f"batch must be at least 1, not {row['batch']}")
+    if row["iteration"] < 0 or row["bytes"] < 0 or row["workers"] < 0:
+        raise ValueError("bytes, iteration and workers must not be negative")
+    row["seconds"] = _as_float("seconds", row["seconds"])
+    if math.isnan(row["seconds"]):
+        raise ValueError("seconds is required (per transfer; latency: one-way; setup: the operation)")
+
+    gbps = row["bandwidth_gbps"]
+    if row["metric"] == "bandwidth":
+        if gbps is None or (isinstance(gbps, float) and math.isnan(gbps)):
+            seconds = row["seconds"]
+            gbps = row["bytes"] / seconds / 1e9 if seconds > 0 and math.isfinite(seconds) else math.nan
+        row["bandwidth_gbps"] = _as_float("bandwidth_gbps", gbps)
+    else:
+        if gbps is not None and not (isinstance(gbps, float) and math.isnan(gbps)):
+            raise ValueError(f"bandwidth_gbps is only for bandwidth rows, not {row['metric']} rows")
+        row["bandwidth_gbps"] = math.nan
+
+    for col in BOOL_COLUMNS:
+        flag = row[col]
+        if flag is not None and not _is_na(flag):
+            if not isinstance(flag, (bool, np.bool_)):
+                raise ValueError(f"{col} must be True, False or None, not {flag!r}")
+            flag = bool(flag)
+        row[col] = None if _is_na(flag) else flag
+    return {col: row[col] for col in COLUMNS}
+
+
+def _as_int(col: str, value: Any) -> int:
+    if isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{col} must be an integer, not {value!r}")
+    try:
+        out = int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{col} must be an integer, not {value!r}") from None
+    if out != value:
+        raise ValueError(f"{col} must be a whole number, not {value!r}")
+    return out
+
+
+def _as_float(col: str, value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{col} must be a number, not {value!r}") from None
+
+
+def _pd():
+    import pandas
+
+    return pandas
+
+
+def _is_na(value: Any) -> bool:
+    """pandas.NA, without importing pandas."""
+    return type(value).__name__ == "NAType"
+
+
+def empty_frame() -> pd.DataFrame:
+    """A results frame with no rows and the right columns and dtypes."""
+    return typed_frame(_pd().DataFrame({col: [] for col in COLUMNS}))
+
+
+def typed_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Give the COLUMNS their dtypes (str, int64, float64, nullable boolean) and order;
+    extra columns are kept after them, unchanged."""
+    out = _pd().DataFrame(index=range(len(df)))
+    values = df.reset_index(drop=True)
+    for col in STR_COLUMNS:
+        out[col] = values[col].fillna("").astype(str) if len(values) else _pd().Series([], dtype=str)
+    for col in INT_COLUMNS:
+        out[col] = values[col].astype("int64")
+    for col in FLOAT_COLUMNS:
+        out[col] = values[col].astype("float64")
+    for col in BOOL_COLUMNS:
+        out[col] = values[col].astype("boolean")
+    extra = [c for c in values.columns if c not in COLUMNS]
+    out = out[list(COLUMNS)]
+    for col in extra:
+        out[col] = values[col]
+    return out

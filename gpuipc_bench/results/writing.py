@@ -1,0 +1,187 @@
+"""Writing a results file: atomically (temp file, fsync, rename), with its '#' header, and
+rows appended as they arrive (ResultsFile)."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import re
+import stat
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+from gpuipc_bench.errors import BenchError
+from gpuipc_bench.results.rows import COLUMNS, MAGIC, SCHEMA_VERSION, _is_na, _pd, empty_frame, new_row, typed_frame
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_META_KEY_RE = re.compile(r"^[^\s:#][^:\n\r]*$")
+
+
+class ResultsFile:
+    """The results of one run, in `path`: rewritten whole by write(), rows appended by add().
+
+    rf = ResultsFile(Path("run.csv"), {"host": "node17", ...})
+    rf.write(partial=True, status="running")   # the header; from now on rows are appended
+    rf.add(rows)                                 # as they arrive: appended and flushed
+    rf.write(partial=False); rf.close()          # at the end: the final header, atomically
+    """
+
+    def __init__(self, path: Path, metadata: Mapping[str, str] | None = None):
+        self.path = Path(path)
+        self.metadata: dict[str, str] = {}
+        for key, value in (metadata or {}).items():
+            self.set_meta(key, value)
+        self._rows: list[dict[str, Any]] = []
+        self._append: Any = None  # the written file, open for appending rows
+
+    def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        """Append rows (dicts as made by new_row; they are checked again); once the file has
+        been written, they are appended to it and flushed at once."""
+        new = [new_row(**row) for row in rows]
+        self._rows.extend(new)
+        if self._append is not None and new:
+            self._append.write(format_rows(new))
+            self._append.flush()
+
+    def set_meta(self, key: str, value: Any) -> None:
+        key = str(key).strip()
+        if not _META_KEY_RE.match(key):
+            raise ValueError(f"bad metadata key {key!r}: keys are one line, without ':', not starting with '#'")
+        self.metadata[key] = str(value)
+
+    @property
+    def frame(self) -> pd.DataFrame:
+        if not self._rows:
+            return empty_frame()
+        return typed_frame(_pd().DataFrame.from_records(self._rows, columns=list(COLUMNS)))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def write(self, partial: bool, status: str = "complete") -> None:
+        """Write everything measured so far, atomically; `partial` says the run did not finish.
+        Rows added later are appended to what this wrote."""
+        self.set_meta("partial", "true" if partial else "false")
+        self.set_meta("status", status)
+        self.close()
+        target = write_results(self.path, self.frame, self.metadata)
+        fd = os.open(target, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+        self._append = os.fdopen(fd, "w", encoding="utf-8", newline="")
+
+    def close(self) -> None:
+        """Stop appending (the file stays as written). Idempotent."""
+        if self._append is not None:
+            try:
+                self._append.close()
+            finally:
+                self._append = None
+
+
+def format_rows(rows: Iterable[Mapping[str, Any]]) -> str:
+    """CSV lines for rows made by new_row, in COLUMNS order, as format_results writes them."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    for row in rows:
+        writer.writerow([_cell_text(row[col]) for col in COLUMNS])
+    return out.getvalue()
+
+
+def _cell_text(value: Any) -> str:
+    if value is None or _is_na(value) or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def write_results(path: Path, df: pd.DataFrame, metadata: Mapping[str, str]) -> Path:
+    """Write `df` with `metadata` as a results CSV, atomically; returns the file written.
+
+    A symlink is followed (its target is written). Only a regular file is ever replaced:
+    a device, a FIFO or anything else there raises BenchError and is left alone. The text
+    goes to a temp file in the same folder, is flushed and fsynced, then renamed over the
+    target; on any failure the temp file is removed and the target is left as it was.
+    """
+    target = Path(os.path.realpath(path))
+    _refuse_unless_regular(Path(path), target)
+    text = format_results(df, metadata)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o666 & ~_umask())
+        _refuse_unless_regular(Path(path), target)  # again: it may have changed while we wrote
+        os.replace(tmp_name, target)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def _refuse_unless_regular(path: Path, target: Path) -> None:
+    try:
+        mode = os.lstat(target).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(mode):
+        shown = f"{path} (which leads to {target})" if path != target else str(path)
+        raise BenchError(f"{shown} is not a regular file; not replacing it with the results")
+
+
+def format_results(df: pd.DataFrame, metadata: Mapping[str, str]) -> str:
+    """The CSV text: the '#' header lines, then the table."""
+    lines = [MAGIC, f"# schema_version: {SCHEMA_VERSION}"]
+    for key, value in metadata.items():
+        if key == "schema_version":
+            continue  # always ours, written above
+        if not _META_KEY_RE.match(str(key)):
+            raise ValueError(f"bad metadata key {key!r}")
+        lines.append(f"# {key}: {_escape(str(value))}")
+    missing = [c for c in COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError(f"results frame lacks column(s): {', '.join(missing)}")
+    ordered = df[list(COLUMNS) + [c for c in df.columns if c not in COLUMNS]]
+    table = ordered.to_csv(index=False, lineterminator="\n", na_rep="")
+    return "\n".join(lines) + "\n" + table
+
+
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r"}
+_UNESCAPES = {"n": "\n", "r": "\r", "\\": "\\"}
+
+
+def _escape(value: str) -> str:
+    """Backslash, newline and carriage return as \\\\, \\n, \\r; other control characters as \\xHH."""
+    return re.sub(
+        r"[\\\x00-\x1f\x7f]",
+        lambda m: _ESCAPES.get(m.group(0)) or f"\\x{ord(m.group(0)):02x}",
+        value,
+    )
+
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -62,6 +62,7 @@ class RunConfig:
     chunk_bytes: int = 16 << 20  # pipelined staging chunk
     launcher: str = "fork"  # "fork" (forked workers) or "mpi" (the job's ranks are the workers)
     extra: tuple[tuple[str, str], ...] = ()  # scenario-specific knobs, kept hashable
+    sharing: tuple[str, ...] = ()  # the sharing modes same-GPU pairs run in (gpuipc_bench.modes); () none chosen
     worker_log: str = ""  # a file that takes the workers' own stdout and stderr (libraries' output); '': the terminal
 
     def __post_init__(self):

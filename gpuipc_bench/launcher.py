@@ -66,8 +66,10 @@ def run_scenario(
     on_progress: Callable[[int], None] | None = None,
     on_status: Callable[[str], None] | None = None,
     on_note: Callable[[str, str], None] | None = None,
+    env: dict[str, str] | None = None,
 ) -> Outcome:
-    """Run one scenario across forked workers. Rows reach `on_row` as they arrive.
+    """Run one scenario across forked workers. Rows reach `on_row` as they arrive. `env`: what
+    each worker sets before its first CUDA call (the sharing mode's, gpuipc_bench.modes).
 
     Returns an Outcome carrying the first real error (a worker's exception, death
     or hang). A signal (Interrupted or KeyboardInterrupt) propagates as Interrupted, with
@@ -85,7 +87,7 @@ def run_scenario(
     try:
         shared = scenario.prepare(config, specs)
         for spec in specs:
-            workers.append(_start_worker(scenario, spec, specs, config, segment, shared))
+            workers.append(_start_worker(scenario, spec, specs, config, segment, shared, env or {}))
         outcome.error = _supervise(workers, segment, config, deliver, on_progress or (lambda n: None),
                                    on_status or (lambda text: None), on_note or (lambda key, text: None))
     except (KeyboardInterrupt, Interrupted) as exc:
@@ -116,14 +118,14 @@ class _Worker:
     started: float = dataclasses.field(default_factory=time.monotonic)
 
 
-def _start_worker(scenario, spec, specs, config, segment, shared) -> _Worker:
+def _start_worker(scenario, spec, specs, config, segment, shared, env) -> _Worker:
     # "spawn" (scenario.start_method): a fresh interpreter that gets the segment and the
     # scenario's shared objects by pickle (they map the same pages again: gpuipc_bench.shared).
     context = multiprocessing.get_context(scenario.start_method) if scenario.start_method != "fork" else FORK
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(
         target=_worker_main,
-        args=(scenario, spec, specs, config, segment, shared, writer),
+        args=(scenario, spec, specs, config, segment, shared, writer, env),
         name=f"gpuipc-bench-{scenario.name}-{spec.rank}",
         daemon=True,
     )
@@ -132,7 +134,7 @@ def _start_worker(scenario, spec, specs, config, segment, shared) -> _Worker:
     return _Worker(spec, process, reader)
 
 
-def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
+def _worker_main(scenario, spec, specs, config, segment, shared, conn, env=None) -> None:
     # Ctrl-C and a hang-up reach the whole process group; the parent decides and ends us.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -140,6 +142,7 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn) -> None:
     _die_with_parent()
     if config.worker_log:
         _output_to(config.worker_log)
+    os.environ.update(env or {})  # the sharing mode's, before anything initialises CUDA
     where = "CPU" if spec.device is None else f"GPU{spec.device}"
     same_role = sum(1 for other in specs if other.role == spec.role)
     set_process_title(f"gpuipc-bench: {scenario.name} {spec.role}{f' {spec.rank}' if same_role > 1 else ''} {where}",

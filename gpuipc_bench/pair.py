@@ -24,6 +24,7 @@ class PairScenario(Scenario):
 
     gpus_needed = 1
     pairable = True
+    sharing_modes = True
     min_workers = max_workers = default_workers = 2
     worker_class: type["PairWorker"]
 

@@ -91,6 +91,42 @@ def plan_pairs(plan, config, machine, pairs):
     return expanded
 
 
+def plan_modes(sharing: str | None, machine, job=None) -> tuple[list, str | None]:
+    """The sharing modes of the run (gpuipc_bench.modes), and a note on a mode left out of the
+    default. --sharing given: each named mode must be able to run here (else UsageError)."""
+    from gpuipc_bench import modes
+
+    names = modes.parse(sharing) if sharing else tuple(modes.MODES)
+    if job is not None:
+        if sharing:
+            raise UsageError("--sharing: under MPI the ranks share their GPU as the job started them "
+                             "(start the job as clients of an MPS daemon for mps)")
+        return [], None
+    if not machine.gpu_count:
+        if sharing:
+            raise UsageError(f"--sharing {sharing}: there is no GPU to share here")
+        return [], None
+    chosen, note = [], None
+    for mode in modes.make(names):
+        reason = mode.unavailable()
+        if reason is None:
+            chosen.append(mode)
+        elif sharing:
+            raise UsageError(f"--sharing {mode.name}: cannot run here: {reason}")
+        else:
+            note = f"the {mode.name} mode for same-GPU pairs: {reason}"
+    return chosen, note
+
+
+def modes_for(scenario, specs, modes: list) -> list:
+    """The modes a planned scenario runs in: each of the run's, where it declares sharing_modes
+    and its workers share one GPU; else once, as it is ([None])."""
+    devices = {spec.device for spec in specs}
+    if modes and scenario.sharing_modes and len(specs) > 1 and len(devices) == 1 and None not in devices:
+        return modes
+    return [None]
+
+
 def mpi_reason(scenario, job) -> str | None:
     """Why a scenario cannot run with MPI ranks as its workers, or None."""
     if not job.one_node():

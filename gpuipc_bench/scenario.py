@@ -70,6 +70,9 @@ class Scenario:
     # Its workers are a producer GPU and a consumer GPU (--devices A,B): run once per GPU pair by
     # --pairs, and on a multi-GPU node's default pair beside its same-GPU run (plan.plan_pairs).
     pairable: bool = False
+    # Runs once per sharing mode of the run (--sharing) where its workers share one GPU: the
+    # harness sets the mode's environment in each worker; the scenario never knows.
+    sharing_modes: bool = False
     min_workers: int = 2
     max_workers: int = 2
     default_workers: int = 2

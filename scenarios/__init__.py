@@ -20,7 +20,6 @@ _ORDER: list[Scenario] = [
     nccl.NcclScenario(),
     torch_share.TorchScenario(),
     nvshmem.NvshmemScenario(),
-    nvshmem.NvshmemMpsScenario(),
     latency.LatencyScenario(),
     sharing.SharingScenario(),
     host.HostScenario(),

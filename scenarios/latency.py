@@ -47,6 +47,7 @@ class LatencyScenario(Scenario):
                "copy+event+flag, shared-memory flags and the barrier")
     gpus_needed = 1
     pairable = True
+    sharing_modes = True
     min_workers = max_workers = default_workers = 2
 
     def default_sizes(self, preset=""):

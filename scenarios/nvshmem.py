@@ -49,8 +49,8 @@ so the kernel is built by nvcc (-rdc, device-linked with libnvshmem_device) once
 the parent (no CUDA call there) and loaded by each PE, which runs nvshmemx_cumodule_init on
 it; without nvcc the variant is skipped with a note. One-way = round trip / 2; each PE
 verifies the peer's payload after every sample. On one time-sliced GPU each hop waits for
-the other context's time slice (~2.2 ms); `nvshmem-mps` runs the same under a private MPS
-daemon, next to the tool's own device ping-pong under MPS (`sharing`). A kernel whose peer
+the other context's time slice (~2.2 ms); the run's MPS mode (--sharing) measures the same
+under its MPS daemon, next to the tool's own device ping-pong (latency). A kernel whose peer
 never launches spins until the run's --timeout ends the workers.
 """
 
@@ -66,7 +66,6 @@ from typing import Iterator
 
 import numpy as np
 
-from gpuipc_bench import mps
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.memory import Ring, memset, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
@@ -101,7 +100,7 @@ def nvshmem_home() -> str | None:
     return home if home and os.path.isfile(os.path.join(home, "include", "nvshmem.h")) else None
 
 
-_BUILT: dict[str, str] = {}  # this run's cubin (or why not), built once for nvshmem and nvshmem-mps
+_BUILT: dict[str, str] = {}  # this run's cubin (or why not), built once per run (every mode, every pair)
 
 
 def putsig_for_run() -> str:
@@ -145,21 +144,13 @@ def build_putsig(folder: str) -> str:
 class NvshmemShared(PairShared):
     """The pair's gate page, and the device-initiated kernel built for this run (or why not)."""
 
-    def __init__(self, daemon: "mps.MpsDaemon | None" = None):
+    def __init__(self):
         super().__init__(SharedGatePage())
-        self.daemon = daemon
         self.cubin, self.reason = None, ""
         try:
             self.cubin = putsig_for_run()
         except BenchError as exc:
             self.reason = str(exc)
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            if self.daemon is not None:
-                self.daemon.stop()
 
 
 def missing_reason() -> str | None:
@@ -402,35 +393,3 @@ class NvshmemScenario(PairScenario):
 
     def waive_reason(self, machine):
         return super().waive_reason(machine) or missing_reason()
-
-
-class NvshmemMpsWorker(NvshmemWorker):
-    def run(self):
-        os.environ.update(self.ctx.shared.daemon.env())  # an MPS client from its first CUDA call
-        return super().run()
-
-
-class NvshmemMpsScenario(NvshmemScenario):
-    name = "nvshmem-mps"
-    summary = "nvshmem under a private MPS daemon: device-initiated put+signal latency, put/get"
-    worker_class = NvshmemMpsWorker
-    mpi_waiver = "starts a private MPS daemon that its workers must reach before their first CUDA call"
-
-    def default_sizes(self, preset: str = "") -> tuple[int, ...]:
-        return (4, 4096, 1 << 20) if preset == "quick" else (4, 4096, 1 << 20, 256 << 20)
-
-    def waive_reason(self, machine):
-        if shutil.which(mps.BINARY) is None:
-            return super().waive_reason(machine) or f"needs {mps.BINARY} (the MPS control daemon) on PATH"
-        return super().waive_reason(machine)
-
-    def prepare(self, config, specs):
-        try:
-            daemon = mps.MpsDaemon.start()
-        except mps.MpsUnavailable as exc:
-            raise BenchError(f"nvshmem-mps: cannot start a private MPS daemon: {exc}") from None
-        try:
-            return NvshmemShared(daemon)
-        except BaseException:
-            daemon.stop()
-            raise

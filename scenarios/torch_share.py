@@ -398,8 +398,11 @@ class TorchWorker(PairWorker):
                     yield self.setup_row(f"{variant}_receive_cold", seconds, i, nbytes, src, dst)
                     # torch maps the producer's memory in the producer GPU's context of this process,
                     # where no other GPU's kernel may read it, peer access or not: check it there
-                    with on_device(self.pdev):
-                        self.meter().gpu_for(self.pdev).verify(side.ptr(tensor), one, seed, self.path, variant)
+                    if self.same_gpu:
+                        self.gpu.verify(side.ptr(tensor), one, seed, self.path, variant)
+                    else:
+                        with on_device(self.pdev):
+                            self.meter().gpu_for(self.pdev).verify(side.ptr(tensor), one, seed, self.path, variant)
                     held, tensor = [tensor], None
                     _, seconds = timing.time_setup(held.clear, self.device)  # the last reference: torch closes it
                     yield self.setup_row(f"{variant}_release", seconds, i, nbytes, src, dst)

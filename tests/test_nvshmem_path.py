@@ -42,13 +42,6 @@ def test_the_device_kernel_says_why_it_cannot_be_built(monkeypatch, tmp_path):
         path.build_putsig(str(tmp_path))
 
 
-def test_the_mps_variant_needs_the_mps_daemon(monkeypatch):
-    monkeypatch.setattr(path.shutil, "which", lambda name: None)
-    reason = SCENARIOS["nvshmem-mps"].waive_reason(fake_machine((80 << 30,)))
-    assert reason is not None and ("nvidia-cuda-mps-control" in reason or "nvshmem4py" in reason)
-    assert SCENARIOS["nvshmem-mps"].mpi_waiver
-
-
 def test_each_variant_is_bounded_by_a_ceiling_its_own_process_measures():
     worker = path.NvshmemWorker.__new__(path.NvshmemWorker)
     worker.pdev = worker.cdev = 0

@@ -21,7 +21,7 @@ from gpuipc_bench.cli.console import signal_name, stderr_console, stdout_console
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_memory, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
-from gpuipc_bench.plan import plan_pairs, plan_scenarios, registry, resolve_names
+from gpuipc_bench.plan import modes_for, plan_modes, plan_pairs, plan_scenarios, registry, resolve_names
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
@@ -83,12 +83,17 @@ def _samples_text(preset: str) -> str:
               help="Run each GPU pair scenario (peer, ipc, vmm, mempool, staging, ...) once for every ordered "
                    "pair of GPUs ('all': every pair of this node) or for the pairs given (0-1,1-0): producer on "
                    "A, consumer on B. Default: one pair, as --devices says.")
+@click.option("--sharing", default=None, metavar="MODE[,MODE]",
+              help="How the two processes of a same-GPU pair share it: 'time-sliced' (no MPS: their contexts "
+                   "take turns), 'mps' (clients of an MPS daemon the run starts, or the one already serving "
+                   "you), or both, comma-separated: each same-GPU pair scenario runs once per mode. "
+                   "Default: both where MPS can start, else time-sliced (the run says why).")
 @click.option("--launcher", type=click.Choice(["fork", "mpi"]), default=None,
               help="How the workers start: 'fork' (this process forks them) or 'mpi' (they are the ranks of "
                    "`mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per rank, so N must be "
                    "what a scenario takes, 2 for the GPU pairs). Default: mpi when started by mpirun or srun.")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
-        force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None):
+        force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -107,7 +112,7 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
             raise click.exceptions.Exit(job.serve())
     try:
         _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
-             force, chunk, timeout, quiet, verbose, plot, job, pairs)
+             force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing)
     except mpi_launch.RanksLost as exc:  # the CSV is written: end the job with mpirun's own abort
         stderr_console().print(f"[red]error[/]: {escape(str(exc))}; ending the MPI job (MPI_Abort)", soft_wrap=True)
         job.abort(1)  # type: ignore[union-attr]
@@ -124,7 +129,7 @@ def _select_by_uuid(devices):
 
 
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
-         force, chunk, timeout, quiet, verbose, plot, job, pairs=None):
+         force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None):
     from gpuipc_bench.machine import probe
 
     if pairs is not None and devices:
@@ -173,7 +178,11 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         if pairs is not None:
             plan = plan_pairs(plan, config, machine, pairs)
         check_memory(plan, config, machine)
+        modes, mode_note = plan_modes(sharing, machine, job)
+        config = dataclasses.replace(config, sharing=tuple(mode.name for mode in modes))
         err = stderr_console()
+        if mode_note and not quiet and any(s.sharing_modes for s, _ in plan):
+            err.print(f"[yellow]skipped[/] {escape(mode_note)}", soft_wrap=True)
         if waived and not quiet:
             by_reason: dict[str, list[str]] = {}
             for name, reason in waived:
@@ -182,12 +191,14 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
                 err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
 
         try:
-            _run_plan(plan, config, machine, out, err, quiet, verbose, job)
+            _run_plan(plan, config, machine, out, err, quiet, verbose, job, modes)
         except BenchError:
             if plot is not None:
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
             raise
         finally:
+            for mode in modes:  # the MPS daemon goes with the run, whatever happened
+                mode.stop()
             _drop_if_empty(config.worker_log)
         if plot is not None:
             _plot_run(out, plot, err, quiet)
@@ -257,6 +268,8 @@ def _metadata(config: RunConfig, machine) -> dict[str, str]:
         "chunk_bytes": str(config.chunk_bytes),
         "timeout": f"{config.timeout:g}",
     }
+    if config.sharing:
+        meta["sharing.modes"] = ",".join(config.sharing)  # each same-GPU pair scenario ran once per mode
     meta.update(machine.metadata())
     meta.update(path_facts())
     return meta
@@ -269,7 +282,7 @@ def path_facts() -> dict[str, str]:
     return to_metadata([p for s in registry().values() for p in s.paths] + [CEILING])
 
 
-def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
+def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from gpuipc_bench.launcher import run_scenario
@@ -287,25 +300,34 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
                         console=err, disable=quiet, transient=False)
     try:
         with progress:
-            for scenario, specs in plan:
+            for scenario, specs, mode in [(s, w, m) for s, w in plan for m in modes_for(s, w, list(modes))]:
                 devices = {spec.device for spec in specs}
                 label = scenario.name if len(devices) < 2 else f"{scenario.name} {specs[0].device}>{specs[-1].device}"
+                if mode is not None and len(modes) > 1:
+                    label += f" {mode.name}"
                 task = progress.add_task(label, total=scenario.progress_total(config, specs), doing="")
                 started = time.monotonic()
+                try:
+                    env = _start_mode(mode, results)
+                except BenchError as exc:  # this mode cannot run: its scenarios fail, the others go on
+                    failures.append((scenario.name, exc, 0))
+                    progress.update(task, description=f"[red]{label}")
+                    continue
                 outcome = run_scenario(
                     scenario, config, specs,
                     on_row=lambda row: results.add([row]),
                     on_progress=lambda n, task=task: progress.advance(task, n),
                     on_status=lambda text, task=task: progress.update(task, doing=_fit(text, 34)),
                     on_note=lambda key, text: results.set_meta(f"note.{key}", text),
+                    **({"env": env} if mode is not None else {}),
                 )
                 if outcome.error is not None:
                     failures.append((scenario.name, outcome.error, outcome.rows))
-                    progress.update(task, description=f"[red]{scenario.name}")
+                    progress.update(task, description=f"[red]{label}")
                 else:
                     done.append(scenario.name)
                 spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))
-                results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs
+                results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs and modes
                 # partial until the clean end: a run killed now (SIGKILL) must not read as complete
                 results.write(partial=True, status=_status(done, failures, running=True))
     except (Interrupted, KeyboardInterrupt) as exc:
@@ -345,6 +367,17 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None):
     if failures:
         raise BenchError(f"{len(failures)} of {len(plan)} scenarios failed; samples taken before "
                          f"the failure are kept in {out}")
+
+
+def _start_mode(mode, results) -> dict[str, str]:
+    """Start a sharing mode on its first use (one MPS daemon per run); the environment its
+    workers set. BenchError when it cannot start."""
+    if mode is None:
+        return {}
+    mode.start()
+    for key, value in mode.facts().items():
+        results.set_meta(key, value)
+    return mode.env()
 
 
 def _worker_log(config, failures) -> str:

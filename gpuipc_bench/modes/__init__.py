@@ -1,0 +1,46 @@
+"""GPU sharing modes: how the two processes of a same-GPU pair share their GPU.
+
+A mode belongs to the harness, not to the paths: every scenario that declares
+`sharing_modes` and whose workers share one GPU runs once per mode of the run (--sharing),
+and never knows which; the mode only sets each worker's environment before its first CUDA
+call, and the rows' `sharing` column says which mode measured them. A mode is one file:
+
+    name           the rows' `sharing` value
+    unavailable()  why it cannot run here, or None (asked before any work)
+    start()        once per run, before its first worker (an MPS daemon); stop() at the end
+    env()          what each worker sets before it initialises CUDA
+    facts()        what the CSV header records about it
+
+Registry: MODES, one line each, in the order a run measures them.
+"""
+
+from __future__ import annotations
+
+from gpuipc_bench.errors import UsageError
+from gpuipc_bench.modes.base import Mode
+from gpuipc_bench.modes.mps import Mps
+from gpuipc_bench.modes.time_sliced import TimeSliced
+
+MODES: dict[str, type[Mode]] = {
+    TimeSliced.name: TimeSliced,
+    Mps.name: Mps,
+}
+
+__all__ = ["MODES", "Mode", "Mps", "TimeSliced", "parse", "make"]
+
+
+def parse(text: str, option: str = "--sharing") -> tuple[str, ...]:
+    """'time-sliced,mps' -> ('time-sliced', 'mps'); UsageError naming the option for anything else."""
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise UsageError(f"{option}: give one or more of {', '.join(MODES)}, separated by commas")
+    for name in names:
+        if name not in MODES:
+            raise UsageError(f"{option} {text}: unknown sharing mode {name!r} (known: {', '.join(MODES)})")
+    if len(set(names)) != len(names):
+        raise UsageError(f"{option} {text}: names a mode twice")
+    return tuple(sorted(names, key=list(MODES).index))
+
+
+def make(names: tuple[str, ...]) -> list[Mode]:
+    return [MODES[name]() for name in names]

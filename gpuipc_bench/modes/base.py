@@ -1,0 +1,24 @@
+"""What a sharing mode provides (see gpuipc_bench.modes)."""
+
+from __future__ import annotations
+
+
+class Mode:
+    name = ""
+    summary = ""
+
+    def unavailable(self) -> str | None:
+        return None
+
+    def start(self) -> None:
+        """Before the first worker of this mode; may raise BenchError with the reason."""
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def facts(self) -> dict[str, str]:
+        return {}
+
+    def stop(self) -> list[str]:
+        """After the last worker; never raises. What it had to do, for the notes."""
+        return []

@@ -1,0 +1,33 @@
+"""time-sliced: the GPU's default: two processes' contexts take turns (no MPS).
+
+Each worker is pointed at a private, empty MPS pipe directory, so that a daemon someone
+runs at the default location (/tmp/nvidia-mps) does not make it an MPS client."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+from gpuipc_bench.modes.base import Mode
+from gpuipc_bench.mps import PIPE_ENV, PREFIX
+
+
+class TimeSliced(Mode):
+    name = "time-sliced"
+    summary = "no MPS: the two processes' contexts take turns on the GPU (a context switch per hand-over)"
+
+    def __init__(self):
+        self.pipe_dir = ""
+
+    def start(self) -> None:
+        if not self.pipe_dir:
+            self.pipe_dir = tempfile.mkdtemp(prefix=PREFIX + "none-")
+
+    def env(self) -> dict[str, str]:
+        return {PIPE_ENV: self.pipe_dir} if self.pipe_dir else {}
+
+    def stop(self) -> list[str]:
+        if self.pipe_dir:
+            shutil.rmtree(self.pipe_dir, ignore_errors=True)
+            self.pipe_dir = ""
+        return []

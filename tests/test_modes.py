@@ -1,0 +1,117 @@
+"""The sharing-mode axis (gpuipc_bench.modes, plan.plan_modes/modes_for): which modes a run
+takes, what each sets in its workers, the daemon's life, and a same-GPU pair measured once per
+mode with the fake GPU (rows carry the mode)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import pytest
+
+import fake_gpu
+from conftest import ours
+from gpuipc_bench import modes, mps
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.errors import UsageError
+from gpuipc_bench.launcher import run_scenario
+from gpuipc_bench.plan import modes_for, plan_modes
+from gpuipc_bench.scenarios import SCENARIOS
+from test_bad_input import fake_machine
+
+
+def test_parse_names_the_option_and_keeps_the_registry_order():
+    assert modes.parse("mps,time-sliced") == ("time-sliced", "mps")
+    for text, words in (("foo", "unknown sharing mode 'foo'"), ("mps,mps", "names a mode twice"),
+                        (" , ", "give one or more of time-sliced, mps")):
+        with pytest.raises(UsageError, match="--sharing") as exc:
+            modes.parse(text)
+        assert words in str(exc.value)
+
+
+def test_default_is_both_where_mps_can_start(fake_mps):
+    chosen, note = plan_modes(None, fake_machine((80 << 30,)))
+    assert [m.name for m in chosen] == ["time-sliced", "mps"] and note is None
+
+
+def test_default_without_mps_says_why_and_an_explicit_mps_is_refused(no_mps):
+    chosen, note = plan_modes(None, fake_machine((80 << 30,)))
+    assert [m.name for m in chosen] == ["time-sliced"]
+    assert "the mps mode for same-GPU pairs: nvidia-cuda-mps-control" in note
+    with pytest.raises(UsageError, match="^--sharing mps: cannot run here: nvidia-cuda-mps-control"):
+        plan_modes("mps", fake_machine((80 << 30,)))
+
+
+def test_no_gpu_and_mpi_have_no_modes():
+    no_gpu = dataclasses.replace(fake_machine((80 << 30,)), gpus=[])
+    assert plan_modes(None, no_gpu) == ([], None)
+    with pytest.raises(UsageError, match="no GPU to share"):
+        plan_modes("mps", no_gpu)
+    with pytest.raises(UsageError, match="under MPI"):
+        plan_modes("mps", fake_machine((80 << 30,)), job=object())
+
+
+def test_only_same_gpu_pairs_of_scenarios_that_declare_it_run_per_mode():
+    machine = fake_machine((80 << 30,) * 2)
+    both = modes.make(("time-sliced", "mps"))
+    config = RunConfig(scenarios=("ipc",))
+    same = SCENARIOS["ipc"].workers(config, machine)
+    across = SCENARIOS["ipc"].workers(dataclasses.replace(config, devices=(0, 1)), machine)
+    assert modes_for(SCENARIOS["ipc"], same, both) == both
+    assert modes_for(SCENARIOS["latency"], SCENARIOS["latency"].workers(config, machine), both) == both
+    assert modes_for(SCENARIOS["ipc"], across, both) == [None]  # one process per GPU: exclusive
+    assert modes_for(SCENARIOS["sharing"], SCENARIOS["sharing"].workers(config, machine), both) == [None]
+    assert modes_for(SCENARIOS["host"], SCENARIOS["host"].workers(config, machine), both) == [None]
+    assert modes_for(SCENARIOS["ipc"], same, []) == [None]
+
+
+def test_time_sliced_points_workers_at_an_empty_private_pipe_directory():
+    mode = modes.TimeSliced()
+    mode.start()
+    pipe = mode.env()[mps.PIPE_ENV]
+    assert os.path.isdir(pipe) and os.listdir(pipe) == []
+    assert not mps.serves_this_process(mode.env())
+    mode.stop()
+    assert not os.path.exists(pipe) and mode.env() == {}
+
+
+def test_mps_mode_starts_one_daemon_and_stops_it(fake_mps):
+    mode = modes.Mps()
+    mode.start()
+    mode.start()  # once per run
+    daemon = mode.daemon
+    assert daemon is not None and daemon.running() and mps.serves_this_process(mode.env())
+    assert mode.facts() == {"sharing.mps": "a private MPS daemon started for this run"}
+    mode.stop()
+    assert not daemon.running() and not os.path.exists(daemon.pipe_dir)
+    assert mode.stop() == []  # twice is harmless
+
+
+def test_mps_mode_that_cannot_start_says_so_once(no_mps):
+    from gpuipc_bench.errors import BenchError
+
+    mode = modes.Mps()
+    for _ in range(2):
+        with pytest.raises(BenchError, match="the mps mode: cannot start a private MPS daemon"):
+            mode.start()
+
+
+def test_a_same_gpu_pair_is_measured_in_each_mode(monkeypatch, fake_mps, no_leaks):
+    """The fake GPU's ipc pair run once per mode: every row says the mode its workers were in
+    (the worker sets the mode's environment before anything else)."""
+    fake_gpu.install(monkeypatch)
+    config = RunConfig(scenarios=("ipc",), sizes=(4099,), min_samples=2, max_samples=2, timeout=20.0)
+    scenario = SCENARIOS["ipc"]
+    seen = {}
+    for mode in modes.make(("time-sliced", "mps")):
+        mode.start()
+        try:
+            rows: list[dict] = []
+            outcome = run_scenario(scenario, config, scenario.workers(config, None), on_row=rows.append,
+                                   env=mode.env())
+            assert outcome.ok, outcome.error
+            seen[mode.name] = {r["sharing"] for r in rows}
+        finally:
+            mode.stop()
+    assert seen == {"time-sliced": {"time-sliced"}, "mps": {"mps"}}
+    assert ours(fake_mps) == []  # no pipe or log folder left

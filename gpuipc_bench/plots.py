@@ -27,13 +27,14 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from gpuipc_bench.analysis import is_gpu, link_rank, summarize
+from gpuipc_bench.analysis.conditions import is_gpu, link_rank
+from gpuipc_bench.analysis.summary import summarize
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.paths import PathInfo, from_metadata, path_order
 from gpuipc_bench.report.tables import representative_sizes
 from gpuipc_bench.report.wording import link, machine_summary, run_summary
 from gpuipc_bench.sizes import format_size
-from gpuipc_bench.verdict import candidates
+from gpuipc_bench.analysis.verdict import candidates
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

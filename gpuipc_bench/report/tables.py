@@ -13,14 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 
-from gpuipc_bench.analysis import (
-    ABOVE_CEILING,
-    BIMODAL,
-    FEW_SAMPLES,
-    WIDE_INTERVAL,
-    RunAnalysis,
-    link_rank,
-)
+from gpuipc_bench.analysis.breakeven import BreakEven
+from gpuipc_bench.analysis.conditions import link_rank
+from gpuipc_bench.analysis.model import RunAnalysis
+from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL
+from gpuipc_bench.analysis.warnings import above_ceiling
 from gpuipc_bench.report.wording import (
     DASH,
     MEASURE_SHORT,
@@ -37,7 +34,6 @@ from gpuipc_bench.report.wording import (
     setup_cost,
 )
 from gpuipc_bench.sizes import format_size
-from gpuipc_bench.verdict import BreakEven, candidates
 
 
 @dataclasses.dataclass
@@ -77,7 +73,7 @@ class Table:
 
 
 _METRIC_TITLES = {"bandwidth": "bandwidth", "latency": "one-way latency"}
-FLAG_WORDS = {FEW_SAMPLES: "few samples", BIMODAL: "bimodal", WIDE_INTERVAL: "wide interval"}
+FLAG_WORDS = {FEW_SAMPLES: "few samples", BIMODAL: "two states", WIDE_INTERVAL: "wide interval"}
 
 
 def _flags(row) -> str:
@@ -85,7 +81,7 @@ def _flags(row) -> str:
     words = [FLAG_WORDS.get(r, r) for r in str(row.unstable).split(",") if r]
     if _known(row.l2_resident) and bool(row.l2_resident):
         words.append("L2")
-    if row.fraction_of_ceiling > ABOVE_CEILING:
+    if not math.isnan(above_ceiling(row)):
         words.append("above ceiling")
     if _known(row.verified) and not bool(row.verified):
         words.append("bytes wrong")
@@ -364,60 +360,6 @@ def _headline_latency(part: pd.DataFrame) -> Table:
     return Table(title, "latency", columns, rows, [int(b) for b in part["bytes"]])
 
 
-# --------------------------------------------------------------------------- the run summary
-
-SUMMARY_SIZES = (4 << 10, 1 << 20, 256 << 20)
-
-
-def path_figures(analysis: RunAnalysis, sizes: Sequence[int] = SUMMARY_SIZES) -> Table | None:
-    """Each path's headline figure: the best variant's median GB/s at a few sizes, with its
-    interval and its fraction of the ceiling. Paths that are ranked (two processes, two
-    workers); in a run without any, the references (the CPU baseline)."""
-    rows = candidates(analysis.summary, analysis.paths)
-    if rows.empty:  # the references measured between two processes (not the N-process scaling of sharing)
-        summary = analysis.summary
-        rows = summary[(summary["metric"] == "bandwidth") & (summary["path"] != "ceiling") & (summary["bytes"] > 0)]
-        workers = rows.groupby("path")["workers"].agg(lambda w: set(w) == {2})
-        rows = rows[rows["path"].map(workers).astype(bool)]
-    if rows.empty:
-        return None
-    present = sorted(set(rows["bytes"]))
-    chosen = [min(present, key=lambda p: abs(math.log2(p) - math.log2(s))) for s in sizes]
-    chosen = sorted(set(chosen))
-    sharing_per_link = rows.groupby(["path", "src", "dst"])["sharing"].nunique()
-    several_sharing = bool((sharing_per_link > 1).any())
-    mixed = analysis.schema < 2
-    columns = [Column("path", "left", 0, True), Column("link", "left", 0, True)]
-    columns += [Column(format_size(s), priority=len(chosen) - i) for i, s in enumerate(chosen)]
-    columns[-1].priority = 0  # the largest size stays
-    table_rows, groups = [], []
-    keys = ["path", "src", "dst", "sharing"]
-    for (path, src, dst, sharing), part in rows.groupby(keys, sort=False):
-        measures = list(pd.unique(part["measure"]))
-        measure = "stream" if "stream" in measures else measures[0]
-        part = part[part["measure"] == measure]
-        name = path + (f" ({MEASURE_SHORT.get(measure, measure)})" if measure == "handoff" and not mixed else "")
-        name += f" · {sharing}" if several_sharing else ""
-        cells = [name, link(src, dst)]
-        for size in chosen:
-            at = part[part["bytes"] == size].sort_values("median_s", kind="stable")
-            if at.empty:
-                cells.append(DASH)
-                continue
-            best = at.iloc[0]
-            pm = fmt_pm(best["ci_lo_gbps"], best["median_gbps"], best["ci_hi_gbps"])
-            cell = f"{fmt_num(best['median_gbps'])} {'±?' if pm == DASH else pm}"
-            if not math.isnan(best["fraction_of_ceiling"]):
-                cell += f" {fmt_percent(best['fraction_of_ceiling'])}"
-            cells.append(cell)
-        table_rows.append(cells)
-        groups.append(path)
-    order = sorted(range(len(table_rows)), key=lambda i: (list(analysis.paths).index(groups[i])
-                                                           if groups[i] in analysis.paths else 99))
-    return Table("GB/s of each path's best variant, ± its 95% interval, % of its ceiling", "summary", columns,
-                 [table_rows[i] for i in order], [groups[i] for i in order])
-
-
 # --------------------------------------------------------------------------- break-even, comparison
 
 
@@ -501,4 +443,4 @@ def verified_note(summary: pd.DataFrame) -> str:
 
 
 __all__ = ["Column", "Table", "break_even_table", "comparison_tables", "headline_tables", "measurement_tables",
-           "only_in_one", "path_figures", "representative_sizes", "setup_table", "verified_note"]
+           "only_in_one", "representative_sizes", "setup_table", "verified_note"]

@@ -13,20 +13,24 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 
-from gpuipc_bench.analysis import (
-    ABOVE_CEILING,
-    ABOVE_ITS_CEILING,
+from gpuipc_bench.analysis.breakeven import BreakEven, Crossing
+from gpuipc_bench.analysis.conditions import ABOVE_CEILING
+from gpuipc_bench.analysis.summary import (
     BIMODAL,
-    FAILED_VERIFICATION,
     FEW_SAMPLES,
     MAX_INTERVAL,
     MIN_SAMPLES,
-    SLOW_FIRST_SAMPLE,
+    SETUP_INTERVAL_SAMPLES,
     WIDE_INTERVAL,
+)
+from gpuipc_bench.analysis.verdict import MIXED, Decision
+from gpuipc_bench.analysis.warnings import (
+    ABOVE_ITS_CEILING,
+    FAILED_VERIFICATION,
+    SLOW_FIRST_SAMPLE,
     StabilityWarning,
 )
 from gpuipc_bench.sizes import format_size
-from gpuipc_bench.verdict import MIXED, Band, BreakEven, Crossing, Ranking
 
 DASH = "—"
 
@@ -313,27 +317,35 @@ MEASURE_SHORT = {"handoff": "handoff", "stream": "stream", MIXED: "measures mixe
 
 REASONS = {
     FEW_SAMPLES: f"fewer than {MIN_SAMPLES} samples",
-    BIMODAL: "bimodal",
+    BIMODAL: "two states",
     WIDE_INTERVAL: f"interval wider than ±{MAX_INTERVAL:.0%}",
 }
 
 
 def reasons(text: str) -> str:
-    """'bimodal,wide-interval' -> 'bimodal, interval wider than ±5%'."""
+    """'bimodal,wide-interval' -> 'two states, interval wider than ±5%'."""
     return ", ".join(REASONS.get(r, r) for r in text.split(",") if r)
 
 
-# Each cause of a warning: what it says, and what to do.
+# Each cause of a warning: what it says, and one sentence on what it means and what to do.
 WARNINGS: dict[str, tuple[str, str]] = {
     FAILED_VERIFICATION: ("bytes wrong in some samples",
-                          "the figure is not trustworthy; rerun, and report it if it persists"),
-    ABOVE_ITS_CEILING: (f"more than {ABOVE_CEILING - 1:.0%} above its ceiling",
-                        "a cache effect (buffers resident in L2) or a timing error, not a property of the path"),
-    BIMODAL: ("bimodal: the samples fall in two clusters", "the median sits on one of them; not ranked"),
+                          "the figure is not trustworthy and is left out of the answer; rerun, and report it if "
+                          "it persists"),
+    ABOVE_ITS_CEILING: (f"more than {ABOVE_CEILING - 1:.0%} above what bounds it",
+                        "a cache effect (buffers resident in L2) or a timing error, not a property of the path; "
+                        "compare with larger sizes"),
+    BIMODAL: ("samples in two states",
+              "each sample sits on one of two levels (often one more time-slice switch per sample); the median "
+              "is on the more common one and the comparison uses the whole range, so nothing to do unless the "
+              "figure is close to the leader"),
     WIDE_INTERVAL: (f"the median's 95% interval is wider than ±{MAX_INTERVAL:.0%}",
-                    "not ranked; try more --iterations or a quieter machine"),
-    FEW_SAMPLES: (f"fewer than {MIN_SAMPLES} samples", "try --iterations 20"),
-    SLOW_FIRST_SAMPLE: ("first sample much slower than the rest", "try more --warmup"),
+                    "the figure is noisy; it is still ranked with its spread, and only matters where it reaches "
+                    "the leader: then rerun with more --max-samples or on a quieter machine"),
+    FEW_SAMPLES: (f"fewer than {MIN_SAMPLES} samples",
+                  "too few to tell it from anything; rerun with more --min-samples"),
+    SLOW_FIRST_SAMPLE: ("first sample much slower than the rest",
+                        "warm-up was short: the median is robust to it, but try more --warmup"),
 }
 
 
@@ -349,7 +361,22 @@ def warning_subject(w: StabilityWarning, with_link: bool = False) -> str:
     return text
 
 
+def warning_short(w: StabilityWarning) -> str:
+    """A few words of what is wrong: '±5.8%', 'two states 2.9% apart, 70%/30%', 'n=2'."""
+    value = warning_value(w)
+    if w.cause == WIDE_INTERVAL:
+        return value or "wide"
+    if w.cause == BIMODAL:
+        return "two states" + (f" {value}" if value else "")
+    if w.cause == FEW_SAMPLES:
+        return value or "few samples"
+    return {FAILED_VERIFICATION: "bytes wrong", SLOW_FIRST_SAMPLE: f"slow first sample {value}".strip(),
+            ABOVE_ITS_CEILING: f"{value} of its bound".strip()}.get(w.cause, w.cause)
+
+
 def warning_value(w: StabilityWarning) -> str:
+    if w.cause == BIMODAL and not math.isnan(w.value):
+        return f"{w.value:.1%} apart, {w.share:.0%}/{1 - w.share:.0%}"
     if math.isnan(w.value):
         return ""
     if w.cause == WIDE_INTERVAL:
@@ -412,7 +439,7 @@ def warnings_count(warnings: Sequence[StabilityWarning]) -> str:
     counts: dict[str, int] = {}
     for w in warnings:
         counts[w.cause] = counts.get(w.cause, 0) + 1
-    short = {FAILED_VERIFICATION: "bytes wrong", ABOVE_ITS_CEILING: "above the ceiling", BIMODAL: "bimodal",
+    short = {FAILED_VERIFICATION: "bytes wrong", ABOVE_ITS_CEILING: "above the ceiling", BIMODAL: "two states",
              WIDE_INTERVAL: "wide interval", FEW_SAMPLES: "few samples", SLOW_FIRST_SAMPLE: "slow first sample"}
     parts = [f"{counts[c]} {short[c]}" for c in WARNINGS if c in counts]
     return f"{plural(len(warnings), 'warning')}: " + ", ".join(parts)
@@ -422,124 +449,40 @@ def warnings_count(warnings: Sequence[StabilityWarning]) -> str:
 
 
 def verdict_heading(min_effect: float) -> str:
-    return (f"Fastest path per size: the fastest median time per transfer between the same two processes, on "
-            f"one link, in one sharing mode and one measure. ~ marks a tie: the samples do not differ "
-            f"(Mann-Whitney U, p < 0.05) by {min_effect:.0%} or more, or the two are the same copy and "
-            f"differ by less than {min_effect:.0%} as fractions of their own ceilings.")
+    return (f"The fastest mechanism per size between the same two processes, on one link, in one sharing mode "
+            f"and one measure. Figures are compared with their spread: faster (medians more than "
+            f"{min_effect:.0%} apart, or the processes' own measured offset, and every sample below every "
+            f"other, or a rank test from 5 samples), the same (≈: the ratio's interval within that band) or "
+            f"undecided (≈?). Paths that are the same copy (one ceiling, 90% of it or more, or one declared "
+            f"mechanism where the call dominates) form one mechanism; the one to use is the cheapest to set up.")
 
 
-def ranking_title(r: Ranking) -> str:
-    """'GPU 0 → GPU 0 · time-sliced · stream' (the sharing mode left out when 'none')."""
-    return f"{link_title(r)} · {MEASURE_SHORT.get(r.measure, r.measure)}"
+def decision_text(d: Decision | None) -> str:
+    """'staging/pinned-hostsync (two hops through pinned host, host-synchronised)'; '—' for none."""
+    if d is None:
+        return DASH
+    return d.choice if d.cls == d.choice else f"{d.choice} ({d.cls})"
 
 
-def band_leaders(band: Band, sizes: Sequence[int] | None = None, short: bool = False) -> str:
-    """'ipc/push ~ ipc/ce', with what is tied at some sizes only: '~ ipc/sm at 4 MiB' (short:
-    '~ ipc/sm (1 size)')."""
-    if band.winner is None:
-        return "not ranked"
-    text = " ~ ".join((band.winner,) + band.tied)
-    for lab, at in band.tied_at:
-        where_ = plural(len(at), "size") if short else f"at {size_list(at, sizes)}"
-        text += f" (~ {lab} {where_})"
-    return text
+def decision_changes(changes) -> list[str]:
+    """'run 2: GPU 0 → GPU 0 · time-sliced · handoff: the choice at 4 KiB changed from
+    staging/pinned-hostsync to ipc/push' for each analysis.compare.DecisionChange (sizes in a
+    row with the same change as one span)."""
+    out: list[str] = []
+    runs: dict[tuple, list[int]] = {}
+    for c in changes:
+        runs.setdefault((c.run, c.src, c.dst, c.sharing, c.measure, c.before, c.after), []).append(c.bytes)
+    for (run, src, dst, sharing, measure, before, after), sizes in runs.items():
+        where = f"{link_title(src, dst, sharing)} · {MEASURE_SHORT.get(measure, measure)}"
+        what = (f"changed from {before} to {after}" if before and after else
+                f"is new: {after}" if after else f"is gone (was {before})")
+        out.append(f"run {run + 1}: {where}: the choice at {size_list(sizes)} {what}")
+    return out
 
 
-def compact_leaders(band: Band) -> str:
-    """'ipc/push ~ ce (~ sm)': the winner, what is tied with it throughout, and in brackets
-    what is tied with it at some of the sizes; variants of the winner's path by their variant
-    alone."""
-    if band.winner is None:
-        return "not ranked"
-    path = band.winner.split("/", 1)[0]
-
-    def name(lab: str) -> str:
-        return lab.split("/", 1)[1] if lab.split("/", 1)[0] == path else lab
-
-    text = " ~ ".join([band.winner, *map(name, band.tied)])
-    if band.tied_at:
-        text += f" (~ {', '.join(name(lab) for lab, _ in band.tied_at)})"
-    return text
-
-
-def compact_margin(band: Band) -> str:
-    """'staging 9.97–150×': the next path that is not tied (by its variant alone when it is
-    the winner's path) and its time over the fastest's."""
-    if band.runner_up is None or math.isnan(band.margin_min) or band.winner is None:
-        return ""
-    path, variant = band.runner_up.split("/", 1)
-    leading_paths = {lab.split("/", 1)[0] for lab in (band.winner, *band.tied)}
-    name = variant if path == band.winner.split("/", 1)[0] else band.runner_up if path in leading_paths else path
-    lo, hi = fmt_num(band.margin_min), fmt_num(band.margin_max)
-    return f"{name} {lo if lo == hi else f'{lo}–{hi}'}×"
-
-
-def link_title(r: Ranking) -> str:
+def link_title(src: str, dst: str, sharing: str) -> str:
     """'GPU 0 → GPU 0 · time-sliced' (the sharing mode left out when 'none')."""
-    return " · ".join([link(r.src, r.dst)] + ([r.sharing] if r.sharing and r.sharing != "none" else []))
-
-
-def band_figures(band: Band, measure: str) -> str:
-    """The winner's figures, each with its interval where there is one: a streamed ranking
-    says GB/s at the band's largest size; the others say the time per transfer at its
-    smallest size too, which is what decides small sizes."""
-    def pm(lo, med, hi) -> str:
-        text = fmt_pm(lo, med, hi)
-        return "" if text == DASH else f" {text}"
-
-    lo_s, med_s, hi_s = band.winner_s
-    lo_g, med_g, hi_g = band.winner_gbps
-    gbps = f"{fmt_num(med_g)} GB/s{pm(lo_g, med_g, hi_g)}"
-    if measure == "stream":
-        return f"{gbps} at {format_size(band.hi_bytes)}"
-    time = f"{fmt_num(med_s * 1e6)} µs{pm(lo_s, med_s, hi_s)} at {format_size(band.lo_bytes)}"
-    if band.lo_bytes == band.hi_bytes:
-        return f"{time} ({fmt_num(med_g)} GB/s)"
-    return f"{time}, {gbps} at {format_size(band.hi_bytes)}"
-
-
-def band_margin(band: Band) -> str:
-    """'next: staging/pinned, 9.97–75.5× slower' (the ratio of its median to the fastest's)."""
-    if band.runner_up is None or math.isnan(band.margin_min):
-        return ""
-    lo, hi = fmt_num(band.margin_min), fmt_num(band.margin_max)
-    span = lo if lo == hi else f"{lo}–{hi}"
-    return f"next: {band.runner_up}, {span}× slower"
-
-
-def band_notes(band: Band, sizes: Sequence[int] | None = None) -> list[str]:
-    """What the reader must know about a band: nothing else ranked, sizes whose buffers
-    could stay in L2, a winner above its ceiling, figures not ranked (and why)."""
-    notes = []
-    if band.alone and band.winner:
-        notes.append("the only figure ranked")
-    if band.l2_sizes:
-        notes.append(f"L2-resident at {size_list(band.l2_sizes, sizes)}: a cache figure")
-    if band.over_ceiling:
-        notes.append(f"above its ceiling at {size_list(band.over_ceiling, sizes)}: a cache or timing effect")
-    if band.unranked:
-        why = ", ".join(dict.fromkeys(REASONS.get(r, r) for _, text, _ in band.unranked for r in text.split(",")))
-        at_of: dict[str, list[int]] = {}
-        for lab, _, at in band.unranked:
-            at_of.setdefault(lab, []).extend(at)
-        listed = "; ".join(f"{lab} at {size_list(sorted(at), sizes)}" for lab, at in at_of.items())
-        notes.append(f"not ranked ({why}): {listed}")
-    if band.faster_unranked:
-        notes.append(f"at {size_list(band.faster_unranked, sizes)} a figure that was not ranked had a faster "
-                     "median than the winner")
-    return notes
-
-
-def describe_band(band: Band, ranking: Ranking) -> tuple[str, str, list[str]]:
-    """(sizes, leaders, details) of one band, e.g. ('4 B – 1 GiB', 'ipc/push ~ ipc/ce',
-    ['2,118 GB/s ±0.1% at 1 GiB · next: staging/pipelined, 11.7–76.1× slower', notes...])."""
-    sizes = [s.bytes for s in ranking.sizes]
-    details = []
-    if band.winner is not None:
-        figures = [band_figures(band, ranking.measure), band_margin(band)]
-        details.append(" · ".join(f for f in figures if f))
-    details += band_notes(band, sizes)
-    return size_span(band.lo_bytes, band.hi_bytes), band_leaders(band, sizes), details
+    return " · ".join([link(src, dst)] + ([sharing] if sharing and sharing != "none" else []))
 
 
 # --------------------------------------------------------------------------- break-even
@@ -583,7 +526,9 @@ def setup_cost(be: BreakEven, short: bool = False) -> str:
         text = f"{fmt_num(be.setup_s * 1e3)} ms"
         if be.setup_samples >= 2 and be.setup_lo_s < be.setup_hi_s:
             text += f" ({fmt_interval(be.setup_lo_s * 1e3, be.setup_hi_s * 1e3)})"
-    if be.setup_samples < MIN_SAMPLES:
+    if be.setup_samples < SETUP_INTERVAL_SAMPLES and not be.size_dependent and be.setup_samples >= 2:
+        text += " range" if short else " (the range of its samples)"
+    if be.setup_samples < 3:
         text += f" n={be.setup_samples}" if short else f" ({plural(be.setup_samples, 'sample')}: indicative)"
     return text
 

@@ -268,8 +268,9 @@ def info():
                    "(4..1G:x4), or a list (4K,64K,1M). K/M/G are powers of 1024, kB/MB/GB of 1000. "
                    "Default: 4 B..256 MiB in steps of 4 (host: up to 16 MiB).")
 @click.option("--quick", "preset", flag_value="quick", default=None,
-              help="About 10 s: 3 sizes (4 KiB, 1 MiB, 64 MiB), 3 samples per group, 2 processes "
-                   "in sharing.")
+              help="3 sizes (4 KiB, 1 MiB, 64 MiB), 3 samples per group after 1 warm-up, 2 processes "
+                   "in sharing. Every size is ranked: 3 samples a side decide when they do not overlap "
+                   "(the range of 3 covers the median 75% of the time); the rest are shown undecided.")
 @click.option("--thorough", "preset", flag_value="thorough",
               help="The sweep up to 1 GiB (host: 64 MiB), 20 samples per group after 3 warm-up samples.")
 @click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",
@@ -650,12 +651,15 @@ def _stop_stale_mps(err) -> None:
 @click.option("--amortise-over", "amortise_over", type=click.IntRange(min=1), default=1000, show_default=True,
               metavar="N", help="Break-even: the setup cost is paid once per N transfers (and, apart, every transfer).")
 @click.option("--min-effect", "min_effect", type=click.FloatRange(0, 100), default=2.0, show_default=True,
-              metavar="PCT", help="Verdict: medians less than PCT% apart are a tie, however significant the "
-                                  "difference (a Mann-Whitney U test decides the rest); so are two figures of "
-                                  "one copy less than PCT% apart as fractions of their own ceilings.")
+              metavar="PCT", help="Verdict: medians less than PCT% apart (or than the processes' own measured "
+                                  "offset) are never 'faster'; figures whose ratio's interval lies within it "
+                                  "are 'the same'; the rest are 'undecided'.")
 @click.option("--detailed", is_flag=True, help="Every column (samples, intervals in µs, MAD, verified) and "
                                                "every figure of each warning.")
-def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed):
+@click.option("--summary", "summary", is_flag=True,
+              help="The one-screen answer `run` prints at its end: a line per decision, set-up costs, "
+                   "confidence, the warnings that could change a line.")
+def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, summary):
     """Summarise results CSVs: median and its 95% interval per path, variant and size, against
     the ceiling; the fastest path per size (ties decided by a test on the samples) and the
     break-even of the paths with a setup cost.
@@ -692,6 +696,12 @@ def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed):
         click.echo(render_csv(runs, sources), nl=False)
     elif fmt == "json":
         click.echo(render_json(runs, sources, **options))
+    elif summary:
+        from gpuipc_bench.report import render_run_summary
+
+        console = _stdout()
+        for source, (frame, meta) in zip(sources, runs):
+            render_run_summary(frame, meta, console, source=source, **options)
     else:
         from rich.text import Text
 

@@ -85,6 +85,11 @@ def class_name(members: Sequence[Figure]) -> str:
     return max(counts, key=lambda n: (counts[n], -names.index(n)))
 
 
+def needs(f: Figure) -> int:
+    """How many dependencies beyond CUDA reaching f needs (torch, NVSHMEM, NCCL)."""
+    return len(mechanism(f.row.path, f.row.variant).needs)
+
+
 def choose(cls: MechanismClass, setup_cost: Callable[[Figure], float],
            order: Callable[[str], tuple]) -> tuple[Figure, str]:
     """(the member to use, why): the lowest set-up cost, then the fewest dependencies, then
@@ -97,9 +102,6 @@ def choose(cls: MechanismClass, setup_cost: Callable[[Figure], float],
     def cost(f: Figure) -> float:
         c = setup_cost(f)
         return c if math.isfinite(c) else math.inf
-
-    def needs(f: Figure) -> int:
-        return len(mechanism(f.row.path, f.row.variant).needs)
 
     best = min(members, key=lambda f: (cost(f), needs(f), order(f.label)))
     others = [f for f in members if f.row.path != best.row.path]

@@ -144,7 +144,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
     return RunAnalysis(
         frame=df, meta=dict(meta), paths=paths, schema=schema, summary=summary, samples=samples, candidates=rows,
         warnings=warnings,
-        answer=Answer(tuple(decisions), tuple(sections(decisions, meta)), tuple(setup.values()),
+        answer=Answer(tuple(decisions), tuple(sections(decisions, meta, setup)), tuple(setup.values()),
                       tuple(relevant_warnings(warnings, decisions, rows))),
         break_even=break_even(summary, paths, samples, amortise_over=amortise_over, mixed_measures=mixed),
         min_effect=min_effect, amortise_over=amortise_over,
@@ -220,8 +220,13 @@ def setup_costs(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> dict[st
 # --------------------------------------------------------------------------- sections
 
 
-def sections(decisions: Sequence[Decision], meta: Mapping[str, str]) -> list[Section]:
+def sections(decisions: Sequence[Decision], meta: Mapping[str, str],
+             setup: Mapping[str, SetupCost] | None = None) -> list[Section]:
     """The decisions arranged for reading (see the module's docstring)."""
+    def cost(lab: str) -> float:
+        found = (setup or {}).get(lab.partition("/")[0])
+        return found.median_s if found is not None and math.isfinite(found.median_s) else math.inf
+
     by_key: dict[tuple, list[Decision]] = {}
     for d in decisions:
         by_key.setdefault((d.src, d.dst, d.sharing, d.measure), []).append(d)
@@ -230,26 +235,49 @@ def sections(decisions: Sequence[Decision], meta: Mapping[str, str]) -> list[Sec
         per_link = counts.setdefault(d.link, {})
         per_link[d.sharing] = per_link.get(d.sharing, 0) + 1
     primary = {link: min(c, key=lambda s: (-c[s], _sharing_rank(s))) for link, c in counts.items()}
-    chosen = {(d.src, d.dst, d.measure, d.bytes): d.choice for d in decisions if d.sharing == primary[d.link]}
+    chosen = {(d.src, d.dst, d.measure, d.bytes): d for d in decisions if d.sharing == primary[d.link]}
     out: list[Section] = []
     for (src, dst, sharing, measure), found in by_key.items():
         main = sharing == primary[(src, dst)]
         if not main:
-            found = [d for d in found if chosen.get((src, dst, measure, d.bytes)) != d.choice]
+            found = [d for d in found if changes(chosen.get((src, dst, measure, d.bytes)), d)]
         if found:
-            out.append(Section(((src, dst),), sharing, measure, tuple(bands(found)), main))
-    return _group_pairs(out, meta)
+            out.append(Section(((src, dst),), sharing, measure, tuple(bands(found, cost)), main))
+    return _group_pairs(out, meta, cost)
 
 
-def bands(decisions: Sequence[Decision]) -> list[Band]:
-    """Consecutive decisions (by size) with the same choice and class, as bands."""
+def changes(main: Decision | None, other: Decision) -> bool:
+    """Whether a decision in a second sharing mode changes the main mode's at its size: the
+    main mode decided nothing there, or chose otherwise and either its choice was compared
+    in the other mode too or the other mode's choice did not tie for the main mode's."""
+    if main is None:
+        return True
+    if _holds(main.choice, other) or other.choice == main.choice:
+        return False
+    return main.choice in other.compared or not _holds(other.choice, main)
+
+
+def bands(decisions: Sequence[Decision], cost=lambda label: math.inf) -> list[Band]:
+    """Consecutive decisions (by size) where the same choice holds, as bands: a size joins the
+    band before it when the band's choice is its choice, or is in its winning class or shown
+    the same as it and costs no more to set up (never when it is only undecided against
+    it). `cost`: a path/variant's set-up seconds."""
     out: list[list[Decision]] = []
     for d in sorted(decisions, key=lambda d: d.bytes):
-        if out and out[-1][-1].choice == d.choice and out[-1][-1].cls == d.cls:
+        if out and _joins(out[-1][0].choice, d, cost):
             out[-1].append(d)
         else:
             out.append([d])
     return [Band(tuple(b)) for b in out]
+
+
+def _joins(choice: str, d: Decision, cost) -> bool:
+    return choice == d.choice or _holds(choice, d) and cost(choice) <= cost(d.choice)
+
+
+def _holds(choice: str, d: Decision) -> bool:
+    """Whether `choice` is as good as the choice of decision d: it, in its class or the same."""
+    return choice == d.choice or (choice in d.members or choice in d.same) and choice not in d.close
 
 
 def link_class(meta: Mapping[str, str], src: str, dst: str) -> str:
@@ -260,7 +288,7 @@ def link_class(meta: Mapping[str, str], src: str, dst: str) -> str:
     return str(meta.get(f"link.{a}-{b}", "")).strip()
 
 
-def _group_pairs(found: list[Section], meta: Mapping[str, str]) -> list[Section]:
+def _group_pairs(found: list[Section], meta: Mapping[str, str], cost) -> list[Section]:
     """Sections of GPU pairs of one link class, sharing mode and measure that choose alike at
     every size become one (its bands hold every pair's decisions)."""
     groups: dict[tuple, list[Section]] = {}
@@ -276,7 +304,7 @@ def _group_pairs(found: list[Section], meta: Mapping[str, str]) -> list[Section]
             continue
         merged = [d for s in members for b in s.bands for d in b.decisions]
         out.append(Section(tuple(link for s in members for link in s.links), members[0].sharing,
-                           members[0].measure, tuple(_pair_bands(merged)), members[0].primary, key[0]))
+                           members[0].measure, tuple(_pair_bands(merged, cost)), members[0].primary, key[0]))
     return sorted(out, key=lambda s: (s.cross_gpu, min(link_rank(a, b) for a, b in s.links), _sharing_rank(s.sharing),
                                       not s.primary, _measure_rank(s.measure)))
 
@@ -286,14 +314,14 @@ def _alike(members: Sequence[Section]) -> bool:
     return all(c == choices[0] for c in choices[1:])
 
 
-def _pair_bands(decisions: Sequence[Decision]) -> list[Band]:
+def _pair_bands(decisions: Sequence[Decision], cost) -> list[Band]:
     by_size: dict[int, list[Decision]] = {}
     for d in decisions:
         by_size.setdefault(d.bytes, []).append(d)
     out: list[list[Decision]] = []
     for size in sorted(by_size):
         here = by_size[size]
-        if out and out[-1][-1].choice == here[0].choice and out[-1][-1].cls == here[0].cls:
+        if out and all(_joins(out[-1][0].choice, d, cost) for d in here):
             out[-1] += here
         else:
             out.append(list(here))

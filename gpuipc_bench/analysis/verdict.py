@@ -128,6 +128,7 @@ class Decision:
     same: tuple[str, ...] = ()
     close: tuple[str, ...] = ()
     cost: str = ""
+    compared: tuple[str, ...] = ()  # every figure at this size
     leader_range: tuple[float, float] = (math.nan, math.nan)  # the fastest member's samples, min..max
 
     @property
@@ -194,14 +195,19 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         return stats.compare(a.samples, b.samples * scale, delta_for(a.row, b.row, ceilings, min_effect))
 
     found = classes.form(figures, compare)
-    win, anchor = found[0], found[0].anchor
+    anchor = found[0].anchor
+    against = [(c, compare(anchor, c.anchor)) for c in found[1:]]
+    # The classes the samples show the same as the fastest are as good a choice as its own:
+    # the one to use is the cheapest member of any of them.
+    tied = [found[0]] + [c for c, r in against if r.outcome == stats.SAME]
     nbytes = int(anchor.row.bytes)
-    choice, why = classes.choose(win, lambda f: setup_cost(f.row.path, nbytes), order)
+    pool = classes.MechanismClass("", tuple(f for c in tied for f in c.members))
+    choice, why = classes.choose(pool, lambda f: setup_cost(f.row.path, nbytes), order)
+    win = next(c for c in tied if choice in c.members)
     row = choice.row
     lo, median, hi = stats.median_interval(choice.samples)
-    against = [(c, compare(anchor, c.anchor)) for c in found[1:]]
-    same = tuple(f.label for c, r in against if r.outcome == stats.SAME for f in c.members)
-    close = tuple(f.label for f in win.members[1:]
+    same = tuple(f.label for c in tied if c is not win for f in c.members)
+    close = tuple(f.label for f in found[0].members[1:]
                   if f is not choice and compare(anchor, f).outcome == stats.UNDECIDED)
     close += tuple(f.label for c, r in against if r.outcome == stats.UNDECIDED for f in c.members)
     beaten = [(c, r) for c, r in against if r.outcome == stats.FASTER]
@@ -217,6 +223,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         fraction_of_ceiling=float(row.fraction_of_ceiling), ceiling=str(row.ceiling or ""),
         call_bound=bool(row.call_bound), l2_resident=None if pd.isna(row.l2_resident) else bool(row.l2_resident),
         samples=min(len(f.samples) for f in (anchor, *(c.anchor for c, _ in against[:1]))),
+        compared=tuple(f.label for f in figures),
         separated=bool(vs and vs.separated and not close and not same), delta=max(
             [r.delta for _, r in against] or [min_effect]),
         same=same, close=close, cost=mechanism(row.path, row.variant).cost,

@@ -42,6 +42,7 @@ class Line:
     text: str
     indent: int = 0
     style: str = ""
+    long_words: bool = False  # a word longer than the line (a file's path) may be broken
 
 
 def wrap(lines: Sequence[Line], width: int) -> list[tuple[str, str]]:
@@ -50,7 +51,8 @@ def wrap(lines: Sequence[Line], width: int) -> list[tuple[str, str]]:
     out = []
     for line in lines:
         parts = textwrap.wrap(line.text, width=width, subsequent_indent=" " * line.indent,
-                              break_long_words=False, break_on_hyphens=False, drop_whitespace=True) or [""]
+                              break_long_words=line.long_words, break_on_hyphens=False,
+                              drop_whitespace=True) or [""]
         lead = len(line.text) - len(line.text.lstrip(" "))
         if lead and not parts[0].startswith(" "):
             parts[0] = " " * lead + parts[0]
@@ -161,6 +163,7 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     `width`: the sizes column's."""
     d = band.first
     l2 = [x.bytes for x in band.decisions if x.l2_resident]
+    choice = d.choice
     span = sizes_text(band.lo, band.hi) + ("*" if l2 else "")
     members = sorted({m for x in band.decisions for m in x.members})
     name = d.cls if d.cls != d.choice else d.choice
@@ -173,10 +176,11 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     if d.cost:
         use += f", needs {d.cost}"
     rest = [use]
-    same = sorted({m for x in band.decisions for m in x.same})
+    same = sorted({m for x in band.decisions for m in (*x.same, x.choice, *x.members)} - {choice} - set(members))
     if same:
-        rest.append(f"≈ {labels(same)}{_sizes_at([x.bytes for x in band.decisions if x.same], band)}")
-    close = sorted({m for x in band.decisions for m in x.close})
+        at = [x.bytes for x in band.decisions if set(same) & {*x.same, x.choice, *x.members}]
+        rest.append(f"≈ {labels(same)}{_sizes_at(at, band)}")
+    close = sorted({m for x in band.decisions for m in x.close} - {choice})
     if close:
         rest.append(f"≈? {labels(close)}{_sizes_at([x.bytes for x in band.decisions if x.close], band)}")
     beaten = [x for x in band.decisions if x.next and math.isfinite(x.ratio)]
@@ -236,8 +240,9 @@ def confidence_line(decisions: Sequence[Decision]) -> Line | None:
         where: dict[str, list[int]] = {}
         for d in undecided:
             where.setdefault(d.measure, []).append(d.bytes)
-        text += f"; {len(undecided)} undecided (" + "; ".join(
-            f"{m} {', '.join(wording.format_size(b) for b in at)}" for m, at in where.items()) + ")"
+        listed = [f"{m} {', '.join(wording.format_size(b) for b in sorted(set(at)))}" if len(set(at)) <= 3
+                  else f"{m}: {len(set(at))} sizes" for m, at in where.items()]
+        text += f"; {len(undecided)} undecided ({'; '.join(listed)})"
     fewest = min(d.samples for d in decisions)
     if fewest < 6:
         text += f"; from {fewest} samples a range covers the median {range_coverage(fewest):.1%} of the time"
@@ -269,7 +274,11 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
     if partial:
         lines.append(Line("! " + partial, 2, "bold red"))
     if not answer.sections:
-        lines.append(Line(NO_DECISION, 0))
+        summary = analysis.summary
+        measured = summary[(summary["path"] != "ceiling") & (summary["metric"] != "setup")]
+        names = list(dict.fromkeys(f"{p}/{v}" for p, v in zip(measured["path"], measured["variant"])))
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        lines.append(Line(NO_DECISION + (f" Measured: {shown}." if names else ""), 0))
     else:
         l2 = any(d.l2_resident for d in answer.shown)
         lines.append(Line("Fastest mechanism per size; ≈ the same, ≈? undecided"
@@ -283,7 +292,7 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             lines += band_lines(band, section.measure, setup, column)
     lines += [x for x in (setup_line(answer.setup), confidence_line(answer.decisions),
                           warnings_line(answer.relevant, len(analysis.warnings))) if x is not None]
-    lines.append(Line(f"more: gpuipc-bench report {name}", 6))
+    lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)
 
 

@@ -83,8 +83,7 @@ def verdict_blocks(sections: list[Section]) -> list[RankingBlock]:
         for band in section.bands:
             d = band.first
             members = sorted({m for x in band.decisions for m in x.members})
-            leaders = d.choice + (f" ({d.cls}: {', '.join(members)})" if len(members) > 1 else
-                                  "" if d.cls == d.choice else f" ({d.cls})")
+            leaders = d.cls + (f" ({', '.join(members)})" if len(members) > 1 or d.cls != d.choice else "")
             head, rest = (line.text.strip() for line in answer.band_lines(band, section.measure, {}))
             details = [head.split(": ", 1)[-1], rest]
             if any(x.l2_resident for x in band.decisions):

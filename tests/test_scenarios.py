@@ -337,7 +337,8 @@ def test_vmm_protocol(monkeypatch, no_leaks):
     assert outcome.ok, outcome.error
     check_bandwidth_rows(rows, "vmm", ("ce", "sm", "push"), ("stream", "handoff"), SIZES)
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {(op,): SETUP_REPEATS for op in ("vmm_create", "vmm_export", "vmm_import", "vmm_map", "vmm_unmap_release")}
+    assert setup == {(op,): SETUP_REPEATS
+                     for op in ("vmm_create", "vmm_export", "vmm_import", "vmm_map", "vmm_unmap_release")}
     assert {r["src"] for r in rows if r["metric"] == "setup"} == {"0"}
 
 
@@ -346,8 +347,9 @@ def test_mempool_protocol(monkeypatch, no_leaks):
     assert outcome.ok, outcome.error
     check_bandwidth_rows(rows, "mempool", ("ce", "sm", "push"), ("stream", "handoff"), SIZES)
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {(op,): SETUP_REPEATS for op in ("pool_create", "pool_alloc", "pool_export", "ptr_export", "pool_import",
-                                         "ptr_import_first", "ptr_import", "ptr_free")}
+    assert setup == {(op,): SETUP_REPEATS
+                     for op in ("pool_create", "pool_alloc", "pool_export", "ptr_export", "pool_import",
+                                "ptr_import_first", "ptr_import", "ptr_free")}
 
 
 @pytest.mark.parametrize("name", ["vmm", "mempool", "hostpool"])

@@ -69,7 +69,8 @@ def samples_by_condition(df: pd.DataFrame) -> dict[tuple, np.ndarray]:
 
 
 def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = None,
-              paths: Mapping[str, PathInfo] | None = None, meta: Mapping[str, str] | None = None) -> pd.DataFrame:
+              paths: Mapping[str, PathInfo] | None = None,
+              meta: Mapping[str, str] | None = None) -> pd.DataFrame:
     """One row per condition, with the columns of SUMMARY_COLUMNS (see the module's docstring).
 
     ci_lo/ci_hi are NaN below 6 samples (no order-statistic interval reaches 95% there);
@@ -81,8 +82,9 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
     1 / (1/a + 1/b) for hops in sequence ('a+b') and the slower hop for hops that may overlap
     ('a|b'). ceiling_peak_gbps: that ceiling at its best size (the link's asymptotic
     bandwidth); call_bound: the figure's time per transfer is below CALL_BOUND x the per-call
-    floor, its ceiling's fastest time per transfer at any size. Rows come in path order (declared paths first), then variant (first
-    appearance), metric, measure, bytes and the other keys."""
+    floor, its ceiling's fastest time per transfer at any size. Rows come in path order
+    (declared paths first), then variant (first appearance), metric, measure, bytes and the
+    other keys."""
     if df.empty:
         return _empty_summary()
     df = l2_flags(df, meta or {})

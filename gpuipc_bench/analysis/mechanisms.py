@@ -57,8 +57,10 @@ _declare(("mmap",), "zero-copy-read", Mechanism("kernel loads from mapped host m
 _declare(("mmap",), "zero-copy-write", Mechanism("kernel stores to mapped host memory"))
 _declare(("nccl",), "send-recv", Mechanism("NCCL send/recv kernels", needs=("nccl",)))
 _declare(("nccl",), "sendrecv", Mechanism("NCCL send/recv kernels, one message at a time", needs=("nccl",)))
-_declare(("nvshmem",), "put", Mechanism("NVSHMEM put", "push", ("nvshmem",)))
-_declare(("nvshmem",), "get", Mechanism("NVSHMEM get", "pull", ("nvshmem",)))
+# On one node NVSHMEM maps the peer's memory through CUDA IPC, and a put or get on a stream is
+# a copy-engine copy (its ceiling is the same d2d copy, nvshmem.py).
+_declare(("nvshmem",), "put", Mechanism(IPC_CE, "push", ("nvshmem",)))
+_declare(("nvshmem",), "get", Mechanism(IPC_CE, "pull", ("nvshmem",)))
 # GPU-signalled hand-offs: one-way latency rows (round trip / 2) that hand a message over.
 _declare(("ipc", "peer"), "device-pingpong",
          Mechanism("kernel ping-pong, IPC-mapped flags", gpu_signalled=True, cost=RESIDENT))

@@ -248,13 +248,14 @@ def sections(decisions: Sequence[Decision], meta: Mapping[str, str],
 
 def changes(main: Decision | None, other: Decision) -> bool:
     """Whether a decision in a second sharing mode changes the main mode's at its size: the
-    main mode decided nothing there, or chose otherwise and either its choice was compared
-    in the other mode too or the other mode's choice did not tie for the main mode's."""
+    main mode decided nothing there; or the other mode chose otherwise, having compared the
+    main mode's choice too, or with a choice faster (by more than delta) than the main
+    mode's (a path measured in one mode only does not change a choice by being alone)."""
     if main is None:
         return True
     if _holds(main.choice, other) or other.choice == main.choice:
         return False
-    return main.choice in other.compared or not _holds(other.choice, main)
+    return main.choice in other.compared or other.choice_s[1] * (1 + other.delta) < main.choice_s[1]
 
 
 def bands(decisions: Sequence[Decision], cost=lambda label: math.inf) -> list[Band]:

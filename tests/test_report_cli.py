@@ -170,17 +170,21 @@ def test_comparing_two_runs_gives_ratios_and_warns_that_the_machines_differ():
     assert "GPUs: 1× NVIDIA H100 80GB HBM3 (run 1) vs 2× NVIDIA H200 (run 2)" in out
     assert "GPU links: none (run 1) vs 0-1 NV18 (run 2)" in out
     assert "driver:" not in out.split("## run 1")[0]  # same driver: not a difference
-    assert "### bandwidth: median GB/s, run 2 ÷ run 1 (above 1: run 2 faster; ~: within the intervals)" in out
-    ipc = next(line for line in out.splitlines() if line.startswith("| ipc/ce | GPU 0 → GPU 0 |"))
+    assert ("### bandwidth: median GB/s, run 2 ÷ run 1 · GPU 0 → GPU 0 · 2 workers · time-sliced (above 1: run 2 "
+            "faster; ~: within the intervals)") in out
+    ipc = next(line for line in out.splitlines() if line.startswith("| ipc/ce | stream |"))
     cells = [c.strip() for c in ipc.strip("|").split("|")]
-    assert cells[2:4] == ["stream", "time-sliced"]
-    assert len(cells) == 9 and all(c.endswith("×") for c in cells[4:])
+    assert len(cells) == 7 and all(c.endswith("×") for c in cells[2:])
     assert 1.2 < float(cells[-1].rstrip("×")) < 1.6  # H200 HBM3e vs H100 HBM3 at 1 GiB
     assert "## run 1: " in out and "## run 2: " in out
 
-    code, text = invoke("report", H100, H200)
+    code, text = invoke("report", H100, H200, columns=80)
     assert code == 0
     assert "the machines differ" in text and "run 2 ÷ run 1" in text
+    comparison = text[text.index("Comparing runs"):]
+    assert "Decisions" in comparison
+    # every ratio and size whole at 80 columns (the tables are split by link and mode to fit)
+    assert max(len(line) for line in comparison.splitlines()) <= 80 and "…" not in comparison
 
     code, data = invoke("report", "--format", "json", H100, H200)
     doc = json.loads(data)

@@ -395,36 +395,45 @@ def comparison_tables(comparison: pd.DataFrame, run: int) -> list[Table]:
         rows_df = both[both["metric"] == metric]
         if rows_df.empty:
             continue
-        sizes = representative_sizes(rows_df["bytes"])
-        if metric == "latency" and (rows_df["bytes"] == 0).any():
-            sizes = [0] + sizes
         better = "above 1: run {r} faster" if metric == "bandwidth" else "below 1: run {r} faster"
-        title = f"{metric}: median {what}, run {run + 1} ÷ run 1 ({better.format(r=run + 1)}; ~: within the intervals)"
-        keys = ["path", "variant", "src", "dst", "measure", "workers", "sharing"]
-        shown = [k for k in ("measure", "workers", "sharing") if rows_df[k].nunique() > 1]
-        columns = [Column("path/variant", "left", 0, True), Column("link", "left", 0, True)]
-        columns += [Column(k, "left") for k in shown] + [Column(format_size(s)) for s in sizes]
-        rows, groups = [], []
-        for key, group in rows_df.groupby(keys, sort=False):
-            values = dict(zip(keys, key))
-            cells = [f"{values['path']}/{values['variant']}", link(values["src"], values["dst"])]
-            cells += [str(values[k]) for k in shown]
-            at = {int(r.bytes): r for r in group.itertuples(index=False)}
-            cells += [fmt_ratio(at[s].ratio, at[s].ratio_lo, at[s].ratio_hi) if s in at else DASH for s in sizes]
-            rows.append(cells)
-            groups.append(values["path"])
-        tables.append(Table(title, f"compare-{metric}", columns, rows, groups))
+        # A table per link, worker count and sharing mode (named in its title), so that the
+        # ratios at each size fit 80 columns: the sizes between the smallest and the largest
+        # are left out first where they do not.
+        for (src, dst, workers, sharing), rows_part in rows_df.groupby(["src", "dst", "workers", "sharing"],
+                                                                       sort=False):
+            sizes = representative_sizes(rows_part["bytes"])
+            if metric == "latency" and (rows_part["bytes"] == 0).any():
+                sizes = [0] + sizes
+            where = " · ".join([link(src, dst), plural(int(workers), "worker")]
+                               + ([str(sharing)] if sharing not in ("", "none") else []))
+            title = (f"{metric}: median {what}, run {run + 1} ÷ run 1 · {where} "
+                     f"({better.format(r=run + 1)}; ~: within the intervals)")
+            keys = ["path", "variant", "measure"]
+            columns = [Column("path/variant", "left", 0, True), Column("measure", "left", 5, True)]
+            columns += [Column(format_size(s).replace(" ", "\u00a0"), priority=0 if i in (0, len(sizes) - 1)
+                               else 1 + abs(i - len(sizes) // 2)) for i, s in enumerate(sizes)]
+            rows, groups = [], []
+            for key, group in rows_part.groupby(keys, sort=False):
+                values = dict(zip(keys, key))
+                cells = [f"{values['path']}/{values['variant']}", MEASURE_SHORT.get(values["measure"],
+                                                                                     values["measure"])]
+                at = {int(r.bytes): r for r in group.itertuples(index=False)}
+                cells += [fmt_ratio(at[s].ratio, at[s].ratio_lo, at[s].ratio_hi) if s in at else DASH
+                          for s in sizes]
+                rows.append(cells)
+                groups.append(values["path"])
+            tables.append(Table(title, f"compare-{metric}", columns, rows, groups))
     setup = both[both["metric"] == "setup"]
     if not setup.empty:
         keep = setup.sort_values("bytes", kind="stable").drop_duplicates(["path", "variant", "src", "dst"], keep="last")
         keep = keep.sort_index()
-        columns = [Column("path", "left"), Column("operation", "left", 0, True), Column("link", "left", 0, True),
-                   Column("size"), Column("run 1 ms"), Column(f"run {run + 1} ms"), Column("ratio")]
-        rows = [[str(r.path), str(r.variant), link(r.src, r.dst), format_size(int(r.bytes)) if r.bytes else DASH,
+        columns = [Column("path/operation", "left", 0, True), Column("link", "left", 4, True),
+                   Column("size", priority=3), Column("run 1 ms"), Column(f"run {run + 1} ms"), Column("ratio")]
+        rows = [[f"{r.path}/{r.variant}", link(r.src, r.dst), format_size(int(r.bytes)) if r.bytes else DASH,
                  fmt_ms(r.base_s).removesuffix(" ms"), fmt_ms(r.other_s).removesuffix(" ms"),
                  fmt_ratio(r.ratio, r.ratio_lo, r.ratio_hi)] for r in keep.itertuples()]
         tables.append(Table(f"setup costs: median ms, run {run + 1} ÷ run 1 (below 1: run {run + 1} faster)",
-                            "compare-setup", columns, rows, [r[0] for r in rows]))
+                            "compare-setup", columns, rows, [r[0].partition("/")[0] for r in rows]))
     return tables
 
 

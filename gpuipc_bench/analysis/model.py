@@ -136,6 +136,8 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
     summary = summarize(df, paths=paths, meta=meta)
     samples = samples_by_condition(df)
     rows = candidates(summary, paths)
+    summary["candidate"] = summary.index.isin(rows.index[rows["metric"] == "bandwidth"]) if not rows.empty \
+        else False
     if mixed and not rows.empty:
         rows = rows.assign(measure=MIXED)
     setup = setup_costs(summary, paths)

@@ -81,6 +81,8 @@ def _flags(row) -> str:
     words = [FLAG_WORDS.get(r, r) for r in str(row.unstable).split(",") if r]
     if _known(row.l2_resident) and bool(row.l2_resident):
         words.append("L2")
+    if bool(getattr(row, "call_bound", False)):
+        words.append("call-bound")
     if not math.isnan(above_ceiling(row)):
         words.append("above ceiling")
     if _known(row.verified) and not bool(row.verified):
@@ -191,7 +193,8 @@ def _measure_table(scenario, path, metric, measure, part: pd.DataFrame, detailed
         if detailed:
             cells.append(fmt_percent(row.mad_rel))
         if has_ceiling:
-            cells.append(fmt_percent(row.fraction_of_ceiling))
+            # below twice the per-call floor the ceiling is one call too: a fraction of it says nothing
+            cells.append(DASH if bool(row.call_bound) else fmt_percent(row.fraction_of_ceiling))
         if detailed:
             cells.append(fmt_verified(row.verified))
         if any(flags):
@@ -321,7 +324,8 @@ def _headline_bandwidth(part: pd.DataFrame) -> Table:
                              fmt_interval(row.ci_lo_gbps, row.ci_hi_gbps)]
         if has_ceiling:
             frac = row.fraction_of_ceiling
-            cells.append(f"{fmt_percent(frac)} {row.ceiling}" if not math.isnan(frac) else DASH)
+            cells.append(f"{fmt_percent(frac)} {row.ceiling}" if not math.isnan(frac) and not bool(row.call_bound)
+                         else DASH)
         if any(flags):
             cells.append(flag)
         rows.append(cells)

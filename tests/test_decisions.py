@@ -246,3 +246,30 @@ def _read(path):
     from gpuipc_bench.results import read_results
 
     return read_results(path)
+
+
+# --------------------------------------------------------------------------- --quick, warnings
+
+
+def test_the_quick_preset_ranks_every_size_it_measures():
+    from gpuipc_bench.scenario import PRESETS, QUICK_GPU_SIZES
+
+    n, most, _ = PRESETS["quick"]
+    assert n == most == 3
+    link = lambda s: 2e-6 + s / 1500e9  # noqa: E731
+    found = decisions(figure("ipc", "ce", link, sizes=QUICK_GPU_SIZES, n=n, ceiling=""),
+                      figure("staging", "pinned", lambda s: 20e-6 + s / 25e9, sizes=QUICK_GPU_SIZES, n=n,
+                             ceiling=""))
+    assert [d.bytes for d in found] == list(QUICK_GPU_SIZES)
+    assert all(d.outcome == FASTER and d.separated and d.choice == "ipc/ce" for d in found)
+
+
+def test_only_warnings_that_could_change_a_line_are_relevant():
+    noisy = [0.7, 0.8, 0.9, 1.0, 1.0, 1.1, 1.2, 1.3]  # a wide interval on both
+    run = analyse(frame([r for g in (
+        figure("ipc", "ce", 10e-6, ceiling="", samples=[1 + 1e-3 * i for i in range(8)]),
+        figure("staging", "pinned", 10.5e-6, ceiling="", samples=noisy),  # reaches the leader: could change it
+        figure("staging", "pageable", 100e-6, ceiling="", samples=noisy),  # 10x behind: cannot
+    ) for r in g]), META)
+    assert {w.variant for w in run.warnings} == {"pinned", "pageable"}
+    assert [w.variant for w in run.answer.relevant] == ["pinned"]

@@ -249,8 +249,10 @@ def confidence_line(decisions: Sequence[Decision]) -> Line | None:
     return Line(text + ".", 2)
 
 
-def warning_subject(w: StabilityWarning) -> str:
-    what = wording.warning_short(w).split(",")[0]
+def _figure_warnings(ws: Sequence[StabilityWarning]) -> str:
+    """'ipc/sm 16 MiB handoff (two states 4.6% apart; ±6%)': a figure once, with every cause."""
+    w = ws[0]
+    what = "; ".join(wording.warning_short(x).split(",")[0] for x in ws)
     return f"{w.path}/{w.variant} {wording.format_size(int(w.bytes))} {w.measure} ({what})"
 
 
@@ -259,10 +261,13 @@ def warnings_line(relevant: Sequence[StabilityWarning], total: int) -> Line | No
         return None
     if not relevant:
         return Line(f"{wording.plural(total, 'warning')}, none could change a line of this answer.", 2, "dim")
-    listed = ", ".join(warning_subject(w) for w in relevant[:MAX_WARNINGS_LISTED])
-    more = len(relevant) - MAX_WARNINGS_LISTED
+    figures: dict[tuple, list[StabilityWarning]] = {}
+    for w in relevant:
+        figures.setdefault(w.figure, []).append(w)
+    listed = ", ".join(_figure_warnings(ws) for ws in list(figures.values())[:MAX_WARNINGS_LISTED])
+    more = len(figures) - MAX_WARNINGS_LISTED
     return Line(f"! {len(relevant)} of {wording.plural(total, 'warning')} could change a line: {listed}"
-                + (f", {more} more" if more > 0 else "") + ".", 2, "yellow")
+                + (f", {more} more figure{'s' if more > 1 else ''}" if more > 0 else "") + ".", 2, "yellow")
 
 
 def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list[tuple[str, str]]:

@@ -273,3 +273,23 @@ def test_only_warnings_that_could_change_a_line_are_relevant():
     ) for r in g]), META)
     assert {w.variant for w in run.warnings} == {"pinned", "pageable"}
     assert [w.variant for w in run.answer.relevant] == ["pinned"]
+
+
+def test_a_batched_kernel_path_may_beat_one_call_per_copy_at_small_sizes_without_a_warning():
+    from gpuipc_bench.analysis.warnings import ABOVE_ITS_CEILING
+
+    sizes = (4, 64 * MIB)
+    one_call = lambda s: 2e-6 + s / 2000e9  # noqa: E731  (the copy engine's ceiling: one call per copy)
+    rows = [r for g in (ceiling("nccl", one_call, sizes=sizes, key="peer@0>1", src="0", dst="1"),
+                        figure("nccl", "send-recv", lambda s: 0.5e-6 + s / 1900e9, sizes=sizes, scenario="nccl",
+                               ceiling="peer@0>1", src="0", dst="1")) for r in g]
+    run = analyse(frame(rows), {**META, **to_metadata((PathInfo("nccl"),))})
+    small = run.summary[(run.summary["path"] == "nccl") & (run.summary["bytes"] == 4)].iloc[0]
+    assert bool(small["call_bound"]) and small["fraction_of_ceiling"] > 3  # 4x the launch-bound rate
+    assert not [w for w in run.warnings if w.cause == ABOVE_ITS_CEILING]
+    # above the link's asymptotic bandwidth it is a cache or timing effect, even where call-bound
+    rows = [r for g in (ceiling("nccl", one_call, sizes=sizes, key="peer@0>1", src="0", dst="1"),
+                        figure("nccl", "send-recv", lambda s: 0.5e-6 if s == 4 else s / 2500e9, sizes=sizes,
+                               scenario="nccl", ceiling="peer@0>1", src="0", dst="1")) for r in g]
+    run = analyse(frame(rows), {**META, **to_metadata((PathInfo("nccl"),))})
+    assert [w.bytes for w in run.warnings if w.cause == ABOVE_ITS_CEILING] == [64 * MIB]

@@ -376,16 +376,16 @@ def _wins(c: Crossing) -> str:
 
 
 def setup_cost(be: BreakEven, short: bool = False) -> str:
-    """'0.126 ms (1 sample: indicative)' / '0.152–220 ms by size' / '27.4 ms (26.9–147)': the
-    median and its interval (the samples' range below 6 of them); short: '0.126 ms n=1'."""
+    """'0.126 ms (1 sample: indicative)' / '0.152–220 ms by size' / '27.4 ms (range 26.9–147)':
+    the median and its 95% interval, or the samples' range below 9 of them (where the
+    interval would be the range); short: '0.126 ms n=1'."""
     if be.size_dependent:
         text = f"{fmt_num(be.setup_min_s * 1e3)}–{fmt_num(be.setup_s * 1e3)} ms" + ("" if short else " by size")
     else:
         text = f"{fmt_num(be.setup_s * 1e3)} ms"
         if be.setup_samples >= 2 and be.setup_lo_s < be.setup_hi_s:
-            text += f" ({fmt_interval(be.setup_lo_s * 1e3, be.setup_hi_s * 1e3)})"
-    if be.setup_samples < SETUP_INTERVAL_SAMPLES and not be.size_dependent and be.setup_samples >= 2:
-        text += " range" if short else " (the range of its samples)"
+            ranged = "range " if be.setup_samples < SETUP_INTERVAL_SAMPLES else ""
+            text += f" ({ranged}{fmt_interval(be.setup_lo_s * 1e3, be.setup_hi_s * 1e3)})"
     if be.setup_samples < 3:
         text += f" n={be.setup_samples}" if short else f" ({plural(be.setup_samples, 'sample')}: indicative)"
     return text

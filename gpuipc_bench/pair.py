@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterator
 
 from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
 from gpuipc_bench.gpu.device import Gpu, enable_peer_access
-from gpuipc_bench.gpu.memory import Ring, reps_for
+from gpuipc_bench.gpu.memory import L2Check, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.sampler import Sample, Sampler
 from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
@@ -162,10 +162,9 @@ class PairWorker:
     def group(self, variant: str, measure: str, nbytes: int, src: Any, dst: Any, ceiling: str = "",
               reps: int | None = None, metric: str = "bandwidth", path: str | None = None) -> dict:
         """The fields naming one measured group (the sampler adds the sample's)."""
-        ring = Ring.for_size(nbytes, reps)
+        sides = 2 if str(src) == str(dst) and str(src) != "host" else 1
         return dict(path=path or self.path, variant=variant, measure=measure, metric=metric, src=src, dst=dst,
-                    bytes=nbytes, ceiling=ceiling,
-                    l2_resident=ring.l2_resident(self.gpu.l2_bytes))
+                    bytes=nbytes, ceiling=ceiling, l2_resident=L2Check(int(nbytes), self.gpu.l2_bytes, sides))
 
     def ceiling_rows(self, key: str, nbytes: int) -> Iterator[dict]:
         """Samples of the ceiling `key`, measured alone by this worker (see in_turn)."""

@@ -2,8 +2,9 @@
 
 matplotlib is imported inside the functions, with the Agg backend, so that only
 the commands that draw pay for it (and no display is needed). Every figure names
-the machine it was measured on, its units, and what the lines are; the figures read
-the analysis (summary columns, path facts), never text formatted for a table:
+the machine it was measured on, its units, and what the lines are; the figures render
+the analysis (analysis.model: the summary with its `candidate` column, path facts) and
+compute nothing of their own, never reading text formatted for a table:
 
 - bandwidth: one panel per path (and a first panel with the fastest variant of
   each ranked path per link), one line per variant (and per measure or sharing mode
@@ -28,13 +29,12 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from gpuipc_bench.analysis import is_gpu, link_rank, summarize
+from gpuipc_bench.analysis.conditions import is_gpu, link_rank
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.paths import PathInfo, from_metadata, path_order
 from gpuipc_bench.report.tables import representative_sizes
 from gpuipc_bench.report.wording import link, machine_summary, run_summary
 from gpuipc_bench.sizes import format_size
-from gpuipc_bench.verdict import candidates
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -181,7 +181,7 @@ def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFr
     on each link."""
     plt = _pyplot()
     facts = from_metadata(meta)
-    summary = summarize(df, paths=facts) if summary is None else summary
+    summary = _summary(df, meta) if summary is None else summary
     bw = summary[(summary["metric"] == "bandwidth") & (summary["bytes"] > 0)]
     measured = bw[bw["path"] != "ceiling"]
     paths = path_order(facts, measured["path"])
@@ -333,7 +333,7 @@ def _bandwidth_path(ax: Axes, bw: pd.DataFrame, path: str) -> None:
 def _bandwidth_overview(ax: Axes, bw: pd.DataFrame, facts: Mapping[str, PathInfo]) -> None:
     """The fastest ranked variant of each path at each size, one line per path, link and
     measure, GPU→GPU links first; the GPU→GPU ceilings dashed."""
-    rows = candidates(bw, facts)
+    rows = bw[bw["candidate"].astype(bool)] if "candidate" in bw else bw.iloc[:0]
     if rows.empty:
         rows = bw[(bw["path"] != "ceiling") & (bw["workers"] == 2)]
     order = path_order(facts, rows["path"])
@@ -371,7 +371,7 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
     bandwidth rows instead."""
     plt = _pyplot()
     facts = from_metadata(meta)
-    summary = summarize(df, paths=facts) if summary is None else summary
+    summary = _summary(df, meta) if summary is None else summary
     lat = summary[summary["metric"] == "latency"]
     what, note = ("One-way latency vs message size",
                   "median of the samples; shaded: its 95% interval; half a ping-pong round trip")
@@ -419,7 +419,7 @@ def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame 
     an operation measured at many sizes (host_register) at a few representative ones."""
     plt = _pyplot()
     facts = from_metadata(meta)
-    summary = summarize(df, paths=facts) if summary is None else summary
+    summary = _summary(df, meta) if summary is None else summary
     setup = summary[summary["metric"] == "setup"]
     parts = []
     for _, part in setup.groupby(["path", "variant", "src", "dst"], sort=False):
@@ -473,7 +473,7 @@ def plot_setup_size(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataF
     transfer drawn solid, the others dashed."""
     plt = _pyplot()
     facts = from_metadata(meta)
-    summary = summarize(df, paths=facts) if summary is None else summary
+    summary = _summary(df, meta) if summary is None else summary
     rows = sized_setup(summary)
     paths = list(pd.unique(rows["path"])) or ["(none)"]
     fig, axes = plt.subplots(1, len(paths), figsize=(4.6 * len(paths) + 1, 5.2), squeeze=False, sharey=True)
@@ -550,13 +550,21 @@ def check_plot_dest(dest: Path, option: str = "--plot") -> None:
         raise UsageError(f"{option} {dest}: cannot write into {probe}")
 
 
+def _summary(df: pd.DataFrame, meta: Mapping[str, str]) -> pd.DataFrame:
+    """The run's summary, from its one analysis (for a caller that has none at hand)."""
+    from gpuipc_bench.analysis.model import analyse
+
+    return analyse(df, meta).summary
+
+
 def save_plots(df: pd.DataFrame, meta: Mapping[str, str], dest: Path, stem: str, fmt: str | None = None,
-               several: bool = False) -> list[Path]:
+               several: bool = False, summary: pd.DataFrame | None = None) -> list[Path]:
     """Draw the figures of one run and write them; returns the files written. A run without
-    setup rows gets no setup figure."""
+    setup rows gets no setup figure. `summary`: the run's analysed summary (analysis.model:
+    with its `candidate` column), analysed here when not given."""
     plt = _pyplot()
     targets = plot_targets(dest, stem, fmt, several)
-    summary = summarize(df, paths=from_metadata(meta))
+    summary = _summary(df, meta) if summary is None else summary
     if not (summary["metric"] == "setup").any():
         targets.pop("setup")
     if sized_setup(summary).empty:

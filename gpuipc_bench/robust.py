@@ -104,6 +104,33 @@ def bimodal(values: Sequence[float], gap: float = 0.02, min_share: float = 0.2, 
     return False
 
 
+def two_states(values: Sequence[float], gap: float = 0.02, min_share: float = 0.2,
+               separation: float = 3.0) -> tuple[float, float] | None:
+    """The two states of samples that `bimodal` finds: (how far apart their medians are, as a
+    fraction of the lower one; the share of the samples in the lower state), e.g. (0.029,
+    0.7) for a step of one extra time-slice switch per sample in 30% of the samples. None
+    when the samples are not in two states."""
+    xs = _finite(values)
+    n = len(xs)
+    if n < 6:
+        return None
+    m = median(xs)
+    if not m:
+        return None
+    best = None
+    for i in range(1, n):
+        width = xs[i] - xs[i - 1]
+        if min(i, n - i) / n < min_share or width / abs(m) <= gap:
+            continue
+        if width > separation * max(mad(xs[:i]), mad(xs[i:])) and (best is None or width > best[0]):
+            best = (width, i)
+    if best is None:
+        return None
+    i = best[1]
+    low, high = median(xs[:i]), median(xs[i:])
+    return (high / low - 1 if low else math.inf), i / n
+
+
 def enough(values: Sequence[float], min_n: int = MIN_SAMPLES, max_n: int = MAX_SAMPLES,
            rel: float = PRECISION, wide: float = WIDE_RANGE, wide_n: int = WIDE_MIN_SAMPLES) -> bool:
     """Whether the sample loop may stop: max_n reached, or min_n reached with the median's

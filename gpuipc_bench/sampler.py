@@ -30,7 +30,8 @@ from gpuipc_bench.patterns import seed_for
 from gpuipc_bench.results import new_row
 
 TARGET_SAMPLE_S = 0.005  # a sample of many transfers lasts about this long once calibrated
-SETUP_REPEATS = 6  # every setup operation is timed this many times, each on fresh objects (6: a 95% interval)
+SETUP_REPEATS = 9  # every setup operation is timed this many times, each on fresh objects (9: a 95% interval
+#                     that is not the range of the samples, x(2)..x(8))
 _REPS_BITS = 20  # the decision word: sample number << 20 | reps << 1 | stop
 SOLO_SEEDS = 0x50105EED  # solo samples' seeds differ from the shared ones
 
@@ -125,8 +126,14 @@ class Sampler:
                 return
 
     def row(self, group: dict, sample: Sample, iteration: int) -> dict:
-        return new_row(**{**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
-                          "seconds": sample.seconds, "verified": sample.verified})
+        """The row of one timed sample. A group's `l2_resident` may be a function of the
+        sample's batch (gpu.memory.L2Check): each row then says whether its own ring could stay
+        in L2, from the transfers this sample really timed (after calibration)."""
+        fields = {**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
+                  "seconds": sample.seconds, "verified": sample.verified}
+        if callable(fields.get("l2_resident")):
+            fields["l2_resident"] = fields["l2_resident"](sample.batch)
+        return new_row(**fields)
 
 
 def calibrated(sample: Sample, reps: int, min_reps: int = 1) -> int:

@@ -51,7 +51,7 @@ from gpuipc_bench import mps
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.ceilings import Ceilings
 from gpuipc_bench.gpu.device import Gpu
-from gpuipc_bench.gpu.memory import MAX_REPS, Ring
+from gpuipc_bench.gpu.memory import MAX_REPS, L2Check, Ring
 from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.pingpong import IDLE, INITIATOR, PROTOCOLS, RESPONDER, DevicePingPong
@@ -418,7 +418,8 @@ class SharingWorker:
             for key, src in ((f"d2d@{self.device}", self.device), (f"h2d@{self.device}", "host")):
                 fields = dict(path="ceiling", variant=key, measure="stream", metric="bandwidth", src=src,
                               dst=self.device, bytes=nbytes, ceiling="", sharing=group, workers=1,
-                              l2_resident=Ring.for_size(nbytes, 1).l2_resident(self.gpu.l2_bytes))
+                              l2_resident=L2Check(nbytes, self.gpu.l2_bytes, 2 if src == self.device else 1,
+                                                  slots=1))
                 yield from self.sampler.run(
                     fields, lambda trial, key=key: Sample(*ceilings.bandwidth(key, nbytes, trial.seed, 1)),
                     timer=True, solo=True, reps=1, calibrate=False, phase="ceiling")

@@ -52,7 +52,7 @@ def test_csv_is_the_summary_and_parses_back():
     code, out = invoke("report", "--format", "csv", SMALL)
     assert code == 0, out
     table = pd.read_csv(io.StringIO(out))
-    assert list(table.columns) == ["file"] + list(SUMMARY_COLUMNS)
+    assert list(table.columns) == ["file"] + list(SUMMARY_COLUMNS) + ["candidate"]  # competes in the decisions
     df, _ = read_results(SMALL)
     assert len(table) == len(summarize(df))
     ipc = table[(table["variant"] == "ce") & (table["bytes"] == 64 << 20)].iloc[0]
@@ -63,7 +63,7 @@ def test_csv_is_the_summary_and_parses_back():
     assert {"ci_lo_s", "ci_hi_s", "ci_lo_gbps", "ci_hi_gbps", "mad_rel", "bimodal", "unstable"} <= set(table.columns)
 
 
-def test_json_has_summary_rankings_break_even_and_warnings():
+def test_json_has_summary_decisions_break_even_and_warnings():
     code, out = invoke("report", "--format", "json", "--amortise-over", "50", "--min-effect", "5", SMALL_V1)
     assert code == 0, out
     doc = json.loads(out)
@@ -71,9 +71,9 @@ def test_json_has_summary_rankings_break_even_and_warnings():
     assert run["file"] == str(SMALL_V1) and run["metadata"]["host"] == "dgx-a17" and run["min_effect"] == 0.05
     assert len(run["summary"]) == len(summarize(read_results(SMALL_V1)[0]))
     assert {"median_s", "ci_lo_s", "ci_hi_s", "mad_rel", "bimodal", "fraction_of_ceiling"} <= set(run["summary"][0])
-    (ranking,) = [r for r in run["rankings"] if r["src"] == r["dst"] == "0"]
-    assert ranking["measure"] == "mixed" and ranking["bands"][-1]["winner"] == "ipc/ce"
-    assert len(ranking["bands"][-1]["winner_gbps"]) == 3  # (lo, median, hi)
+    found = [d for d in run["decisions"] if d["src"] == d["dst"] == "0"]
+    assert found and {d["measure"] for d in found} == {"mixed"}
+    assert found[-1]["choice"] == "ipc/ce" and found[-1]["outcome"] in ("faster", "same", "undecided")
     (be,) = run["break_even"]
     assert be["path"] == "ipc" and be["amortise_over"] == 50 and be["per_transfer"]["from_bytes"] == 64 << 20
     assert {w["cause"] for w in run["warnings"]} >= {"few-samples", "slow-first-sample"}
@@ -94,7 +94,7 @@ def test_terminal_report_ends_with_the_verdict_and_warnings():
     assert code == 0
     verdict = out.index("Verdict")
     assert out.index("setup costs") < verdict < out.index("Warnings")
-    assert "4 KiB – 64 MiB  ipc/ce" in out
+    assert "IPC mapping, copy engine" in out
     assert "Break-even against staging" in out and "paid every transfer" in out
     assert "from 64 MiB (loses at 4 KiB)" in out
     assert "--detailed" in out
@@ -104,10 +104,13 @@ def test_detailed_adds_columns_and_min_effect_changes_ties():
     _, plain = invoke("report", SMALL, columns=200)
     code, detailed = invoke("report", SMALL, "--detailed", columns=200)
     assert code == 0 and "MAD" in detailed and "MAD" not in plain.split("Verdict")[0]
+    code, strict = invoke("report", "--format", "json", SMALL)
     code, loose = invoke("report", "--format", "json", "--min-effect", "50", SMALL)
-    ranking = next(r for r in json.loads(loose)["runs"][0]["rankings"] if r["measure"] == "stream")
-    # ce and sm 13% apart at 64 MiB: a tie under a 50% minimum effect (sm is not ranked at 4 KiB)
-    assert ranking["bands"][0]["tied_at"] == [["ipc/sm", [64 << 20]]]
+    at = {d["bytes"]: d for d in json.loads(strict)["runs"][0]["decisions"] if d["measure"] == "stream"}
+    assert at[64 << 20]["outcome"] == "faster" and at[64 << 20]["next"] == "IPC mapping, kernel copy"
+    # ce and sm 13% apart at 64 MiB: the same within a 50% minimum effect
+    at = {d["bytes"]: d for d in json.loads(loose)["runs"][0]["decisions"] if d["measure"] == "stream"}
+    assert at[64 << 20]["outcome"] == "same" and at[64 << 20]["same"] == ["ipc/sm"]
 
 
 # --------------------------------------------------------------------------- reference runs
@@ -129,10 +132,10 @@ def test_markdown_of_the_reference_runs_fits_a_github_comment(path):
 def test_verdict_of_the_h200_run():
     code, out = invoke("report", "--format", "markdown", H200)
     assert code == 0
-    assert ("- **GPU 0 → GPU 0 · time-sliced · measures mixed (schema 1)**\n"
-            "  - 4 B – 1 GiB: **ipc/push ~ ipc/ce**") in out
-    # peer/ce is faster at 4 MiB (14.37 vs 14.71 µs, < 1% noise): it wins there, not peer/sm
-    assert "  - 4 MiB – 1 GiB: **peer/ce**" in out
+    assert ("- **GPU 0 → GPU 0 · time-sliced · measures mixed (a schema-1 file)**\n"
+            "  - 4 B – 1 GiB: **IPC mapping, copy engine (ipc/ce, ipc/push)**") in out
+    # peer/ce is faster from 1 MiB: the copy engine there, the kernel copy below
+    assert "  - 1 MiB – 1 GiB: **peer copy engine (peer/ce)**" in out
     assert ("| ipc (ce/sm/push) | GPU 0 → GPU 0 | ipc_open_cold | 0.107 ms (1 sample: indicative) | at every size "
             "| from 4 MiB (loses at 1 MiB) |") in out
     assert "| peer (" not in out  # no staging on GPU 0 → GPU 1 in this run: no break-even against another link
@@ -143,19 +146,15 @@ def test_no_verdict_of_a_default_like_run_names_a_sharing_aggregate_or_single_pr
     from gpuipc_bench.analysis import analyse
 
     analysis = analyse(*read_results(h100_default_like))
-    assert analysis.rankings
-    for ranking in analysis.rankings:
-        for band in ranking.bands:
-            named = [band.winner, *band.tied, *(lab for lab, _ in band.tied_at), band.runner_up]
-            for lab in filter(None, named):
-                assert not lab.startswith(("sharing/", "host/", "barrier/", "ceiling/")), lab
-                assert "aggregate" not in lab and lab != "peer/p2p-off"
-            # the winner is the fastest median at each of its sizes, or tied with it
-            for size in band.sizes:
-                result = next(s for s in ranking.sizes if s.bytes == size)
-                assert band.winner is None or band.winner in result.leaders
-            # the margin never says the runner-up is faster
-            assert math.isnan(band.margin_min) or band.margin_min > 1
+    assert analysis.answer.decisions
+    for d in analysis.answer.decisions:
+        for lab in (d.choice, *d.members, *d.same, *d.close, *d.next_members):
+            assert not lab.startswith(("sharing/", "host/", "barrier/", "ceiling/")), lab
+            assert "aggregate" not in lab and lab != "peer/p2p-off"
+        # the choice is the fastest figure's class, or shown the same as it, or undecided against it
+        assert d.choice in d.members
+        # the ratio never says the next mechanism is faster than the winner by more than the noise
+        assert math.isnan(d.ratio) or d.ratio > 1 - d.delta
     code, out = invoke("report", h100_default_like, columns=100)
     assert code == 0
     verdict = out[out.index("Verdict"):out.index("Break-even")]
@@ -171,17 +170,21 @@ def test_comparing_two_runs_gives_ratios_and_warns_that_the_machines_differ():
     assert "GPUs: 1× NVIDIA H100 80GB HBM3 (run 1) vs 2× NVIDIA H200 (run 2)" in out
     assert "GPU links: none (run 1) vs 0-1 NV18 (run 2)" in out
     assert "driver:" not in out.split("## run 1")[0]  # same driver: not a difference
-    assert "### bandwidth: median GB/s, run 2 ÷ run 1 (above 1: run 2 faster; ~: within the intervals)" in out
-    ipc = next(line for line in out.splitlines() if line.startswith("| ipc/ce | GPU 0 → GPU 0 |"))
+    assert ("### bandwidth: median GB/s, run 2 ÷ run 1 · GPU 0 → GPU 0 · 2 workers · time-sliced (above 1: run 2 "
+            "faster; ~: within the intervals)") in out
+    ipc = next(line for line in out.splitlines() if line.startswith("| ipc/ce | stream |"))
     cells = [c.strip() for c in ipc.strip("|").split("|")]
-    assert cells[2:4] == ["stream", "time-sliced"]
-    assert len(cells) == 9 and all(c.endswith("×") for c in cells[4:])
+    assert len(cells) == 7 and all(c.endswith("×") for c in cells[2:])
     assert 1.2 < float(cells[-1].rstrip("×")) < 1.6  # H200 HBM3e vs H100 HBM3 at 1 GiB
     assert "## run 1: " in out and "## run 2: " in out
 
-    code, text = invoke("report", H100, H200)
+    code, text = invoke("report", H100, H200, columns=80)
     assert code == 0
     assert "the machines differ" in text and "run 2 ÷ run 1" in text
+    comparison = text[text.index("Comparing runs"):]
+    assert "Decisions" in comparison
+    # every ratio and size whole at 80 columns (the tables are split by link and mode to fit)
+    assert max(len(line) for line in comparison.splitlines()) <= 80 and "…" not in comparison
 
     code, data = invoke("report", "--format", "json", H100, H200)
     doc = json.loads(data)

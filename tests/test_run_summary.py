@@ -1,5 +1,6 @@
-"""The one-screen summary `run` prints at the end: within 80 columns without a cut cell, in at
-most 40 lines, for every committed reference run and a two-measure (schema 2) run."""
+"""The one-screen answer `run` prints at the end (and `report --summary`): within the
+terminal's width without a cut figure, at most 25 lines for one GPU in one sharing mode and
+40 for two modes or a GPU pair, for every committed reference run."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ RESULTS = HERE.parent / "results"
 REFERENCES = sorted(RESULTS.glob("*.csv"))
 H100, H100_SHARING = RESULTS / "h100-pcie-all.csv", RESULTS / "h100-pcie-latency-sharing.csv"
 H200 = RESULTS / "h200x2-nvlink-all.csv"
+H100_DEFAULT = RESULTS / "h100-default.csv"
 SMALL = HERE / "data" / "small_run.csv"
 
 
@@ -31,10 +33,11 @@ def summary_text(path: Path, width: int = 80, source: str | None = None) -> str:
     return console.export_text()
 
 
-def assert_one_screen(text: str, width: int = 80) -> None:
-    lines = text.splitlines()
-    assert len(lines) <= 40, f"{len(lines)} lines"
-    assert max(len(line) for line in lines) <= width
+def assert_one_screen(text: str, width: int = 80, lines: int = 40) -> None:
+    count = len(text.splitlines())
+    assert count <= lines, f"{count} lines"
+    lines_ = text.splitlines()
+    assert max(len(line) for line in lines_) <= width
     assert "…" not in text and "..." not in text
 
 
@@ -75,42 +78,60 @@ def test_summary_of_each_reference_run_fits_one_screen(path):
     assert " ".join(text.split()).endswith(f"every table and warning: gpuipc-bench report {path}")
 
 
-@pytest.mark.skipif(not H100.exists(), reason="reference runs not in this checkout")
-def test_summary_of_a_default_like_run_has_the_verdict_figures_and_break_even(tmp_path):
-    text = summary_text(default_like(tmp_path))
-    assert_one_screen(text)
-    lines = text.splitlines()
-    assert len(lines[0]) <= 80 and "NVIDIA H100 80GB HBM3" in lines[0]  # the machine in one line
-    assert "GPU 0 → GPU 0 · time-sliced · measures mixed (schema 1)" in text
+def without_mps(path: Path, tmp_path: Path) -> Path:
+    df, meta = read_results(path)
+    out = tmp_path / f"{path.stem}-one-mode.csv"
+    write_results(out, df[df["sharing"] != "mps"], meta)
+    return out
+
+
+@pytest.mark.skipif(not H100_DEFAULT.exists(), reason="reference runs not in this checkout")
+def test_the_h100_answer_one_gpu_one_mode_fits_25_lines_with_one_line_per_mechanism(tmp_path):
+    text = summary_text(without_mps(H100_DEFAULT, tmp_path))
+    assert_one_screen(text, lines=25)
     words = " ".join(text.split())
-    assert "64 MiB – 1 GiB ipc/push ~ ce staging 46.0–54.8×" in words
-    assert "4 KiB – 4 MiB ipc/push (~ ce, sm) staging 9.97–106×" in words  # tied at some of the sizes
-    assert "sharing" not in text.split("GB/s of each path")[0]  # no sharing row in the verdict
-    assert "ipc       GPU 0 → GPU 0" in text and "1,478 ±0.4% 100%" in text  # ipc at 256 MiB: 100% of d2d
-    assert "Break-even against staging" in text and "from 4 MiB" in text
-    assert "warnings:" in text and "bimodal" in text
+    # the 16 KiB hand-off: host-synchronised staging, not pageable (every sample of it is faster)
+    assert "4 B–4 MiB* two hops via pinned host, host-synced" in words and "staging/pageable" not in words
+    # one line for the copy engine's eight APIs, with the one to use and why
+    assert "IPC mapping, copy engine (8 APIs)" in words and "→ ipc/ce (cheapest set-up 189 µs)" in words
+    assert "per transfer" not in words.split("stream")[0]  # hand-offs are not call-bound
+    assert "(call-bound)" in words and "1,486 GB/s at 256 MiB = 100% of d2d@0" in words
+    assert "SET-UP per buffer: ipc 189 µs" in words and "CONFIDENCE" in words
+
+
+@pytest.mark.skipif(not H100_DEFAULT.exists(), reason="reference runs not in this checkout")
+def test_the_h100_answer_with_both_sharing_modes_fits_40_lines():
+    text = summary_text(H100_DEFAULT)
+    assert_one_screen(text, lines=40)
+    assert "GPU 0 → GPU 0 · mps · handoff, where it changes the choice" in text
+    assert "needs a polling kernel resident on both GPUs" in " ".join(text.split())
+
+
+@pytest.mark.skipif(not H200.exists(), reason="reference runs not in this checkout")
+def test_the_gpu_pair_answer_fits_40_lines_and_keeps_the_pair_apart():
+    text = summary_text(H200)
+    assert_one_screen(text, lines=40)
+    assert "GPU 0 → GPU 1 · exclusive" in text
 
 
 @pytest.mark.skipif(not H100.exists(), reason="reference runs not in this checkout")
-@pytest.mark.parametrize("source", [H100, H200], ids=["h100", "h200"])
-def test_summary_of_a_run_with_both_measures_fits_one_screen(tmp_path, source):
-    text = summary_text(two_measures(source, tmp_path))
-    assert_one_screen(text)
-    assert "  handoff  " in text and "  stream   " in text
-    assert "*: a cache figure at some sizes (L2-resident, or above its ceiling)" in " ".join(text.split())
+@pytest.mark.parametrize("width", [60, 100, 120])
+def test_summary_wraps_at_the_terminal_width(tmp_path, width):
+    assert_one_screen(summary_text(default_like(tmp_path), width=width), width=width, lines=40 if width >= 80 else 80)
 
 
-@pytest.mark.skipif(not H100.exists(), reason="reference runs not in this checkout")
-@pytest.mark.parametrize("width", [100, 120])
-def test_summary_at_wider_terminals(tmp_path, width):
-    assert_one_screen(summary_text(default_like(tmp_path), width=width), width=width)
+def test_no_escape_codes_when_stdout_is_not_a_terminal():
+    df, meta = read_results(SMALL)
+    stream = io.StringIO()
+    render_run_summary(df, meta, Console(file=stream, width=80), source="run.csv")
+    assert "\x1b" not in stream.getvalue() and stream.getvalue().startswith("gpuipc-bench · ")
 
 
-def test_summary_of_the_small_run_without_intervals():
+def test_summary_of_the_small_run_ranks_from_five_samples():
     text = summary_text(SMALL)
     assert_one_screen(text)
-    assert "stream 4 KiB – 64 MiB ipc/ce sm 1.13×" in " ".join(text.split())
-    assert "0.418 ±? 28%" in text  # five samples: no 95% interval
+    assert "ipc/ce" in text and "CONFIDENCE" in text
+    assert "from 5 samples a range covers the median 93.8% of the time" in " ".join(text.split())
 
 
 def test_summary_prints_untrusted_text_as_it_is(tmp_path):
@@ -119,7 +140,13 @@ def test_summary_prints_untrusted_text_as_it_is(tmp_path):
     copy = weird / "run.csv"
     copy.write_bytes(SMALL.read_bytes())
     text = summary_text(copy)
-    assert "[cuda12]/run.csv" in text
+    assert "[cuda12]/run.csv" in text.replace("\n", "")
+
+
+def test_report_summary_prints_the_answer_run_prints(tmp_path):
+    result = CliRunner().invoke(cli, ["report", str(SMALL), "--summary"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert result.output == summary_text(SMALL, source=str(SMALL))
 
 
 def test_run_prints_the_summary_then_the_csv_path(tmp_path, no_leaks):
@@ -129,7 +156,8 @@ def test_run_prints_the_summary_then_the_csv_path(tmp_path, no_leaks):
     assert result.exit_code == 0, result.output
     text = result.output
     assert "No link has two paths between the same two processes" in text and "host/shared-buffer" in text
-    assert f"every table and warning: gpuipc-bench report {out}" in " ".join(text.split())
+    assert f"every table and warning: gpuipc-bench report {out}" in " ".join(text.split()).replace(
+        f"{out}".replace("/", "/ "), str(out))
     summary = text[text.index("gpuipc-bench · "):text.index("wrote")]
     assert_one_screen(summary)
 
@@ -160,7 +188,7 @@ def test_summary_and_report_of_the_harness_rows(monkeypatch, tmp_path, no_leaks)
     out.write(partial=False)
     text = summary_text(out.path)
     assert_one_screen(text)
-    assert "  handoff  " in text and "  stream   " in text
+    assert "hand-off (one message at a time)" in text and "stream (messages queued back to back)" in text
     df, meta = read_results(out.path)
     for width in (80, 120):
         console = Console(record=True, width=width, color_system=None, file=io.StringIO())

@@ -13,6 +13,8 @@ import os
 
 import pytest
 
+from gpuipc_bench.sampler import SETUP_REPEATS
+
 import fake_gpu
 from conftest import ours
 from gpuipc_bench import mps, robust
@@ -139,7 +141,7 @@ def test_ipc_protocol(monkeypatch, no_leaks):
     sm = {r["ceiling"] for r in rows if r["variant"] == "sm"}
     assert sm == {"d2d-sm@0"}  # kernel copies against the kernel-copy ceiling
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {(op,): 6 for op in ("ipc_export", "ipc_event_export", "ipc_open_cold", "ipc_close",
+    assert setup == {(op,): SETUP_REPEATS for op in ("ipc_export", "ipc_event_export", "ipc_open_cold", "ipc_close",
                                          "ipc_event_open")}
     pingpong = {r["bytes"] for r in rows if r["variant"] == "ce-pingpong"}
     assert pingpong == {4, 64 << 10}  # of the sweep, the ping-pong sizes only (4 B, 4 KiB, 64 KiB, 1 MiB)
@@ -159,7 +161,7 @@ def test_staging_protocol(monkeypatch, no_leaks):
     assert ceilings == {(v, m, "d2h@0+h2d@0" if (v, m) in in_sequence else "d2h@0|h2d@0") for v, m, _ in ceilings}
     assert {r["variant"] for r in rows if r["path"] == "ceiling"} == {"d2h@0", "h2d@0"}
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {("host_first_touch",): 1, ("host_register",): 6, ("host_unregister",): 6}
+    assert setup == {("host_first_touch",): 1, ("host_register",): SETUP_REPEATS, ("host_unregister",): SETUP_REPEATS}
 
 
 def test_mmap_protocol(monkeypatch, no_leaks):
@@ -364,7 +366,8 @@ def test_vmm_protocol(monkeypatch, no_leaks):
     assert outcome.ok, outcome.error
     check_bandwidth_rows(rows, "vmm", ("ce", "sm", "push"), ("stream", "handoff"), SIZES)
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {(op,): 6 for op in ("vmm_create", "vmm_export", "vmm_import", "vmm_map", "vmm_unmap_release")}
+    assert setup == {(op,): SETUP_REPEATS
+                     for op in ("vmm_create", "vmm_export", "vmm_import", "vmm_map", "vmm_unmap_release")}
     assert {r["src"] for r in rows if r["metric"] == "setup"} == {"0"}
 
 
@@ -373,8 +376,9 @@ def test_mempool_protocol(monkeypatch, no_leaks):
     assert outcome.ok, outcome.error
     check_bandwidth_rows(rows, "mempool", ("ce", "sm", "push"), ("stream", "handoff"), SIZES)
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {(op,): 6 for op in ("pool_create", "pool_alloc", "pool_export", "ptr_export", "pool_import",
-                                         "ptr_import_first", "ptr_import", "ptr_free")}
+    assert setup == {(op,): SETUP_REPEATS
+                     for op in ("pool_create", "pool_alloc", "pool_export", "ptr_export", "pool_import",
+                                "ptr_import_first", "ptr_import", "ptr_free")}
 
 
 @pytest.mark.parametrize("name", ["vmm", "mempool", "hostpool"])
@@ -408,10 +412,10 @@ def test_handles_times_every_paths_setup_at_each_size_and_inside_most_of_the_gpu
     for nbytes in (4096, 65536):
         for path, op in (("ipc", "ipc_open_cold"), ("vmm", "vmm_import"), ("vmm", "vmm_map"),
                          ("mempool", "pool_import"), ("mempool", "ptr_import_first")):
-            assert setup[(path, op, nbytes if path != "vmm" else -(-nbytes // 4096) * 4096)] == 6
+            assert setup[(path, op, nbytes if path != "vmm" else -(-nbytes // 4096) * 4096)] == SETUP_REPEATS
     big = int(fake_gpu.FAKE_FREE_BYTES * 0.85) >> 20 << 20
-    assert setup[("ipc", "ipc_open_suballoc", big)] == 6
-    assert setup[("mempool", "pool_import_full", big)] == setup[("mempool", "ptr_import_full", big)] == 6
+    assert setup[("ipc", "ipc_open_suballoc", big)] == SETUP_REPEATS
+    assert setup[("mempool", "pool_import_full", big)] == setup[("mempool", "ptr_import_full", big)] == SETUP_REPEATS
     assert not [r for r in rows if r["bytes"] == 1 << 20 and r["variant"] != "ipc_open_suballoc"]
     assert all(r["metric"] == "setup" for r in rows)
 

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from gpuipc_bench.sampler import SETUP_REPEATS
+
 import fake_gpu
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import WorkerFailed
@@ -174,7 +176,7 @@ def test_torch_protocol_both_allocators(monkeypatch, no_leaks):
     assert {r["variant"] for r in rows if r["path"] == "ceiling"} == {"d2d@0"}
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant", "bytes")
     capacity = max(n for _, n in setup)
-    assert setup == {(f"{v}_{op}", capacity): 6 for v in ("caching", "expandable") for op in SETUP_OPS}
+    assert setup == {(f"{v}_{op}", capacity): SETUP_REPEATS for v in ("caching", "expandable") for op in SETUP_OPS}
     assert notes == {"torch.workers": torch_share.workers_note("forked")}
     assert semaphores() == before  # the queue's locks went with it
 
@@ -218,7 +220,7 @@ def test_the_study_times_first_receipts_at_each_size(monkeypatch, no_leaks):
     assert notes["torch-sizes.skipped"] == "1 MiB: more than a quarter of GPU 0's 1 MiB"
     assert notes["torch-sizes.workers"] == torch_share.workers_note("forked")
     setup = groups(rows, "path", "variant", "bytes")
-    assert setup == {("torch", f"{v}_{op}", n): 6 for v in ("caching", "expandable") for op in SETUP_OPS
+    assert setup == {("torch", f"{v}_{op}", n): SETUP_REPEATS for v in ("caching", "expandable") for op in SETUP_OPS
                      for n in (4096, 65536)}
 
 
@@ -323,7 +325,7 @@ def test_gpu_torch_moves_verified_tensors_with_both_allocators(no_leaks):
         (v, m, n) for v in variants for m in ("stream", "handoff") for n in sizes}
     assert all(r["verified"] is True and r["seconds"] > 0 for r in data)
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {(f"{v}_{op}",): 6 for v in variants for op in SETUP_OPS}
+    assert setup == {(f"{v}_{op}",): SETUP_REPEATS for v in variants for op in SETUP_OPS}
     assert notes["torch.workers"].startswith(("spawned", "forked"))
     # after import, a copy out of the producer's tensor runs at device-copy speed, not at a fraction of it
     ceiling = min(r["seconds"] for r in rows if r["path"] == "ceiling" and r["bytes"] == 8 << 20)
@@ -352,5 +354,5 @@ def test_gpu_torch_handles_times_first_receipts_against_size(no_leaks):
     outcome, rows, notes = gpu_run("torch-sizes", sizes)
     assert outcome.ok, outcome.error
     setup = groups(rows, "variant", "bytes")
-    assert setup == {(f"{v}_{op}", n): 6 for v in variants_run(notes) for op in SETUP_OPS for n in sizes}
+    assert setup == {(f"{v}_{op}", n): SETUP_REPEATS for v in variants_run(notes) for op in SETUP_OPS for n in sizes}
     assert all(r["metric"] == "setup" and r["seconds"] > 0 for r in rows)

@@ -1,5 +1,6 @@
-"""The verdict (rankings per size band, ties decided by a U test and a minimum effect) and the
-break-even, on hand-made frames with seeded noise."""
+"""Comparing two figures (the U test, the separation test, three outcomes), the candidates
+and the break-even, on hand-made frames with seeded noise. The decisions built on them:
+test_decisions.py."""
 
 from __future__ import annotations
 
@@ -10,19 +11,22 @@ import random
 import pandas as pd
 import pytest
 
-from gpuipc_bench.analysis import analyse, samples_by_condition, summarize
+from gpuipc_bench.analysis import samples_by_condition, summarize
+from gpuipc_bench.analysis.breakeven import Crossing, break_even
+from gpuipc_bench.analysis.stats import (
+    FASTER,
+    SAME,
+    SLOWER,
+    UNDECIDED,
+    _u_counts,
+    compare,
+    mann_whitney_p,
+    range_coverage,
+    separation_p,
+)
+from gpuipc_bench.analysis.verdict import candidates
 from gpuipc_bench.paths import BUILTIN
 from gpuipc_bench.results import empty_frame, new_row, typed_frame
-from gpuipc_bench.verdict import (
-    Band,
-    Crossing,
-    _u_counts,
-    break_even,
-    candidates,
-    differ,
-    mann_whitney_p,
-    rankings,
-)
 
 KIB, MIB = 1 << 10, 1 << 20
 SIZES = (4, 4 * KIB, MIB, 4 * MIB, 16 * MIB)
@@ -56,16 +60,6 @@ def setup_rows(path, op, seconds, nbytes=0, src="0", dst="0", n=6, spread=0.01):
 
 def linear(latency_s: float, gbps: float):
     return lambda size: latency_s + size / (gbps * 1e9)
-
-
-def ranked(*groups, min_effect=0.02, mixed=False):
-    df = frame([row for group in groups for row in group])
-    found = samples_by_condition(df)
-    return rankings(summarize(df, found, PATHS), found, PATHS, min_effect=min_effect, mixed_measures=mixed)
-
-
-def bands(ranking):
-    return [(b.lo_bytes, b.hi_bytes, b.winner) for b in ranking.bands]
 
 
 # --------------------------------------------------------------------------- the U test
@@ -108,26 +102,55 @@ def test_identical_or_empty_samples_are_no_evidence():
     assert mann_whitney_p([], [1.0, 2.0]) == 1.0
 
 
-def test_a_3_percent_gap_with_0_2_percent_noise_is_a_difference():
+def test_faster_from_three_separated_samples_a_side():
+    a, b = [1.00, 1.01, 1.02], [1.10, 1.11, 1.12]
+    assert separation_p(3, 3) == pytest.approx(0.05)
+    assert mann_whitney_p(a, b) == pytest.approx(0.10)  # the U test alone could never decide at 3 against 3
+    result = compare(a, b)
+    assert result.outcome == FASTER and result.separated and result.ratio == pytest.approx(1.11 / 1.01)
+    assert compare(b, a).outcome == SLOWER
+
+
+def test_overlapping_samples_below_five_a_side_are_undecided_however_far_the_medians():
+    assert compare([1.00, 1.01, 1.15], [1.10, 1.11, 1.12]).outcome == UNDECIDED
+
+
+def test_from_five_a_side_the_rank_test_decides_overlapping_samples():
     rng = random.Random(11)
-    a = [1.00 * (1 + rng.gauss(0, 0.002)) for _ in range(20)]
-    b = [1.03 * (1 + rng.gauss(0, 0.002)) for _ in range(20)]
-    assert differ(a, b) and differ(b, a)
+    a = [1.00 * (1 + rng.gauss(0, 0.01)) for _ in range(20)] + [1.2]
+    b = [1.05 * (1 + rng.gauss(0, 0.01)) for _ in range(20)]
+    result = compare(a, b)
+    assert not result.separated and result.outcome == FASTER
 
 
-def test_an_8_percent_gap_with_20_percent_noise_is_a_tie():
-    rng = random.Random(5)
-    a = [1.00 * (1 + rng.gauss(0, 0.2)) for _ in range(20)]
-    b = [1.08 * (1 + rng.gauss(0, 0.2)) for _ in range(20)]
-    assert mann_whitney_p(a, b) > 0.05
-    assert not differ(a, b)
+def test_same_is_an_equivalence_the_ratio_interval_within_delta():
+    a = [1.000 + 1e-4 * i for i in range(6)]
+    b = [1.005 + 1e-4 * i for i in range(6)]
+    result = compare(a, b)
+    assert result.outcome == SAME and 1 - 0.02 <= result.ratio_lo <= result.ratio_hi <= 1 + 0.02
 
 
-def test_a_significant_gap_under_the_minimum_effect_is_a_tie():
+def test_a_significant_gap_under_delta_is_the_same_not_faster():
     a = [1.000 + 1e-5 * i for i in range(20)]
     b = [1.015 + 1e-5 * i for i in range(20)]
     assert mann_whitney_p(a, b) < 1e-6
-    assert not differ(a, b) and differ(a, b, min_effect=0.01)
+    assert compare(a, b).outcome == SAME and compare(a, b, delta=0.01).outcome == FASTER
+
+
+def test_noisy_samples_are_undecided_never_silently_the_same():
+    rng = random.Random(5)
+    a = [1.00 * (1 + rng.gauss(0, 0.2)) for _ in range(20)]
+    b = [1.01 * (1 + rng.gauss(0, 0.2)) for _ in range(20)]
+    assert compare(a, b).outcome == UNDECIDED
+
+
+def test_same_needs_three_samples_a_side():
+    assert compare([1.0, 1.0001], [1.0, 1.0002]).outcome == UNDECIDED
+    assert compare([1.0, 1.0001, 1.0002], [1.0, 1.0002, 1.0001]).outcome == SAME
+
+
+def test_range_coverage_of_the_median():
+    assert [round(range_coverage(n), 4) for n in (3, 4, 5)] == [0.75, 0.875, 0.9375]
 
 
 # --------------------------------------------------------------------------- candidates
@@ -147,204 +170,13 @@ def test_only_paths_between_the_same_two_processes_are_candidates():
     assert sorted(set(candidates(summary, PATHS)["label"])) == ["ipc/ce", "peer/ce"]
 
 
-def test_aggregates_and_sharing_rows_never_win():
-    r = ranked(measured("ipc", "ce", linear(2e-6, 1000)),
-               measured("sharing", "d2d-aggregate", linear(1e-6, 5000)),
-               measured("staging", "pinned", linear(20e-6, 25), measure="handoff"), mixed=True)
-    (only,) = r
-    assert only.candidates == ("staging/pinned", "ipc/ce")
-    assert {b.winner for b in only.bands} == {"ipc/ce"}
-
-
-# --------------------------------------------------------------------------- winners, bands, ties
-
-
-def test_winner_per_size_then_bands():
-    # staging: low latency, low bandwidth; ipc: high latency, high bandwidth -> crossing near 1.5 MB
-    (r,) = ranked(measured("staging", "pinned", linear(2e-6, 20)), measured("ipc", "ce", linear(80e-6, 1000)))
-    assert (r.src, r.dst, r.sharing, r.measure) == ("0", "0", "time-sliced", "stream")
-    assert bands(r) == [(4, MIB, "staging/pinned"), (4 * MIB, 16 * MIB, "ipc/ce")]
-    small, large = r.bands
-    assert small.runner_up == "ipc/ce" and large.runner_up == "staging/pinned"
-    assert small.margin_min == pytest.approx(linear(80e-6, 1000)(MIB) / linear(2e-6, 20)(MIB), rel=1e-3)
-    assert small.margin_max == pytest.approx(linear(80e-6, 1000)(4) / linear(2e-6, 20)(4), rel=1e-3)
-    assert large.winner_gbps[1] == pytest.approx(16 * MIB / linear(80e-6, 1000)(16 * MIB) / 1e9, rel=1e-3)
-    lo, med, hi = large.winner_gbps
-    assert lo <= med <= hi
-
-
-def test_the_fastest_median_wins_each_size_not_the_longest_run():
-    # push is fastest at 4 B and 16 MiB by 5%, ce everywhere between: three bands, never push over ce's sizes
-    push = {4: 0.95, 4 * KIB: 1.05, MIB: 1.05, 4 * MIB: 1.05, 16 * MIB: 0.95}
-    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500)),
-                  measured("ipc", "push", lambda s: linear(2e-6, 500)(s) * push[s]))
-    assert bands(r) == [(4, 4, "ipc/push"), (4 * KIB, 4 * MIB, "ipc/ce"), (16 * MIB, 16 * MIB, "ipc/push")]
-    for band in r.bands:
-        for size in band.sizes:
-            result = next(s for s in r.sizes if s.bytes == size)
-            assert band.winner in result.leaders  # fastest, or tied with the fastest
-
-
-def test_ties_merge_sizes_and_are_listed_with_the_winner():
-    # ce and push alternate as the fastest by under 2%: one band, the other tied
-    wobble = {4: 1.00, 4 * KIB: 1.015, MIB: 0.99, 4 * MIB: 1.01, 16 * MIB: 0.985}
-    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500)),
-                  measured("ipc", "push", lambda s: linear(2e-6, 500)(s) * wobble[s]),
-                  measured("staging", "pinned", linear(20e-6, 25)))
-    (band,) = r.bands
-    assert (band.lo_bytes, band.hi_bytes) == (4, 16 * MIB)
-    assert {band.winner, *band.tied} == {"ipc/ce", "ipc/push"}
-    assert band.runner_up == "staging/pinned" and band.margin_min > 1
-
-
-def test_a_3_percent_gap_with_0_2_percent_noise_wins_the_band():
-    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500), noise=0.002, n=20),
-                  measured("ipc", "push", lambda s: linear(2e-6, 500)(s) * 1.03, noise=0.002, n=20))
-    (band,) = r.bands
-    assert band.winner == "ipc/ce" and band.tied == () and band.tied_at == ()
-    assert band.runner_up == "ipc/push" and 1.02 < band.margin_min <= band.margin_max < 1.04
-
-
-def test_an_8_percent_gap_with_20_percent_noise_names_no_winner_over_the_other():
-    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500), noise=0.2, n=20),
-                  measured("ipc", "push", lambda s: linear(2e-6, 500)(s) * 1.08, noise=0.2, n=20))
-    for s in r.sizes:
-        # Either both are ranked and tied, or (their interval being wide) they are not ranked at all.
-        assert len(s.leaders) == len(s.medians)
-
-
-def ceiling_of(scenario, key, seconds_at, sizes=SIZES):
-    """Ceiling rows of `key` measured in `scenario` (what bounds that scenario's figures)."""
-    rows = measured("ceiling", key, seconds_at, sizes=sizes, workers=1)
-    return [{**r, "scenario": scenario} for r in rows]
-
-
-def two_processes_one_copy(gap, fraction=1.0):
-    """ipc/ce and peer/ce (standing in for any two paths whose figure is one d2d copy), each
-    in a scenario of its own whose copies cost `gap` more in one of them, ceilings included."""
-    slow = lambda s: linear(2e-6, 500)(s) * gap  # noqa: E731
-    fast = linear(2e-6, 500)
-    return (measured("ipc", "ce", lambda s: fast(s) / fraction, ceiling="d2d@0"),
-            ceiling_of("ipc", "d2d@0", fast),
-            measured("peer", "ce", slow, ceiling="d2d@0/producer"),
-            ceiling_of("peer", "d2d@0/producer", slow))
-
-
-def test_one_copy_measured_in_two_processes_is_a_tie_when_their_ceilings_differ_as_much():
-    (r,) = ranked(*two_processes_one_copy(1.08))  # 8% apart, and so are their own ceilings
-    assert all(set(s.leaders) == {"ipc/ce", "peer/ce"} for s in r.sizes)
-
-
-def test_the_same_copy_rule_needs_the_figures_at_their_ceilings_and_the_gap_unexplained_is_kept():
-    (r,) = ranked(*two_processes_one_copy(1.08, fraction=0.8))  # ipc at 80% of its ceiling: no claim
-    assert all(s.leaders == ("peer/ce",) for s in r.sizes)
-    slow = lambda s: linear(2e-6, 500)(s) * 1.08  # noqa: E731
-    groups = (measured("ipc", "ce", linear(2e-6, 500), ceiling="d2d@0"), ceiling_of("ipc", "d2d@0", linear(2e-6, 500)),
-              measured("peer", "ce", slow, ceiling="d2d@0/producer"),
-              ceiling_of("peer", "d2d@0/producer", linear(2e-6, 500)))  # same ceilings: the 8% is the path's
-    (r,) = ranked(*groups)
-    assert all(s.leaders == ("ipc/ce",) for s in r.sizes)
-
-
-def test_figures_under_different_ceilings_are_never_the_same_copy():
-    from types import SimpleNamespace as Row
-
-    from gpuipc_bench.verdict import same_copy
-
-    def row(ceiling, fraction=1.0):
-        return Row(ceiling=ceiling, fraction_of_ceiling=fraction)
-
-    assert same_copy(row("d2d@0"), row("d2d@0/producer", 0.99))
-    assert not same_copy(row("d2d@0"), row("d2d-sm@0"))
-    assert not same_copy(Row(ceiling="d2h@0+h2d@0", fraction_of_ceiling=1.0),
-                         Row(ceiling="d2h@0+h2d@0", fraction_of_ceiling=1.0))
-    assert not same_copy(Row(ceiling="", fraction_of_ceiling=math.nan), Row(ceiling="", fraction_of_ceiling=math.nan))
-    assert not same_copy(Row(ceiling="d2d@0", fraction_of_ceiling=1.0), Row(ceiling="d2d@0", fraction_of_ceiling=0.97))
-
-
-def test_a_bimodal_group_is_not_ranked_and_the_verdict_says_why():
-    twin = {4 * KIB: True}
-
-    def bimodal(size):
-        return linear(1e-6, 600)(size)
-
-    rows = measured("ipc", "ce", linear(2e-6, 500))
-    push = measured("ipc", "push", bimodal)
-    for row in push:
-        if twin.get(row["bytes"]) and row["iteration"] % 2:
-            row["seconds"] *= 1.10
-    (r,) = ranked(rows, push)
-    at = next(s for s in r.sizes if s.bytes == 4 * KIB)
-    assert at.fastest == "ipc/ce" and at.unranked == (("ipc/push", "bimodal"),)
-    band = next(b for b in r.bands if 4 * KIB in b.sizes)
-    assert band.winner == "ipc/ce" and ("ipc/push", "bimodal", (4 * KIB,)) in band.unranked
-
-
-def test_few_samples_are_not_ranked_and_nothing_ranked_gives_a_band_without_winner():
-    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 500), n=3), measured("ipc", "sm", linear(2e-6, 500), n=4))
-    (band,) = r.bands
-    assert band.winner is None and {lab for lab, _, _ in band.unranked} == {"ipc/ce", "ipc/sm"}
-
-
-def test_links_sharing_modes_and_measures_are_ranked_apart():
-    r = ranked(measured("ipc", "ce", linear(2e-6, 1000)),
-               measured("ipc", "ce", linear(20e-6, 1000), measure="handoff"),
-               measured("staging", "pinned", linear(20e-6, 25), measure="handoff"),
-               measured("ipc", "sm", linear(2e-6, 1000), sharing="mps"),
-               measured("mmap", "h2d", linear(2e-6, 50), src="host", dst="0"),
-               measured("peer", "ce", linear(3e-6, 300), src="0", dst="1", sharing="exclusive"))
-    assert [(x.src, x.dst, x.sharing, x.measure) for x in r] == [
-        ("0", "0", "mps", "stream"), ("0", "0", "time-sliced", "handoff"), ("0", "0", "time-sliced", "stream"),
-        ("0", "1", "exclusive", "stream"), ("host", "0", "time-sliced", "stream")]
-    handoff = r[1]
-    assert handoff.candidates == ("staging/pinned", "ipc/ce")
-
-
-def test_a_schema_1_file_is_ranked_with_its_measures_mixed():
-    (r,) = ranked(measured("ipc", "ce", linear(2e-6, 1000)),
-                  measured("staging", "pinned", linear(20e-6, 25), measure="handoff"), mixed=True)
-    assert r.measure == "mixed" and set(r.candidates) == {"ipc/ce", "staging/pinned"}
-
-
-def test_l2_resident_sizes_are_marked():
-    rows = measured("ipc", "ce", linear(2e-6, 1000)) + measured("ipc", "sm", linear(2e-6, 800))
-    for row in rows:
-        row["l2_resident"] = row["bytes"] <= MIB
-    (r,) = ranked(rows)
-    assert r.bands[0].l2_sizes == (4, 4 * KIB, MIB)
-
-
-def test_the_margin_never_says_the_next_path_is_faster():
-    rng = random.Random(9)
-    for trial in range(20):
-        factors = {s: rng.uniform(0.9, 1.1) for s in SIZES}
-        groups = [measured("ipc", v, lambda s, f=factors, k=k: linear(2e-6, 500)(s) * (f[s] if k else 1),
-                           noise=0.01, n=12, seed=trial) for k, v in enumerate(("ce", "sm"))]
-        groups.append(measured("staging", "pinned", lambda s: linear(2e-6, 500)(s) * rng.uniform(0.95, 1.2),
-                               noise=0.01, n=12, seed=trial))
-        for r in ranked(*groups):
-            for band in r.bands:
-                assert math.isnan(band.margin_min) or band.margin_min > 1
-
-
-def test_no_samples_no_rankings():
-    assert ranked([]) == []
-    df = frame(setup_rows("ipc", "ipc_open_cold", 1e-4))
-    assert analyse(df, {"schema_version": "2"}).rankings == []
-
-
-def test_band_defaults():
-    band = Band(lo_bytes=4, hi_bytes=8, sizes=(4, 8), winner="ipc/ce")
-    assert band.runner_up is None and math.isnan(band.margin_min) and band.tied == ()
-
-
 # --------------------------------------------------------------------------- break-even
 
 STAGING = linear(20e-6, 25)  # 20 µs + 25 GB/s
 IPC = linear(2e-6, 1000)
 
 
-def break_even_of(*groups, amortise_over=1000, mixed=False):
+def break_even_of(*groups, amortise_over=1000, mixed=False):  # noqa: D103
     df = frame([row for group in groups for row in group])
     found = samples_by_condition(df)
     return break_even(summarize(df, found, PATHS), PATHS, found, amortise_over=amortise_over, mixed_measures=mixed)

@@ -26,13 +26,16 @@ from gpuipc_bench.errors import UsageError
 @click.option("--amortise-over", "amortise_over", type=click.IntRange(min=1), default=1000, show_default=True,
               metavar="N", help="Break-even: the setup cost is paid once per N transfers (and, apart, every transfer).")
 @click.option("--min-effect", "min_effect", type=Bounded("min_effect", float), default=2.0, show_default=True,
-              metavar="PCT", help="Verdict: medians less than PCT% apart are a tie, however significant the "
-                                  "difference (a Mann-Whitney U test decides the rest); so are two figures of "
-                                  "one copy less than PCT% apart as fractions of their own ceilings.")
+              metavar="PCT", help="Verdict: medians less than PCT% apart (or than the processes' own measured "
+                                  "offset) are never 'faster'; figures whose ratio's interval lies within it "
+                                  "are 'the same'; the rest are 'undecided'.")
 @click.option("--force", is_flag=True, help="Overwrite the --plot files if they exist.")
 @click.option("--detailed", is_flag=True, help="Every column (samples, intervals in µs, MAD, verified) and "
                                                "every figure of each warning.")
-def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, force=False):
+@click.option("--summary", "summary", is_flag=True,
+              help="The one-screen answer `run` prints at its end: a line per decision, set-up costs, "
+                   "confidence, the warnings that could change a line.")
+def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, force=False, summary=False):
     """Summarise results CSVs: median and its 95% interval per path, variant and size, against
     the ceiling; the fastest path per size (ties decided by a test on the samples) and the
     break-even of the paths with a setup cost.
@@ -69,6 +72,12 @@ def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, f
         click.echo(render_csv(runs, sources), nl=False)
     elif fmt == "json":
         click.echo(render_json(runs, sources, **options))
+    elif summary:
+        from gpuipc_bench.report import render_run_summary
+
+        console = stdout_console()
+        for source, (frame, meta) in zip(sources, runs):
+            render_run_summary(frame, meta, console, source=source, **options)
     else:
         from rich.text import Text
 

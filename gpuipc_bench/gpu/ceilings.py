@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from gpuipc_bench.gpu.device import Gpu
-from gpuipc_bench.gpu.memory import Ring, on_device, reps_for
+from gpuipc_bench.gpu.memory import L2Check, Ring, on_device, reps_for
 
 KINDS = ("d2d", "h2d", "d2h", "peer")
 
@@ -88,9 +88,13 @@ class Ceilings:
         kind, _, src, dst = parse_ceiling(key)
         return self.gpu_for(src) if kind == "peer" else self.gpu
 
-    def l2_resident(self, key: str, nbytes: int, reps: int | None = None) -> bool:
+    def l2_resident(self, key: str, nbytes: int, reps: int | None = None) -> L2Check:
+        """The L2 flag of the samples of `key` (each sample's from its own batch): both rings on
+        the issuing GPU for a copy within it; one (the device side, or the issuer's side of a
+        peer copy) otherwise."""
         kind, _, src, dst = parse_ceiling(key)
-        return Ring.for_size(nbytes, reps).l2_resident(self.issuer(key).l2_bytes)
+        sides = 2 if src == dst and src != "host" else 1
+        return L2Check(int(nbytes), self.issuer(key).l2_bytes, sides)
 
     def bandwidth(self, key: str, nbytes: int, seed: int, reps: int | None = None) -> tuple[float, int]:
         """(seconds per transfer, reps) of one verified sample: rep r copies slot r of a source ring

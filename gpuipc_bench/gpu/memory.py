@@ -73,10 +73,38 @@ class Ring:
     def offset(self, rep: int) -> int:
         return (rep % self.slots) * self.stride
 
-    def l2_resident(self, l2_bytes: int) -> bool:
-        """Whether a batch over this ring can be served from an L2 of `l2_bytes`: the ring is
-        smaller than twice the L2 (source and destination together fit)."""
-        return self.slots * self.nbytes < 2 * l2_bytes
+    def l2_resident(self, l2_bytes: int, sides: int = 2) -> bool:
+        """Whether a batch over this ring can be served from an L2 of `l2_bytes`: `sides` rings
+        (source and destination on one GPU: 2; only the device side of a copy to or from the
+        host, or one GPU's side of a peer copy: 1), each slots x stride, fit in it together.
+        False when the L2 size is unknown (0)."""
+        return l2_resident_ring(self.nbytes, self.slots, l2_bytes, sides, self.stride)
+
+
+def l2_resident_ring(nbytes: int, slots: int, l2_bytes: int, sides: int = 2, stride: int | None = None) -> bool:
+    """Whether `sides` rings of `slots` slots of `nbytes` (`stride` apart; Ring.for_size's
+    stride when not given) fit in an L2 of `l2_bytes` together: a batch over them could be
+    served from the cache. False when the L2 size is unknown (0)."""
+    if l2_bytes <= 0:
+        return False
+    if stride is None:
+        stride = Ring.for_size(nbytes, slots).stride
+    return sides * max(1, slots) * stride <= l2_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class L2Check:
+    """The L2 flag of one group's samples, computed per sample from the transfers it timed
+    (its ring has one slot per transfer, `slots` when fixed): the sampler calls it with each
+    sample's batch and stores the answer in the row."""
+
+    nbytes: int
+    l2_bytes: int
+    sides: int = 2
+    slots: int | None = None  # a ring of this many slots whatever the batch (None: one per transfer)
+
+    def __call__(self, batch: int) -> bool:
+        return l2_resident_ring(self.nbytes, self.slots or batch, self.l2_bytes, self.sides)
 
 
 def ring_capacity(sizes) -> int:

@@ -59,16 +59,17 @@ def analyse_runs(runs: Sequence[Run], min_effect: float | None = None,
 
 
 def render_run_summary(frame: pd.DataFrame, meta: Mapping[str, str], console: Console,
-                       source: str | Path | None = None) -> None:
-    """What `run` prints at the end: the machine in one line, the verdict per link (a line
-    per band: its sizes, the winner ~ what is tied, the margin to the next path), each
-    path's headline GB/s at a few sizes against its ceiling, the break-even sizes, and how
-    many warnings with the command that shows everything (`gpuipc-bench report SOURCE`).
-    It fits 80 columns without cutting a cell, in at most 40 lines."""
+                       source: str | Path | None = None, min_effect: float | None = None,
+                       amortise_over: int | None = None) -> None:
+    """The one-screen answer, what `run` prints at the end and `report RUN.csv --summary`
+    prints (answer.py): a line per decision band of each link, sharing mode and measure,
+    the set-up costs, the confidence, the warnings that could change a line, and the command
+    that shows everything (`gpuipc-bench report SOURCE`), wrapped at the console's width."""
     from gpuipc_bench.analysis import analyse
-    from gpuipc_bench.report import document, terminal
+    from gpuipc_bench.report import answer, terminal
 
-    terminal.render_summary(document.build_summary(analyse(frame, meta), str(source) if source else None), console)
+    analysis = analyse(frame, meta, min_effect=min_effect, amortise_over=amortise_over)
+    terminal.render_summary(answer.summary_lines(analysis, str(source) if source else None, console.width), console)
 
 
 def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: Console, source: str | None = None,
@@ -91,12 +92,16 @@ def render_comparison_terminal(runs: Sequence[Run], sources: Sequence[str], cons
     from gpuipc_bench.analysis import compare
     from gpuipc_bench.report import tables, terminal, wording
 
+    from gpuipc_bench.analysis import compare_decisions
+
     analyses = list(analyses) if analyses is not None else analyse_runs(runs)
     comparison = compare([a.summary for a in analyses])
+    changes = compare_decisions([a.answer.decisions for a in analyses])
     blocks = [(tables.comparison_tables(comparison, run), tables.only_in_one(comparison, run), run)
               for run in range(1, len(analyses))]
     terminal.render_comparison(sources, [" · ".join(wording.machine_summary(a.meta)) for a in analyses],
-                               wording.machine_differences([a.meta for a in analyses]), blocks, console)
+                               wording.machine_differences([a.meta for a in analyses]), blocks, console,
+                               wording.decision_changes(changes))
 
 
 # --------------------------------------------------------------------------- markdown, data
@@ -113,14 +118,17 @@ def render_markdown_runs(runs: Sequence[Run], sources: Sequence[str | None], min
     """One run: its summary. Several: the comparison first (machine differences, ratio tables
     of each run against run 1), then each run's summary."""
     from gpuipc_bench.analysis import compare
-    from gpuipc_bench.report import document, markdown
+    from gpuipc_bench.report import document, markdown, wording
 
     analyses = analyse_runs(runs, min_effect, amortise_over)
     if len(analyses) == 1:
         doc = document.build_report(analyses[0], sources[0])
         return markdown.fit(markdown.sections(doc, analyses[0]))
+    from gpuipc_bench.analysis import compare_decisions
+
     comparison = compare([a.summary for a in analyses])
-    parts = markdown.comparison_sections(analyses, [str(s) for s in sources], comparison)
+    changes = wording.decision_changes(compare_decisions([a.answer.decisions for a in analyses]))
+    parts = markdown.comparison_sections(analyses, [str(s) for s in sources], comparison, changes)
     for i, (analysis, source) in enumerate(zip(analyses, sources)):
         run_parts = markdown.sections(document.build_report(analysis, source), analysis, level="###")
         run_parts[0][0] = f"## run {i + 1}: {source}"
@@ -140,9 +148,12 @@ def render_json(runs: Sequence[Run], sources: Sequence[str], min_effect: float |
     from gpuipc_bench.analysis import compare
     from gpuipc_bench.report import data
 
+    from gpuipc_bench.analysis import compare_decisions
+
     analyses = analyse_runs(runs, min_effect, amortise_over)
     comparison = compare([a.summary for a in analyses]) if len(analyses) > 1 else None
-    return data.render_json(analyses, sources, comparison)
+    changes = compare_decisions([a.answer.decisions for a in analyses]) if len(analyses) > 1 else []
+    return data.render_json(analyses, sources, comparison, changes)
 
 
 def __getattr__(name: str):

@@ -1,6 +1,7 @@
-"""The data exporters: the summary as CSV, and everything (summary, verdict, break-even,
+"""The data exporters: the summary as CSV, and everything (summary, decisions, break-even,
 warnings, comparison) as JSON, with the same numbers the other reports show: each median
-with its 95% interval, the spread, the flags."""
+with its 95% interval, the spread, the flags. The JSON `decisions` are the answer's
+(analysis/model.py) serialised, one per link, sharing mode, measure and size."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from gpuipc_bench.analysis import RunAnalysis
+from gpuipc_bench.analysis.compare import DecisionChange
+from gpuipc_bench.analysis.model import RunAnalysis
+from gpuipc_bench.analysis.verdict import Decision
 from gpuipc_bench.report import wording
 
 
@@ -49,24 +52,50 @@ def records(frame: pd.DataFrame) -> list[dict]:
 
 
 def run_record(analysis: RunAnalysis, source: str) -> dict:
+    relevant = set(analysis.answer.relevant)
     return {
         "file": str(source),
         "metadata": dict(analysis.meta),
         "summary": records(analysis.summary),
         "min_effect": analysis.min_effect,
-        "rankings": [plain(dataclasses.asdict(r)) for r in analysis.rankings],
+        "decisions": [decision_record(d) for d in analysis.answer.decisions],
+        "setup": [plain(dataclasses.asdict(c)) for c in analysis.answer.setup],
         "break_even": [plain(dataclasses.asdict(b)) for b in analysis.break_even],
-        "warnings": [plain(dataclasses.asdict(w)) | {"says": wording.WARNINGS[w.cause][0]}
+        "warnings": [plain(dataclasses.asdict(w)) | {"says": wording.WARNINGS[w.cause][0],
+                                                      "could_change_the_answer": w in relevant}
                      for w in analysis.warnings],
     }
 
 
-def render_json(analyses: Sequence[RunAnalysis], sources: Sequence[str], comparison: pd.DataFrame | None) -> str:
-    """Every run: file, metadata, summary rows, rankings, break-evens, warnings; with several
-    runs the comparison (ratios against run 1, with the range the intervals allow) and the
-    machine differences."""
+def decision_record(d: Decision) -> dict:
+    """One decision for scripts: link, sharing, measure, bytes; outcome (faster, same or
+    undecided), class, members (every path/variant in the winning class), choice, next (the
+    next different class or path, null when none) and ratio (next / choice, median time);
+    then the figures behind it."""
+    return plain({
+        "src": d.src, "dst": d.dst, "sharing": d.sharing, "measure": d.measure, "bytes": d.bytes,
+        "outcome": d.outcome, "class": d.cls, "members": list(d.members), "choice": d.choice, "why": d.why,
+        "next": d.next if d.next is None or d.next != d.cls else d.next_members[0],
+        "next_members": list(d.next_members), "ratio": d.ratio, "ratio_lo": d.ratio_lo, "ratio_hi": d.ratio_hi,
+        "same": list(d.same), "undecided": list(d.close), "choice_s": d.choice_s[1],
+        "choice_lo_s": d.choice_s[0], "choice_hi_s": d.choice_s[2], "choice_gbps": d.choice_gbps,
+        "call_bound": d.call_bound, "l2_resident": d.l2_resident, "samples": d.samples, "separated": d.separated,
+        "delta": d.delta, "cost": d.cost or None,
+    })
+
+
+def change_record(c: DecisionChange) -> dict:
+    return plain(dataclasses.asdict(c))
+
+
+def render_json(analyses: Sequence[RunAnalysis], sources: Sequence[str], comparison: pd.DataFrame | None,
+                changes: Sequence[DecisionChange] = ()) -> str:
+    """Every run: file, metadata, summary rows, decisions, set-up costs, break-evens,
+    warnings; with several runs the comparison (ratios against run 1, with the range the
+    intervals allow), the decisions that changed and the machine differences."""
     doc = {"tool": "gpuipc-bench", "runs": [run_record(a, s) for a, s in zip(analyses, sources)]}
     if comparison is not None:
         doc["comparison"] = records(comparison)
+        doc["decision_changes"] = [change_record(c) for c in changes]
         doc["machine_differences"] = wording.machine_differences([a.meta for a in analyses])
     return json.dumps(doc, indent=1, ensure_ascii=False, allow_nan=False)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gpuipc_bench.analysis import RunAnalysis
+from gpuipc_bench.analysis.model import RunAnalysis
 from gpuipc_bench.report import wording
 from gpuipc_bench.report.document import Header, Report
 from gpuipc_bench.report.tables import (
@@ -117,7 +117,8 @@ def fit(parts: list[list[str]], limit: int = MARKDOWN_LIMIT) -> str:
     return "\n".join(line for section in kept + [tail] for line in section)[:limit]
 
 
-def comparison_sections(analyses: Sequence[RunAnalysis], sources: Sequence[str], comparison) -> list[list[str]]:
+def comparison_sections(analyses: Sequence[RunAnalysis], sources: Sequence[str], comparison,
+                        changes: Sequence[str] = ()) -> list[list[str]]:
     head = ["## gpuipc-bench: comparing runs", ""]
     for i, (a, source) in enumerate(zip(analyses, sources)):
         head.append(f"- run {i + 1}: {code(str(source))} · " + inline(" · ".join(wording.machine_summary(a.meta))))
@@ -127,6 +128,8 @@ def comparison_sections(analyses: Sequence[RunAnalysis], sources: Sequence[str],
         head += ["> **⚠ The machines differ**, so the ratios compare hardware as well as paths:", ">"]
         head += [f"> - {inline(d)}" for d in differences]
         head.append("")
+    head += ["### Decisions", ""] + ([f"- {inline(c)}" for c in changes] or ["Every choice is the same in every run."])
+    head.append("")
     out = [head]
     for run in range(1, len(analyses)):
         block = []

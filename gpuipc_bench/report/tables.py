@@ -13,14 +13,11 @@ from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
 
-from gpuipc_bench.analysis import (
-    ABOVE_CEILING,
-    BIMODAL,
-    FEW_SAMPLES,
-    WIDE_INTERVAL,
-    RunAnalysis,
-    link_rank,
-)
+from gpuipc_bench.analysis.breakeven import BreakEven
+from gpuipc_bench.analysis.conditions import link_rank
+from gpuipc_bench.analysis.model import RunAnalysis
+from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL
+from gpuipc_bench.analysis.warnings import above_ceiling
 from gpuipc_bench.report.wording import (
     DASH,
     MEASURE_SHORT,
@@ -37,7 +34,6 @@ from gpuipc_bench.report.wording import (
     setup_cost,
 )
 from gpuipc_bench.sizes import format_size
-from gpuipc_bench.verdict import BreakEven, candidates
 
 
 @dataclasses.dataclass
@@ -77,7 +73,7 @@ class Table:
 
 
 _METRIC_TITLES = {"bandwidth": "bandwidth", "latency": "one-way latency"}
-FLAG_WORDS = {FEW_SAMPLES: "few samples", BIMODAL: "bimodal", WIDE_INTERVAL: "wide interval"}
+FLAG_WORDS = {FEW_SAMPLES: "few samples", BIMODAL: "two states", WIDE_INTERVAL: "wide interval"}
 
 
 def _flags(row) -> str:
@@ -85,7 +81,9 @@ def _flags(row) -> str:
     words = [FLAG_WORDS.get(r, r) for r in str(row.unstable).split(",") if r]
     if _known(row.l2_resident) and bool(row.l2_resident):
         words.append("L2")
-    if row.fraction_of_ceiling > ABOVE_CEILING:
+    if bool(getattr(row, "call_bound", False)):
+        words.append("call-bound")
+    if not math.isnan(above_ceiling(row)):
         words.append("above ceiling")
     if _known(row.verified) and not bool(row.verified):
         words.append("bytes wrong")
@@ -195,7 +193,8 @@ def _measure_table(scenario, path, metric, measure, part: pd.DataFrame, detailed
         if detailed:
             cells.append(fmt_percent(row.mad_rel))
         if has_ceiling:
-            cells.append(fmt_percent(row.fraction_of_ceiling))
+            # below twice the per-call floor the ceiling is one call too: a fraction of it says nothing
+            cells.append(DASH if bool(row.call_bound) else fmt_percent(row.fraction_of_ceiling))
         if detailed:
             cells.append(fmt_verified(row.verified))
         if any(flags):
@@ -325,7 +324,8 @@ def _headline_bandwidth(part: pd.DataFrame) -> Table:
                              fmt_interval(row.ci_lo_gbps, row.ci_hi_gbps)]
         if has_ceiling:
             frac = row.fraction_of_ceiling
-            cells.append(f"{fmt_percent(frac)} {row.ceiling}" if not math.isnan(frac) else DASH)
+            cells.append(f"{fmt_percent(frac)} {row.ceiling}" if not math.isnan(frac) and not bool(row.call_bound)
+                         else DASH)
         if any(flags):
             cells.append(flag)
         rows.append(cells)
@@ -364,60 +364,6 @@ def _headline_latency(part: pd.DataFrame) -> Table:
     return Table(title, "latency", columns, rows, [int(b) for b in part["bytes"]])
 
 
-# --------------------------------------------------------------------------- the run summary
-
-SUMMARY_SIZES = (4 << 10, 1 << 20, 256 << 20)
-
-
-def path_figures(analysis: RunAnalysis, sizes: Sequence[int] = SUMMARY_SIZES) -> Table | None:
-    """Each path's headline figure: the best variant's median GB/s at a few sizes, with its
-    interval and its fraction of the ceiling. Paths that are ranked (two processes, two
-    workers); in a run without any, the references (the CPU baseline)."""
-    rows = candidates(analysis.summary, analysis.paths)
-    if rows.empty:  # the references measured between two processes (not the N-process scaling of sharing)
-        summary = analysis.summary
-        rows = summary[(summary["metric"] == "bandwidth") & (summary["path"] != "ceiling") & (summary["bytes"] > 0)]
-        workers = rows.groupby("path")["workers"].agg(lambda w: set(w) == {2})
-        rows = rows[rows["path"].map(workers).astype(bool)]
-    if rows.empty:
-        return None
-    present = sorted(set(rows["bytes"]))
-    chosen = [min(present, key=lambda p: abs(math.log2(p) - math.log2(s))) for s in sizes]
-    chosen = sorted(set(chosen))
-    sharing_per_link = rows.groupby(["path", "src", "dst"])["sharing"].nunique()
-    several_sharing = bool((sharing_per_link > 1).any())
-    mixed = analysis.schema < 2
-    columns = [Column("path", "left", 0, True), Column("link", "left", 0, True)]
-    columns += [Column(format_size(s), priority=len(chosen) - i) for i, s in enumerate(chosen)]
-    columns[-1].priority = 0  # the largest size stays
-    table_rows, groups = [], []
-    keys = ["path", "src", "dst", "sharing"]
-    for (path, src, dst, sharing), part in rows.groupby(keys, sort=False):
-        measures = list(pd.unique(part["measure"]))
-        measure = "stream" if "stream" in measures else measures[0]
-        part = part[part["measure"] == measure]
-        name = path + (f" ({MEASURE_SHORT.get(measure, measure)})" if measure == "handoff" and not mixed else "")
-        name += f" · {sharing}" if several_sharing else ""
-        cells = [name, link(src, dst)]
-        for size in chosen:
-            at = part[part["bytes"] == size].sort_values("median_s", kind="stable")
-            if at.empty:
-                cells.append(DASH)
-                continue
-            best = at.iloc[0]
-            pm = fmt_pm(best["ci_lo_gbps"], best["median_gbps"], best["ci_hi_gbps"])
-            cell = f"{fmt_num(best['median_gbps'])} {'±?' if pm == DASH else pm}"
-            if not math.isnan(best["fraction_of_ceiling"]):
-                cell += f" {fmt_percent(best['fraction_of_ceiling'])}"
-            cells.append(cell)
-        table_rows.append(cells)
-        groups.append(path)
-    order = sorted(range(len(table_rows)), key=lambda i: (list(analysis.paths).index(groups[i])
-                                                           if groups[i] in analysis.paths else 99))
-    return Table("GB/s of each path's best variant, ± its 95% interval, % of its ceiling", "summary", columns,
-                 [table_rows[i] for i in order], [groups[i] for i in order])
-
-
 # --------------------------------------------------------------------------- break-even, comparison
 
 
@@ -453,36 +399,45 @@ def comparison_tables(comparison: pd.DataFrame, run: int) -> list[Table]:
         rows_df = both[both["metric"] == metric]
         if rows_df.empty:
             continue
-        sizes = representative_sizes(rows_df["bytes"])
-        if metric == "latency" and (rows_df["bytes"] == 0).any():
-            sizes = [0] + sizes
         better = "above 1: run {r} faster" if metric == "bandwidth" else "below 1: run {r} faster"
-        title = f"{metric}: median {what}, run {run + 1} ÷ run 1 ({better.format(r=run + 1)}; ~: within the intervals)"
-        keys = ["path", "variant", "src", "dst", "measure", "workers", "sharing"]
-        shown = [k for k in ("measure", "workers", "sharing") if rows_df[k].nunique() > 1]
-        columns = [Column("path/variant", "left", 0, True), Column("link", "left", 0, True)]
-        columns += [Column(k, "left") for k in shown] + [Column(format_size(s)) for s in sizes]
-        rows, groups = [], []
-        for key, group in rows_df.groupby(keys, sort=False):
-            values = dict(zip(keys, key))
-            cells = [f"{values['path']}/{values['variant']}", link(values["src"], values["dst"])]
-            cells += [str(values[k]) for k in shown]
-            at = {int(r.bytes): r for r in group.itertuples(index=False)}
-            cells += [fmt_ratio(at[s].ratio, at[s].ratio_lo, at[s].ratio_hi) if s in at else DASH for s in sizes]
-            rows.append(cells)
-            groups.append(values["path"])
-        tables.append(Table(title, f"compare-{metric}", columns, rows, groups))
+        # A table per link, worker count and sharing mode (named in its title), so that the
+        # ratios at each size fit 80 columns: the sizes between the smallest and the largest
+        # are left out first where they do not.
+        for (src, dst, workers, sharing), rows_part in rows_df.groupby(["src", "dst", "workers", "sharing"],
+                                                                       sort=False):
+            sizes = representative_sizes(rows_part["bytes"])
+            if metric == "latency" and (rows_part["bytes"] == 0).any():
+                sizes = [0] + sizes
+            where = " · ".join([link(src, dst), plural(int(workers), "worker")]
+                               + ([str(sharing)] if sharing not in ("", "none") else []))
+            title = (f"{metric}: median {what}, run {run + 1} ÷ run 1 · {where} "
+                     f"({better.format(r=run + 1)}; ~: within the intervals)")
+            keys = ["path", "variant", "measure"]
+            columns = [Column("path/variant", "left", 0, True), Column("measure", "left", 5, True)]
+            columns += [Column(format_size(s).replace(" ", "\u00a0"), priority=0 if i in (0, len(sizes) - 1)
+                               else 1 + abs(i - len(sizes) // 2)) for i, s in enumerate(sizes)]
+            rows, groups = [], []
+            for key, group in rows_part.groupby(keys, sort=False):
+                values = dict(zip(keys, key))
+                cells = [f"{values['path']}/{values['variant']}", MEASURE_SHORT.get(values["measure"],
+                                                                                     values["measure"])]
+                at = {int(r.bytes): r for r in group.itertuples(index=False)}
+                cells += [fmt_ratio(at[s].ratio, at[s].ratio_lo, at[s].ratio_hi) if s in at else DASH
+                          for s in sizes]
+                rows.append(cells)
+                groups.append(values["path"])
+            tables.append(Table(title, f"compare-{metric}", columns, rows, groups))
     setup = both[both["metric"] == "setup"]
     if not setup.empty:
         keep = setup.sort_values("bytes", kind="stable").drop_duplicates(["path", "variant", "src", "dst"], keep="last")
         keep = keep.sort_index()
-        columns = [Column("path", "left"), Column("operation", "left", 0, True), Column("link", "left", 0, True),
-                   Column("size"), Column("run 1 ms"), Column(f"run {run + 1} ms"), Column("ratio")]
-        rows = [[str(r.path), str(r.variant), link(r.src, r.dst), format_size(int(r.bytes)) if r.bytes else DASH,
+        columns = [Column("path/operation", "left", 0, True), Column("link", "left", 4, True),
+                   Column("size", priority=3), Column("run 1 ms"), Column(f"run {run + 1} ms"), Column("ratio")]
+        rows = [[f"{r.path}/{r.variant}", link(r.src, r.dst), format_size(int(r.bytes)) if r.bytes else DASH,
                  fmt_ms(r.base_s).removesuffix(" ms"), fmt_ms(r.other_s).removesuffix(" ms"),
                  fmt_ratio(r.ratio, r.ratio_lo, r.ratio_hi)] for r in keep.itertuples()]
         tables.append(Table(f"setup costs: median ms, run {run + 1} ÷ run 1 (below 1: run {run + 1} faster)",
-                            "compare-setup", columns, rows, [r[0] for r in rows]))
+                            "compare-setup", columns, rows, [r[0].partition("/")[0] for r in rows]))
     return tables
 
 
@@ -501,4 +456,4 @@ def verified_note(summary: pd.DataFrame) -> str:
 
 
 __all__ = ["Column", "Table", "break_even_table", "comparison_tables", "headline_tables", "measurement_tables",
-           "only_in_one", "path_figures", "representative_sizes", "setup_table", "verified_note"]
+           "only_in_one", "representative_sizes", "setup_table", "verified_note"]

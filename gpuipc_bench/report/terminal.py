@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from gpuipc_bench.report import wording
-from gpuipc_bench.report.document import Header, Report, RunSummary
+from gpuipc_bench.report.document import Header, Report
 from gpuipc_bench.report.tables import Table
 
 if TYPE_CHECKING:
@@ -150,34 +150,6 @@ def _print_blocks(blocks, console: Console) -> None:
         console.print(grid)
 
 
-def _print_summary_blocks(blocks, console: Console) -> None:
-    """The run summary's verdict: a block per link, a line per band (measure, sizes, leaders,
-    the next path's margin), in columns fitted like a table's: the leaders and the margin
-    wrap between words if they must, never inside a figure."""
-    from rich.table import Table as RichTable
-    from rich.text import Text
-
-    from gpuipc_bench.report.tables import Column
-
-    for block in blocks:
-        console.print(Text(block.title, style="bold"))
-        with_measure = any(line.measure for line in block.lines)
-        columns = [Column("", "left")] * with_measure + [Column("", "left"), Column("", "left", wrap=True),
-                                                          Column("", "left", wrap=True)]
-        rows = [([line.measure] if with_measure else []) + [line.sizes, line.leaders, line.margin]
-                for line in block.lines]
-        rows = [["  " + row[0]] + row[1:] for row in rows]
-        _, widths = fit(Table("", "summary", columns, rows), console.width, gap=2)
-        grid = RichTable.grid(padding=(0, 2))
-        for column, width in zip(columns, widths):
-            grid.add_column(width=width, no_wrap=not column.wrap, overflow="fold")
-        for line, row in zip(block.lines, rows):
-            cells = [Text(cell) for cell in row]
-            cells[-2].stylize("bold green" if line.ranked else "yellow")
-            grid.add_row(*cells)
-        console.print(grid)
-
-
 def print_verdict(doc: Report, console: Console) -> None:
     from rich.text import Text
 
@@ -225,58 +197,27 @@ def render_report(doc: Report, console: Console) -> None:
         console.print(Text(note, style="dim"))
 
 
-# --------------------------------------------------------------------------- the run summary
+# --------------------------------------------------------------------------- the one-screen answer
 
 
-MAX_SUMMARY_LINES = 40
-
-
-def render_summary(doc: RunSummary, console: Console) -> None:
-    """The end of `run`, on one screen (see document.RunSummary): at most MAX_SUMMARY_LINES
-    lines; a run with more links than that holds leaves out the figures, then the
-    break-even (`report` shows them)."""
-    import dataclasses
-    import io
-
-    from rich.console import Console
-
-    for version in (doc, dataclasses.replace(doc, figures=None),
-                    dataclasses.replace(doc, figures=None, break_even=None)):
-        trial = Console(width=console.width, record=True, color_system=None, file=io.StringIO())
-        _render_summary(version, trial)
-        if len(trial.export_text().splitlines()) <= MAX_SUMMARY_LINES:
-            break
-    _render_summary(version, console)
-
-
-def _render_summary(doc: RunSummary, console: Console) -> None:
+def render_summary(lines: Sequence[tuple[str, str]], console: Console) -> None:
+    """The one-screen answer (answer.summary_lines, already wrapped to the console's width):
+    each line as plain text (never markup), styled only where the console is a terminal."""
     from rich.text import Text
 
-    console.print(Text(wording.machine_line(doc.meta, console.width, "gpuipc-bench · "), style="bold"))
-    if doc.partial:
-        console.print(Text("⚠ " + doc.partial, style="bold red"))
-    console.print(Text(doc.verdict_heading, style="bold green"))
-    if doc.no_verdict:
-        console.print(Text(doc.no_verdict))
-    _print_summary_blocks(doc.rankings, console)
-    if doc.legend:
-        console.print(Text(doc.legend, style="dim"))
-    if doc.figures is not None:
-        print_table(doc.figures, console)
-    if doc.break_even is not None:
-        print_table(doc.break_even, console)
-    if doc.warnings:
-        console.print(Text("⚠ " + doc.warnings, style="yellow"))
-    console.print(Text.assemble("every table and warning: ", (doc.more, "bold")))
+    for text, style in lines:
+        console.print(Text(text, style=style), soft_wrap=True, overflow="ignore", crop=False)
 
 
 # --------------------------------------------------------------------------- several runs
 
 
 def render_comparison(sources: Sequence[str], machines: Sequence[str], differences: Sequence[str],
-                      blocks: Sequence[tuple[list[Table], tuple[int, int], int]], console: Console) -> None:
-    """The runs named, the machine facts that differ, and the ratio tables of each run
-    against run 1 (with how many figures only one of the two measured)."""
+                      blocks: Sequence[tuple[list[Table], tuple[int, int], int]], console: Console,
+                      changes: Sequence[str] = ()) -> None:
+    """The runs named, the machine facts that differ, the decisions that changed, and the
+    ratio tables of each run against run 1 (with how many figures only one of the two
+    measured)."""
     from rich.text import Text
 
     console.print(Text("Comparing runs", style="bold"))
@@ -287,6 +228,12 @@ def render_comparison(sources: Sequence[str], machines: Sequence[str], differenc
                            style="bold yellow"))
         for d in differences:
             console.print(Text("  " + d, style="yellow"))
+    console.print(Text("Decisions", style="bold"))
+    if changes:
+        for line in changes:
+            console.print(Text("  " + line))
+    else:
+        console.print(Text("  every choice is the same in every run"))
     console.print()
     for tables, (first_only, other_only), run in blocks:
         for table in tables:

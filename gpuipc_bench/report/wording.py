@@ -10,23 +10,29 @@ verdict's bands and the break-even.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 
-from gpuipc_bench.analysis import (
-    ABOVE_CEILING,
-    ABOVE_ITS_CEILING,
+from gpuipc_bench.analysis.breakeven import BreakEven, Crossing
+from gpuipc_bench.analysis.conditions import ABOVE_CEILING
+from gpuipc_bench.analysis.summary import (
     BIMODAL,
-    FAILED_VERIFICATION,
     FEW_SAMPLES,
     MAX_INTERVAL,
     MIN_SAMPLES,
-    SLOW_FIRST_SAMPLE,
+    SETUP_INTERVAL_SAMPLES,
     WIDE_INTERVAL,
+)
+from gpuipc_bench.analysis.verdict import MIXED, Decision
+from gpuipc_bench.analysis.warnings import (
+    ABOVE_ITS_CEILING,
+    FAILED_VERIFICATION,
+    SLOW_FIRST_SAMPLE,
     StabilityWarning,
 )
+from gpuipc_bench.report.header import gpu_links, gpu_names, gpus, machine_differences  # noqa: F401 - re-exported
+from gpuipc_bench.report.header import machine_facts, machine_line, machine_parts  # noqa: F401 - re-exported
+from gpuipc_bench.report.header import machine_summary, partial_note, run_summary  # noqa: F401 - re-exported
 from gpuipc_bench.sizes import format_size
-from gpuipc_bench.verdict import MIXED, Band, BreakEven, Crossing, Ranking
 
 DASH = "—"
 
@@ -156,150 +162,6 @@ def size_list(sizes: Sequence[int], all_sizes: Sequence[int] | None = None) -> s
     return ", ".join(size_span(r[0], r[-1]) for r in runs)
 
 
-# --------------------------------------------------------------------------- the machine
-
-DRIVER_KEYS = ("driver",)
-CUDA_KEYS = ("cuda_runtime",)
-CUDA_DRIVER_KEYS = ("cuda_driver",)
-
-
-def gpu_names(meta: Mapping[str, str]) -> list[str]:
-    """The 'gpu.N.name' values in device order."""
-    found = []
-    for key, value in meta.items():
-        m = re.fullmatch(r"gpu\.(\d+)\.name", key)
-        if m:
-            found.append((int(m.group(1)), value.strip()))
-    return [name for _, name in sorted(found)]
-
-
-def gpus(meta: Mapping[str, str]) -> str:
-    names = gpu_names(meta)
-    if not names:
-        return "no GPU"
-    if len(set(names)) == 1:
-        return f"{len(names)}× {names[0]}" if len(names) > 1 else names[0]
-    return ", ".join(f"GPU {i}: {n}" for i, n in enumerate(names))
-
-
-def gpu_links(meta: Mapping[str, str]) -> str:
-    """'0-1 NV18' from the 'link.I-J' (and 'peer.I-J') metadata; 'all NV18' when every pair
-    is the same; pairs without peer access say 'no P2P'. '' without links."""
-    pairs = []
-    for key, value in meta.items():
-        m = re.fullmatch(r"link\.(\d+)-(\d+)", key)
-        if m and value.strip():
-            i, j = int(m.group(1)), int(m.group(2))
-            text = value.strip()
-            peer = meta.get(f"peer.{i}-{j}", "").strip()
-            if peer and peer != "yes":
-                text += " no P2P" if peer == "no" else f" P2P {peer}"
-            pairs.append(((i, j), text))
-    if not pairs:
-        return ""
-    pairs.sort()
-    texts = {text for _, text in pairs}
-    if len(pairs) > 1 and len(texts) == 1:
-        return f"all {texts.pop()}"
-    return ", ".join(f"{i}-{j} {text}" for (i, j), text in pairs)
-
-
-def machine_parts(meta: Mapping[str, str]) -> dict[str, str]:
-    """The machine, piece by piece, in the order shown (absent pieces left out): host, gpus,
-    driver, cuda, cuda_driver (when it differs from the runtime), cupy, mps, links."""
-    def first(keys: Sequence[str]) -> str:
-        return next((meta.get(k, "").strip() for k in keys if meta.get(k, "").strip()), "")
-
-    parts = {"host": meta.get("host", "").strip() or "unknown host", "gpus": gpus(meta)}
-    driver, runtime, cuda_driver = first(DRIVER_KEYS), first(CUDA_KEYS), first(CUDA_DRIVER_KEYS)
-    if driver:
-        parts["driver"] = f"driver {driver}"
-    if runtime or cuda_driver:
-        parts["cuda"] = f"CUDA {runtime or cuda_driver}"
-    if runtime and cuda_driver and runtime != cuda_driver:
-        parts["cuda_driver"] = f"(driver supports {cuda_driver})"
-    if meta.get("cupy", "").strip():
-        parts["cupy"] = f"CuPy {meta['cupy'].strip()}"
-    if meta.get("mps", "").strip() == "running":
-        parts["mps"] = "MPS running"
-    links = gpu_links(meta)
-    if links:
-        parts["links"] = f"links {links}"
-    return parts
-
-
-def machine_summary(meta: Mapping[str, str], leave_out: Sequence[str] = ()) -> list[str]:
-    """Pieces of the machine line: 'n1', '2× H200', 'driver 580.65', 'CUDA 12.9 (driver
-    supports 13.0)', 'CuPy 13.6.0', 'MPS running', 'links 0-1 NV18'."""
-    parts = {k: v for k, v in machine_parts(meta).items() if k not in leave_out}
-    if "cuda_driver" in parts:  # 'CUDA 12.9 (driver supports 13.0)', one piece
-        driver = parts.pop("cuda_driver")
-        parts = {k: f"{v} {driver}" if k == "cuda" else v for k, v in parts.items()}
-    return list(parts.values())
-
-
-# Pieces of the machine line given up first when it must fit one line.
-MACHINE_EXTRAS = ("cupy", "cuda_driver", "mps", "links", "driver", "cuda")
-
-
-def machine_line(meta: Mapping[str, str], width: int, prefix: str = "") -> str:
-    """The machine in one line of at most `width` characters: the pieces of MACHINE_EXTRAS
-    left out one by one until it fits (host and GPUs always stay)."""
-    leave: list[str] = []
-    line = prefix + " · ".join(machine_summary(meta))
-    for key in MACHINE_EXTRAS:
-        if len(line) <= width:
-            break
-        leave.append(key)
-        line = prefix + " · ".join(machine_summary(meta, leave))
-    return line
-
-
-def run_summary(meta: Mapping[str, str]) -> list[str]:
-    """Pieces of the second header line: tool version, schema, time."""
-    parts = []
-    if meta.get("tool_version", "").strip():
-        parts.append(f"gpuipc-bench {meta['tool_version'].strip()}")
-    if meta.get("schema_version"):
-        parts.append(f"schema {meta['schema_version']}")
-    if meta.get("created_utc", "").strip():
-        parts.append(meta["created_utc"].strip())
-    return parts
-
-
-def partial_note(meta: Mapping[str, str]) -> str | None:
-    if meta.get("partial", "").strip().lower() != "true":
-        return None
-    status = meta.get("status", "").strip() or "unknown"
-    return f"partial run: it did not finish (status: {status}); the figures below are what was measured"
-
-
-def machine_facts(meta: Mapping[str, str]) -> dict[str, str]:
-    """The facts that decide whether two runs are comparable."""
-    pcie = sorted({v.strip() for k, v in meta.items() if re.fullmatch(r"gpu\.\d+\.pcie", k) and v.strip()})
-    parts = machine_parts(meta)
-    names = gpu_names(meta)
-    return {
-        "GPUs": f"{len(names)}× {names[0]}" if names and len(set(names)) == 1 else gpus(meta),
-        "driver": meta.get("driver", "").strip() or "unknown",
-        "CUDA": meta.get("cuda_runtime", "").strip() or meta.get("cuda_driver", "").strip() or "unknown",
-        "GPU links": parts.get("links", "").removeprefix("links ") or "none",
-        "PCIe": ", ".join(pcie) or "unknown",
-        "MPS": meta.get("mps", "").strip() or "unknown",
-    }
-
-
-def machine_differences(metas: Sequence[Mapping[str, str]]) -> list[str]:
-    """'GPUs: 1× NVIDIA H100 80GB HBM3 (run 1) vs 2× NVIDIA H200 (run 2)' for each fact that
-    differs between the runs."""
-    facts = [machine_facts(m) for m in metas]
-    out = []
-    for key in facts[0]:
-        values = [f[key] for f in facts]
-        if len(set(values)) > 1:
-            out.append(f"{key}: " + " vs ".join(f"{v} (run {i + 1})" for i, v in enumerate(values)))
-    return out
-
 
 # --------------------------------------------------------------------------- measures, stability
 
@@ -313,27 +175,35 @@ MEASURE_SHORT = {"handoff": "handoff", "stream": "stream", MIXED: "measures mixe
 
 REASONS = {
     FEW_SAMPLES: f"fewer than {MIN_SAMPLES} samples",
-    BIMODAL: "bimodal",
+    BIMODAL: "two states",
     WIDE_INTERVAL: f"interval wider than ±{MAX_INTERVAL:.0%}",
 }
 
 
 def reasons(text: str) -> str:
-    """'bimodal,wide-interval' -> 'bimodal, interval wider than ±5%'."""
+    """'bimodal,wide-interval' -> 'two states, interval wider than ±5%'."""
     return ", ".join(REASONS.get(r, r) for r in text.split(",") if r)
 
 
-# Each cause of a warning: what it says, and what to do.
+# Each cause of a warning: what it says, and one sentence on what it means and what to do.
 WARNINGS: dict[str, tuple[str, str]] = {
     FAILED_VERIFICATION: ("bytes wrong in some samples",
-                          "the figure is not trustworthy; rerun, and report it if it persists"),
-    ABOVE_ITS_CEILING: (f"more than {ABOVE_CEILING - 1:.0%} above its ceiling",
-                        "a cache effect (buffers resident in L2) or a timing error, not a property of the path"),
-    BIMODAL: ("bimodal: the samples fall in two clusters", "the median sits on one of them; not ranked"),
+                          "the figure is not trustworthy and is left out of the answer; rerun, and report it if "
+                          "it persists"),
+    ABOVE_ITS_CEILING: (f"more than {ABOVE_CEILING - 1:.0%} above what bounds it",
+                        "a cache effect (buffers resident in L2) or a timing error, not a property of the path; "
+                        "compare with larger sizes"),
+    BIMODAL: ("samples in two states",
+              "each sample sits on one of two levels (often one more time-slice switch per sample); the median "
+              "is on the more common one and the comparison uses the whole range, so nothing to do unless the "
+              "figure is close to the leader"),
     WIDE_INTERVAL: (f"the median's 95% interval is wider than ±{MAX_INTERVAL:.0%}",
-                    "not ranked; try more --iterations or a quieter machine"),
-    FEW_SAMPLES: (f"fewer than {MIN_SAMPLES} samples", "try --iterations 20"),
-    SLOW_FIRST_SAMPLE: ("first sample much slower than the rest", "try more --warmup"),
+                    "the figure is noisy; it is still ranked with its spread, and only matters where it reaches "
+                    "the leader: then rerun with more --max-samples or on a quieter machine"),
+    FEW_SAMPLES: (f"fewer than {MIN_SAMPLES} samples",
+                  "too few to tell it from anything; rerun with more --min-samples"),
+    SLOW_FIRST_SAMPLE: ("first sample much slower than the rest",
+                        "warm-up was short: the median is robust to it, but try more --warmup"),
 }
 
 
@@ -349,7 +219,22 @@ def warning_subject(w: StabilityWarning, with_link: bool = False) -> str:
     return text
 
 
+def warning_short(w: StabilityWarning) -> str:
+    """A few words of what is wrong: '±5.8%', 'two states 2.9% apart, 70%/30%', 'n=2'."""
+    value = warning_value(w)
+    if w.cause == WIDE_INTERVAL:
+        return value or "wide"
+    if w.cause == BIMODAL:
+        return "two states" + (f" {value}" if value else "")
+    if w.cause == FEW_SAMPLES:
+        return value or "few samples"
+    return {FAILED_VERIFICATION: "bytes wrong", SLOW_FIRST_SAMPLE: f"slow first sample {value}".strip(),
+            ABOVE_ITS_CEILING: f"{value} of its bound".strip()}.get(w.cause, w.cause)
+
+
 def warning_value(w: StabilityWarning) -> str:
+    if w.cause == BIMODAL and not math.isnan(w.value):
+        return f"{w.value:.1%} apart, {w.share:.0%}/{1 - w.share:.0%}"
     if math.isnan(w.value):
         return ""
     if w.cause == WIDE_INTERVAL:
@@ -412,7 +297,7 @@ def warnings_count(warnings: Sequence[StabilityWarning]) -> str:
     counts: dict[str, int] = {}
     for w in warnings:
         counts[w.cause] = counts.get(w.cause, 0) + 1
-    short = {FAILED_VERIFICATION: "bytes wrong", ABOVE_ITS_CEILING: "above the ceiling", BIMODAL: "bimodal",
+    short = {FAILED_VERIFICATION: "bytes wrong", ABOVE_ITS_CEILING: "above the ceiling", BIMODAL: "two states",
              WIDE_INTERVAL: "wide interval", FEW_SAMPLES: "few samples", SLOW_FIRST_SAMPLE: "slow first sample"}
     parts = [f"{counts[c]} {short[c]}" for c in WARNINGS if c in counts]
     return f"{plural(len(warnings), 'warning')}: " + ", ".join(parts)
@@ -422,124 +307,40 @@ def warnings_count(warnings: Sequence[StabilityWarning]) -> str:
 
 
 def verdict_heading(min_effect: float) -> str:
-    return (f"Fastest path per size: the fastest median time per transfer between the same two processes, on "
-            f"one link, in one sharing mode and one measure. ~ marks a tie: the samples do not differ "
-            f"(Mann-Whitney U, p < 0.05) by {min_effect:.0%} or more, or the two are the same copy and "
-            f"differ by less than {min_effect:.0%} as fractions of their own ceilings.")
+    return (f"The fastest mechanism per size between the same two processes, on one link, in one sharing mode "
+            f"and one measure. Figures are compared with their spread: faster (medians more than "
+            f"{min_effect:.0%} apart, or the processes' own measured offset, and every sample below every "
+            f"other, or a rank test from 5 samples), the same (≈: the ratio's interval within that band) or "
+            f"undecided (≈?). Paths that are the same copy (one ceiling, 90% of it or more, or one declared "
+            f"mechanism where the call dominates) form one mechanism; the one to use is the cheapest to set up.")
 
 
-def ranking_title(r: Ranking) -> str:
-    """'GPU 0 → GPU 0 · time-sliced · stream' (the sharing mode left out when 'none')."""
-    return f"{link_title(r)} · {MEASURE_SHORT.get(r.measure, r.measure)}"
+def decision_text(d: Decision | None) -> str:
+    """'staging/pinned-hostsync (two hops through pinned host, host-synchronised)'; '—' for none."""
+    if d is None:
+        return DASH
+    return d.choice if d.cls == d.choice else f"{d.choice} ({d.cls})"
 
 
-def band_leaders(band: Band, sizes: Sequence[int] | None = None, short: bool = False) -> str:
-    """'ipc/push ~ ipc/ce', with what is tied at some sizes only: '~ ipc/sm at 4 MiB' (short:
-    '~ ipc/sm (1 size)')."""
-    if band.winner is None:
-        return "not ranked"
-    text = " ~ ".join((band.winner,) + band.tied)
-    for lab, at in band.tied_at:
-        where_ = plural(len(at), "size") if short else f"at {size_list(at, sizes)}"
-        text += f" (~ {lab} {where_})"
-    return text
+def decision_changes(changes) -> list[str]:
+    """'run 2: GPU 0 → GPU 0 · time-sliced · handoff: the choice at 4 KiB changed from
+    staging/pinned-hostsync to ipc/push' for each analysis.compare.DecisionChange (sizes in a
+    row with the same change as one span)."""
+    out: list[str] = []
+    runs: dict[tuple, list[int]] = {}
+    for c in changes:
+        runs.setdefault((c.run, c.src, c.dst, c.sharing, c.measure, c.before, c.after), []).append(c.bytes)
+    for (run, src, dst, sharing, measure, before, after), sizes in runs.items():
+        where = f"{link_title(src, dst, sharing)} · {MEASURE_SHORT.get(measure, measure)}"
+        what = (f"changed from {before} to {after}" if before and after else
+                f"is new: {after}" if after else f"is gone (was {before})")
+        out.append(f"run {run + 1}: {where}: the choice at {size_list(sizes)} {what}")
+    return out
 
 
-def compact_leaders(band: Band) -> str:
-    """'ipc/push ~ ce (~ sm)': the winner, what is tied with it throughout, and in brackets
-    what is tied with it at some of the sizes; variants of the winner's path by their variant
-    alone."""
-    if band.winner is None:
-        return "not ranked"
-    path = band.winner.split("/", 1)[0]
-
-    def name(lab: str) -> str:
-        return lab.split("/", 1)[1] if lab.split("/", 1)[0] == path else lab
-
-    text = " ~ ".join([band.winner, *map(name, band.tied)])
-    if band.tied_at:
-        text += f" (~ {', '.join(name(lab) for lab, _ in band.tied_at)})"
-    return text
-
-
-def compact_margin(band: Band) -> str:
-    """'staging 9.97–150×': the next path that is not tied (by its variant alone when it is
-    the winner's path) and its time over the fastest's."""
-    if band.runner_up is None or math.isnan(band.margin_min) or band.winner is None:
-        return ""
-    path, variant = band.runner_up.split("/", 1)
-    leading_paths = {lab.split("/", 1)[0] for lab in (band.winner, *band.tied)}
-    name = variant if path == band.winner.split("/", 1)[0] else band.runner_up if path in leading_paths else path
-    lo, hi = fmt_num(band.margin_min), fmt_num(band.margin_max)
-    return f"{name} {lo if lo == hi else f'{lo}–{hi}'}×"
-
-
-def link_title(r: Ranking) -> str:
+def link_title(src: str, dst: str, sharing: str) -> str:
     """'GPU 0 → GPU 0 · time-sliced' (the sharing mode left out when 'none')."""
-    return " · ".join([link(r.src, r.dst)] + ([r.sharing] if r.sharing and r.sharing != "none" else []))
-
-
-def band_figures(band: Band, measure: str) -> str:
-    """The winner's figures, each with its interval where there is one: a streamed ranking
-    says GB/s at the band's largest size; the others say the time per transfer at its
-    smallest size too, which is what decides small sizes."""
-    def pm(lo, med, hi) -> str:
-        text = fmt_pm(lo, med, hi)
-        return "" if text == DASH else f" {text}"
-
-    lo_s, med_s, hi_s = band.winner_s
-    lo_g, med_g, hi_g = band.winner_gbps
-    gbps = f"{fmt_num(med_g)} GB/s{pm(lo_g, med_g, hi_g)}"
-    if measure == "stream":
-        return f"{gbps} at {format_size(band.hi_bytes)}"
-    time = f"{fmt_num(med_s * 1e6)} µs{pm(lo_s, med_s, hi_s)} at {format_size(band.lo_bytes)}"
-    if band.lo_bytes == band.hi_bytes:
-        return f"{time} ({fmt_num(med_g)} GB/s)"
-    return f"{time}, {gbps} at {format_size(band.hi_bytes)}"
-
-
-def band_margin(band: Band) -> str:
-    """'next: staging/pinned, 9.97–75.5× slower' (the ratio of its median to the fastest's)."""
-    if band.runner_up is None or math.isnan(band.margin_min):
-        return ""
-    lo, hi = fmt_num(band.margin_min), fmt_num(band.margin_max)
-    span = lo if lo == hi else f"{lo}–{hi}"
-    return f"next: {band.runner_up}, {span}× slower"
-
-
-def band_notes(band: Band, sizes: Sequence[int] | None = None) -> list[str]:
-    """What the reader must know about a band: nothing else ranked, sizes whose buffers
-    could stay in L2, a winner above its ceiling, figures not ranked (and why)."""
-    notes = []
-    if band.alone and band.winner:
-        notes.append("the only figure ranked")
-    if band.l2_sizes:
-        notes.append(f"L2-resident at {size_list(band.l2_sizes, sizes)}: a cache figure")
-    if band.over_ceiling:
-        notes.append(f"above its ceiling at {size_list(band.over_ceiling, sizes)}: a cache or timing effect")
-    if band.unranked:
-        why = ", ".join(dict.fromkeys(REASONS.get(r, r) for _, text, _ in band.unranked for r in text.split(",")))
-        at_of: dict[str, list[int]] = {}
-        for lab, _, at in band.unranked:
-            at_of.setdefault(lab, []).extend(at)
-        listed = "; ".join(f"{lab} at {size_list(sorted(at), sizes)}" for lab, at in at_of.items())
-        notes.append(f"not ranked ({why}): {listed}")
-    if band.faster_unranked:
-        notes.append(f"at {size_list(band.faster_unranked, sizes)} a figure that was not ranked had a faster "
-                     "median than the winner")
-    return notes
-
-
-def describe_band(band: Band, ranking: Ranking) -> tuple[str, str, list[str]]:
-    """(sizes, leaders, details) of one band, e.g. ('4 B – 1 GiB', 'ipc/push ~ ipc/ce',
-    ['2,118 GB/s ±0.1% at 1 GiB · next: staging/pipelined, 11.7–76.1× slower', notes...])."""
-    sizes = [s.bytes for s in ranking.sizes]
-    details = []
-    if band.winner is not None:
-        figures = [band_figures(band, ranking.measure), band_margin(band)]
-        details.append(" · ".join(f for f in figures if f))
-    details += band_notes(band, sizes)
-    return size_span(band.lo_bytes, band.hi_bytes), band_leaders(band, sizes), details
+    return " · ".join([link(src, dst)] + ([sharing] if sharing and sharing != "none" else []))
 
 
 # --------------------------------------------------------------------------- break-even
@@ -575,15 +376,17 @@ def _wins(c: Crossing) -> str:
 
 
 def setup_cost(be: BreakEven, short: bool = False) -> str:
-    """'0.126 ms (1 sample: indicative)' / '0.152–220 ms by size' / '27.4 ms (26.9–147)': the
-    median and its interval (the samples' range below 6 of them); short: '0.126 ms n=1'."""
+    """'0.126 ms (1 sample: indicative)' / '0.152–220 ms by size' / '27.4 ms (range 26.9–147)':
+    the median and its 95% interval, or the samples' range below 9 of them (where the
+    interval would be the range); short: '0.126 ms n=1'."""
     if be.size_dependent:
         text = f"{fmt_num(be.setup_min_s * 1e3)}–{fmt_num(be.setup_s * 1e3)} ms" + ("" if short else " by size")
     else:
         text = f"{fmt_num(be.setup_s * 1e3)} ms"
         if be.setup_samples >= 2 and be.setup_lo_s < be.setup_hi_s:
-            text += f" ({fmt_interval(be.setup_lo_s * 1e3, be.setup_hi_s * 1e3)})"
-    if be.setup_samples < MIN_SAMPLES:
+            ranged = "range " if be.setup_samples < SETUP_INTERVAL_SAMPLES else ""
+            text += f" ({ranged}{fmt_interval(be.setup_lo_s * 1e3, be.setup_hi_s * 1e3)})"
+    if be.setup_samples < 3:
         text += f" n={be.setup_samples}" if short else f" ({plural(be.setup_samples, 'sample')}: indicative)"
     return text
 

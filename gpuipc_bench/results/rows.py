@@ -32,7 +32,7 @@ COLUMNS: tuple[str, ...] = (
     "workers",  # processes in the run
     "sharing",  # exclusive, time-sliced, mps, mig, none
     "ceiling",  # the variant of the ceiling rows this row is compared with; '' if none
-    "l2_resident",  # True: the sample's buffers could stay in the GPU's L2 (a cache figure); empty: n/a
+    "l2_resident",  # True: this sample's source and destination rings fit the GPU's L2 together; empty: n/a
 )
 
 METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")

@@ -1,0 +1,74 @@
+"""The vocabulary every part of the analysis shares: what identifies a figure (a condition),
+links and their order, labels, ceiling keys. No statistics and no pandas beyond reading a
+value; every other module of the package may import this one, and it imports none of them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+# Everything that identifies a condition: two rows that differ in any of these are two figures.
+# (Whether a sample's buffers could stay in L2 is a property of the sample, aggregated per
+# condition: summary.py.)
+CONDITION_KEYS: tuple[str, ...] = (
+    "scenario", "path", "variant", "measure", "metric", "src", "dst", "bytes", "workers", "sharing", "ceiling",
+)
+
+ABOVE_CEILING = 1.05  # a figure this far above its ceiling is a cache effect or a timing error
+
+# The sharing scenario names the rows of all N workers together '<transfer>-aggregate'; their
+# bytes are N x the message, and no ceiling bounds what N processes move together.
+AGGREGATE_SUFFIX = "-aggregate"
+# A scenario of that name measures only ceilings: its rows bound every scenario's figures
+# that name them when the scenario measured none itself.
+CEILING_SCENARIO = "ceiling"
+# Who measured a ceiling, when a scenario measures it in both processes.
+ROLE_SUFFIXES = ("/producer", "/consumer")
+
+
+def key_value(value):
+    """A frame's value as a plain, hashable Python value (None for missing)."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    if isinstance(value, (np.bool_, bool)):
+        return bool(value)
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def condition(row) -> tuple:
+    """The CONDITION_KEYS values of a summary row (a namedtuple or a Series), as a dict key."""
+    get = row.get if hasattr(row, "get") else lambda k: getattr(row, k)
+    return tuple(key_value(get(k)) for k in CONDITION_KEYS)
+
+
+def is_gpu(device: str) -> bool:
+    return str(device).isdigit()
+
+
+def link_rank(src: str, dst: str) -> tuple:
+    """Sort key of a link: GPU -> GPU first, then host -> GPU, GPU -> host, host -> host."""
+    kind = (not is_gpu(src)) * 1 + (not is_gpu(dst)) * 2
+    return (kind, int(src) if is_gpu(src) else -1, int(dst) if is_gpu(dst) else -1, str(src), str(dst))
+
+
+def label(path: str, variant: str) -> str:
+    return f"{path}/{variant}"
+
+
+def ceiling_base(key: str) -> str:
+    """A ceiling key without who measured it: 'd2d@0/producer' -> 'd2d@0'."""
+    key = str(key or "")
+    for suffix in ROLE_SUFFIXES:
+        if key.endswith(suffix):
+            return key[: -len(suffix)]
+    return key
+
+
+def one_hop(key: str) -> bool:
+    """Whether a ceiling key names one copy (not two hops 'a+b' or 'a|b')."""
+    return bool(key) and "+" not in key and "|" not in key

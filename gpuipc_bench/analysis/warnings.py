@@ -1,0 +1,104 @@
+"""What may make a figure untrustworthy, as data (StabilityWarning: a cause and the figure it
+concerns); report/wording.py words each cause once. Whether a warning could change a line
+of the answer is the model's to say (model.py): the summary shows only those.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pandas as pd
+
+from gpuipc_bench import robust
+from gpuipc_bench.analysis.conditions import ABOVE_CEILING, condition
+from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL, interval_halfwidth
+
+# Causes of a warning (report/wording.py words each one once).
+SLOW_FIRST_SAMPLE = "slow-first-sample"
+FAILED_VERIFICATION = "failed-verification"
+ABOVE_ITS_CEILING = "above-ceiling"
+WARNING_CAUSES = (FAILED_VERIFICATION, ABOVE_ITS_CEILING, BIMODAL, WIDE_INTERVAL, FEW_SAMPLES, SLOW_FIRST_SAMPLE)
+MAX_FIRST_SAMPLE_RATIO = 1.5  # the first sample this much slower than the rest: warm-up missing
+
+
+@dataclasses.dataclass(frozen=True)
+class StabilityWarning:
+    """A figure that may not be trustworthy: why (`cause`, one of WARNING_CAUSES), which figure,
+    and the number behind it (`value`: the interval's half-width, the sample count, the
+    first sample's ratio to the rest, the fraction of the ceiling, how far apart two states
+    are; NaN where none; `share`: the lower state's share of the samples)."""
+
+    cause: str
+    scenario: str
+    path: str
+    variant: str
+    bytes: int
+    metric: str = "bandwidth"
+    measure: str = ""
+    src: str = ""
+    dst: str = ""
+    workers: int = 2
+    sharing: str = ""
+    value: float = math.nan
+    share: float = math.nan
+
+    @property
+    def figure(self) -> tuple:
+        """What identifies the figure among a run's (with its measure and link)."""
+        return (self.path, self.variant, self.metric, self.measure, self.src, self.dst, self.sharing, self.bytes)
+
+
+def _is_false(flag) -> bool:
+    """A nullable boolean that is known and False."""
+    return flag is not None and flag is not pd.NA and not bool(flag)
+
+
+def above_ceiling(row) -> float:
+    """How far a figure is above what bounds it, as a fraction (NaN when it is not above it):
+    its ceiling at its size; where that is call-bound (a batched kernel path may beat one
+    copy per call there), the ceiling at its best size, the link's asymptotic bandwidth."""
+    bound = row.ceiling_peak_gbps if bool(row.call_bound) else row.ceiling_gbps
+    if not (bound > 0) or not (row.median_gbps > 0):
+        return math.nan
+    ratio = row.median_gbps / bound
+    return ratio if ratio > ABOVE_CEILING else math.nan
+
+
+def stability_warnings(summary: pd.DataFrame, samples: Mapping[tuple, np.ndarray]) -> list[StabilityWarning]:
+    """The warnings of a run, by cause (in WARNING_CAUSES order), then in summary order:
+    failed verification, above the ceiling (above_ceiling), two states (robust.two_states),
+    a wide interval (the median's 95% interval beyond +-MAX_INTERVAL; none for a setup
+    operation timed fewer than 9 times, whose interval is its range and is shown as such),
+    too few samples to compare, and a first sample more than MAX_FIRST_SAMPLE_RATIO x slower
+    than the median of the rest."""
+    found: dict[str, list[StabilityWarning]] = {cause: [] for cause in WARNING_CAUSES}
+
+    def warn(cause: str, row, value: float = math.nan, share: float = math.nan) -> None:
+        found[cause].append(StabilityWarning(
+            cause, row.scenario, row.path, row.variant, int(row.bytes), metric=row.metric, measure=row.measure,
+            src=row.src, dst=row.dst, workers=int(row.workers), sharing=row.sharing, value=float(value),
+            share=float(share)))
+
+    for row in summary.itertuples(index=False):
+        if _is_false(row.verified):
+            warn(FAILED_VERIFICATION, row)
+        over = above_ceiling(row)
+        if not math.isnan(over):
+            warn(ABOVE_ITS_CEILING, row, over)
+        reasons = row.unstable.split(",") if row.unstable else []
+        values = samples.get(condition(row), np.array([]))
+        if BIMODAL in reasons:
+            states = robust.two_states(values)
+            warn(BIMODAL, row, *(states if states else (math.nan, math.nan)))
+        if WIDE_INTERVAL in reasons:
+            warn(WIDE_INTERVAL, row, interval_halfwidth(row.ci_lo_s, row.median_s, row.ci_hi_s, values))
+        if FEW_SAMPLES in reasons:
+            warn(FEW_SAMPLES, row, row.samples)
+        if row.metric != "setup" and len(values) >= 3:
+            first, rest = values[0], float(np.median(values[1:]))
+            if rest > 0 and first > MAX_FIRST_SAMPLE_RATIO * rest:
+                warn(SLOW_FIRST_SAMPLE, row, first / rest)
+    return [w for cause in WARNING_CAUSES for w in found[cause]]

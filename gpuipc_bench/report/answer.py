@@ -1,0 +1,305 @@
+"""The one-screen answer: what `run` prints at its end and `report RUN.csv --summary` prints.
+
+Rendered from the analysis's Answer (analysis/model.py), never recomputed: a line of
+title per link, sharing mode and measure, two lines per band of sizes with one choice (the
+mechanism and its figure; the one to use and why, what else is the same or cannot be told
+apart, the next different mechanism and how much slower), the set-up costs in one line,
+the confidence in one line, the warnings that could change a line, and the command for the
+full report. Every line is wrapped here to the width asked, with a hanging indent, so that
+the line count is known before anything is printed.
+
+Below the size where a transfer costs less than twice its ceiling's per-call floor a figure
+is a time per transfer ("call-bound"), never GB/s or a fraction of the ceiling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import textwrap
+from collections.abc import Sequence
+
+from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
+from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, range_coverage
+from gpuipc_bench.analysis.verdict import Decision
+from gpuipc_bench.analysis.warnings import StabilityWarning
+from gpuipc_bench.report import wording
+from gpuipc_bench.report.wording import fmt_num, link
+
+MEASURE_TITLES = {
+    "handoff": "hand-off (one message at a time)",
+    "stream": "stream (messages queued back to back)",
+    "mixed": "measures mixed (a schema-1 file)",
+}
+SIZE_WIDTH = 13  # the sizes column of a band's lines
+MAX_WARNINGS_LISTED = 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """One logical line: its text, how far its continuation lines are indented, its style."""
+
+    text: str
+    indent: int = 0
+    style: str = ""
+    long_words: bool = False  # a word longer than the line (a file's path) may be broken
+
+
+def wrap(lines: Sequence[Line], width: int) -> list[tuple[str, str]]:
+    """(text, style) of every screen line: each logical line wrapped at `width` between words
+    (never inside one), continuation lines indented by its `indent`."""
+    out = []
+    for line in lines:
+        parts = textwrap.wrap(line.text, width=width, subsequent_indent=" " * line.indent,
+                              break_long_words=line.long_words, break_on_hyphens=False,
+                              drop_whitespace=True) or [""]
+        lead = len(line.text) - len(line.text.lstrip(" "))
+        if lead and not parts[0].startswith(" "):
+            parts[0] = " " * lead + parts[0]
+        out += [(p, line.style) for p in parts]
+    return out
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def fmt_time(seconds: float) -> str:
+    """1.9e-06 -> '1.90 µs', 3.4e-4 -> '340 µs', 2.9e-3 -> '2.90 ms'."""
+    number, unit = _time_parts(seconds)
+    return f"{number} {unit}" if unit else number
+
+
+def _time_parts(seconds: float) -> tuple[str, str]:
+    if not (seconds > 0):
+        return wording.DASH, ""
+    if seconds >= 1e-3:
+        return fmt_num(seconds * 1e3), "ms"
+    return fmt_num(seconds * 1e6), "µs"
+
+
+def time_span(values: Sequence[float]) -> str:
+    """'1.86–3.33 µs' (one unit where both ends share it), '180 µs–1.20 ms'."""
+    (lo, lu), (hi, hu) = _time_parts(min(values)), _time_parts(max(values))
+    if lo == hi and lu == hu:
+        return f"{lo} {lu}"
+    return f"{lo}–{hi} {hu}" if lu == hu else f"{lo} {lu}–{hi} {hu}"
+
+
+def _span(values: Sequence[float], fmt) -> str:
+    lo, hi = fmt(min(values)), fmt(max(values))
+    return lo if lo == hi else f"{lo}–{hi}"
+
+
+def sizes_text(lo: int, hi: int) -> str:
+    """'4 B–4 MiB', '64–256 MiB', '16 MiB'."""
+    a, b = wording.format_size(lo), wording.format_size(hi)
+    if lo == hi:
+        return a
+    (na, ua), (nb, ub) = a.split(" "), b.split(" ")
+    return f"{na}–{nb} {ub}" if ua == ub else f"{a}–{b}"
+
+
+def band_figure(band: Band, measure: str) -> str:
+    """The choice's figure over a band: time per transfer where call-bound or a hand-off,
+    GB/s of a stream at the band's largest size otherwise (with its fraction of the ceiling);
+    several GPU pairs: the spread across them."""
+    bound = [d for d in band.decisions if d.call_bound]
+    free = [d for d in band.decisions if not d.call_bound]
+    parts = []
+    if bound:
+        upto = f" to {wording.format_size(max(d.bytes for d in bound))}" if free else ""
+        parts.append(f"{time_span([d.choice_s[1] for d in bound])}{upto} (call-bound)")
+    if free and measure == "stream":
+        top = [d for d in free if d.bytes == max(x.bytes for x in free)]
+        text = f"{_span([d.choice_gbps for d in top], fmt_num)} GB/s at {wording.format_size(top[0].bytes)}"
+        fractions = [d.fraction_of_ceiling for d in top if math.isfinite(d.fraction_of_ceiling)]
+        if fractions and top[0].ceiling:
+            text += f" = {_span(fractions, wording.fmt_percent)} of {top[0].ceiling.partition('/')[0]}"
+        parts.append(text)
+    elif free:
+        ends = sorted({d.bytes for d in free})
+        text = time_span([d.choice_s[1] for d in free if d.bytes in (ends[0], ends[-1])])
+        hi = [d for d in free if d.bytes == ends[-1]]
+        if len(ends) == 1 and ends[0] >= 1 << 20:
+            text += f" ({_span([d.choice_gbps for d in hi], fmt_num)} GB/s)"
+        parts.append(text)
+    pairs = len({d.link for d in band.decisions})
+    return "; ".join(parts) + (f" over {pairs} pairs" if pairs > 1 else "")
+
+
+def labels(names: Sequence[str], most: int = 3) -> str:
+    """'ipc/sm, mempool/ce,sm, vmm/sm': the variants of one path together; beyond `most`
+    paths, how many more."""
+    by_path: dict[str, list[str]] = {}
+    for name in names:
+        path, _, variant = name.partition("/")
+        by_path.setdefault(path, []).append(variant)
+    shown = [f"{path}/{','.join(variants)}" for path, variants in by_path.items()]
+    return ", ".join(shown[:most]) + (f" +{len(shown) - most}" if len(shown) > most else "")
+
+
+def _sizes_at(at: Sequence[int], band: Band) -> str:
+    """' (16, 256 MiB)', ' (256 KiB–64 MiB)': where in a band something holds ('' everywhere)."""
+    at = sorted(set(at))
+    if len(at) == len(band.sizes):
+        return ""
+    index = {b: i for i, b in enumerate(band.sizes)}
+    runs: list[list[int]] = []
+    for b in at:
+        if runs and index[b] == index[runs[-1][-1]] + 1:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    texts = [sizes_text(r[0], r[-1]) for r in runs]
+    units = {t.split(" ")[-1] for t in texts}
+    if len(units) == 1 and all(t.count(" ") == 1 for t in texts):
+        return f" ({', '.join(t.split(' ')[0] for t in texts)} {units.pop()})"
+    return f" ({', '.join(texts)})"
+
+
+def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int = SIZE_WIDTH) -> list[Line]:
+    """The two lines of a band: its sizes, mechanism and figure; the choice, what is the same
+    (≈) or cannot be told from it (≈?), the next mechanism and how much slower it is.
+    `width`: the sizes column's."""
+    d = band.first
+    l2 = [x.bytes for x in band.decisions if x.l2_resident]
+    choice = d.choice
+    span = sizes_text(band.lo, band.hi) + ("*" if l2 else "")
+    members = sorted({m for x in band.decisions for m in x.members})
+    name = d.cls if d.cls != d.choice else d.choice
+    apis = f" ({len(members)} APIs)" if len(members) > 1 else ""
+    first = Line(f"  {span:<{width - 2}} {name}{apis}: {band_figure(band, measure)}", width + 2)
+    why = d.why
+    if why == "cheapest set-up" and d.choice.partition("/")[0] in setup:
+        why += " " + fmt_time(setup[d.choice.partition("/")[0]].median_s)
+    use = f"→ {d.choice}" + (f" ({why})" if len(members) > 1 and why != "fastest" else "")
+    if d.cost:
+        use += f", needs {d.cost}"
+    rest = [use]
+    same = sorted({m for x in band.decisions for m in (*x.same, x.choice, *x.members)} - {choice} - set(members))
+    if same:
+        at = [x.bytes for x in band.decisions if set(same) & {*x.same, x.choice, *x.members}]
+        rest.append(f"≈ {labels(same)}{_sizes_at(at, band)}")
+    close = sorted({m for x in band.decisions for m in x.close} - {choice})
+    if close:
+        rest.append(f"≈? {labels(close)}{_sizes_at([x.bytes for x in band.decisions if x.close], band)}")
+    beaten = [x for x in band.decisions if x.next and math.isfinite(x.ratio)]
+    if beaten:
+        last = max(beaten, key=lambda x: x.bytes)
+        nxt = last.next_members[0] if last.next == d.cls or last.next == last.next_members[0] else last.next
+        rest.append(f"next {nxt} {_span([x.ratio for x in beaten], fmt_num)}×")
+    return [first, Line(" " * width + " · ".join(rest), width + 2)]
+
+
+def section_title(section: Section) -> str:
+    if section.link_class:
+        pairs = ", ".join(f"{s}→{d}" for s, d in section.links)
+        where = f"{len(section.links)} GPU pairs over {section.link_class} ({pairs})"
+    else:
+        (src, dst), = section.links
+        where = link(src, dst)
+    parts = [where] + ([section.sharing] if section.sharing not in ("", "none") else [])
+    if not section.primary:
+        return " · ".join(parts + [section.measure]) + ", where it changes the choice"
+    return " · ".join(parts) + " · " + MEASURE_TITLES.get(section.measure, section.measure)
+
+
+# --------------------------------------------------------------------------- the other lines
+
+
+def setup_line(setup: Sequence[SetupCost]) -> Line | None:
+    if not setup:
+        return None
+    parts = []
+    for cost in sorted(setup, key=lambda c: c.median_s):
+        text = f"{cost.path} {fmt_time(cost.median_s)}"
+        if cost.size_dependent:
+            text = f"{cost.path} {fmt_time(cost.min_s)}–{fmt_time(cost.median_s)} by size"
+        if cost.samples < 3:
+            text += f" (n={cost.samples})"
+        parts.append(text)
+    ranged = any(c.ranged for c in setup)
+    tail = " (medians; ranges in the report)" if ranged else " (medians)"
+    return Line("SET-UP per buffer: " + " · ".join(parts) + tail, 2)
+
+
+def confidence_line(decisions: Sequence[Decision]) -> Line | None:
+    if not decisions:
+        return None
+    n = len(decisions)
+    separated = sum(d.separated for d in decisions)
+    faster = sum(d.outcome == FASTER for d in decisions)
+    same = [d for d in decisions if d.outcome == SAME]
+    undecided = [d for d in decisions if d.outcome == UNDECIDED]
+    text = f"CONFIDENCE {separated}/{n} choices: all samples faster than all the others'"
+    if faster > separated:
+        text += f"; {faster - separated} by a rank test"
+    if same:
+        text += f"; {len(same)} the same as another"
+    if undecided:
+        where: dict[str, list[int]] = {}
+        for d in undecided:
+            where.setdefault(d.measure, []).append(d.bytes)
+        listed = [f"{m} {', '.join(wording.format_size(b) for b in sorted(set(at)))}" if len(set(at)) <= 3
+                  else f"{m}: {len(set(at))} sizes" for m, at in where.items()]
+        text += f"; {len(undecided)} undecided ({'; '.join(listed)})"
+    fewest = min(d.samples for d in decisions)
+    if fewest < 6:
+        text += f"; from {fewest} samples a range covers the median {range_coverage(fewest):.1%} of the time"
+    return Line(text + ".", 2)
+
+
+def _figure_warnings(ws: Sequence[StabilityWarning]) -> str:
+    """'ipc/sm 16 MiB handoff (two states 4.6% apart; ±6%)': a figure once, with every cause."""
+    w = ws[0]
+    what = "; ".join(wording.warning_short(x).split(",")[0] for x in ws)
+    return f"{w.path}/{w.variant} {wording.format_size(int(w.bytes))} {w.measure} ({what})"
+
+
+def warnings_line(relevant: Sequence[StabilityWarning], total: int) -> Line | None:
+    if not total:
+        return None
+    if not relevant:
+        return Line(f"{wording.plural(total, 'warning')}, none could change a line of this answer.", 2, "dim")
+    figures: dict[tuple, list[StabilityWarning]] = {}
+    for w in relevant:
+        figures.setdefault(w.figure, []).append(w)
+    listed = ", ".join(_figure_warnings(ws) for ws in list(figures.values())[:MAX_WARNINGS_LISTED])
+    more = len(figures) - MAX_WARNINGS_LISTED
+    return Line(f"! {len(relevant)} of {wording.plural(total, 'warning')} could change a line: {listed}"
+                + (f", {more} more figure{'s' if more > 1 else ''}" if more > 0 else "") + ".", 2, "yellow")
+
+
+def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list[tuple[str, str]]:
+    """The one-screen answer as (text, style) screen lines at `width` columns."""
+    answer = analysis.answer
+    name = source or "RUN.csv"
+    lines = [Line(wording.machine_line(analysis.meta, width, "gpuipc-bench · "), 0, "bold")]
+    partial = wording.partial_note(analysis.meta)
+    if partial:
+        lines.append(Line("! " + partial, 2, "bold red"))
+    if not answer.sections:
+        summary = analysis.summary
+        measured = summary[(summary["path"] != "ceiling") & (summary["metric"] != "setup")]
+        names = list(dict.fromkeys(f"{p}/{v}" for p, v in zip(measured["path"], measured["variant"])))
+        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        lines.append(Line(NO_DECISION + (f" Measured: {shown}." if names else ""), 0))
+    else:
+        l2 = any(d.l2_resident for d in answer.shown)
+        lines.append(Line("Fastest mechanism per size; ≈ the same, ≈? undecided"
+                          + (", * partly L2-resident." if l2 else "."), 0, "dim"))
+    setup = {c.path: c for c in answer.setup}
+    bands = [b for section in answer.sections for b in section.bands]
+    column = max([SIZE_WIDTH] + [len(sizes_text(b.lo, b.hi)) + 4 for b in bands])
+    for section in answer.sections:
+        lines.append(Line(section_title(section), 2, "bold"))
+        for band in section.bands:
+            lines += band_lines(band, section.measure, setup, column)
+    lines += [x for x in (setup_line(answer.setup), confidence_line(answer.decisions),
+                          warnings_line(answer.relevant, len(analysis.warnings))) if x is not None]
+    lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
+    return wrap(lines, width)
+
+
+NO_DECISION = ("No link has two paths between the same two processes to compare (staging, ipc, mmap, peer: "
+               "two workers, the same sharing mode and measure).")

@@ -1,0 +1,295 @@
+"""The decisions on crafted runs: three outcomes, mechanism classes and the choice in a class,
+GPU-signalled hand-offs, sharing modes, GPU pairs, the JSON decisions and the comparison of
+decisions between runs."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from gpuipc_bench.analysis import analyse, compare_decisions
+from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED
+from gpuipc_bench.cli import cli
+from gpuipc_bench.paths import BUILTIN, PathInfo, to_metadata
+from gpuipc_bench.results import empty_frame, new_row, typed_frame, write_results
+
+KIB, MIB = 1 << 10, 1 << 20
+PATHS = BUILTIN + (PathInfo("vmm", setup=("vmm_import",)), PathInfo("torch", setup=("caching_receive_cold",)))
+META = {"schema_version": "2", **to_metadata(PATHS)}
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    return typed_frame(pd.DataFrame.from_records(rows)) if rows else empty_frame()
+
+
+def figure(path, variant, seconds, sizes=(4 * KIB,), n=6, measure="stream", scenario=None, ceiling="d2d@0",
+           sharing="time-sliced", src="0", dst="0", metric="bandwidth", spread=1e-3, samples=None):
+    """n samples per size: `seconds` (a number or a function of the size) times 1 + a spread
+    evenly from -spread to +spread; or the given `samples` (relative factors)."""
+    rows = []
+    for size in sizes:
+        base = seconds(size) if callable(seconds) else seconds
+        factors = samples or [1 + spread * (2 * i / max(1, n - 1) - 1) for i in range(n)]
+        for i, f in enumerate(factors):
+            rows.append(new_row(scenario=scenario or path, path=path, variant=variant, measure=measure,
+                                metric=metric, src=src, dst=dst, bytes=size, iteration=i, seconds=base * f,
+                                verified=True if metric != "setup" else None, workers=2, sharing=sharing,
+                                ceiling=ceiling if path != "ceiling" else ""))
+    return rows
+
+
+def ceiling(scenario, seconds, sizes=(4 * KIB,), key="d2d@0", sharing="time-sliced", **kw):
+    return figure("ceiling", key, seconds, sizes=sizes, scenario=scenario, sharing=sharing, **kw)
+
+
+def setup(path, op, seconds, n=9):
+    return figure(path, op, seconds, metric="setup", measure="", ceiling="", n=n)
+
+
+def decisions(*groups, meta=META):
+    rows = [r for g in groups for r in g]
+    return analyse(frame(rows), meta).answer.decisions
+
+
+def only(*groups, meta=META):
+    (d,) = decisions(*groups, meta=meta)
+    return d
+
+
+# --------------------------------------------------------------------------- three outcomes
+
+
+def test_faster_from_three_separated_samples():
+    d = only(figure("ipc", "ce", 10e-6, n=3, ceiling=""), figure("staging", "pinned", 30e-6, n=3, ceiling=""))
+    assert d.outcome == FASTER and d.choice == "ipc/ce" and d.separated and d.samples == 3
+    assert d.next_members == ("staging/pinned",) and d.ratio == pytest.approx(3.0, rel=0.01)
+
+
+def test_same_within_delta_is_shown_not_merged_without_a_mechanism():
+    d = only(figure("ipc", "ce", 10.0e-6, ceiling=""), figure("staging", "pinned", 10.1e-6, ceiling=""))
+    assert d.outcome == SAME and d.next is None and len(d.members) == 1
+    assert {d.choice, *d.same} == {"ipc/ce", "staging/pinned"}
+    # the same, so the one cheaper to set up is the one to use
+    d = only(figure("ipc", "ce", 10.0e-6, ceiling=""), figure("staging", "pinned", 10.1e-6, ceiling=""),
+             setup("ipc", "ipc_open_cold", 1e-3))
+    assert (d.choice, d.same) == ("ipc/ce", ("staging/pinned",))
+
+
+def test_undecided_when_the_samples_cannot_tell():
+    d = only(figure("ipc", "ce", 10e-6, n=3, spread=0.2, ceiling=""),
+             figure("staging", "pinned", 11e-6, n=3, spread=0.2, ceiling=""))
+    assert d.outcome == UNDECIDED and d.close == ("staging/pinned",)
+
+
+def test_a_noisy_faster_figure_is_ranked_not_dropped():
+    # the 16 KiB case of the H100 reference: the winner's interval is wide, but every sample is faster
+    noisy = [0.88, 0.90, 0.94, 0.97, 1.0, 1.0, 1.02, 1.03, 1.04, 1.06]
+    d = only(figure("staging", "pinned-hostsync", 28e-6, samples=noisy, measure="handoff", ceiling=""),
+             figure("staging", "pageable", 34.4e-6, measure="handoff", ceiling=""))
+    assert d.choice == "staging/pinned-hostsync" and d.outcome == FASTER
+
+
+# --------------------------------------------------------------------------- classes and the choice
+
+
+def copy_engine_run(costs: dict[str, float], sizes=(64 * MIB,)):
+    """ipc/ce, vmm/ce and torch/caching, each at the d2d@0 ceiling of its own scenario, and a
+    kernel copy 10% slower; set-up rows with the given medians."""
+    link = lambda s: 1e-6 + s / 2000e9  # noqa: E731
+    groups = []
+    for path, variant in (("ipc", "ce"), ("vmm", "ce"), ("torch", "caching")):
+        groups += [figure(path, variant, link, sizes=sizes), ceiling(path, link, sizes=sizes)]
+    groups += [figure("ipc", "sm", lambda s: 1.1 * link(s), sizes=sizes, ceiling="d2d-sm@0"),
+               ceiling("ipc", lambda s: 1.1 * link(s), sizes=sizes, key="d2d-sm@0")]
+    ops = {"ipc": "ipc_open_cold", "vmm": "vmm_import", "torch": "caching_receive_cold"}
+    groups += [setup(path, ops[path], cost) for path, cost in costs.items()]
+    return groups
+
+
+def test_one_copy_through_three_apis_is_one_class_and_the_cheapest_set_up_is_chosen():
+    d = only(*copy_engine_run({"ipc": 0.4e-3, "vmm": 0.2e-3, "torch": 0.3e-3}))
+    assert d.cls == "IPC mapping, copy engine" and set(d.members) == {"ipc/ce", "vmm/ce", "torch/caching"}
+    assert (d.choice, d.why) == ("vmm/ce", "cheapest set-up") and d.outcome == FASTER
+    assert d.next == "IPC mapping, kernel copy" and d.ratio == pytest.approx(1.1, rel=0.01)
+    d = only(*copy_engine_run({"ipc": 0.1e-3, "vmm": 0.2e-3, "torch": 0.3e-3}))
+    assert (d.choice, d.why) == ("ipc/ce", "cheapest set-up")
+
+
+def test_equal_set_up_costs_choose_the_fewest_dependencies():
+    d = only(*copy_engine_run({"vmm": 0.2e-3, "torch": 0.2e-3}))
+    assert d.choice == "vmm/ce" and d.why in ("fewest dependencies", "declared first")
+    d = only(*copy_engine_run({"torch": 0.2e-3}))
+    assert d.choice == "torch/caching" and d.why == "cheapest set-up"  # the others' costs are unknown
+
+
+def test_push_and_pull_stay_apart_where_they_differ():
+    link = lambda s: s / 800e9  # noqa: E731
+    d = only(figure("ipc", "push", link, sizes=(256 * MIB,), measure="handoff"),
+             figure("ipc", "ce", lambda s: 2 * link(s), sizes=(256 * MIB,), measure="handoff"),
+             ceiling("ipc", lambda s: s / 850e9, sizes=(256 * MIB,)))
+    assert d.members == ("ipc/push",) and d.next_members == ("ipc/ce",) and d.outcome == FASTER
+
+
+def test_below_the_per_call_floor_the_declared_mechanism_makes_the_class():
+    # at 4 B every copy is one call (~2 us): the ceiling fraction says nothing, the mechanism does
+    sizes = (4, 64 * MIB)
+    link = lambda s: 2e-6 + s / 2000e9  # noqa: E731
+    found = decisions(figure("ipc", "ce", link, sizes=sizes), figure("vmm", "ce", lambda s: 1.01 * link(s),
+                                                                     sizes=sizes),
+                      ceiling("ipc", link, sizes=sizes), ceiling("vmm", lambda s: 1.01 * link(s), sizes=sizes),
+                      figure("ipc", "sm", lambda s: 1.5 * link(s), sizes=sizes, ceiling="d2d-sm@0"))
+    small = next(d for d in found if d.bytes == 4)
+    assert small.call_bound and set(small.members) == {"ipc/ce", "vmm/ce"}
+    assert not next(d for d in found if d.bytes == 64 * MIB).call_bound
+
+
+def test_gpu_signalled_hand_offs_are_candidates_with_their_cost():
+    d = only(figure("staging", "pinned-hostsync", 24e-6, measure="handoff", ceiling=""),
+             figure("ipc", "device-ll", 0.4e-6, measure="pingpong", metric="latency", ceiling="",
+                    scenario="latency"))
+    assert d.choice == "ipc/device-ll" and d.measure == "handoff" and "polling kernel" in d.cost
+    assert d.next_members == ("staging/pinned-hostsync",)
+
+
+# --------------------------------------------------------------------------- sharing modes, pairs
+
+
+def two_modes(mps_choice_at_4k: bool):
+    """Time-sliced: staging wins both sizes; under MPS IPC wins at 4 KiB (or not)."""
+    sizes = (4 * KIB, 64 * MIB)
+    groups = [figure("staging", "pinned-hostsync", 25e-6, sizes=sizes, measure="handoff", ceiling=""),
+              figure("ipc", "push", 275e-6, sizes=sizes, measure="handoff", ceiling="")]
+    groups += [figure("staging", "pinned-hostsync", 25e-6, sizes=sizes, measure="handoff", ceiling="",
+                      sharing="mps"),
+               figure("ipc", "push", lambda s: 11e-6 if s == 4 * KIB and mps_choice_at_4k else 275e-6, sizes=sizes,
+                      measure="handoff", ceiling="", sharing="mps")]
+    return groups
+
+
+def test_a_second_sharing_mode_gets_lines_only_where_it_changes_the_choice():
+    rows = two_modes(True)
+    answer = analyse(frame([r for g in rows for r in g]), META).answer
+    assert len(answer.decisions) == 4
+    (main, mps) = answer.sections
+    assert main.sharing == "time-sliced" and main.primary
+    assert mps.sharing == "mps" and not mps.primary and [d.bytes for b in mps.bands for d in b.decisions] == [4 * KIB]
+    assert mps.bands[0].first.choice == "ipc/push"
+    quiet = analyse(frame([r for g in two_modes(False) for r in g]), META).answer
+    assert [s.sharing for s in quiet.sections] == ["time-sliced"]
+
+
+def pairs_run(disagree: bool = False):
+    groups = []
+    for src, dst in (("0", "1"), ("1", "0"), ("0", "2")):
+        slow = 1.5 if disagree and (src, dst) == ("0", "2") else 0.9
+        groups += [figure("peer", "ce", 20e-6, src=src, dst=dst, ceiling="", sharing="exclusive"),
+                   figure("peer", "sm", 20e-6 * slow, src=src, dst=dst, ceiling="", sharing="exclusive")]
+    return groups
+
+
+def test_gpu_pairs_of_one_link_class_share_a_section_with_their_spread():
+    meta = {**META, "link.0-1": "NV18", "link.0-2": "NV18", "link.1-2": "NV18"}
+    answer = analyse(frame([r for g in pairs_run() for r in g]), meta).answer
+    (section,) = answer.sections
+    assert section.link_class == "NV18" and len(section.links) == 3 and section.cross_gpu
+    answer = analyse(frame([r for g in pairs_run(disagree=True) for r in g]), meta).answer
+    assert len(answer.sections) == 3  # a pair that chooses otherwise is shown on its own
+
+
+# --------------------------------------------------------------------------- JSON, comparing runs
+
+
+def write(tmp_path, name, groups, meta=META):
+    path = tmp_path / name
+    write_results(path, frame([r for g in groups for r in g]), {k: v for k, v in meta.items()
+                                                                 if k != "schema_version"})
+    return path
+
+
+def test_json_carries_the_decisions(tmp_path):
+    path = write(tmp_path, "run.csv", copy_engine_run({"ipc": 0.1e-3, "vmm": 0.2e-3}))
+    result = CliRunner().invoke(cli, ["report", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    (run,) = json.loads(result.output)["runs"]
+    (d,) = run["decisions"]
+    assert {"src", "dst", "sharing", "measure", "bytes", "outcome", "class", "members", "choice", "next",
+            "ratio"} <= set(d)
+    assert (d["src"], d["dst"], d["sharing"], d["measure"], d["bytes"]) == ("0", "0", "time-sliced", "stream",
+                                                                           64 * MIB)
+    assert d["outcome"] == "faster" and d["class"] == "IPC mapping, copy engine" and d["choice"] == "ipc/ce"
+    assert sorted(d["members"]) == ["ipc/ce", "torch/caching", "vmm/ce"]
+    assert d["next"] == "IPC mapping, kernel copy" and d["ratio"] == pytest.approx(1.1, rel=0.01)
+
+
+def test_comparing_runs_names_the_decisions_that_changed(tmp_path):
+    a = write(tmp_path, "a.csv", two_modes(False))
+    b_groups = [figure("staging", "pinned-hostsync", 25e-6, sizes=(4 * KIB, 64 * MIB), measure="handoff",
+                       ceiling=""),
+                figure("ipc", "push", lambda s: 11e-6 if s == 4 * KIB else 275e-6, sizes=(4 * KIB, 64 * MIB),
+                       measure="handoff", ceiling="")]
+    b = write(tmp_path, "b.csv", b_groups)
+    changes = compare_decisions([analyse(*_read(p)).answer.decisions for p in (a, b)])
+    assert [(c.bytes, c.before, c.after) for c in changes if c.sharing == "time-sliced"] == [
+        (4 * KIB, "staging/pinned-hostsync", "ipc/push")]
+    result = CliRunner().invoke(cli, ["report", str(a), str(b)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "the choice at 4 KiB changed from staging/pinned-hostsync to ipc/push" in " ".join(result.output.split())
+    data = json.loads(CliRunner().invoke(cli, ["report", str(a), str(b), "--format", "json"]).output)
+    assert any(c["before"] == "staging/pinned-hostsync" and c["after"] == "ipc/push" for c in
+               data["decision_changes"])
+
+
+def _read(path):
+    from gpuipc_bench.results import read_results
+
+    return read_results(path)
+
+
+# --------------------------------------------------------------------------- --quick, warnings
+
+
+def test_the_quick_preset_ranks_every_size_it_measures():
+    from gpuipc_bench.scenario import PRESETS, QUICK_GPU_SIZES
+
+    n, most, _ = PRESETS["quick"]
+    assert n == most == 3
+    link = lambda s: 2e-6 + s / 1500e9  # noqa: E731
+    found = decisions(figure("ipc", "ce", link, sizes=QUICK_GPU_SIZES, n=n, ceiling=""),
+                      figure("staging", "pinned", lambda s: 20e-6 + s / 25e9, sizes=QUICK_GPU_SIZES, n=n,
+                             ceiling=""))
+    assert [d.bytes for d in found] == list(QUICK_GPU_SIZES)
+    assert all(d.outcome == FASTER and d.separated and d.choice == "ipc/ce" for d in found)
+
+
+def test_only_warnings_that_could_change_a_line_are_relevant():
+    noisy = [0.7, 0.8, 0.9, 1.0, 1.0, 1.1, 1.2, 1.3]  # a wide interval on both
+    run = analyse(frame([r for g in (
+        figure("ipc", "ce", 10e-6, ceiling="", samples=[1 + 1e-3 * i for i in range(8)]),
+        figure("staging", "pinned", 10.5e-6, ceiling="", samples=noisy),  # reaches the leader: could change it
+        figure("staging", "pageable", 100e-6, ceiling="", samples=noisy),  # 10x behind: cannot
+    ) for r in g]), META)
+    assert {w.variant for w in run.warnings} == {"pinned", "pageable"}
+    assert [w.variant for w in run.answer.relevant] == ["pinned"]
+
+
+def test_a_batched_kernel_path_may_beat_one_call_per_copy_at_small_sizes_without_a_warning():
+    from gpuipc_bench.analysis.warnings import ABOVE_ITS_CEILING
+
+    sizes = (4, 64 * MIB)
+    one_call = lambda s: 2e-6 + s / 2000e9  # noqa: E731  (the copy engine's ceiling: one call per copy)
+    rows = [r for g in (ceiling("nccl", one_call, sizes=sizes, key="peer@0>1", src="0", dst="1"),
+                        figure("nccl", "send-recv", lambda s: 0.5e-6 + s / 1900e9, sizes=sizes, scenario="nccl",
+                               ceiling="peer@0>1", src="0", dst="1")) for r in g]
+    run = analyse(frame(rows), {**META, **to_metadata((PathInfo("nccl"),))})
+    small = run.summary[(run.summary["path"] == "nccl") & (run.summary["bytes"] == 4)].iloc[0]
+    assert bool(small["call_bound"]) and small["fraction_of_ceiling"] > 3  # 4x the launch-bound rate
+    assert not [w for w in run.warnings if w.cause == ABOVE_ITS_CEILING]
+    # above the link's asymptotic bandwidth it is a cache or timing effect, even where call-bound
+    rows = [r for g in (ceiling("nccl", one_call, sizes=sizes, key="peer@0>1", src="0", dst="1"),
+                        figure("nccl", "send-recv", lambda s: 0.5e-6 if s == 4 else s / 2500e9, sizes=sizes,
+                               scenario="nccl", ceiling="peer@0>1", src="0", dst="1")) for r in g]
+    run = analyse(frame(rows), {**META, **to_metadata((PathInfo("nccl"),))})
+    assert [w.bytes for w in run.warnings if w.cause == ABOVE_ITS_CEILING] == [64 * MIB]

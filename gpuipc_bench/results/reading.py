@@ -19,6 +19,8 @@ from gpuipc_bench.results.rows import (
 )
 from gpuipc_bench.results.writing import _UNESCAPES
 
+from gpuipc_bench.sizes import format_size
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -109,7 +111,8 @@ def _read_bounded(path: Path, bad) -> bytes:
     if not stat.S_ISREG(st.st_mode):
         raise bad("is not a regular file (a device, a pipe or a socket), so not a results file")
     if st.st_size > MAX_RESULTS_BYTES:
-        raise bad(f"is {st.st_size} bytes, larger than any results file ({MAX_RESULTS_BYTES} bytes at most)")
+        raise bad(f"is {format_size(st.st_size)}, larger than any results file "
+                  f"({format_size(MAX_RESULTS_BYTES)} at most)")
     try:
         with open(path, "rb") as fh:
             head = fh.read(_HEAD_BYTES)
@@ -121,7 +124,7 @@ def _read_bounded(path: Path, bad) -> bytes:
             while chunk := fh.read(1 << 20):
                 total += len(chunk)
                 if total > MAX_RESULTS_BYTES:
-                    raise bad(f"is larger than any results file ({MAX_RESULTS_BYTES} bytes at most)")
+                    raise bad(f"is larger than any results file ({format_size(MAX_RESULTS_BYTES)} at most)")
                 chunks.append(chunk)
     except IsADirectoryError:
         raise bad("is a directory, not a results file") from None

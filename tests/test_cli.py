@@ -4,7 +4,7 @@ import pytest
 from click.testing import CliRunner
 
 from gpuipc_bench.cli import cli
-from gpuipc_bench.results import read_results
+from gpuipc_bench.results import SCHEMA_VERSION, read_results
 
 FAST = ["--sizes", "64,4K", "--iterations", "3", "--warmup", "1"]
 
@@ -96,7 +96,7 @@ def test_run_host_end_to_end_then_report(tmp_path, no_leaks):
     assert code == 0, text
     assert "wrote" in text and "shared-buffer" in text
     frame, meta = read_results(out)
-    assert meta["partial"] == "false" and meta["schema_version"] == "2"
+    assert meta["partial"] == "false" and meta["schema_version"] == str(SCHEMA_VERSION)
     assert set(frame["path"]) == {"host", "ceiling"}
     assert set(frame["bytes"]) == {64, 4096}
     code, text = invoke("report", str(out))

@@ -385,3 +385,21 @@ def test_11_run_help_states_what_the_code_does_and_no_time():
     assert f"within +-{robust.PRECISION:.0%} ({robust.WIDE_MIN_SAMPLES} when the spread is wide)" in text
     assert f"[default: {robust.MIN_SAMPLES}]" in text and f"at most. [default: {robust.MAX_SAMPLES}]" in text
     assert f"each also queues {WARMUP_OPS} untimed operations" in text
+
+
+def test_the_run_writes_its_total_time_at_the_clean_end_only(tmp_path, monkeypatch):
+    """`seconds.total` (schema 3) is the run's wall time, in the header only once the run ended."""
+    import gpuipc_bench.launcher
+    from gpuipc_bench.launcher import Outcome
+
+    out = tmp_path / "r.csv"
+    seen: list[dict] = []
+
+    def fake_run_scenario(scenario, config, specs, on_row, **kwargs):
+        seen.append(read_results(out)[1])
+        return Outcome(scenario.name)
+
+    monkeypatch.setattr(gpuipc_bench.launcher, "run_scenario", fake_run_scenario)
+    assert CliRunner().invoke(cli, ["run", "-s", "host", "-s", "barrier", "--out", str(out), "-q"]).exit_code == 0
+    assert not any("seconds.total" in meta for meta in seen)
+    assert float(read_results(out)[1]["seconds.total"]) >= 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -231,7 +232,7 @@ def _drop_column(text: str, name: str) -> str:
 
 
 def _replace_schema(text: str, value: str) -> str:
-    return text.replace(f"# schema_version: {SCHEMA_VERSION}\n", f"# schema_version: {value}\n")
+    return re.sub(r"# schema_version: \d+\n", f"# schema_version: {value}\n", text, count=1)
 
 
 BAD_FILES = {
@@ -245,7 +246,7 @@ BAD_FILES = {
                      f"written by a newer gpuipc-bench (schema {SCHEMA_VERSION + 1}); "
                      f"this one reads schema {SCHEMA_VERSION}"),
     "schema not a number": (_replace_schema(valid_text(), "one").encode(), "schema_version"),
-    "no schema": (valid_text().replace(f"# schema_version: {SCHEMA_VERSION}\n", "").encode(), "schema_version"),
+    "no schema": (re.sub(r"# schema_version: \d+\n", "", valid_text()).encode(), "schema_version"),
     "header only magic": (b"# gpuipc-bench results\n# schema_version: 1\n", "no column header"),
     "missing column": (_drop_column(valid_text(), "seconds").encode(), "missing column(s): seconds"),
     "truncated row": (valid_text()[: valid_text().rindex("time-sliced")].encode(), "fields"),
@@ -375,7 +376,7 @@ def _original_frame():
 
 def _row_ends(data: bytes) -> list[int]:
     """Byte offsets just after each table row of the reference file (after its newline)."""
-    header = data.index(b"\n" + ",".join(COLUMNS).encode() + b"\n") + 1
+    header = data.index(b"\nscenario,") + 1  # the column line (the file's schema, not necessarily ours)
     first_row = data.index(b"\n", header) + 1
     ends, at = [], first_row
     while (nl := data.find(b"\n", at)) != -1:
@@ -515,3 +516,80 @@ def test_the_reader_refuses_what_cannot_be_a_results_file_before_reading_it(tmp_
     big.write_text("# gpuipc-bench results\n" + "#\n" * 100)
     with pytest.raises(ResultsFormatError, match="larger than any results file"):
         read_results(big)
+
+
+# --------------------------------------------------------------------------- schema 3
+
+SCHEMA_3 = ("mps_thread_pct", "transport", "node", "seq", "sm_clock_mhz")
+
+
+def test_schema_3_columns_round_trip_with_their_types(tmp_path):
+    rows = [
+        new_row(scenario="ipc", path="ipc", variant="ce", bytes=4096, seconds=2e-6, sharing="mps",
+                mps_thread_pct=50, seq=0, sm_clock_mhz=1980.0, node="gpu-a"),
+        new_row(scenario="nccl", path="nccl", variant="sendrecv", bytes=4096, seconds=3e-6, transport="P2P/CUMEM",
+                seq=1),
+        new_row(scenario="host", path="host", variant="shared-buffer", bytes=64, seconds=1e-7),
+    ]
+    path = tmp_path / "run.csv"
+    rf = ResultsFile(path, {"host": "node17"})
+    rf.add(rows)
+    rf.write(partial=False)
+    df, _ = read_results(path)
+    pd.testing.assert_frame_equal(df, rf.frame)
+    assert list(df.columns) == list(COLUMNS) and set(SCHEMA_3) <= set(COLUMNS)
+    assert str(df["mps_thread_pct"].dtype) == "Int64" and str(df["seq"].dtype) == "int64"
+    assert str(df["sm_clock_mhz"].dtype) == "float64"
+    assert df["mps_thread_pct"].tolist()[0] == 50 and df["mps_thread_pct"][1:].isna().all()
+    assert df["transport"].tolist() == ["", "P2P/CUMEM", ""]
+    assert df["node"].tolist() == ["gpu-a", "node17", "node17"]  # the writer fills in the header's host
+    assert df["seq"].tolist() == [0, 1, -1]
+    assert df["sm_clock_mhz"][0] == 1980.0 and df["sm_clock_mhz"][1:].isna().all()
+
+
+def test_every_new_row_call_of_schema_2_still_works():
+    row = new_row(scenario="ipc", path="ipc", variant="ce", bytes=4096, seconds=2e-6)
+    assert (row["mps_thread_pct"], row["transport"], row["node"], row["seq"]) == (None, "", "", -1)
+    assert math.isnan(row["sm_clock_mhz"])
+
+
+@pytest.mark.parametrize("fields,needle", [
+    (dict(sharing="time-sliced", mps_thread_pct=50), "only for rows shared under MPS"),
+    (dict(sharing="mps", mps_thread_pct=0), "1 to 100"),
+    (dict(sharing="mps", mps_thread_pct=101), "1 to 100"),
+    (dict(seq=-2), "seq"),
+    (dict(sm_clock_mhz=-5.0), "sm_clock_mhz"),
+    (dict(transport="a\nb"), "transport"),
+])
+def test_schema_3_columns_refuse_bad_values(fields, needle):
+    with pytest.raises(ValueError, match=needle):
+        new_row(scenario="ipc", path="ipc", variant="ce", bytes=64, seconds=1e-6, **fields)
+
+
+@pytest.mark.parametrize("name", ["small_run.csv", "small_run_v1.csv"])
+def test_older_files_read_with_the_schema_3_columns_empty(name):
+    df, meta = read_results(DATA / name)
+    assert int(meta["schema_version"]) < SCHEMA_VERSION and list(df.columns) == list(COLUMNS)
+    assert df["mps_thread_pct"].isna().all() and df["sm_clock_mhz"].isna().all()
+    assert (df["transport"] == "").all() and (df["node"] == "").all() and (df["seq"] == -1).all()
+
+
+@pytest.mark.parametrize("column,cell,needle", [
+    ("mps_thread_pct", "200", "more than 100"),
+    ("seq", "-7", "less than -1"),
+    ("sm_clock_mhz", "fast", "not a number"),
+    ("sm_clock_mhz", "-3", "not a clock"),
+])
+def test_schema_3_cells_are_checked_on_reading(tmp_path, column, cell, needle):
+    path = tmp_path / "run.csv"
+    rf = ResultsFile(path, {"host": "n"})
+    rf.add([new_row(scenario="ipc", path="ipc", variant="ce", bytes=64, seconds=1e-6, sharing="mps",
+                    mps_thread_pct=50, seq=3, sm_clock_mhz=1500.0)])
+    rf.write(partial=False)
+    rf.close()
+    header, row = path.read_text().rstrip("\n").split("\n")[-2:]
+    cells = row.split(",")
+    cells[header.split(",").index(column)] = cell
+    path.write_text(path.read_text().replace(row, ",".join(cells)))
+    with pytest.raises(ResultsFormatError, match=f"column {column}: .*{needle}"):
+        read_results(path)

@@ -294,6 +294,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
         run_scenario = job.run_scenario  # noqa: F811 - the ranks are the workers
     results = ResultsFile(out, {**_metadata(config, machine), **(job.metadata() if job else {"launcher": "fork"})})
     results.write(partial=True, status="running")
+    run_started = time.monotonic()
     failures: list[tuple[str, BenchError, int]] = []
     done: list[str] = []
     # One line per scenario: what it is doing now, how far it is, the time spent and the time left.
@@ -348,6 +349,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
         results.write(partial=True, status="failed: " + "; ".join(parts + [_status(done, failures)]).strip("; "))
         results.close()
         raise
+    results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
     results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
     results.close()
 

@@ -1,10 +1,10 @@
-"""The results table and its CSV file (schema version 2).
+"""The results table and its CSV file (schema version 3).
 
 One row per sample, tidy long format (see COLUMNS). The CSV carries the machine
 facts with it, so a file pasted into an issue stands alone:
 
     # gpuipc-bench results
-    # schema_version: 1
+    # schema_version: 3
     # host: node17
     # gpu.0.name: NVIDIA H100 80GB HBM3
     scenario,path,variant,metric,...
@@ -27,6 +27,18 @@ Schema history (read_results reads every version; rows come out in the newest fo
      A schema-1 file reads with measure 'handoff' for staging and host bandwidth rows
      (they handed every transfer over), 'stream' for the other bandwidth rows,
      'pingpong' for latency rows, and l2_resident unknown (empty).
+  3  columns `mps_thread_pct` (MPS active thread percentage; empty unless sharing is mps),
+     `transport` (what a library really used: NCCL 'P2P/CUMEM', 'SHM', 'NET/Socket', UCX
+     'cuda_ipc'; '' for raw CUDA paths), `node` (host name of the node that measured the row;
+     the writer fills in the header's `host` where a row leaves it empty), `seq` (the order in
+     which the sample was taken within its worker set; -1 unknown) and `sm_clock_mhz` (SM clock
+     sampled through NVML for the group; NaN unknown). Header keys `seconds.total` (the run's
+     wall time, written at its clean end only) and, optional, `order_seed` (the seed of a
+     shuffled measuring order). The header says `partial: true` until the clean end.
+     An older file reads with these columns empty (NA/NaN/'') and seq -1.
+
+The modules: rows.py (the columns, new_row, typed frames), writing.py (ResultsFile, atomic
+writes), reading.py (read_results, every schema version).
 """
 
 from gpuipc_bench.results.reading import MAX_RESULTS_BYTES, read_results

@@ -19,6 +19,8 @@ from gpuipc_bench.results.rows import (
 )
 from gpuipc_bench.results.writing import _UNESCAPES
 
+from gpuipc_bench.sizes import format_size
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -74,6 +76,8 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
         raise
     except (csv.Error, ValueError, TypeError, OverflowError, IndexError, KeyError) as exc:
         message = " ".join(str(exc).split()) or type(exc).__name__
+        if "end of data" in message:  # a quoted field that never closes: the last line was cut
+            message += " (the file may be truncated)"
         raise bad(f"cannot parse the table: {message}") from None
     return df, metadata
 
@@ -107,7 +111,8 @@ def _read_bounded(path: Path, bad) -> bytes:
     if not stat.S_ISREG(st.st_mode):
         raise bad("is not a regular file (a device, a pipe or a socket), so not a results file")
     if st.st_size > MAX_RESULTS_BYTES:
-        raise bad(f"is {st.st_size} bytes, larger than any results file ({MAX_RESULTS_BYTES} bytes at most)")
+        raise bad(f"is {format_size(st.st_size)}, larger than any results file "
+                  f"({format_size(MAX_RESULTS_BYTES)} at most)")
     try:
         with open(path, "rb") as fh:
             head = fh.read(_HEAD_BYTES)
@@ -119,7 +124,7 @@ def _read_bounded(path: Path, bad) -> bytes:
             while chunk := fh.read(1 << 20):
                 total += len(chunk)
                 if total > MAX_RESULTS_BYTES:
-                    raise bad(f"is larger than any results file ({MAX_RESULTS_BYTES} bytes at most)")
+                    raise bad(f"is larger than any results file ({format_size(MAX_RESULTS_BYTES)} at most)")
                 chunks.append(chunk)
     except IsADirectoryError:
         raise bad("is a directory, not a results file") from None
@@ -160,7 +165,7 @@ def _check_schema(metadata: dict[str, str], bad) -> int:
 
 
 # Columns each schema version added, with how to fill them in an older file (see the history above).
-_ADDED_IN = {2: ("measure", "l2_resident")}
+_ADDED_IN = {2: ("measure", "l2_resident"), 3: ("mps_thread_pct", "transport", "node", "seq", "sm_clock_mhz")}
 
 
 def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSION,
@@ -195,6 +200,8 @@ def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERS
         raw[col] = [""] * len(raw)
     if "measure" in later and "measure" not in header:
         raw["measure"] = [_v1_measure(p, m) for p, m in zip(raw["path"], raw["metric"])]
+    if "seq" in later and "seq" not in header:
+        raw["seq"] = ["-1"] * len(raw)  # unknown
 
     def column(col: str, convert) -> list:
         out = []
@@ -211,7 +218,9 @@ def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERS
     column("measure", _choice(MEASURES))
     column("metric", _choice(METRICS))
     for col in INT_COLUMNS:
-        converted[col] = column(col, _int_cell(1 if col == "batch" else 0))
+        converted[col] = column(col, _int_cell({"batch": 1, "seq": -1}.get(col, 0)))
+    converted["mps_thread_pct"] = column("mps_thread_pct", _optional_int_cell(1, 100))
+    converted["sm_clock_mhz"] = column("sm_clock_mhz", _float_cell(positive=True, what="a clock in MHz"))
     converted["seconds"] = column("seconds", _float_cell(required=True, positive=True))
     converted["bandwidth_gbps"] = column("bandwidth_gbps", _float_cell())
     for line, metric, gbps in zip(lines, raw["metric"], converted["bandwidth_gbps"]):
@@ -225,7 +234,8 @@ def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERS
             converted[col] = raw[col].astype(object)
     frame = _pd().DataFrame(converted, columns=list(COLUMNS) + [c for c in header if c not in COLUMNS])
     if not records:
-        frame = frame.astype({c: "int64" for c in INT_COLUMNS} | {c: "float64" for c in FLOAT_COLUMNS})
+        frame = frame.astype({c: "int64" for c in INT_COLUMNS} | {c: "float64" for c in FLOAT_COLUMNS}
+                             | {"mps_thread_pct": "Int64"})
     return typed_frame(frame)
 
 
@@ -259,7 +269,20 @@ def _int_cell(least: int):
     return convert
 
 
-def _float_cell(required: bool = False, positive: bool = False):
+def _optional_int_cell(least: int, most: int):
+    def convert(value: str) -> Any:
+        if not value.strip():
+            return None
+        number = _int_cell(least)(value)
+        if number > most:
+            raise _BadCell(f"{number} is more than {most}")
+        return number
+
+    return convert
+
+
+def _float_cell(required: bool = False, positive: bool = False,
+                what: str = "a time (a finite number of seconds, more than 0)"):
     def convert(value: str) -> float:
         if not value.strip():
             if required:
@@ -270,7 +293,7 @@ def _float_cell(required: bool = False, positive: bool = False):
         except ValueError:
             raise _BadCell(f"{value!r} is not a number") from None
         if positive and not (math.isfinite(number) and number > 0):
-            raise _BadCell(f"{value.strip()} is not a time (a finite number of seconds, more than 0)")
+            raise _BadCell(f"{value.strip()} is not {what}")
         return number
 
     return convert

@@ -12,7 +12,7 @@ import numpy as np
 if TYPE_CHECKING:  # pandas is imported where a frame is made: `run` and `list` start faster
     import pandas as pd
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 MAGIC = "# gpuipc-bench results"
 
 COLUMNS: tuple[str, ...] = (
@@ -33,6 +33,12 @@ COLUMNS: tuple[str, ...] = (
     "sharing",  # exclusive, time-sliced, mps, mig, none
     "ceiling",  # the variant of the ceiling rows this row is compared with; '' if none
     "l2_resident",  # True: this sample's source and destination rings fit the GPU's L2 together; empty: n/a
+    # schema 3
+    "mps_thread_pct",  # MPS active thread percentage (1..100); empty unless sharing is mps
+    "transport",  # what a library really used (NCCL 'P2P/CUMEM', 'SHM', 'NET/Socket'; UCX 'cuda_ipc'); ''
+    "node",  # host name of the node that measured the row (the writer fills in the header's host)
+    "seq",  # the order in which the sample was taken within its worker set (drift); -1: unknown
+    "sm_clock_mhz",  # SM clock sampled through NVML for the group; NaN: unknown
 )
 
 METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
@@ -44,9 +50,11 @@ METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
 #   ''        setup rows (one operation, timed alone)
 MEASURES: tuple[str, ...] = ("stream", "handoff", "pingpong", "")
 
-STR_COLUMNS = ("scenario", "path", "variant", "measure", "metric", "src", "dst", "sharing", "ceiling")
-INT_COLUMNS = ("bytes", "iteration", "batch", "workers")
-FLOAT_COLUMNS = ("seconds", "bandwidth_gbps")
+STR_COLUMNS = ("scenario", "path", "variant", "measure", "metric", "src", "dst", "sharing", "ceiling", "transport",
+               "node")
+INT_COLUMNS = ("bytes", "iteration", "batch", "workers", "seq")
+OPTIONAL_INT_COLUMNS = ("mps_thread_pct",)  # nullable integers (pandas Int64): empty where they do not apply
+FLOAT_COLUMNS = ("seconds", "bandwidth_gbps", "sm_clock_mhz")
 BOOL_COLUMNS = ("verified", "l2_resident")
 
 _DEFAULTS: dict[str, Any] = {
@@ -67,6 +75,11 @@ _DEFAULTS: dict[str, Any] = {
     "sharing": "none",
     "ceiling": "",
     "l2_resident": None,
+    "mps_thread_pct": None,
+    "transport": "",
+    "node": "",  # '': the writer fills in the header's host
+    "seq": -1,
+    "sm_clock_mhz": math.nan,
 }
 
 
@@ -102,6 +115,21 @@ def new_row(**fields: Any) -> dict[str, Any]:
         raise ValueError(f"batch must be at least 1, not {row['batch']}")
     if row["iteration"] < 0 or row["bytes"] < 0 or row["workers"] < 0:
         raise ValueError("bytes, iteration and workers must not be negative")
+    if row["seq"] < -1:
+        raise ValueError(f"seq must be -1 (unknown) or more, not {row['seq']}")
+    pct = row["mps_thread_pct"]
+    if pct is not None and not _is_na(pct) and not (isinstance(pct, float) and math.isnan(pct)):
+        pct = _as_int("mps_thread_pct", pct)
+        if not 1 <= pct <= 100:
+            raise ValueError(f"mps_thread_pct must be 1 to 100, not {pct}")
+        if row["sharing"] != "mps":
+            raise ValueError(f"mps_thread_pct is only for rows shared under MPS, not {row['sharing']!r}")
+        row["mps_thread_pct"] = pct
+    else:
+        row["mps_thread_pct"] = None
+    row["sm_clock_mhz"] = _as_float("sm_clock_mhz", math.nan if row["sm_clock_mhz"] is None else row["sm_clock_mhz"])
+    if not (math.isnan(row["sm_clock_mhz"]) or (math.isfinite(row["sm_clock_mhz"]) and row["sm_clock_mhz"] > 0)):
+        raise ValueError(f"sm_clock_mhz must be a clock (more than 0) or NaN, not {row['sm_clock_mhz']!r}")
     row["seconds"] = _as_float("seconds", row["seconds"])
     if math.isnan(row["seconds"]):
         raise ValueError("seconds is required (per transfer; latency: one-way; setup: the operation)")
@@ -163,7 +191,7 @@ def empty_frame() -> pd.DataFrame:
 
 
 def typed_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Give the COLUMNS their dtypes (str, int64, float64, nullable boolean) and order;
+    """Give the COLUMNS their dtypes (str, int64, nullable Int64, float64, nullable boolean) and order;
     extra columns are kept after them, unchanged."""
     out = _pd().DataFrame(index=range(len(df)))
     values = df.reset_index(drop=True)
@@ -171,6 +199,8 @@ def typed_frame(df: pd.DataFrame) -> pd.DataFrame:
         out[col] = values[col].fillna("").astype(str) if len(values) else _pd().Series([], dtype=str)
     for col in INT_COLUMNS:
         out[col] = values[col].astype("int64")
+    for col in OPTIONAL_INT_COLUMNS:
+        out[col] = values[col].astype("Int64")
     for col in FLOAT_COLUMNS:
         out[col] = values[col].astype("float64")
     for col in BOOL_COLUMNS:

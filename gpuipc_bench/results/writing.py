@@ -42,7 +42,8 @@ class ResultsFile:
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append rows (dicts as made by new_row; they are checked again); once the file has
         been written, they are appended to it and flushed at once."""
-        new = [new_row(**row) for row in rows]
+        host = self.metadata.get("host", "")
+        new = [{**checked, "node": checked["node"] or host} for checked in (new_row(**row) for row in rows)]
         self._rows.extend(new)
         if self._append is not None and new:
             self._append.write(format_rows(new))
@@ -150,6 +151,8 @@ def format_results(df: pd.DataFrame, metadata: Mapping[str, str]) -> str:
     if missing:
         raise ValueError(f"results frame lacks column(s): {', '.join(missing)}")
     ordered = df[list(COLUMNS) + [c for c in df.columns if c not in COLUMNS]]
+    if metadata.get("host") and (ordered["node"] == "").any():  # the node: the header's host unless a row says
+        ordered = ordered.assign(node=ordered["node"].where(ordered["node"] != "", metadata["host"]))
     table = ordered.to_csv(index=False, lineterminator="\n", na_rep="")
     return "\n".join(lines) + "\n" + table
 

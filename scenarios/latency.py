@@ -29,9 +29,11 @@ from gpuipc_bench.gpu.memory import IpcEvent, Ring, memset
 from gpuipc_bench.pair import PairWorker
 from gpuipc_bench.pingpong import INITIATOR, PAYLOAD_OFFSET, PROTOCOLS, RESPONDER, DevicePingPong
 from gpuipc_bench.sampler import Sample
-from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
+from gpuipc_bench.scenario import DEFAULT_GPU_SIZES, Scenario, WorkerSpec, gpu_cpus
 
-DEFAULT_SIZES = (0, 4, 64, 1024, 4096)
+# 0 B, then the paths' own sweep up to 4 KiB, so that a GPU-signalled hand-off is a candidate
+# at every size where the host-signalled ones are measured (the answer's bands do not break)
+DEFAULT_SIZES = (0,) + tuple(s for s in DEFAULT_GPU_SIZES if s <= 4096)
 LATENCY_MAX_BYTES = 1 << 20
 HOST_ROUNDS = 200
 CROSSINGS = 1000
@@ -51,7 +53,7 @@ class LatencyScenario(Scenario):
     min_workers = max_workers = default_workers = 2
 
     def default_sizes(self, preset=""):
-        return (0, 4096) if preset == "quick" else DEFAULT_SIZES
+        return (0, 4096) if preset == "quick" else DEFAULT_SIZES  # quick: the paths' 4 KiB
 
     def sizes(self, config):
         """The payload sizes: the sweep, up to 1 MiB."""

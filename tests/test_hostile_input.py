@@ -68,6 +68,9 @@ CASES: list[tuple[list[str], list[str]]] = [
     ([*RUN, "--pairs", "0_1"], ["--pairs", "not a pair of GPU indices"]),
     ([*RUN, "--pairs", "0-1", "--devices", "0"], ["--pairs", "--devices"]),
     ([*RUN, "--pairs", "all"], ["--pairs all", "no pair of two"]),
+    ([*RUN, "--sharing", "shared"], ["--sharing shared", "unknown sharing mode 'shared'"]),
+    ([*RUN, "--sharing", "mps,mps"], ["--sharing mps,mps", "names a mode twice"]),
+    ([*RUN, "--sharing", ","], ["--sharing", "give one or more of"]),
     ([*RUN, "--launcher", "ssh"], ["--launcher", "'ssh' is not one of"]),
     # ---- report
     (["report"], ["Missing argument 'FILES...'"]),
@@ -84,6 +87,7 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["report", SMALL, "--min-effect", "-1"], ["--min-effect", "must be 0 to 100"]),
     (["report", SMALL, "--force=1"], ["--force", "does not take a value"]),
     (["report", SMALL, "--detailed=1"], ["--detailed", "does not take a value"]),
+    (["report", SMALL, "--summary=1"], ["--summary", "does not take a value"]),
 ]
 
 

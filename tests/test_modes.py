@@ -115,3 +115,70 @@ def test_a_same_gpu_pair_is_measured_in_each_mode(monkeypatch, fake_mps, no_leak
             mode.stop()
     assert seen == {"time-sliced": {"time-sliced"}, "mps": {"mps"}}
     assert ours(fake_mps) == []  # no pipe or log folder left
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+needs_mps = pytest.mark.skipif(mps.find_binary() is None, reason="needs nvidia-cuda-mps-control on PATH")
+
+
+def _our_daemons() -> list[str]:
+    """Live MPS daemons and servers whose environment names one of our pipe directories."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+        except OSError:
+            continue
+        if comm.startswith("nvidia-cuda-mps") and mps.PREFIX.encode() in env:
+            found.append(f"{pid} {comm}")
+    return found
+
+
+@pytest.mark.gpu
+@needs_mps
+def test_gpu_both_modes_in_one_run_and_no_daemon_left(tmp_path):
+    import subprocess
+    import sys
+
+    from gpuipc_bench.results import read_results
+
+    out = tmp_path / "modes.csv"
+    done = subprocess.run([sys.executable, "-m", "gpuipc_bench.cli", "run", "-s", "ipc", "--sizes", "4K,1M", "-n", "3",
+                           "--sharing", "time-sliced,mps", "-o", str(out), "-q"], capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    df, meta = read_results(out)
+    ipc = df[(df.path == "ipc") & (df.metric == "bandwidth")]
+    assert set(ipc.sharing) == {"time-sliced", "mps"} and meta["sharing.modes"] == "time-sliced,mps"
+    assert ipc.verified.all()
+    assert _our_daemons() == []
+
+
+@pytest.mark.gpu
+@needs_mps
+def test_gpu_sigkill_of_the_parent_during_the_mps_half_leaves_no_daemon(tmp_path):
+    import glob
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "gpuipc_bench.cli", "run", "-s", "ipc", "--sharing", "mps",
+                             "-o", str(tmp_path / "killed.csv"), "-q"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not _our_daemons() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _our_daemons(), "the run's MPS daemon never started"
+    time.sleep(2)  # its workers are clients now
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 30
+    while _our_daemons() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _our_daemons() == [], "the guard stops the daemon when the run is killed"
+    assert not glob.glob(f"/tmp/{mps.PREFIX}pipe-*/{mps.PID_FILE}")

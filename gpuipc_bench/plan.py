@@ -127,6 +127,16 @@ def modes_for(scenario, specs, modes: list) -> list:
     return [None]
 
 
+def plan_runs(plan, modes: list) -> list:
+    """(scenario, specs, mode) in the order the run takes them: mode by mode, so that no other
+    work shares the GPU with a mode's daemon: every scenario in the first mode (and the ones
+    that run once, as they are), then the same-GPU pairs again in each further mode."""
+    runs = [(s, w, m) for s, w in plan for m in modes_for(s, w, modes)[:1]]
+    for mode in modes[1:]:
+        runs += [(s, w, mode) for s, w in plan if mode in modes_for(s, w, modes)]
+    return runs
+
+
 def mpi_reason(scenario, job) -> str | None:
     """Why a scenario cannot run with MPI ranks as its workers, or None."""
     if not job.one_node():

@@ -65,6 +65,19 @@ def test_only_same_gpu_pairs_of_scenarios_that_declare_it_run_per_mode():
     assert modes_for(SCENARIOS["ipc"], same, []) == [None]
 
 
+def test_runs_go_mode_by_mode():
+    from gpuipc_bench.plan import plan_runs
+
+    machine = fake_machine((80 << 30,))
+    config = RunConfig(scenarios=("ipc", "latency", "host"))
+    plan = [(SCENARIOS[n], SCENARIOS[n].workers(config, machine)) for n in ("ipc", "latency", "host")]
+    ts, mps_mode = modes.make(("time-sliced", "mps"))
+    got = [(s.name, m.name if m else None) for s, _, m in plan_runs(plan, [ts, mps_mode])]
+    assert got == [("ipc", "time-sliced"), ("latency", "time-sliced"), ("host", None), ("ipc", "mps"),
+                   ("latency", "mps")]
+    assert [(s.name, m) for s, _, m in plan_runs(plan, [])] == [("ipc", None), ("latency", None), ("host", None)]
+
+
 def test_time_sliced_points_workers_at_an_empty_private_pipe_directory():
     mode = modes.TimeSliced()
     mode.start()

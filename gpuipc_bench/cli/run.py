@@ -21,7 +21,7 @@ from gpuipc_bench.cli.console import signal_name, stderr_console, stdout_console
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_memory, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
-from gpuipc_bench.plan import modes_for, plan_modes, plan_pairs, plan_scenarios, registry, resolve_names
+from gpuipc_bench.plan import plan_modes, plan_pairs, plan_runs, plan_scenarios, registry, resolve_names
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
@@ -303,7 +303,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                         console=err, disable=quiet, transient=False)
     try:
         with progress:
-            for scenario, specs, mode in [(s, w, m) for s, w in plan for m in modes_for(s, w, list(modes))]:
+            for scenario, specs, mode in plan_runs(plan, list(modes)):
                 devices = {spec.device for spec in specs}
                 label = scenario.name if len(devices) < 2 else f"{scenario.name} {specs[0].device}>{specs[-1].device}"
                 if mode is not None and len(modes) > 1:

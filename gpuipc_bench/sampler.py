@@ -22,6 +22,7 @@ The sampler does the rest, the same way for every path:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Callable, Iterator
 
@@ -130,10 +131,13 @@ class Sampler:
         sample's batch (gpu.memory.L2Check): each row then says whether its own ring could stay
         in L2, from the transfers this sample really timed (after calibration)."""
         fields = {**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
-                  "seconds": sample.seconds, "verified": sample.verified}
+                  "seconds": sample.seconds, "verified": sample.verified, "seq": next(_SEQ)}
         if callable(fields.get("l2_resident")):
             fields["l2_resident"] = fields["l2_resident"](sample.batch)
         return new_row(**fields)
+
+
+_SEQ = itertools.count()  # rows in the order this process took them (the CSV's `seq`: drift over a run)
 
 
 def calibrated(sample: Sample, reps: int, min_reps: int = 1) -> int:

@@ -133,12 +133,14 @@ class NcclWorker(PairWorker):
         self.gpu.synchronize()
         rows.append(self.setup_row("nccl_first", time.perf_counter() - start, 0, 1, self.pdev, self.cdev))
         ctx.sync()
+        logs = ""
+        for name in glob.glob(os.path.join(ctx.shared.folder, "*.log")):
+            with open(name, errors="replace") as log:
+                logs += log.read()
+        transport = chosen_transport(logs)
+        ctx.row_fields["transport"] = transport  # every figure from here on says what NCCL used
         if self.producer:
-            logs = ""
-            for name in glob.glob(os.path.join(ctx.shared.folder, "*.log")):
-                with open(name, errors="replace") as log:
-                    logs += log.read()
-            ctx.note("transport", chosen_transport(logs))
+            ctx.note("transport", transport)
         yield from rows
 
     def exchange(self, nbytes: int, src: int, dst: int) -> None:

@@ -58,3 +58,6 @@ def test_send_recv_moves_verified_bytes(monkeypatch, no_leaks, name):
     # peer access is the harness's (both ways, before set-up): every ceiling is peer@0>1 with P2P on
     assert {r["variant"] for r in rows if r["metric"] == "setup"} == {"nccl_init", "nccl_first", "peer_enable"}
     assert {r["ceiling"] for r in data} == {"peer@0>1"}
+    transports = {r["transport"] for r in data}  # what NCCL reported, on every figure
+    assert len(transports) == 1 and "" not in transports
+    assert name != "nccl-shm" or transports.pop().startswith("SHM")

@@ -217,6 +217,14 @@ def test_ipc_across_two_gpus_uses_the_peer_ceilings(monkeypatch, no_leaks):
     assert [r for r in rows if r["variant"] == "peer_enable"]
 
 
+def test_rows_carry_the_order_they_were_taken_in(monkeypatch, no_leaks):
+    outcome, rows = run(monkeypatch, "ipc", sizes=(4099, 64 << 10))
+    assert outcome.ok, outcome.error
+    for rank_rows in ([r for r in rows if r["measure"] == "stream" and r["path"] == "ipc"],):
+        seqs = [r["seq"] for r in rank_rows]
+        assert all(s >= 0 for s in seqs) and seqs == sorted(seqs)  # one timer: its samples in order
+
+
 def test_peer_measures_both_directions_at_once(monkeypatch, no_leaks):
     """'bidir': both workers push at once; the consumer times both, a sample's transfers being
     the copies of both directions; each side checks what it received."""

@@ -21,28 +21,19 @@ Ceilings: the group's first worker alone (d2d@<gpu>, h2d@<gpu>). Then the device
 ping-pong latency between the group's first two workers (the latency scenario's
 kernels, 4 bytes, both protocols).
 
-Time-sliced and MPS need different processes: a process is an MPS client or not from
-the moment it initialises CUDA. So when nvidia-cuda-mps-control is on PATH there are
-two groups: workers 0..M-1 (time-sliced; their CUDA_MPS_PIPE_DIRECTORY points at an
-empty private folder, so that they never join a daemon that may run on the machine), and
-workers M..2M-1, which initialise CUDA only for the second half, as clients of a private
-daemon the parent starts in prepare() (gpuipc_bench.mps: its own pipe and log folders,
-no GPU setting touched) after a probe client proved that it serves; the group's first
-worker checks with get_server_list / get_client_list that every worker of the group is a
-client of its server. release() quits the daemon (then kills what is left, by pid) and
-removes the folders, on every exit path. When MPS cannot be used (no binary, a daemon
-that does not start or answer, a client that does not connect), the MPS half is waived
-and a note with the reason is printed; the 'sharing' column says 'time-sliced' or 'mps'.
+Time-sliced and MPS are the run's sharing modes (gpuipc_bench.modes, --sharing): the
+scenario runs once per mode with a fresh group of workers, each of which the harness made
+an MPS client of the run's daemon (or pointed at an empty private pipe folder) before its
+first CUDA call; the workers learn which from their environment. Under MPS the group's
+first worker checks with get_server_list / get_client_list that every worker of the group
+is a client of the daemon's server; when one is not, that half is waived with a note.
 """
 
 from __future__ import annotations
 
 import mmap
-import multiprocessing
 import os
-import shutil
 import sys
-import tempfile
 from typing import Iterator
 
 import numpy as np
@@ -97,14 +88,12 @@ def note(text: str) -> None:
 class _Shared:
     """Made by the parent in prepare(), inherited by the workers."""
 
-    NOTE_AT = 512  # bytes 0..511: int64 words (0: waived flag, 1..32: MPS server pids); then the reason
+    NOTE_AT = 512  # bytes 0..511: int64 words (0: waived flag); then the reason
 
     def __init__(self):
         self.gate = SharedGatePage()
         self.page = mmap.mmap(-1, 4096, flags=mmap.MAP_SHARED)
         self.words = np.frombuffer(self.page, dtype=np.int64, count=self.NOTE_AT // 8)
-        self.daemon: mps.MpsDaemon | None = None
-        self.nomps_dir: str | None = None
 
     def waive(self, reason: str) -> None:
         """Record why the MPS half is waived (the first reason is kept)."""
@@ -120,16 +109,6 @@ class _Shared:
         raw = self.page[self.NOTE_AT:]
         return raw[: raw.index(b"\0")].decode(errors="replace") if b"\0" in raw else raw.decode(errors="replace")
 
-    def add_servers(self, pids) -> None:
-        for pid in pids:
-            for k in range(1, 33):
-                if self.words[k] in (0, pid):
-                    self.words[k] = pid
-                    break
-
-    def servers(self) -> set[int]:
-        return {int(p) for p in self.words[1:33] if p > 0}
-
     def close(self) -> None:
         self.words = None
         self.gate.close()
@@ -139,75 +118,10 @@ class _Shared:
             pass
 
 
-def probe_client(daemon: mps.MpsDaemon, device: int, timeout: float = PROBE_TIMEOUT_S) -> str | None:
-    """Fork a short-lived CUDA client of `daemon` (the parent never initialises CUDA); None when it
-    ran under an MPS server of the daemon, else why not. The server is shut down afterwards, so
-    that the time-sliced half runs next to no MPS server."""
-    fork = multiprocessing.get_context("fork")
-    here, there = fork.Pipe()
-    child = fork.Process(target=_probe_child, args=(there, daemon.env(), device), daemon=True,
-                         name="gpuipc-bench-mps-probe")
-    child.start()
-    there.close()
-    try:
-        if not here.poll(timeout):
-            return f"a CUDA client of the private MPS daemon did not start within {timeout:g} s"
-        try:
-            said = here.recv()
-        except EOFError:
-            return "the MPS probe client died while starting CUDA"
-        if said != "ready":
-            return f"a CUDA client could not start under the private MPS daemon: {said}"
-        servers = daemon.server_pids()
-        if not servers:
-            return "the private MPS daemon started no server for its client (get_server_list is empty)"
-        return None
-    except mps.MpsUnavailable as exc:
-        return str(exc)
-    finally:
-        try:
-            here.send("done")
-        except OSError:
-            pass
-        here.close()
-        child.join(10)
-        if child.is_alive():
-            child.kill()
-            child.join()
-        for pid in list(daemon.known_servers):
-            try:
-                daemon.control(f"shutdown_server {pid}")
-            except mps.MpsUnavailable:
-                pass
-
-
-def _probe_child(conn, env, device) -> None:
-    code = 0
-    try:
-        os.environ.update(env)
-        try:
-            from cupy.cuda import runtime
-
-            runtime.setDevice(device)
-            ptr = runtime.malloc(1 << 20)
-            runtime.deviceSynchronize()
-            runtime.free(ptr)
-            conn.send("ready")
-        except Exception as exc:  # noqa: BLE001 - reported as a sentence
-            conn.send(f"{type(exc).__name__}: {exc}")
-            return
-        if conn.poll(60):
-            conn.recv()
-    except BaseException:  # noqa: BLE001
-        code = 1
-    finally:
-        os._exit(code)
-
-
 class SharingScenario(Scenario):
     name = "sharing"
-    mpi_waiver = ("starts a private MPS daemon that its workers must reach before their first CUDA call, "
-                  "and forks 1 to 8 of them: the fork launcher only")
+    mpi_waiver = "forks 1 to 8 workers on one GPU, in each sharing mode of the run: the fork launcher only"
+    sharing_modes = True
     summary = ("N = 1..8 processes on one GPU (d2d and pinned h2d), time-sliced vs MPS: "
                "aggregate bandwidth, co-located device ping-pong")
     gpus_needed = 1
@@ -226,55 +140,24 @@ class SharingScenario(Scenario):
     def workers(self, config, machine):
         m = self.group_size(config)
         device = config.devices[0] if config.devices else 0
-        groups = 2 if mps.find_binary() else 1
-        return [WorkerSpec(r, "peer", device, gpu_cpus(machine, device)) for r in range(groups * m)]
+        return [WorkerSpec(r, "peer", device, gpu_cpus(machine, device)) for r in range(m)]
 
     def mailbox_slots(self, config, specs):
         return 16 + 2 * self.group_size(config) + len(specs)
 
     def progress_total(self, config, specs):
-        m = self.group_size(config)
-        return len(specs) * (len(specs) // m) * (len(sweep(m)) + 1)
+        return len(specs) * (len(sweep(self.group_size(config))) + 1)
 
     def prepare(self, config, specs):
-        shared = _Shared()
-        try:
-            shared.nomps_dir = tempfile.mkdtemp(prefix=mps.PREFIX + "none-")
-            if len(specs) <= self.group_size(config):
-                shared.waive(f"{mps.BINARY} is not on PATH")
-            else:
-                try:
-                    shared.daemon = mps.MpsDaemon.start()
-                    reason = probe_client(shared.daemon, specs[0].device, min(PROBE_TIMEOUT_S, config.timeout))
-                    if reason:
-                        raise mps.MpsUnavailable(reason)
-                except mps.MpsUnavailable as exc:
-                    shared.waive(str(exc))
-                    if shared.daemon is not None:
-                        for problem in shared.daemon.stop():
-                            note(f"sharing: {problem}")
-                        shared.daemon = None
-        except BaseException:
-            self.release(shared)
-            raise
-        return shared
+        return _Shared()
 
     def release(self, shared):
         if shared is None:
             return
-        try:
-            if shared.daemon is not None:
-                shared.daemon.known_servers.update(shared.servers())
-                daemon, shared.daemon = shared.daemon, None
-                for problem in daemon.stop():
-                    note(f"sharing: stopping the MPS daemon: {problem}")
-        finally:
-            if shared.nomps_dir:
-                shutil.rmtree(shared.nomps_dir, ignore_errors=True)
-            reason = shared.waived()
-            shared.close()
-            if reason:
-                note(f"sharing: the MPS half was waived: {reason}")
+        reason = shared.waived()
+        shared.close()
+        if reason:
+            note(f"sharing: the MPS half was waived: {reason}")
 
     def run(self, ctx):
         return SharingWorker(ctx, self).run()
@@ -284,9 +167,9 @@ class SharingWorker:
     def __init__(self, ctx, scenario):
         self.ctx, self.config, self.shared = ctx, ctx.config, ctx.shared
         self.m = scenario.group_size(ctx.config)
-        self.group = TIME_SLICED if ctx.rank < self.m else MPS
-        self.local = ctx.rank % self.m
-        self.groups = (TIME_SLICED, MPS)[: ctx.nworkers // self.m]
+        # The harness set this worker's mode before anything initialised CUDA (gpuipc_bench.modes)
+        self.group = MPS if mps.serves_this_process() else TIME_SLICED
+        self.local = ctx.rank
         self.device = ctx.spec.device
         self.sizes = scenario.sizes(ctx.config)
         self.name = scenario.name
@@ -295,26 +178,17 @@ class SharingWorker:
 
     def run(self) -> Iterator[dict]:
         ctx = self.ctx
-        # Before any CUDA call: a process joins an MPS daemon (or not) when it initialises CUDA.
-        if self.group == MPS and self.shared.daemon is not None:
-            os.environ.update(self.shared.daemon.env())
-        elif self.group == TIME_SLICED:
-            os.environ[mps.PIPE_ENV] = self.shared.nomps_dir
         ctx.begin(self.name, sharing=self.group)
         ctx.declare("sampler", "failed", *(f"start.{j}" for j in range(self.m)), *(f"end.{j}" for j in range(self.m)))
         DevicePingPong(ctx, IDLE, None, None, self.sampler, max_bytes=max(LATENCY_SIZES), path="ipc").declare()
         ctx.lock_names()
-        for group in self.groups:
-            yield from self.half(group)
+        yield from self.half(self.group)
 
     # ---------------------------------------------------------------- one half
 
     def half(self, group: str) -> Iterator[dict]:
         ctx = self.ctx
         steps = len(sweep(self.m)) + 1
-        if group == MPS and self.shared.daemon is None:  # known alike to every worker
-            ctx.progress(steps)
-            return
         member = self.group == group
         leader = member and self.local == 0
         ctx.phase("setup")
@@ -385,15 +259,15 @@ class SharingWorker:
         self.stamps = gpu.alloc(16)
 
     def check_clients(self) -> str | None:
-        """None when every worker of the MPS group is a client of the private daemon's server."""
-        daemon = self.shared.daemon
+        """None when every worker of the group is a client of the run's MPS daemon's server."""
+        daemon = mps.MpsDaemon(mps.find_binary() or mps.BINARY, os.environ.get(mps.PIPE_ENV) or mps.DEFAULT_PIPE_DIR,
+                               os.environ.get(mps.LOG_ENV, ""), owns_dirs=False)  # to ask it; never stopped here
         ranks = range(self.ctx.rank, self.ctx.rank + self.m)
         pids = {self.ctx.segment.pid(r) for r in ranks}
         try:
             servers = daemon.server_pids()
-            self.shared.add_servers(servers)
             if not servers:
-                return "the workers did not connect to the private MPS daemon (it runs no server)"
+                return "the workers did not connect to the run's MPS daemon (it runs no server)"
             try:
                 clients = set()
                 for server in servers:
@@ -405,7 +279,7 @@ class SharingWorker:
         missing = sorted(pids - clients)
         if missing and clients:  # (an empty list: this driver names no clients; the server is ours)
             listed = ", ".join(map(str, sorted(clients))) or "none"
-            return (f"worker processes {', '.join(map(str, missing))} are not clients of the private MPS "
+            return (f"worker processes {', '.join(map(str, missing))} are not clients of the run's MPS "
                     f"server (pid {', '.join(map(str, servers))}; clients: {listed})")
         return None
 

@@ -12,7 +12,6 @@ import multiprocessing
 import os
 import time
 import traceback
-from pathlib import Path
 
 import pytest
 
@@ -22,7 +21,6 @@ from gpuipc_bench.errors import BarrierAborted, WorkerFailed
 from gpuipc_bench.launcher import run_scenario
 from gpuipc_bench.scenarios import SCENARIOS
 from gpuipc_bench.scenarios.latency import LatencyScenario, LatencyWorker
-from gpuipc_bench.scenarios.sharing import SharingScenario
 
 FORK = multiprocessing.get_context("fork")
 MiB = 1 << 20
@@ -307,33 +305,35 @@ def test_a_silent_peer_ends_the_kernel_within_the_spin_timeout(monkeypatch, no_l
 # --------------------------------------------------------------------------- sharing
 
 
-class Capturing(SharingScenario):
-    """Remembers the daemon's pid and folders, to check that release() removed them."""
+def run_in_modes(monkeypatch, name, **overrides):
+    """The scenario once per sharing mode that can run here (the MPS daemon stopped after)."""
+    from gpuipc_bench import modes
 
-    def prepare(self, config, specs):
-        shared = super().prepare(config, specs)
-        daemon = shared.daemon
-        self.seen = dict(pid=daemon.pid if daemon else None, pipe_dir=daemon.pipe_dir if daemon else None,
-                         dirs=[shared.nomps_dir] + ([daemon.pipe_dir, daemon.log_dir] if daemon else []))
-        return shared
-
-
-def check_cleanup(seen):
-    if seen["pid"]:
-        assert not mps.alive(seen["pid"]), "the MPS control daemon is still running"
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and int(entry.name) != os.getpid():
-                assert not (mps.belongs_to(int(entry.name), seen["pipe_dir"]) and mps.alive(int(entry.name)))
-    for folder in seen["dirs"]:
-        assert not os.path.exists(folder), f"{folder} was not removed"
+    outcomes, rows = [], []
+    for mode in modes.make(("time-sliced", "mps")):
+        if mode.unavailable():
+            continue
+        mode.start()
+        try:
+            settings = dict(scenarios=(name,), sizes=SIZES, min_samples=2, max_samples=3, warmup=1, timeout=60.0)
+            settings.update(overrides)
+            config = RunConfig(**settings)
+            scenario = SCENARIOS[name]
+            outcomes.append(run_scenario(scenario, config, scenario.workers(config, None), on_row=rows.append,
+                                         env=mode.env()))
+        finally:
+            daemon = getattr(mode, "daemon", None)
+            mode.stop()
+            if daemon is not None:
+                assert not mps.alive(daemon.pid), "the MPS control daemon is still running"
+                assert not os.path.exists(daemon.pipe_dir)
+    return outcomes, rows
 
 
 @pytest.mark.gpu
 def test_sharing_time_sliced_and_mps(monkeypatch, no_leaks):
-    scenario = Capturing()
-    outcome, rows = run(monkeypatch, "sharing", scenario=scenario, workers=2, sizes=(MiB + 16,))
-    check_cleanup(scenario.seen)
-    assert outcome.ok, outcome.error
+    outcomes, rows = run_in_modes(monkeypatch, "sharing", workers=2, sizes=(MiB + 16,))
+    assert all(o.ok for o in outcomes), [o.error for o in outcomes]
     modes = {r["sharing"] for r in rows}
     assert "time-sliced" in modes and modes <= {"time-sliced", "mps"}
     for mode in modes:
@@ -346,12 +346,11 @@ def test_sharing_time_sliced_and_mps(monkeypatch, no_leaks):
 
 @pytest.mark.gpu
 def test_sharing_catches_corruption_and_still_stops_the_daemon(monkeypatch, no_leaks):
-    scenario = Capturing()
-    outcome, _ = run(monkeypatch, "sharing", scenario=scenario, fault="corrupt", workers=2, sizes=(MiB + 16,),
-                     min_samples=1, max_samples=1, warmup=0)
-    check_cleanup(scenario.seen)
-    assert isinstance(outcome.error, WorkerFailed)
-    assert "verification failed on path sharing/" in str(outcome.error)
+    monkeypatch.setenv("GPUIPC_BENCH_FAULT", "corrupt")
+    outcomes, _ = run_in_modes(monkeypatch, "sharing", workers=2, sizes=(MiB + 16,), min_samples=1,
+                               max_samples=1, warmup=0)
+    assert outcomes and all(isinstance(o.error, WorkerFailed) for o in outcomes)
+    assert all("verification failed on path sharing/" in str(o.error) for o in outcomes)
 
 
 @pytest.mark.gpu

@@ -60,7 +60,7 @@ def test_only_same_gpu_pairs_of_scenarios_that_declare_it_run_per_mode():
     assert modes_for(SCENARIOS["ipc"], same, both) == both
     assert modes_for(SCENARIOS["latency"], SCENARIOS["latency"].workers(config, machine), both) == both
     assert modes_for(SCENARIOS["ipc"], across, both) == [None]  # one process per GPU: exclusive
-    assert modes_for(SCENARIOS["sharing"], SCENARIOS["sharing"].workers(config, machine), both) == [None]
+    assert modes_for(SCENARIOS["sharing"], SCENARIOS["sharing"].workers(config, machine), both) == both
     assert modes_for(SCENARIOS["host"], SCENARIOS["host"].workers(config, machine), both) == [None]
     assert modes_for(SCENARIOS["ipc"], same, []) == [None]
 

@@ -17,7 +17,7 @@ from gpuipc_bench.sampler import SETUP_REPEATS
 
 import fake_gpu
 from conftest import ours
-from gpuipc_bench import mps, robust
+from gpuipc_bench import robust
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import UsageError, WorkerFailed
 from gpuipc_bench.gpu.memory import Ring, reps_for, ring_capacity
@@ -31,7 +31,7 @@ from gpuipc_bench.signal import Signal
 SIZES = (4, 4099, 64 << 10)
 
 
-def run(monkeypatch, name, scenario=None, fault=None, fake=True, **overrides):
+def run(monkeypatch, name, scenario=None, fault=None, fake=True, env=None, **overrides):
     if fake:
         fake_gpu.install(monkeypatch)
     if fault:
@@ -45,7 +45,7 @@ def run(monkeypatch, name, scenario=None, fault=None, fake=True, **overrides):
     rows: list[dict] = []
     progress: list[int] = []
     specs = scenario.workers(config, None)
-    outcome = run_scenario(scenario, config, specs, on_row=rows.append, on_progress=progress.append)
+    outcome = run_scenario(scenario, config, specs, on_row=rows.append, on_progress=progress.append, env=env)
     if outcome.ok:
         assert sum(progress) == scenario.progress_total(config, specs)
     return outcome, rows
@@ -302,10 +302,9 @@ def test_sharing_sweep():
     assert sharing.batch_for(64 << 20) == 4 and sharing.batch_for(4) == 256
 
 
-def test_sharing_orchestration_without_mps(monkeypatch, no_mps, no_leaks, capsys):
+def test_sharing_orchestration_without_mps(monkeypatch, no_mps, no_leaks):
     outcome, rows = run(monkeypatch, "sharing", workers=4, sizes=(1 << 20,))
     assert outcome.ok, outcome.error
-    assert "the MPS half was waived: nvidia-cuda-mps-control is not on PATH" in capsys.readouterr().err
     assert {r["sharing"] for r in rows} == {"time-sliced"}
     aggregate = groups([r for r in rows if r["path"] == "sharing"], "variant", "workers")
     assert set(aggregate) == {("d2d-aggregate", 1), ("d2d-aggregate", 2), ("d2d-aggregate", 4),
@@ -314,23 +313,21 @@ def test_sharing_orchestration_without_mps(monkeypatch, no_mps, no_leaks, capsys
     assert {r["variant"] for r in rows if r["path"] == "ipc"} == {"device-pingpong", "device-ll"}
 
 
-def test_sharing_orchestration_with_mps(monkeypatch, fake_mps, no_leaks):
-    monkeypatch.setattr(sharing, "probe_client", lambda daemon, device, timeout=0: None)
+def test_sharing_runs_in_each_mode_of_the_run(monkeypatch, fake_mps, no_leaks):
+    """No daemon of its own: one group of workers per mode, each told its mode by the harness."""
+    from gpuipc_bench import modes
+
     monkeypatch.setattr(sharing.SharingWorker, "check_clients", lambda self: None)
     seen = {}
-
-    class Capturing(type(SCENARIOS["sharing"])):
-        def prepare(self, config, specs):
-            shared = super().prepare(config, specs)
-            seen.update(pid=shared.daemon and shared.daemon.pid, dirs=[shared.nomps_dir] + (
-                [shared.daemon.pipe_dir, shared.daemon.log_dir] if shared.daemon else []))
-            return shared
-
-    outcome, rows = run(monkeypatch, "sharing", scenario=Capturing(), workers=2, sizes=(1 << 20,))
-    assert outcome.ok, outcome.error
-    assert {r["sharing"] for r in rows} == {"time-sliced", "mps"}
-    assert seen["pid"] and not mps.alive(seen["pid"]), "the daemon was stopped"
-    assert not any(os.path.exists(d) for d in seen["dirs"]), "its folders were removed"
+    for mode in modes.make(("time-sliced", "mps")):
+        mode.start()
+        try:
+            outcome, rows = run(monkeypatch, "sharing", workers=2, sizes=(1 << 20,), env=mode.env())
+        finally:
+            mode.stop()
+        assert outcome.ok, outcome.error
+        seen[mode.name] = {r["sharing"] for r in rows if r["path"] in ("sharing", "ipc")}
+    assert seen == {"time-sliced": {"time-sliced"}, "mps": {"mps"}}
     assert ours(fake_mps) == []
 
 

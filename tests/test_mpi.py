@@ -127,7 +127,7 @@ def test_a_job_across_hosts_waives_every_scenario_with_the_reason():
     assert "spans hosts a, b" in reason and "no path across nodes" in reason
     one = mpi_launch.Job(comm=None, rank=0, size=2, local_ranks=[0, 1], hosts=["a", "a"])
     assert mpi_reason(SCENARIOS["ipc"], one) is None
-    assert "MPS" in mpi_reason(SCENARIOS["sharing"], one)
+    assert "fork launcher only" in mpi_reason(SCENARIOS["sharing"], one)
     assert one.devices(2) == (0, 1) and one.devices(1) is None
 
 

@@ -35,7 +35,7 @@ against cudaMemcpyAsync is the library's.
 
 Device-initiated put and get ('device-put', 'device-get', stream, every size): a kernel of up
 to DEVICE_MAX_BLOCKS blocks of DEVICE_THREADS threads (one block per 64 KiB), each block moving
-its share of the message with nvshmemx_putmem_block / nvshmemx_getmem_block and ending with
+its share of the message with nvshmemx_putmem_block / nvshmemx_getmem_block (bulk_block) and ending with
 nvshmem_quiet; one launch per message, queued behind the gate like the host-initiated calls,
 bounded by the kernel copy of the link (d2d-sm@GPU or peer-sm@P>C), paired as above. This is
 how GPU-initiated code (DeepEP-style) moves data: SM loads and stores over the link, no copy
@@ -207,8 +207,8 @@ class NvshmemWorker(PairWorker):
             module = cupy.RawModule(path=shared.cubin)
             bindings.cumodule_init(int(module.module.ptr))  # the module's view of this PE's NVSHMEM state
             self.device_module = module
-            self.device_kernels = {"device-put": module.get_function("put_block"),
-                                   "device-get": module.get_function("get_block")}
+            bulk = module.get_function("bulk_block")
+            self.device_kernels = {"device-put": (bulk, 0), "device-get": (bulk, 1)}
         if shared.cubin and any(n in PUTSIG_SIZES for n in self.sizes):
             self.putsig = self.device_module.get_function("putsig_pingpong")
             self.signal, self.dest, self.payload = (bindings.malloc(n) for n in (8, 4096, 4096))  # collectives
@@ -257,12 +257,12 @@ class NvshmemWorker(PairWorker):
     def device_call(self, variant: str):
         """The device-initiated transfer as a call like putmem_on_stream's: one kernel launch,
         each block moving its share of the message."""
-        kernel, stream = self.device_kernels[variant], self.gpu.stream
+        (kernel, get), stream = self.device_kernels[variant], self.gpu.stream
 
         def call(dest: int, src: int, nbytes: int, peer: int, _stream: int) -> None:
             blocks = max(1, min(DEVICE_MAX_BLOCKS, nbytes // DEVICE_BYTES_PER_BLOCK))
             kernel((blocks,), (DEVICE_THREADS,), (np.uint64(dest), np.uint64(src), np.uint64(nbytes),
-                                                  np.int32(peer)), stream=stream)
+                                                  np.int32(peer), np.int32(get)), stream=stream)
 
         return call
 

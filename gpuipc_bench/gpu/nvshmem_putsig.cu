@@ -35,18 +35,12 @@ __device__ void block_share(size_t nbytes, size_t *start, size_t *count) {
     *count = *start < nbytes ? min(per, nbytes - *start) : 0;
 }
 
-extern "C" __global__ void put_block(char *dest, const char *src, size_t nbytes, int peer) {
+// get = 0: put (dest on the peer PE, src here); get = 1: get (dest here, src on the peer PE).
+extern "C" __global__ void bulk_block(char *dest, const char *src, size_t nbytes, int peer, int get) {
     size_t start, count;
     block_share(nbytes, &start, &count);
-    if (count) nvshmemx_putmem_block(dest + start, src + start, count, peer);
-    __syncthreads();
-    if (threadIdx.x == 0) nvshmem_quiet();
-}
-
-extern "C" __global__ void get_block(char *dest, const char *src, size_t nbytes, int peer) {
-    size_t start, count;
-    block_share(nbytes, &start, &count);
-    if (count) nvshmemx_getmem_block(dest + start, src + start, count, peer);
+    if (count && get) nvshmemx_getmem_block(dest + start, src + start, count, peer);
+    else if (count) nvshmemx_putmem_block(dest + start, src + start, count, peer);
     __syncthreads();
     if (threadIdx.x == 0) nvshmem_quiet();
 }

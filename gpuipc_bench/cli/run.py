@@ -179,6 +179,13 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             pairs = "default"  # a plain run on a node of several GPUs answers across one pair too
         if pairs is not None:
             plan = plan_pairs(plan, config, machine, pairs)
+            ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
+            if len(ordered) > 1 and not quiet:  # a long run: say how long it grows before it starts
+                runs = sum(1 for s, w in plan if s.pairable and w[0].device != w[-1].device)
+                stderr_console().print(
+                    f"{runs} scenario runs across {len(ordered)} ordered GPU pairs (the count grows as N(N-1) "
+                    f"with N GPUs; two H100s took about 100 s a pair at the default sizes, --quick far less)",
+                    soft_wrap=True)
         check_memory(plan, config, machine)
         modes, mode_note = plan_modes(sharing, machine, job)
         config = dataclasses.replace(config, sharing=tuple(mode.name for mode in modes))

@@ -72,7 +72,8 @@ ABORT_INDEX = 1 * _WPL
 SPIN_SECONDS = 2e-4  # spin this long (yielding every 64 reads)
 YIELD_SECONDS = 1e-3  # then os.sched_yield() this long
 SLEEP_FIRST = 1e-5  # then sleep, doubling from this ...
-SLEEP_MAX = 1e-3  # ... up to this
+SLEEP_MAX = 2e-4  # ... up to this: a waiter wakes at most ~0.25 ms after the word changes (it waits
+#                   for the other worker's 5 ms sample many times a group; 1 ms here cost ~0.5 ms a wait)
 _CHECK_EVERY = 63  # spinning: look at the clock and the abort word every 64 reads
 
 _sched_yield = getattr(os, "sched_yield", lambda: time.sleep(0))

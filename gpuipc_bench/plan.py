@@ -119,11 +119,12 @@ def plan_modes(sharing: str | None, machine, job=None) -> tuple[list, str | None
 
 
 def modes_for(scenario, specs, modes: list) -> list:
-    """The modes a planned scenario runs in: each of the run's, where it declares sharing_modes
-    and its workers share one GPU; else once, as it is ([None])."""
+    """The modes a planned scenario runs in: each of the run's that measures it, where it
+    declares sharing_modes and its workers share one GPU (none of them: [], it does not run);
+    else once, as it is ([None])."""
     devices = {spec.device for spec in specs}
     if modes and scenario.sharing_modes and len(specs) > 1 and len(devices) == 1 and None not in devices:
-        return modes
+        return [m for m in modes if not m.scenarios or scenario.name in m.scenarios]
     return [None]
 
 
@@ -132,8 +133,8 @@ def plan_runs(plan, modes: list) -> list:
     work shares the GPU with a mode's daemon: every scenario in the first mode (and the ones
     that run once, as they are), then the same-GPU pairs again in each further mode."""
     runs = [(s, w, m) for s, w in plan for m in modes_for(s, w, modes)[:1]]
-    for mode in modes[1:]:
-        runs += [(s, w, mode) for s, w in plan if mode in modes_for(s, w, modes)]
+    for mode in modes:
+        runs += [(s, w, mode) for s, w in plan if mode in modes_for(s, w, modes)[1:]]
     return runs
 
 

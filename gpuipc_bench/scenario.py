@@ -150,6 +150,9 @@ class Scenario:
         raise NotImplementedError
 
 
+MPS_THREAD_PCT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+
+
 def sharing_mode(devices: list[int | None]) -> str:
     """How workers share their GPUs: 'time-sliced' when two processes share one GPU ('mps' when
     an MPS daemon serves this process), 'exclusive' when each has its own, 'none' without GPUs."""
@@ -224,6 +227,8 @@ class WorkerContext:
         if sharing is None:
             sharing = sharing_mode([s.device for s in self.specs])
         self.row_fields.update(scenario=scenario, workers=self.nworkers, sharing=sharing)
+        if sharing == "mps":  # the share of the SMs this client may use (MPS's default: all of them)
+            self.row_fields["mps_thread_pct"] = int(os.environ.get(MPS_THREAD_PCT_ENV) or 100)
 
     def sync(self) -> None:
         """Cross the shared-memory barrier with every worker of this scenario."""

@@ -78,6 +78,35 @@ def test_runs_go_mode_by_mode():
     assert [(s.name, m) for s, _, m in plan_runs(plan, [])] == [("ipc", None), ("latency", None), ("host", None)]
 
 
+def test_a_thread_percentage_is_a_mode_of_its_own_on_the_sm_bound_scenarios(fake_mps):
+    from gpuipc_bench.plan import plan_runs
+
+    assert modes.parse("mps:25,time-sliced,mps") == ("time-sliced", "mps", "mps:25")
+    for bad, words in (("mps:0", "whole number from 1 to 99"), ("mps:100", "whole number from 1 to 99"),
+                       ("time-sliced:5", "unknown sharing mode"), ("mps:x", "whole number")):
+        with pytest.raises(UsageError, match=words):
+            modes.parse(bad)
+    ts, full, quarter = modes.make(("time-sliced", "mps", "mps:25"))
+    assert quarter.name == "mps:25" and quarter.owner is full  # one daemon for the run
+    machine = fake_machine((80 << 30,))
+    config = RunConfig(scenarios=("staging", "ipc"))
+    plan = [(SCENARIOS[n], SCENARIOS[n].workers(config, machine)) for n in ("staging", "ipc")]
+    got = [(s.name, m.name) for s, _, m in plan_runs(plan, [ts, full, quarter])]
+    assert got == [("staging", "time-sliced"), ("ipc", "time-sliced"), ("staging", "mps"), ("ipc", "mps"),
+                   ("ipc", "mps:25")]
+    assert [(s.name, m.name) for s, _, m in plan_runs(plan, [quarter])] == [("ipc", "mps:25")]
+    full.start()
+    try:
+        quarter.start()
+        assert quarter.env()["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+        assert quarter.env()[mps.PIPE_ENV] == full.env()[mps.PIPE_ENV]
+        assert "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in full.env()
+    finally:
+        quarter.stop()
+        assert full.daemon is not None and full.daemon.running()  # the owner stops it
+        full.stop()
+
+
 def test_time_sliced_points_workers_at_an_empty_private_pipe_directory():
     mode = modes.TimeSliced()
     mode.start()
@@ -128,6 +157,25 @@ def test_a_same_gpu_pair_is_measured_in_each_mode(monkeypatch, fake_mps, no_leak
             mode.stop()
     assert seen == {"time-sliced": {"time-sliced"}, "mps": {"mps"}}
     assert ours(fake_mps) == []  # no pipe or log folder left
+
+
+def test_rows_under_mps_carry_the_thread_percentage(monkeypatch, fake_mps, no_leaks):
+    fake_gpu.install(monkeypatch)
+    config = RunConfig(scenarios=("ipc",), sizes=(4099,), min_samples=2, max_samples=2, timeout=20.0)
+    scenario = SCENARIOS["ipc"]
+    full, quarter = modes.make(("mps", "mps:25"))
+    full.start()
+    try:
+        got = {}
+        for mode in (full, quarter):
+            rows: list[dict] = []
+            outcome = run_scenario(scenario, config, scenario.workers(config, None), on_row=rows.append,
+                                   env=mode.env())
+            assert outcome.ok, outcome.error
+            got[mode.name] = {(r["sharing"], r["mps_thread_pct"]) for r in rows}
+    finally:
+        full.stop()
+    assert got == {"mps": {("mps", 100)}, "mps:25": {("mps", 25)}}
 
 
 # --------------------------------------------------------------------------- on a GPU

@@ -21,7 +21,7 @@ from gpuipc_bench.cli.console import signal_name, stderr_console, stdout_console
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_memory, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
-from gpuipc_bench.plan import plan_modes, plan_pairs, plan_runs, plan_scenarios, registry, resolve_names
+from gpuipc_bench.plan import modes_for, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry, resolve_names
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
@@ -89,7 +89,9 @@ def _samples_text(preset: str) -> str:
               help="How the two processes of a same-GPU pair share it: 'time-sliced' (no MPS: their contexts "
                    "take turns), 'mps' (clients of an MPS daemon the run starts, or the one already serving "
                    "you), or both, comma-separated: each same-GPU pair scenario runs once per mode. "
-                   "Default: both where MPS can start, else time-sliced (the run says why).")
+                   "'mps:25' adds MPS with each client limited to 25% of the SMs (any 1-99), for the scenarios "
+                   "that share can change (ipc, mmap, latency). "
+                   "Default: time-sliced and mps where MPS can start, else time-sliced (the run says why).")
 @click.option("--launcher", type=click.Choice(["fork", "mpi"]), default=None,
               help="How the workers start: 'fork' (this process forks them) or 'mpi' (they are the ranks of "
                    "`mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per rank, so N must be "
@@ -192,6 +194,10 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         err = stderr_console()
         if mode_note and not quiet and any(s.sharing_modes for s, _ in plan):
             err.print(f"[yellow]skipped[/] {escape(mode_note)}", soft_wrap=True)
+        unmeasured = sorted({s.name for s, w in plan if not modes_for(s, w, modes)})
+        if unmeasured and not quiet:  # e.g. --sharing mps:25 alone: only the SM-bound scenarios
+            err.print(f"[yellow]skipped[/] {', '.join(unmeasured)}: no mode of --sharing "
+                      f"{escape(','.join(config.sharing))} measures them", soft_wrap=True)
         if waived and not quiet:
             by_reason: dict[str, list[str]] = {}
             for name, reason in waived:

@@ -30,17 +30,33 @@ __all__ = ["MODES", "Mode", "Mps", "TimeSliced", "parse", "make"]
 
 
 def parse(text: str, option: str = "--sharing") -> tuple[str, ...]:
-    """'time-sliced,mps' -> ('time-sliced', 'mps'); UsageError naming the option for anything else."""
+    """'time-sliced,mps' -> ('time-sliced', 'mps'); 'mps:25' is MPS with its clients limited to
+    25% of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE). UsageError naming the option otherwise."""
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
-        raise UsageError(f"{option}: give one or more of {', '.join(MODES)}, separated by commas")
+        raise UsageError(f"{option}: give one or more of {', '.join(MODES)} (or mps:PCT), separated by commas")
     for name in names:
-        if name not in MODES:
-            raise UsageError(f"{option} {text}: unknown sharing mode {name!r} (known: {', '.join(MODES)})")
+        base, _, pct = name.partition(":")
+        if base not in MODES or (pct and base != Mps.name):
+            raise UsageError(f"{option} {text}: unknown sharing mode {name!r} (known: {', '.join(MODES)}, mps:PCT)")
+        if pct and not (pct.isdigit() and 1 <= int(pct) <= 99):
+            raise UsageError(f"{option} {text}: {name}: the thread percentage is a whole number from 1 to 99")
     if len(set(names)) != len(names):
         raise UsageError(f"{option} {text}: names a mode twice")
-    return tuple(sorted(names, key=list(MODES).index))
+    order = list(MODES)
+    return tuple(sorted(names, key=lambda n: (order.index(n.partition(":")[0]), -int(n.partition(":")[2] or 100))))
 
 
 def make(names: tuple[str, ...]) -> list[Mode]:
-    return [MODES[name]() for name in names]
+    """The modes, sharing one MPS daemon between 'mps' and 'mps:PCT' (one daemon per run)."""
+    made: list[Mode] = []
+    daemon_owner: Mps | None = None
+    for name in names:
+        base, _, pct = name.partition(":")
+        if base == Mps.name:
+            mode = Mps(int(pct or 100), shares=daemon_owner)
+            daemon_owner = daemon_owner or mode
+        else:
+            mode = MODES[base]()
+        made.append(mode)
+    return made

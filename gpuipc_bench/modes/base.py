@@ -6,6 +6,7 @@ from __future__ import annotations
 class Mode:
     name = ""
     summary = ""
+    scenarios: tuple[str, ...] = ()  # the scenarios this mode measures; (): every one that takes modes
 
     def unavailable(self) -> str | None:
         return None

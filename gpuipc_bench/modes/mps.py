@@ -13,18 +13,29 @@ import os
 from gpuipc_bench import mps
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.modes.base import Mode
+from gpuipc_bench.scenario import MPS_THREAD_PCT_ENV
 
 
 class Mps(Mode):
     name = "mps"
     summary = "an MPS daemon: both processes are clients of one server and run at once"
+    # The scenarios whose figures a client's share of the SMs can change (SM copies, zero-copy
+    # kernels, the device ping-pongs), for a mode with a thread percentage; () is every one.
+    SM_BOUND = ("ipc", "mmap", "latency")
 
-    def __init__(self):
+    def __init__(self, thread_pct: int = 100, shares: "Mps | None" = None):
+        self.thread_pct = thread_pct
+        self.owner = shares  # the mode whose daemon this one's clients join (one daemon per run)
+        self.scenarios: tuple[str, ...] = () if thread_pct == 100 else self.SM_BOUND
+        if thread_pct != 100:
+            self.name = f"mps:{thread_pct}"
         self.daemon: mps.MpsDaemon | None = None
         self.users = ""  # the pipe directory of a daemon someone else runs, when it serves us
         self.failed = ""  # why the daemon could not start: tried once per run
 
     def unavailable(self) -> str | None:
+        if self.owner is not None:
+            return self.owner.unavailable()
         if mps.serves_this_process():
             return None
         if mps.find_binary() is None:
@@ -32,6 +43,9 @@ class Mps(Mode):
         return None
 
     def start(self) -> None:
+        if self.owner is not None:
+            self.owner.start()
+            return
         if self.failed:
             raise BenchError(self.failed)
         if self.daemon is not None or self.users:
@@ -46,13 +60,24 @@ class Mps(Mode):
             raise BenchError(self.failed) from None
 
     def env(self) -> dict[str, str]:
-        return self.daemon.env() if self.daemon is not None else {}
+        if self.owner is not None:
+            env = self.owner.env()
+            env.pop(MPS_THREAD_PCT_ENV, None)
+        else:
+            env = self.daemon.env() if self.daemon is not None else {}
+        if self.thread_pct != 100:
+            env[MPS_THREAD_PCT_ENV] = str(self.thread_pct)
+        return env
 
     def facts(self) -> dict[str, str]:
+        if self.owner is not None:
+            return self.owner.facts()
         if self.users:
             return {"sharing.mps": f"the MPS daemon already running at {self.users} (used as it is)"}
         return {"sharing.mps": "a private MPS daemon started for this run"} if self.daemon else {}
 
     def stop(self) -> list[str]:
+        if self.owner is not None:
+            return []  # the owner stops the daemon
         daemon, self.daemon = self.daemon, None
         return daemon.stop() if daemon is not None else []

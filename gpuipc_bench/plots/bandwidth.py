@@ -24,7 +24,7 @@ MAX_COLUMNS = 4
 
 
 def draw_line(ax: Axes, line: pd.DataFrame, label: str, colour_: str, marker_: str, legend: Legend,
-              **style) -> None:
+              rank: tuple = (), **style) -> None:
     """One line and its shaded interval (its legend entry once per figure)."""
     line = line[line["y"] > 0]
     if line.empty:
@@ -34,7 +34,7 @@ def draw_line(ax: Axes, line: pd.DataFrame, label: str, colour_: str, marker_: s
                         **style)
     if len(x) > 1:
         ax.fill_between(x, line["lo"], line["hi"], color=colour_, alpha=0.15, linewidth=0)
-    legend.add(label, artist)
+    legend.add(label, artist, rank)
 
 
 def draw_ceilings(ax: Axes, lines: Mapping[str, pd.DataFrame], styles: dict[str, tuple], legend: Legend) -> None:
@@ -45,7 +45,7 @@ def draw_ceilings(ax: Axes, lines: Mapping[str, pd.DataFrame], styles: dict[str,
         label = f"ceiling: {kind}"
         (artist,) = ax.plot(rows["bytes"], rows["y"], color=colour_, linestyle=dash, linewidth=1.3, label=label,
                             marker="_" if len(rows) == 1 else None, markersize=14)
-        legend.add(label, artist)
+        legend.add(label, artist, (1_000, len(styles)))
 
 
 def grid_of(rows: list[list], max_columns: int = MAX_COLUMNS) -> list[list]:
@@ -74,13 +74,14 @@ def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFr
                              sharey=True, squeeze=False)
     legend, styles = Legend(), {}
     sizes = sorted(set(bw["bytes"][bw["bytes"] > 0]))
+    order = list(facts) + sorted(set(rows["path"]) - set(facts))
     used = []
     for r, row in enumerate(layout):
         for c, panel in enumerate(row):
             ax = axes[r][c]
             used.append(ax)
             for path, line in facets.best_per_path(panel.rows, facts, "gbps").items():
-                draw_line(ax, line, path, colour(facts, path), marker(facts, path), legend)
+                draw_line(ax, line, path, colour(facts, path), marker(facts, path), legend, rank=(order.index(path),))
             draw_ceilings(ax, facets.ceilings(summary, panel, "bandwidth", "gbps"), styles, legend)
             several = len(panel.links) > 1
             ax.set_title(panel.title(BEST + ("; median of the pairs" if several else "")), fontsize=9.5, loc="left")

@@ -13,7 +13,7 @@ import pandas as pd
 from gpuipc_bench.paths import from_metadata
 from gpuipc_bench.plots import facets
 from gpuipc_bench.plots.bandwidth import MAX_COLUMNS, draw_ceilings, draw_line, grid_of
-from gpuipc_bench.plots.style import (MARKERS, Legend, _pyplot, colour, figure_size, finish, grid, hide_rest,
+from gpuipc_bench.plots.style import (MARKERS, Legend, _pyplot, colour, figure_size, finish, grid, hide_rest, marker,
                                       size_axis, suptitle, value_axis)
 
 if TYPE_CHECKING:
@@ -58,6 +58,7 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
                              sharex=True, sharey=True, squeeze=False)
     legend, styles = Legend(), {}
     markers = _variant_markers(rows)
+    order = list(facts) + sorted(set(rows["path"]) - set(facts))
     floor = _no_payload(lat)
     used = []
     for r, row in enumerate(layout):
@@ -66,20 +67,22 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
             used.append(ax)
             if per_transfer:
                 for path, line in facets.best_per_path(panel.rows, facts, "s").items():
-                    draw_line(ax, line, path, colour(facts, path), markers.get("", "o"), legend)
+                    draw_line(ax, line, path, colour(facts, path), marker(facts, path), legend,
+                              rank=(order.index(path),))
                 title = "best variant per path"
             else:
                 for (path, variant), line in facets.per_variant(panel.rows, facts, "s").items():
                     device = variant.startswith(facets.GPU_INITIATED)
                     label = f"{path}/{variant}" + (" (GPU-initiated)" if device else "")
                     draw_line(ax, line, label, colour(facts, path), markers[variant], legend,
-                              **(DEVICE_STYLE if device else {}))
+                              rank=(order.index(path), device), **(DEVICE_STYLE if device else {}))
                 title = "per path/variant" + ("; median of the pairs" if len(panel.links) > 1 else "")
             draw_ceilings(ax, facets.ceilings(summary, panel, "latency" if not per_transfer else "bandwidth", "s"),
                           styles, legend)
             if floor is not None:
                 label = f"no payload, host round trip ({floor[0]}): {floor[1]:.3g} µs"
-                legend.add(label, ax.axhline(floor[1], color="#888888", linestyle=":", linewidth=1.2, label=label))
+                line = ax.axhline(floor[1], color="#888888", linestyle=":", linewidth=1.2, label=label)
+                legend.add(label, line, (2_000,))
             ax.set_title(panel.title(title), fontsize=9.5, loc="left")
     if not used:
         axes[0][0].text(0.5, 0.5, "no latency samples", ha="center", va="center", transform=axes[0][0].transAxes)
@@ -99,8 +102,8 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
 
 
 def _no_payload(lat: pd.DataFrame) -> tuple[str, float] | None:
-    """The fastest round trip without payload (the tool's barrier, a flag ping-pong), one way, µs."""
-    flat = lat[(lat["bytes"] == 0) & (lat["median_s"] > 0)]
+    """The fastest host round trip without payload (the tool's barrier, a flag ping-pong), one way, µs."""
+    flat = lat[(lat["bytes"] == 0) & (lat["median_s"] > 0) & (lat["src"] == "host") & (lat["dst"] == "host")]
     if flat.empty:
         return None
     row = flat.sort_values("median_s").iloc[0]

@@ -147,7 +147,7 @@ def plot_matrix(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame
     layout = grid_of([[{"links": True}] + stream, handoff], MAX_COLUMNS) if gpus else [[]]
     layout = [row for row in layout if row] or [[]]
     ncols = max(1, max(len(r) for r in layout))
-    side = 3.0 if len(gpus) <= 4 else 3.6
+    side = 2.5 if len(gpus) <= 2 else 3.0 if len(gpus) <= 4 else 3.6
     fig, axes = plt.subplots(len(layout), ncols, figsize=(side * ncols + 0.6, (side + 0.5) * len(layout) + 1.4),
                              squeeze=False)
     norms = {}

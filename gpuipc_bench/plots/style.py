@@ -66,12 +66,12 @@ def size_axis(ax: Axes, sizes: Sequence[int]) -> None:
     ax.set_xlim(lo / 1.6, hi * 1.6)
     majors = [1 << (10 * k) for k in range(6) if lo <= 1 << (10 * k) <= hi]
     for end in (lo, hi):
-        if all(max(end, m) / min(end, m) >= 16 for m in majors):
+        if all(max(end, m) / min(end, m) >= 32 for m in majors):
             majors.append(end)
     if len(majors) < 5:  # room for 32 B, 32 KiB, 32 MiB between them
         for k in range(5):
             mid = 32 << (10 * k)
-            if lo <= mid <= hi and all(max(mid, m) / min(mid, m) >= 16 for m in majors):
+            if lo <= mid <= hi and all(max(mid, m) / min(mid, m) >= 32 for m in majors):
                 majors.append(mid)
     majors = sorted(set(majors))
     minors = [1 << k for k in range(63) if lo / 1.6 <= 1 << k <= hi * 1.6 and (1 << k) not in majors]
@@ -164,9 +164,13 @@ class Legend:
 
     def __init__(self) -> None:
         self.entries: dict[str, object] = {}
+        self.ranks: dict[str, tuple] = {}
 
-    def add(self, label: str, artist) -> None:
-        self.entries.setdefault(label, artist)
+    def add(self, label: str, artist, rank: tuple = ()) -> None:
+        """An entry; entries with a rank come in its order (the others where first drawn)."""
+        if label not in self.entries:
+            self.ranks[label] = rank or (len(self.entries),)
+            self.entries[label] = artist
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -178,7 +182,8 @@ def finish(fig: Figure, header_in: float, legend: Legend | None = None, title: s
     renderer = fig.canvas.get_renderer()
     legend_in = 0.0
     if legend is not None and len(legend):
-        handles, labels = list(legend.entries.values()), list(legend.entries)
+        labels = sorted(legend.entries, key=lambda k: legend.ranks[k])
+        handles = [legend.entries[k] for k in labels]
         width_px = fig.get_figwidth() * fig.dpi * 0.98
         ncol = max(1, min(len(labels), 6))
         while True:

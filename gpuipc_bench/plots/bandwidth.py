@@ -103,8 +103,7 @@ def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFr
         used[0].set_ylim(values.min() / 3, values.max() * 3)
     header = suptitle(fig, "Bandwidth vs message size", meta,
                       f"{BEST}: at each size the fastest variant of the path; median of the samples, shaded: its "
-                      "95% interval (GPU pairs of one link class: the median of the pairs, shaded from the lowest "
-                      "pair's interval to the highest's); dashed: the link's ceilings measured in the same run; "
+                      f"95% interval{facets.pairs_note(layout)}; dashed: the link's ceilings measured in the same run; "
                       "GB/s = 1e9 bytes/s, one direction")
     finish(fig, header, legend)
     return fig

@@ -141,6 +141,15 @@ def panels(rows: pd.DataFrame, by_measure: bool = True) -> list[list[Panel]]:
     return out
 
 
+PAIRS_NOTE = (" (several links of one class: the median of the links, shaded from the lowest one's interval to the "
+              "highest's)")
+
+
+def pairs_note(layout: Sequence[Sequence[Panel]]) -> str:
+    """What the shading means where a panel draws several links (GPU pairs) together."""
+    return PAIRS_NOTE if any(len(p.links) > 1 for row in layout for p in row) else ""
+
+
 # --------------------------------------------------------------------------- lines
 
 VALUES = {"gbps": ("median_gbps", "ci_lo_gbps", "ci_hi_gbps"), "s": ("median_s", "ci_lo_s", "ci_hi_s")}

@@ -40,17 +40,16 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
     lat = summary[summary["metric"] == "latency"]
     rows = facets.drawable(lat, facts)
     what, note = ("One-way latency vs message size",
-                  "median of the samples, shaded: its 95% interval (GPU pairs of one link class: the median of the "
-                  "pairs, shaded from the lowest pair's interval to the highest's); half a ping-pong round trip; "
-                  "dashed with open markers: GPU-initiated (a kernel signals), solid: host-driven; dashed grey: "
-                  "the link's ceiling")
+                  "median of the samples, shaded: its 95% interval{pairs}; half a ping-pong round trip; dashed with "
+                  "open markers: GPU-initiated (a kernel signals), solid: host-driven; dashed grey: the link's "
+                  "ceiling")
     per_transfer = rows.empty
     if per_transfer:
         bw = summary[summary["metric"] == "bandwidth"]
         rows = facets.drawable(bw[bw["measure"] == "handoff"], facts)
         what = "Time per transfer vs message size"
         note = ("no latency rows in this run: the median time per hand-off of the bandwidth samples, the best "
-                "variant per path; shaded: its 95% interval")
+                "variant per path; shaded: its 95% interval{pairs}")
     layout = grid_of(facets.panels(rows, by_measure=per_transfer), MAX_COLUMNS)
     ncols = max(1, max(len(r) for r in layout))
     fig, axes = plt.subplots(len(layout), ncols, figsize=figure_size(ncols, len(layout), legend_rows=4,
@@ -97,7 +96,7 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
         ax.set_xlabel("message size")
     for row_axes in axes:
         row_axes[0].set_ylabel("one-way latency (µs)" if not per_transfer else "time per transfer (µs)")
-    finish(fig, suptitle(fig, what, meta, note), legend)
+    finish(fig, suptitle(fig, what, meta, note.format(pairs=facets.pairs_note(layout))), legend)
     return fig
 
 

@@ -155,7 +155,8 @@ def plot_matrix(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame
         values = [v for m in specs for (s, d), (v, _) in m["cells"].items() if s != d and v > 0]
         if values:
             lo, hi = min(values), max(values)
-            norms[measure] = LogNorm(lo / 1.05, hi * 1.05) if hi > lo else LogNorm(lo / 2, lo * 2)
+            widen = max(1.05, math.sqrt(2 * lo / hi))  # a scale of a factor of 2 at least: 2% is no colour
+            norms[measure] = LogNorm(lo / widen, hi * widen)
     for r, row in enumerate(layout):
         for c in range(ncols):
             ax = axes[r][c]
@@ -173,7 +174,7 @@ def plot_matrix(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame
                       "median of the samples of each pair's best variant (± its 95% interval where it fits); colours "
                       "only guide the eye, brighter is better, one scale per measure across the paths; grey "
                       "diagonal: the same GPU, out of the scale")
-    finish(fig, header)
+    finish(fig, header, h_pad=2.0)
     return fig
 
 

@@ -3,12 +3,14 @@ timed at three sizes or more (the handles study), their cost against the allocat
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from gpuipc_bench.paths import from_metadata
+from gpuipc_bench.plots import facets
 from gpuipc_bench.plots.bandwidth import draw_line
 from gpuipc_bench.plots.facets import values
 from gpuipc_bench.plots.style import (Legend, _pyplot, colour, finish, formatter, grid, plain_number, size_axis,
@@ -35,7 +37,7 @@ def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame 
         if part["bytes"].nunique() > 2:
             part = part[part["bytes"].isin(representative_sizes(part["bytes"]))]
         parts.append(part)
-    rows = pd.concat(parts) if parts else setup
+    rows = _by_link_class(pd.concat(parts) if parts else setup, meta)
     height = max(3.0, 0.32 * len(rows) + 1.6)
     fig, ax = plt.subplots(figsize=(10, height))
     if rows.empty:
@@ -45,10 +47,10 @@ def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame 
         labels, values, colours, spreads = [], [], [], []
         for row in rows.itertuples():
             size = f" {format_size(int(row.bytes))}" if row.bytes else ""
-            labels.append(f"{row.path}: {row.variant}{size} ({link(row.src, row.dst)})")
+            labels.append(f"{row.path}: {row.variant}{size} ({row.where})")
             values.append(row.median_s * 1e3)
             colours.append(colour(facts, row.path))
-            spreads.append((row.ci_lo_s * 1e3, row.ci_hi_s * 1e3) if row.ci_lo_s == row.ci_lo_s else None)
+            spreads.append((row.lo_s * 1e3, row.hi_s * 1e3) if row.lo_s == row.lo_s else None)
         y = list(range(len(labels)))[::-1]
         ax.barh(y, values, color=colours, height=0.7)
         for yi, value, spread in zip(y, values, spreads):
@@ -64,9 +66,28 @@ def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame 
         ax.set_axisbelow(True)
         ax.set_xlabel("median time of the operation (ms, log scale)")
     finish(fig, suptitle(fig, "Setup costs (one-time operations)", meta,
-                           "median time of each operation, with its 95% interval; paid once per buffer or per "
-                           "pair of processes, not per transfer"))
+                           "median time of each operation, with its 95% interval (several links of one class, e.g. "
+                           "GPU pairs over NV18: the median of the links, the line from the lowest one's interval to "
+                           "the highest's); paid once per buffer or per pair of processes, not per transfer"))
     return fig
+
+
+def _by_link_class(rows: pd.DataFrame, meta: Mapping[str, str]) -> pd.DataFrame:
+    """One bar per operation, size and link class (GPU pairs of one NVML class together): the
+    median of the links' medians, lo..hi from the lowest interval to the highest; `where` names
+    the link, or the class and how many links."""
+    rows = facets.prepared(rows, meta)
+    out = []
+    for _, part in rows.groupby(["path", "variant", "klass", "bytes"], sort=False):
+        lo = part["ci_lo_s"].fillna(part["median_s"])
+        hi = part["ci_hi_s"].fillna(part["median_s"])
+        links = list(dict.fromkeys(zip(part["src"], part["dst"])))
+        first = part.iloc[0]
+        interval = part["ci_lo_s"].notna().any() or len(links) > 1
+        out.append({"path": first["path"], "variant": first["variant"], "bytes": int(first["bytes"]),
+                    "median_s": float(part["median_s"].median()), "lo_s": float(lo.min()) if interval else math.nan,
+                    "hi_s": float(hi.max()) if interval else math.nan, "where": first["klass"].title(links)})
+    return pd.DataFrame(out, columns=["path", "variant", "bytes", "median_s", "lo_s", "hi_s", "where"])
 
 
 def sized_setup(summary: pd.DataFrame) -> pd.DataFrame:

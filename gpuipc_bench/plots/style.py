@@ -5,11 +5,14 @@ the layout that leaves room for both."""
 from __future__ import annotations
 
 import math
+import re
 import textwrap
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.report.header import gpu_links
 from gpuipc_bench.report.wording import machine_summary, run_summary
 from gpuipc_bench.sizes import format_size
 
@@ -24,7 +27,7 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#17becf", "#8
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "h", "p")
 # The ceilings, in the order a figure meets them: grey shades and dash patterns.
 CEILING_STYLES = (("#222222", (0, (5, 2))), ("#777777", (0, (5, 2, 1, 2))), ("#444444", (0, (2, 2))),
-                  ("#999999", (0, (8, 3))))
+                  ("#999999", (0, (8, 3))), ("#555555", (0, (1, 1.5))), ("#888888", (0, (6, 2, 1, 2, 1, 2))))
 PANEL_W, PANEL_H = 4.4, 3.3  # inches per panel
 HEADER_LINES = ((13, "bold", "#111111"), (10.5, "normal", "#111111"), (8.5, "normal", "#555555"))
 
@@ -128,7 +131,12 @@ def hide_rest(axes, used: list) -> None:
 def machine_title(meta: Mapping[str, str]) -> str:
     """'vm · 2× NVIDIA H200 · driver 580.159.04 · CUDA 13.2 · links 0-1 NV18' (CuPy and the
     driver's CUDA left out)."""
-    return " · ".join(machine_summary(meta, leave_out=("cupy", "cuda_driver")))
+    parts = machine_summary(meta, leave_out=("cupy", "cuda_driver", "links"))
+    links = gpu_links(meta)
+    if links.count(",") >= 3:  # 4 pairs or more: how many of each link, the matrix figure has them all
+        counts = Counter(re.sub(r"^\d+-\d+ ", "", part) for part in links.split(", "))
+        links = ", ".join(f"{n}× {word}" for word, n in counts.items()) + " (GPU pairs)"
+    return " · ".join(parts + ([f"links {links}"] if links else []))
 
 
 def suptitle(fig: Figure, what: str, meta: Mapping[str, str], note: str) -> float:
@@ -176,7 +184,8 @@ class Legend:
         return len(self.entries)
 
 
-def finish(fig: Figure, header_in: float, legend: Legend | None = None, title: str | None = None) -> None:
+def finish(fig: Figure, header_in: float, legend: Legend | None = None, title: str | None = None,
+           h_pad: float | None = None) -> None:
     """Lay the panels out under the header and above the figure's one legend, which lies
     below the axes, centred, in as many columns as the figure's width holds."""
     renderer = fig.canvas.get_renderer()
@@ -196,7 +205,7 @@ def finish(fig: Figure, header_in: float, legend: Legend | None = None, title: s
             ncol -= 1
         legend_in = artist.get_window_extent(renderer).height / fig.dpi + 0.12
     height = fig.get_figheight()
-    fig.tight_layout(rect=(0, min(0.6, legend_in / height), 1, 1 - header_in / height))
+    fig.tight_layout(rect=(0, min(0.6, legend_in / height), 1, 1 - header_in / height), h_pad=h_pad)
 
 
 def figure_size(ncols: int, nrows: int, legend_rows: int = 2, panel_w: float = PANEL_W,

@@ -1,0 +1,53 @@
+"""Plots of one run: bandwidth and one-way latency against message size, the GPU-pair
+matrices, and set-up costs.
+
+matplotlib is imported inside the functions, with the Agg backend, so that only the
+commands that draw pay for it (and no display is needed). Every figure names the machine it
+was measured on, its units and what the lines are, and has one legend, outside the panels;
+the figures render the analysis (analysis.model's summary, the path facts) and compute
+nothing of their own beyond choosing what to draw:
+
+- bandwidth (bandwidth.py): a row of panels per link class (the same GPU; GPU pairs of one
+  NVML link class; host and GPU), a panel per measure and sharing mode side by side, one
+  line per path (its best variant at each size; pairs of a class: their median, shaded
+  from the lowest to the highest pair's interval), the link's ceilings dashed;
+- latency (latency.py): a panel per link class and sharing mode, a line per path/variant,
+  GPU-initiated ping-pongs dashed with open markers;
+- matrix (matrix.py): heatmaps GPU × GPU per path and measure, and the NVML links (only for
+  a run over two GPU pairs or more);
+- setup, setup-size (setup.py): one bar per one-time operation; cost against allocation size.
+
+How the rows are cut into panels and lines: facets.py. save_plots() (files.py) writes them
+for one run: into a folder (RUN-bandwidth.png, ...) or, given a file name, the bandwidth
+figure there and the others beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+
+def analysed_summary(df: pd.DataFrame, meta: Mapping[str, str]) -> pd.DataFrame:
+    """The run's summary, from its one analysis (for a caller that has none at hand)."""
+    from gpuipc_bench.analysis.model import analyse
+
+    return analyse(df, meta).summary
+
+
+from gpuipc_bench.plots.bandwidth import plot_bandwidth  # noqa: E402
+from gpuipc_bench.plots.latency import plot_latency  # noqa: E402
+from gpuipc_bench.plots.matrix import plot_matrix  # noqa: E402
+from gpuipc_bench.plots.setup import plot_setup, plot_setup_size, sized_setup  # noqa: E402
+from gpuipc_bench.plots.style import _pyplot, machine_title  # noqa: E402
+
+PLOTTERS = {"bandwidth": plot_bandwidth, "latency": plot_latency, "setup": plot_setup,
+            "setup-size": plot_setup_size, "matrix": plot_matrix}
+
+from gpuipc_bench.plots.files import (  # noqa: E402
+    FORMATS, KINDS, check_plot_dest, check_plot_targets, plot_targets, save_plots)
+
+__all__ = ["FORMATS", "KINDS", "PLOTTERS", "_pyplot", "analysed_summary", "check_plot_dest", "check_plot_targets",
+           "machine_title", "plot_bandwidth", "plot_latency", "plot_matrix", "plot_setup", "plot_setup_size",
+           "plot_targets", "save_plots", "sized_setup"]

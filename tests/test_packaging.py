@@ -40,3 +40,7 @@ def test_built_wheel(tmp_path):
     where, names = _python(PROBE, tmp_path, os.pathsep.join([str(target), *deps]))
     assert Path(where).parent == target / "gpuipc_bench" / "scenarios"
     assert "host" in names.split(",")
+    # every package of the checkout is in the wheel (pyproject.toml lists them one by one)
+    packages = {p.parent.relative_to(REPO) for p in (REPO / "gpuipc_bench").rglob("__init__.py")}
+    missing = sorted(str(p) for p in packages if not (target / p / "__init__.py").exists())
+    assert not missing, f"packages missing from the wheel (pyproject.toml's packages list): {missing}"

@@ -183,22 +183,13 @@ def labels(names: Sequence[str], most: int = 3) -> str:
 
 
 def _sizes_at(at: Sequence[int], band: Band) -> str:
-    """' (16, 256 MiB)', ' (256 KiB–64 MiB)': where in a band something holds ('' everywhere)."""
+    """' (16, 256 MiB)', ' (256 KiB–64 MiB)': where in a band something holds ('' everywhere;
+    ' (4 of 9 sizes)' beyond two runs of sizes)."""
     at = sorted(set(at))
     if len(at) == len(band.sizes):
         return ""
-    index = {b: i for i, b in enumerate(band.sizes)}
-    runs: list[list[int]] = []
-    for b in at:
-        if runs and index[b] == index[runs[-1][-1]] + 1:
-            runs[-1].append(b)
-        else:
-            runs.append([b])
-    texts = [sizes_text(r[0], r[-1]) for r in runs]
-    units = {t.split(" ")[-1] for t in texts}
-    if len(units) == 1 and all(t.count(" ") == 1 for t in texts):
-        return f" ({', '.join(t.split(' ')[0] for t in texts)} {units.pop()})"
-    return f" ({', '.join(texts)})"
+    text = size_list(at, band.sizes)
+    return f" ({text})" if text.count(",") < 2 else f" ({len(at)} of {len(band.sizes)} sizes)"
 
 
 def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int = SIZE_WIDTH,
@@ -216,8 +207,6 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     apis = f" ({len(members)} APIs)" if len(members) > 1 else ""
     first = Line(f"  {span:<{width - 2}} {name}{apis}: {band_figure(band, measure, links)}", width + 2)
     why = d.why if d.choice == choice else "cheapest set-up"
-    if why == "cheapest set-up" and choice.partition("/")[0] in setup:
-        why += " " + fmt_time(setup[choice.partition("/")[0]].median_s)
     use = f"→ {choice}" + (f" ({why})" if len(members) > 1 and why != "fastest" else "")
     if d.cost and (mentioned is None or d.cost not in mentioned):
         use += f", needs {d.cost}"
@@ -272,8 +261,11 @@ def differ_lines(band: Band, measure: str, width: int = SIZE_WIDTH) -> list[Line
 
 
 def section_title(section: Section) -> str:
-    """The full title of a section: its link (or class of GPU pairs), sharing mode and measure."""
-    return " · ".join([link_heading(section), section_subtitle(section)])
+    """The full title of a section (the report's): its link or class of GPU pairs, sharing
+    mode and measure."""
+    (src, dst), *_ = section.links
+    where = link_heading(section) if section.grouped else link(src, dst)
+    return " · ".join([where, section_subtitle(section)])
 
 
 def link_heading(section: Section) -> str:
@@ -298,7 +290,10 @@ def section_subtitle(section: Section) -> str:
 # --------------------------------------------------------------------------- the other lines
 
 
-def setup_line(setup: Sequence[SetupCost]) -> Line | None:
+def setup_line(setup: Sequence[SetupCost], named: set[str] | None = None) -> Line | None:
+    """Each path's median set-up cost per buffer, cheapest first: the paths `named` in the
+    answer's lines (every path without it; the report has them all)."""
+    setup = [c for c in setup if named is None or c.path in named]
     if not setup:
         return None
     parts = []
@@ -406,10 +401,21 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             head, rest = band_lines(band, section.measure, setup, column, mentioned, section.links)
             lines.append(Line(head.text + " " + rest.text.strip(), HANG))
             lines += differ_lines(band, section.measure, HANG - 2)
-    lines += [x for x in (setup_line(answer.setup), confidence_line(answer.decisions, width),
+    lines += [x for x in (setup_line(answer.setup, _named(answer.sections)), confidence_line(answer.decisions, width),
                           warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)
+
+
+def _named(found: Sequence[Section]) -> set[str]:
+    """The paths a summary's band lines name (choices, members, the same, undecided, next)."""
+    out = set()
+    for section in found:
+        for band in section.bands:
+            out.add(band.pick)
+            for d in (*band.decisions, *band.differ):
+                out.update((d.choice, *d.members, *d.same, *d.close, *d.next_members))
+    return {label.partition("/")[0] for label in out}
 
 
 NO_DECISION = ("No link has two paths between the same two processes to compare (staging, ipc, mmap, peer: "

@@ -393,10 +393,13 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
     heading, mentioned = None, set()
     for section in answer.sections:
         here = link_heading(section)
-        if here != heading:
-            lines.append(Line(here, 2, "bold"))
+        if here != heading:  # a heading per link or class of GPU pairs, with its first title where it fits
+            combined = f"{here} · {section_subtitle(section)}"
+            lines += [Line(combined, 2, "bold")] if len(combined) <= width else \
+                [Line(here, 2, "bold"), Line(" " + section_subtitle(section), 3, "bold")]
             heading = here
-        lines.append(Line(" " + section_subtitle(section), 3, "bold"))
+        else:
+            lines.append(Line(" " + section_subtitle(section), 3, "bold"))
         for band in section.bands:
             head, rest = band_lines(band, section.measure, setup, column, mentioned, section.links)
             lines.append(Line(head.text + " " + rest.text.strip(), HANG))

@@ -124,13 +124,15 @@ def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]]
         text = f"{fmt_num(float(np.median(gbps)))} GB/s"
         if pairs > 1:
             ends = [top[0].bytes / t / 1e9 for d in top for t in (d.choice_s[0], d.choice_s[2]) if t > 0]
-            text += f" at {wording.format_size(top[0].bytes)} ({_span(ends or gbps, fmt_num)} over {pairs} pairs)"
+            text += (f" at {wording.format_size(top[0].bytes)} ({_span(ends or gbps, fmt_num)} over "
+                     f"{len({d.link for d in top})} pairs)")
         else:
             text += f" {_pm(top)} at {wording.format_size(top[0].bytes)}"
         fractions = [d.fraction_of_ceiling for d in top if math.isfinite(d.fraction_of_ceiling)]
         if fractions and top[0].ceiling:
             ceiling = top[0].ceiling.partition("/")[0]
-            text += f" = {_span(fractions, wording.fmt_percent)} of {ceiling.partition('@')[0] if pairs > 1 else ceiling}"
+            ceiling = ceiling.partition("@")[0] if pairs > 1 else ceiling  # peer@0>1, peer@1>0: peer
+            text += f" = {_span(fractions, wording.fmt_percent)} of {ceiling}"
         parts.append(text)
     elif free:
         ends = sorted({d.bytes for d in free})

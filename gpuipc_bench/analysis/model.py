@@ -4,11 +4,25 @@ renders (the terminal's summary and report, Markdown, JSON, plots) and none reco
 The answer (`Answer`) is the decisions (verdict.decide: per link, sharing mode, measure and
 size) arranged for reading: sections of bands, a band being consecutive sizes with one
 choice. A second sharing mode of a link (the mode with the most decisions on it first)
-keeps only the sizes where it changes the choice; GPU pairs
-(src != dst) of one link class (the header's NVML topology, e.g. NV18) that choose alike at
-every size form one section, with the spread across the pairs. Warnings that could change a
-line of the answer (the figure's range reaches the leader's samples' range +- delta) are
-`relevant`; the rest are for the full report.
+keeps only the sizes where it changes the choice. Warnings that could change a line of the
+answer (the figure's range reaches the leader's samples' range +- delta) are `relevant`;
+the rest are for the full report.
+
+One answer per link class. GPU pairs (src != dst) of one link class (the header's NVML
+link, `link.A-B`: NV18, PIX, PXB, PHB, NODE, SYS...) form one section per sharing mode and
+measure. Figures of different pairs are never pooled into one comparison: each pair decides
+on its own samples first (verdict.decide), then the class's choice at a size is, among the
+pairs' own choices, the one the fewest pairs reject, then the one the most pairs hold,
+then the cheapest to set up, then the fastest. A pair *holds* a choice that is its own, in
+its winning class or shown the same; it *rejects* one its own choice beats beyond delta (by
+its samples where it measured it; by the medians, against the choice's fastest median on
+the pairs that did, where it did not: the pairs of one class are taken to be alike, which
+the spread shown tests). So where every pair agrees, or is the same or undecided, the class
+answer is their choice; otherwise it is the majority's, and the pairs that reject it are
+named with their own choice and how much slower the class's is there (Band.differ). A pair
+that did not measure the choice and does not reject it is neither (the line says which
+pairs the figure is from). A band is bridged over sizes where its choice, winning on both
+sides, was measured on no pair, and says so (Band.unmeasured).
 """
 
 from __future__ import annotations

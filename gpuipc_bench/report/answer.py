@@ -1,12 +1,16 @@
 """The one-screen answer: what `run` prints at its end and `report RUN.csv --summary` prints.
 
-Rendered from the analysis's Answer (analysis/model.py), never recomputed: a line of
-title per link, sharing mode and measure, two lines per band of sizes with one choice (the
-mechanism and its figure; the one to use and why, what else is the same or cannot be told
-apart, the next different mechanism and how much slower), the set-up costs in one line,
-the confidence in one line, the warnings that could change a line, and the command for the
-full report. Every line is wrapped here to the width asked, with a hanging indent, so that
-the line count is known before anything is printed.
+Rendered from the analysis's Answer (analysis/model.py), never recomputed: a heading per
+link or class of GPU pairs (the same GPU first), with its first title where it fits; a title
+per sharing mode and measure; one logical line per band of sizes with one choice (its
+sizes, mechanism and figure with its widest interval (±), or over GPU pairs the range their
+medians' intervals cover; the one to use and why, what else is the same or cannot be told
+apart, the next different mechanism and how much slower), a line per pair of a class that
+chooses otherwise beyond delta, the set-up costs of the paths it names, the confidence and
+the warnings that could change a line (one line each where they fit), and the command for
+the full report. A choice's extra cost (a polling kernel) is said at its first mention.
+Every line is wrapped here to the width asked, with a hanging indent, so that the line
+count is known before anything is printed.
 
 Below the size where a transfer costs less than twice its ceiling's per-call floor a figure
 is a time per transfer ("call-bound"), never GB/s or a fraction of the ceiling.

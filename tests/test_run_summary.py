@@ -1,6 +1,7 @@
 """The one-screen answer `run` prints at the end (and `report --summary`): within the
-terminal's width without a cut figure, at most 25 lines for one GPU in one sharing mode and
-40 for two modes or a GPU pair, for every committed reference run."""
+terminal's width without a cut figure, at most 25 lines for one GPU in one sharing mode, 40
+for two modes or a class of GPU pairs, 50 for a plain run on a multi-GPU node (the same-GPU
+answer and the pairs'), for every committed reference run."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console
 
+from gpuipc_bench.analysis import analyse
 from gpuipc_bench.cli import cli
 from gpuipc_bench.paths import BUILTIN, to_metadata
 from gpuipc_bench.report import render_run_summary
@@ -23,6 +25,7 @@ REFERENCES = sorted(RESULTS.glob("*.csv"))
 H100, H100_SHARING = RESULTS / "h100-pcie-all.csv", RESULTS / "h100-pcie-latency-sharing.csv"
 H200 = RESULTS / "h200x2-nvlink-all.csv"
 H100_DEFAULT = RESULTS / "h100-default.csv"
+PAIRS_ALL, PAIRS_DEFAULT = RESULTS / "h100x2-nvlink-pairs-all.csv", RESULTS / "h100x2-nvlink-default.csv"
 SMALL = HERE / "data" / "small_run.csv"
 
 
@@ -69,13 +72,47 @@ def two_measures(source: Path, tmp_path: Path) -> Path:
     return path
 
 
+def budget(df: pd.DataFrame, meta: dict) -> int:
+    """The summary's line budget at 80 columns: 25 for one GPU (or links to the host) in one
+    sharing mode; 40 for two sharing modes, or GPU pairs alone; 50 for both."""
+    decisions = analyse(df, meta).answer.decisions
+    cross = [d for d in decisions if d.src.isdigit() and d.dst.isdigit() and d.src != d.dst]
+    modes = {d.sharing for d in decisions if d not in cross}
+    if cross and modes:
+        return 50
+    return 40 if cross or len(modes) > 1 else 25
+
+
 @pytest.mark.skipif(not REFERENCES, reason="reference runs not in this checkout")
 @pytest.mark.parametrize("path", REFERENCES, ids=[p.stem for p in REFERENCES])
-def test_summary_of_each_reference_run_fits_one_screen(path):
-    text = summary_text(path)
-    assert_one_screen(text)
+def test_summary_of_each_reference_run_fits_its_budget(path):
+    name = f"results/{path.name}"  # as a user in the checkout types it
+    text = summary_text(path, source=name)
+    assert_one_screen(text, lines=budget(*read_results(path)))
     assert text.startswith("gpuipc-bench · vm · ")
-    assert " ".join(text.split()).endswith(f"every table and warning: gpuipc-bench report {path}")
+    assert " ".join(text.split()).endswith(f"every table and warning: gpuipc-bench report {name}")
+
+
+@pytest.mark.skipif(not PAIRS_ALL.exists(), reason="reference runs not in this checkout")
+def test_the_nvlink_pairs_answer_is_one_per_link_class_within_40_lines():
+    text = summary_text(PAIRS_ALL, source="results/h100x2-nvlink-pairs-all.csv")
+    assert_one_screen(text, lines=40)
+    words = " ".join(text.split())
+    assert "2 GPU pairs over NV18 (0→1, 1→0) · exclusive · hand-off" in words
+    assert "GPU 0 → GPU 1 ·" not in words and "GPU 1 → GPU 0 ·" not in words  # no block per direction
+    # the GPU-signalled hand-off bridges the sizes its kernel was not run at, and says so
+    assert "0.856–1.13 µs ±0.3% over 2 pairs (not measured at 16, 256 B) → peer/device-ll" in words
+    assert words.count("needs a polling kernel resident on both GPUs") == 1
+    assert "387 GB/s at 256 MiB (385–392 over 2 pairs) = 98% of peer" in words
+    assert "GPU 0 → 1 differs at 16 KiB: ipc/push 17.9 µs (ipc/sm 1.13× there)" in words
+
+
+@pytest.mark.skipif(not PAIRS_DEFAULT.exists(), reason="reference runs not in this checkout")
+def test_a_plain_run_on_two_gpus_fits_50_lines_same_gpu_first():
+    text = summary_text(PAIRS_DEFAULT, source="results/h100x2-nvlink-default.csv")
+    assert_one_screen(text, lines=50)
+    same, pairs = text.index("GPU 0 → GPU 0 · same GPU"), text.index("2 GPU pairs over NV18")
+    assert same < pairs
 
 
 def without_mps(path: Path, tmp_path: Path) -> Path:
@@ -93,17 +130,18 @@ def test_the_h100_answer_one_gpu_one_mode_fits_25_lines_with_one_line_per_mechan
     # the 16 KiB hand-off: host-synchronised staging, not pageable (every sample of it is faster)
     assert "4 B–4 MiB* two hops via pinned host, host-synced" in words and "staging/pageable" not in words
     # one line for the copy engine's eight APIs, with the one to use and why
-    assert "IPC mapping, copy engine (8 APIs)" in words and "→ ipc/ce (cheapest set-up 189 µs)" in words
+    assert "IPC mapping, copy engine (8 APIs)" in words and "→ ipc/ce (cheapest set-up)" in words
     assert "per transfer" not in words.split("stream")[0]  # hand-offs are not call-bound
-    assert "(call-bound)" in words and "1,486 GB/s at 256 MiB = 100% of d2d@0" in words
-    assert "SET-UP per buffer: ipc 189 µs" in words and "CONFIDENCE" in words
+    assert "(call-bound)" in words and "1,486 GB/s ±0.9% at 256 MiB = 100% of d2d@0" in words
+    assert "SET-UP per buffer (median): ipc 189 µs" in words and "CONFIDENCE" in words
 
 
 @pytest.mark.skipif(not H100_DEFAULT.exists(), reason="reference runs not in this checkout")
 def test_the_h100_answer_with_both_sharing_modes_fits_40_lines():
     text = summary_text(H100_DEFAULT)
     assert_one_screen(text, lines=40)
-    assert "GPU 0 → GPU 0 · mps · handoff, where it changes the choice" in text
+    assert "GPU 0 → GPU 0 · same GPU · time-sliced · hand-off" in text
+    assert " mps · handoff, where it changes the choice" in text
     assert "needs a polling kernel resident on both GPUs" in " ".join(text.split())
 
 
@@ -111,7 +149,8 @@ def test_the_h100_answer_with_both_sharing_modes_fits_40_lines():
 def test_the_gpu_pair_answer_fits_40_lines_and_keeps_the_pair_apart():
     text = summary_text(H200)
     assert_one_screen(text, lines=40)
-    assert "GPU 0 → GPU 1 · exclusive" in text
+    assert "GPU 0 → GPU 1 · NV18 · exclusive" in text
+    assert text.index("GPU 0 → GPU 0 · same GPU") < text.index("GPU 0 → GPU 1 · NV18")
 
 
 @pytest.mark.skipif(not H100.exists(), reason="reference runs not in this checkout")
@@ -140,7 +179,7 @@ def test_summary_prints_untrusted_text_as_it_is(tmp_path):
     copy = weird / "run.csv"
     copy.write_bytes(SMALL.read_bytes())
     text = summary_text(copy)
-    assert "[cuda12]/run.csv" in text.replace("\n", "")
+    assert "[cuda12]/run.csv" in "".join(text.split())  # a long path may break anywhere
 
 
 def test_report_summary_prints_the_answer_run_prints(tmp_path):

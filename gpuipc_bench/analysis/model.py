@@ -4,11 +4,25 @@ renders (the terminal's summary and report, Markdown, JSON, plots) and none reco
 The answer (`Answer`) is the decisions (verdict.decide: per link, sharing mode, measure and
 size) arranged for reading: sections of bands, a band being consecutive sizes with one
 choice. A second sharing mode of a link (the mode with the most decisions on it first)
-keeps only the sizes where it changes the choice; GPU pairs
-(src != dst) of one link class (the header's NVML topology, e.g. NV18) that choose alike at
-every size form one section, with the spread across the pairs. Warnings that could change a
-line of the answer (the figure's range reaches the leader's samples' range +- delta) are
-`relevant`; the rest are for the full report.
+keeps only the sizes where it changes the choice. Warnings that could change a line of the
+answer (the figure's range reaches the leader's samples' range +- delta) are `relevant`;
+the rest are for the full report.
+
+One answer per link class. GPU pairs (src != dst) of one link class (the header's NVML
+link, `link.A-B`: NV18, PIX, PXB, PHB, NODE, SYS...) form one section per sharing mode and
+measure. Figures of different pairs are never pooled into one comparison: each pair decides
+on its own samples first (verdict.decide), then the class's choice at a size is, among the
+pairs' own choices, the one the fewest pairs reject, then the one the most pairs hold,
+then the cheapest to set up, then the fastest. A pair *holds* a choice that is its own, in
+its winning class or shown the same; it *rejects* one its own choice beats beyond delta (by
+its samples where it measured it; by the medians, against the choice's fastest median on
+the pairs that did, where it did not: the pairs of one class are taken to be alike, which
+the spread shown tests). So where every pair agrees, or is the same or undecided, the class
+answer is their choice; otherwise it is the majority's, and the pairs that reject it are
+named with their own choice and how much slower the class's is there (Band.differ). A pair
+that did not measure the choice and does not reject it is neither (the line says which
+pairs the figure is from). A band is bridged over sizes where its choice, winning on both
+sides, was measured on no pair, and says so (Band.unmeasured).
 """
 
 from __future__ import annotations
@@ -33,10 +47,17 @@ SHARING_ORDER = ("exclusive", "time-sliced", "none", "mps", "mig")
 
 @dataclasses.dataclass(frozen=True)
 class Band:
-    """Consecutive sizes of a section with one choice (several decisions at a size when the
-    section groups GPU pairs)."""
+    """Consecutive sizes of a section with one choice. decisions: every pair's decision at
+    those sizes that measured the choice and holds it or cannot tell it from its own (one
+    per size for one link); differ: the decisions of the pairs that reject the choice
+    (model.bands; they are named); unmeasured: sizes bridged, where the choice, winning on both
+    sides, was measured on no pair."""
 
     decisions: tuple[Decision, ...]
+    choice: str = ""
+    differ: tuple[Decision, ...] = ()
+    unmeasured: tuple[int, ...] = ()
+    others: tuple[Decision, ...] = ()  # the pairs' that did not measure the choice and do not reject it
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -51,8 +72,14 @@ class Band:
         return self.sizes[-1]
 
     @property
+    def pick(self) -> str:
+        """The one to use over the band."""
+        return self.choice or self.decisions[0].choice
+
+    @property
     def first(self) -> Decision:
-        return self.decisions[0]
+        """A decision whose choice is the band's (the first one)."""
+        return next((d for d in self.decisions if d.choice == self.pick), self.decisions[0])
 
     def at(self, nbytes: int) -> list[Decision]:
         return [d for d in self.decisions if d.bytes == nbytes]
@@ -62,8 +89,8 @@ class Band:
 class Section:
     """The bands of one link (or one class of GPU pairs), sharing mode and measure.
     primary: the run's main sharing mode (False: only the sizes where this mode changes the
-    choice are kept); links: the (src, dst) pairs in it; link_class: the NVML link of the
-    pairs grouped ('' for one link)."""
+    choice are kept); links: the (src, dst) pairs in it; link_class: the NVML link of its
+    GPU pairs ('' for a link within one GPU, to or from the host, or of unknown kind)."""
 
     links: tuple[tuple[str, str], ...]
     sharing: str
@@ -75,6 +102,10 @@ class Section:
     @property
     def cross_gpu(self) -> bool:
         return any(is_gpu(s) and is_gpu(d) and s != d for s, d in self.links)
+
+    @property
+    def grouped(self) -> bool:
+        return len(self.links) > 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,23 +260,26 @@ def sections(decisions: Sequence[Decision], meta: Mapping[str, str],
         found = (setup or {}).get(lab.partition("/")[0])
         return found.median_s if found is not None and math.isfinite(found.median_s) else math.inf
 
-    by_key: dict[tuple, list[Decision]] = {}
-    for d in decisions:
-        by_key.setdefault((d.src, d.dst, d.sharing, d.measure), []).append(d)
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for d in decisions:
         per_link = counts.setdefault(d.link, {})
         per_link[d.sharing] = per_link.get(d.sharing, 0) + 1
     primary = {link: min(c, key=lambda s: (-c[s], _sharing_rank(s))) for link, c in counts.items()}
     chosen = {(d.src, d.dst, d.measure, d.bytes): d for d in decisions if d.sharing == primary[d.link]}
-    out: list[Section] = []
-    for (src, dst, sharing, measure), found in by_key.items():
-        main = sharing == primary[(src, dst)]
-        if not main:
-            found = [d for d in found if changes(chosen.get((src, dst, measure, d.bytes)), d)]
-        if found:
-            out.append(Section(((src, dst),), sharing, measure, tuple(bands(found, cost)), main))
-    return _group_pairs(out, meta, cost)
+    groups: dict[tuple, list[Decision]] = {}
+    for d in decisions:
+        main = d.sharing == primary[d.link]
+        if not main and not changes(chosen.get((d.src, d.dst, d.measure, d.bytes)), d):
+            continue
+        cls = link_class(meta, d.src, d.dst)
+        groups.setdefault((cls or d.link, d.sharing, d.measure, main), []).append(d)
+    out = []
+    for (where, sharing, measure, main), found in groups.items():
+        links = tuple(sorted({d.link for d in found}, key=lambda k: link_rank(*k)))
+        out.append(Section(links, sharing, measure, tuple(bands(found, cost)), main,
+                           where if isinstance(where, str) else ""))
+    return sorted(out, key=lambda s: (s.cross_gpu, min(link_rank(a, b) for a, b in s.links), s.link_class,
+                                      _sharing_rank(s.sharing), not s.primary, _measure_rank(s.measure)))
 
 
 def changes(main: Decision | None, other: Decision) -> bool:
@@ -261,21 +295,82 @@ def changes(main: Decision | None, other: Decision) -> bool:
 
 
 def bands(decisions: Sequence[Decision], cost=lambda label: math.inf) -> list[Band]:
-    """Consecutive decisions (by size) where the same choice holds, as bands: a size joins the
-    band before it when the band's choice is its choice, or is in its winning class or shown
-    the same as it and costs no more to set up (never when it is only undecided against
-    it). `cost`: a path/variant's set-up seconds."""
-    out: list[list[Decision]] = []
-    for d in sorted(decisions, key=lambda d: d.bytes):
-        if out and _joins(out[-1][0].choice, d, cost):
-            out[-1].append(d)
+    """The decisions of one section (one link, or the GPU pairs of one link class) as bands of
+    consecutive sizes with one choice.
+
+    At each size the candidates are the pairs' own choices; the class's is the one the
+    fewest pairs reject (a pair rejects a candidate when its own choice is faster beyond
+    delta: shown by its samples where it measured the candidate, by the medians where it
+    did not), then the one the most pairs hold (their choice, in their winning class or
+    shown the same), then the cheapest to set up, then the fastest figure; for one link,
+    the link's own choice. A pair that did not measure the choice and does not reject it
+    is in neither list (the figure says which pairs it is from). A size joins the band
+    before it when the band's choice is as well supported there and costs no more to set up
+    (never when it is only undecided against a pair's choice). Pairs that reject the choice
+    are the band's `differ`. A band is bridged over sizes where its choice wins
+    on both sides and no pair measured it (`unmeasured`). `cost`: a path/variant's set-up
+    seconds."""
+    by_size: dict[int, list[Decision]] = {}
+    for d in decisions:
+        by_size.setdefault(d.bytes, []).append(d)
+    out: list[Band] = []
+    for size in sorted(by_size):
+        here = by_size[size]
+        prev = out[-1].choice if out else None
+        choice = _choose(here, cost, prev)
+        ref = _fastest(choice, here)
+        agree = sorted((d for d in here if choice in d.compared and not _rejects(d, choice, ref)),
+                       key=lambda d: d.choice != choice)
+        differ = tuple(d for d in here if _rejects(d, choice, ref))
+        others = tuple(d for d in here if choice not in d.compared and not _rejects(d, choice, ref))
+        if out and prev == choice:
+            last = out[-1]
+            out[-1] = dataclasses.replace(last, decisions=last.decisions + tuple(agree), differ=last.differ + differ,
+                                          others=last.others + others)
         else:
-            out.append([d])
-    return [Band(tuple(b)) for b in out]
+            out.append(Band(tuple(agree), choice, differ, (), others))
+    return _bridge(out)
 
 
-def _joins(choice: str, d: Decision, cost) -> bool:
-    return choice == d.choice or _holds(choice, d) and cost(choice) <= cost(d.choice)
+def _rejects(d: Decision, choice: str, ref: float) -> bool:
+    """Whether a pair's decision rejects `choice`: its own choice is faster beyond delta, as
+    its samples show where it measured `choice`, or as the medians show where it did not
+    (`ref`: the median of `choice` on the pairs that measured it)."""
+    if choice in d.compared:
+        return not _holds(choice, d) and choice not in d.close
+    return d.choice_s[1] * (1 + d.delta) < ref
+
+
+def _support(choice: str, decisions: Sequence[Decision]) -> tuple[int, int]:
+    """(how many pairs reject choice, minus how many hold it)."""
+    ref = _fastest(choice, decisions)
+    return sum(_rejects(d, choice, ref) for d in decisions), -sum(_holds(choice, d) for d in decisions)
+
+
+def _fastest(choice: str, decisions: Sequence[Decision]) -> float:
+    found = [t for t in (d.median_of(choice) for d in decisions) if math.isfinite(t)]
+    return min(found) if found else math.inf
+
+
+def _choose(decisions: Sequence[Decision], cost, prev: str | None) -> str:
+    names = list(dict.fromkeys(d.choice for d in decisions))
+    best = min(names, key=lambda c: (_support(c, decisions), cost(c), _fastest(c, decisions)))
+    if prev is not None and prev != best and any(prev in d.compared for d in decisions) \
+            and _support(prev, decisions) == _support(best, decisions) and cost(prev) <= cost(best):
+        return prev
+    return best
+
+
+def _bridge(found: list[Band]) -> list[Band]:
+    out: list[Band] = []
+    for band in found:
+        if len(out) >= 2 and out[-2].choice == band.choice \
+                and not any(band.choice in d.compared for d in out[-1].decisions + out[-1].differ + out[-1].others):
+            gap, before = out.pop(), out.pop()
+            band = Band(before.decisions + band.decisions, band.choice, before.differ + band.differ,
+                        tuple(sorted(before.unmeasured + gap.sizes + band.unmeasured)), before.others + band.others)
+        out.append(band)
+    return out
 
 
 def _holds(choice: str, d: Decision) -> bool:
@@ -289,46 +384,6 @@ def link_class(meta: Mapping[str, str], src: str, dst: str) -> str:
         return ""
     a, b = sorted((int(src), int(dst)))
     return str(meta.get(f"link.{a}-{b}", "")).strip()
-
-
-def _group_pairs(found: list[Section], meta: Mapping[str, str], cost) -> list[Section]:
-    """Sections of GPU pairs of one link class, sharing mode and measure that choose alike at
-    every size become one (its bands hold every pair's decisions)."""
-    groups: dict[tuple, list[Section]] = {}
-    for s in found:
-        (src, dst), = s.links
-        cls = link_class(meta, src, dst)
-        key = (cls, s.sharing, s.measure, s.primary) if cls else (id(s),)
-        groups.setdefault(key, []).append(s)
-    out = []
-    for key, members in groups.items():
-        if len(members) < 2 or not _alike(members):
-            out += members
-            continue
-        merged = [d for s in members for b in s.bands for d in b.decisions]
-        out.append(Section(tuple(link for s in members for link in s.links), members[0].sharing,
-                           members[0].measure, tuple(_pair_bands(merged, cost)), members[0].primary, key[0]))
-    return sorted(out, key=lambda s: (s.cross_gpu, min(link_rank(a, b) for a, b in s.links), _sharing_rank(s.sharing),
-                                      not s.primary, _measure_rank(s.measure)))
-
-
-def _alike(members: Sequence[Section]) -> bool:
-    choices = [{d.bytes: d.choice for b in s.bands for d in b.decisions} for s in members]
-    return all(c == choices[0] for c in choices[1:])
-
-
-def _pair_bands(decisions: Sequence[Decision], cost) -> list[Band]:
-    by_size: dict[int, list[Decision]] = {}
-    for d in decisions:
-        by_size.setdefault(d.bytes, []).append(d)
-    out: list[list[Decision]] = []
-    for size in sorted(by_size):
-        here = by_size[size]
-        if out and all(_joins(out[-1][0].choice, d, cost) for d in here):
-            out[-1] += here
-        else:
-            out.append(list(here))
-    return [Band(tuple(b)) for b in out]
 
 
 # --------------------------------------------------------------------------- warnings that matter

@@ -129,11 +129,17 @@ class Decision:
     close: tuple[str, ...] = ()
     cost: str = ""
     compared: tuple[str, ...] = ()  # every figure at this size
+    compared_s: tuple[float, ...] = ()  # their median seconds, in the same order
     leader_range: tuple[float, float] = (math.nan, math.nan)  # the fastest member's samples, min..max
 
     @property
     def link(self) -> tuple[str, str]:
         return (self.src, self.dst)
+
+    def median_of(self, label: str) -> float:
+        """The median seconds of a compared figure (NaN: not measured here)."""
+        return self.compared_s[self.compared.index(label)] if label in self.compared[:len(self.compared_s)] \
+            else math.nan
 
 
 def ceiling_times(summary: pd.DataFrame) -> dict[tuple[str, str, str, int], float]:
@@ -223,7 +229,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         fraction_of_ceiling=float(row.fraction_of_ceiling), ceiling=str(row.ceiling or ""),
         call_bound=bool(row.call_bound), l2_resident=None if pd.isna(row.l2_resident) else bool(row.l2_resident),
         samples=min(len(f.samples) for f in (anchor, *(c.anchor for c, _ in against[:1]))),
-        compared=tuple(f.label for f in figures),
+        compared=tuple(f.label for f in figures), compared_s=tuple(f.median_s for f in figures),
         separated=bool(vs and vs.separated and not close and not same), delta=max(
             [r.delta for _, r in against] or [min_effect]),
         same=same, close=close, cost=mechanism(row.path, row.variant).cost,

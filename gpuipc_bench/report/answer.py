@@ -1,12 +1,16 @@
 """The one-screen answer: what `run` prints at its end and `report RUN.csv --summary` prints.
 
-Rendered from the analysis's Answer (analysis/model.py), never recomputed: a line of
-title per link, sharing mode and measure, two lines per band of sizes with one choice (the
-mechanism and its figure; the one to use and why, what else is the same or cannot be told
-apart, the next different mechanism and how much slower), the set-up costs in one line,
-the confidence in one line, the warnings that could change a line, and the command for the
-full report. Every line is wrapped here to the width asked, with a hanging indent, so that
-the line count is known before anything is printed.
+Rendered from the analysis's Answer (analysis/model.py), never recomputed: a heading per
+link or class of GPU pairs (the same GPU first), with its first title where it fits; a title
+per sharing mode and measure; one logical line per band of sizes with one choice (its
+sizes, mechanism and figure with its widest interval (±), or over GPU pairs the range their
+medians' intervals cover; the one to use and why, what else is the same or cannot be told
+apart, the next different mechanism and how much slower), a line per pair of a class that
+chooses otherwise beyond delta, the set-up costs of the paths it names, the confidence and
+the warnings that could change a line (one line each where they fit), and the command for
+the full report. A choice's extra cost (a polling kernel) is said at its first mention.
+Every line is wrapped here to the width asked, with a hanging indent, so that the line
+count is known before anything is printed.
 
 Below the size where a transfer costs less than twice its ceiling's per-call floor a figure
 is a time per transfer ("call-bound"), never GB/s or a fraction of the ceiling.
@@ -19,6 +23,9 @@ import math
 import textwrap
 from collections.abc import Sequence
 
+import numpy as np
+
+from gpuipc_bench.analysis.conditions import is_gpu
 from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, range_coverage
 from gpuipc_bench.analysis.verdict import Decision
@@ -32,6 +39,7 @@ MEASURE_TITLES = {
     "mixed": "measures mixed (a schema-1 file)",
 }
 SIZE_WIDTH = 13  # the sizes column of a band's lines
+HANG = 6  # the indent of a band's continuation lines in the summary
 MAX_WARNINGS_LISTED = 2
 
 
@@ -72,6 +80,8 @@ def fmt_time(seconds: float) -> str:
 def _time_parts(seconds: float) -> tuple[str, str]:
     if not (seconds > 0):
         return wording.DASH, ""
+    if seconds >= 1:
+        return fmt_num(seconds), "s"
     if seconds >= 1e-3:
         return fmt_num(seconds * 1e3), "ms"
     return fmt_num(seconds * 1e6), "µs"
@@ -99,32 +109,72 @@ def sizes_text(lo: int, hi: int) -> str:
     return f"{na}–{nb} {ub}" if ua == ub else f"{a}–{b}"
 
 
-def band_figure(band: Band, measure: str) -> str:
+def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]] = ()) -> str:
     """The choice's figure over a band: time per transfer where call-bound or a hand-off,
     GB/s of a stream at the band's largest size otherwise (with its fraction of the ceiling);
-    several GPU pairs: the spread across them."""
+    the largest interval of the choice's median (±); GPU pairs: GB/s as the median of the
+    pairs' medians with the range their intervals cover, times over every pair."""
     bound = [d for d in band.decisions if d.call_bound]
     free = [d for d in band.decisions if not d.call_bound]
+    pairs = len({d.link for d in band.decisions})
     parts = []
     if bound:
         upto = f" to {wording.format_size(max(d.bytes for d in bound))}" if free else ""
-        parts.append(f"{time_span([d.choice_s[1] for d in bound])}{upto} (call-bound)")
+        pm = "" if free and measure == "stream" else " " + _pm(bound)
+        parts.append(f"{time_span([d.choice_s[1] for d in bound])}{pm}{upto} (call-bound)")
     if free and measure == "stream":
         top = [d for d in free if d.bytes == max(x.bytes for x in free)]
-        text = f"{_span([d.choice_gbps for d in top], fmt_num)} GB/s at {wording.format_size(top[0].bytes)}"
+        gbps = [d.choice_gbps for d in top]
+        text = f"{fmt_num(float(np.median(gbps)))} GB/s"
+        if pairs > 1:
+            ends = [top[0].bytes / t / 1e9 for d in top for t in (d.choice_s[0], d.choice_s[2]) if t > 0]
+            text += (f" at {wording.format_size(top[0].bytes)} ({_span(ends or gbps, fmt_num)} over "
+                     f"{len({d.link for d in top})} pairs)")
+        else:
+            text += f" {_pm(top)} at {wording.format_size(top[0].bytes)}"
         fractions = [d.fraction_of_ceiling for d in top if math.isfinite(d.fraction_of_ceiling)]
         if fractions and top[0].ceiling:
-            text += f" = {_span(fractions, wording.fmt_percent)} of {top[0].ceiling.partition('/')[0]}"
+            ceiling = top[0].ceiling.partition("/")[0]
+            ceiling = ceiling.partition("@")[0] if pairs > 1 else ceiling  # peer@0>1, peer@1>0: peer
+            text += f" = {_span(fractions, wording.fmt_percent)} of {ceiling}"
         parts.append(text)
     elif free:
         ends = sorted({d.bytes for d in free})
-        text = time_span([d.choice_s[1] for d in free if d.bytes in (ends[0], ends[-1])])
+        text = time_span([d.choice_s[1] for d in free if d.bytes in (ends[0], ends[-1])]) + " " + _pm(free)
         hi = [d for d in free if d.bytes == ends[-1]]
         if len(ends) == 1 and ends[0] >= 1 << 20:
             text += f" ({_span([d.choice_gbps for d in hi], fmt_num)} GB/s)"
         parts.append(text)
-    pairs = len({d.link for d in band.decisions})
-    return "; ".join(parts) + (f" over {pairs} pairs" if pairs > 1 else "")
+    text = "; ".join(parts) + (f" over {pairs} pairs" if pairs > 1 and not (free and measure == "stream") else "")
+    if 0 < pairs < len(among_links):
+        text += " on " + ", ".join(f"{s}→{d}" for s, d in sorted({d.link for d in band.decisions}))
+    if band.unmeasured:
+        text += f" (not measured at {size_list(band.unmeasured)})"
+    return text
+
+
+def _pm(decisions: Sequence[Decision]) -> str:
+    """The widest interval of the choices' medians, '±0.4%' (their range below 6 samples)."""
+    widths = [wording.halfwidth(*d.choice_s) for d in decisions]
+    widths = [w for w in widths if math.isfinite(w)]
+    return wording.fmt_pm(1 - max(widths), 1, 1) if widths else ""
+
+
+def size_list(sizes: Sequence[int], among: Sequence[int] | None = None) -> str:
+    """'16 B, 256 B' / '16, 256 B' / '1–4 KiB, 1 MiB': sizes, consecutive ones (in `among`) as runs."""
+    order = sorted(set(among or ()) | set(sizes))
+    index = {b: i for i, b in enumerate(order)}
+    runs: list[list[int]] = []
+    for b in sorted(set(sizes)):
+        if runs and among is not None and index[b] == index[runs[-1][-1]] + 1:
+            runs[-1].append(b)
+        else:
+            runs.append([b])
+    texts = [sizes_text(r[0], r[-1]) for r in runs]
+    units = {t.split(" ")[-1] for t in texts}
+    if len(texts) > 1 and len(units) == 1 and all(t.count(" ") == 1 for t in texts):
+        return f"{', '.join(t.split(' ')[0] for t in texts)} {units.pop()}"
+    return ", ".join(texts)
 
 
 def labels(names: Sequence[str], most: int = 3) -> str:
@@ -139,51 +189,47 @@ def labels(names: Sequence[str], most: int = 3) -> str:
 
 
 def _sizes_at(at: Sequence[int], band: Band) -> str:
-    """' (16, 256 MiB)', ' (256 KiB–64 MiB)': where in a band something holds ('' everywhere)."""
+    """' (16, 256 MiB)', ' (256 KiB–64 MiB)': where in a band something holds ('' everywhere;
+    ' (4 of 9 sizes)' beyond two runs of sizes)."""
     at = sorted(set(at))
     if len(at) == len(band.sizes):
         return ""
-    index = {b: i for i, b in enumerate(band.sizes)}
-    runs: list[list[int]] = []
-    for b in at:
-        if runs and index[b] == index[runs[-1][-1]] + 1:
-            runs[-1].append(b)
-        else:
-            runs.append([b])
-    texts = [sizes_text(r[0], r[-1]) for r in runs]
-    units = {t.split(" ")[-1] for t in texts}
-    if len(units) == 1 and all(t.count(" ") == 1 for t in texts):
-        return f" ({', '.join(t.split(' ')[0] for t in texts)} {units.pop()})"
-    return f" ({', '.join(texts)})"
+    text = size_list(at, band.sizes)
+    return f" ({text})" if text.count(",") < 2 else f" ({len(at)} of {len(band.sizes)} sizes)"
 
 
-def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int = SIZE_WIDTH) -> list[Line]:
+def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int = SIZE_WIDTH,
+               mentioned: set[str] | None = None, links: Sequence[tuple[str, str]] = ()) -> list[Line]:
     """The two lines of a band: its sizes, mechanism and figure; the choice, what is the same
     (≈) or cannot be told from it (≈?), the next mechanism and how much slower it is.
-    `width`: the sizes column's."""
+    `width`: the sizes column's; `mentioned`: the costs already said (said once); `links`:
+    the section's GPU pairs."""
     d = band.first
     l2 = [x.bytes for x in band.decisions if x.l2_resident]
-    choice = d.choice
+    choice = band.pick
     span = sizes_text(band.lo, band.hi) + ("*" if l2 else "")
-    members = sorted({m for x in band.decisions for m in x.members})
-    name = d.cls if d.cls != d.choice else d.choice
+    members = sorted({m for x in band.decisions for m in x.members if _in_class(choice, x)})
+    name = d.cls if d.cls != choice else choice
     apis = f" ({len(members)} APIs)" if len(members) > 1 else ""
-    first = Line(f"  {span:<{width - 2}} {name}{apis}: {band_figure(band, measure)}", width + 2)
-    why = d.why
-    if why == "cheapest set-up" and d.choice.partition("/")[0] in setup:
-        why += " " + fmt_time(setup[d.choice.partition("/")[0]].median_s)
-    use = f"→ {d.choice}" + (f" ({why})" if len(members) > 1 and why != "fastest" else "")
-    if d.cost:
+    first = Line(f"  {span:<{width - 2}} {name}{apis}: {band_figure(band, measure, links)}", width + 2)
+    why = d.why if d.choice == choice else "cheapest set-up"
+    use = f"→ {choice}" + (f" ({why})" if len(members) > 1 and why != "fastest" else "")
+    if d.cost and (mentioned is None or d.cost not in mentioned):
         use += f", needs {d.cost}"
+        if mentioned is not None:
+            mentioned.add(d.cost)
     rest = [use]
-    same = sorted({m for x in band.decisions for m in (*x.same, x.choice, *x.members)} - {choice} - set(members))
+    same = sorted({m for x in band.decisions for m in (*x.same, x.choice, *x.members)} - {choice} - set(members)
+                  - {m for x in band.decisions for m in x.close})
     if same:
         at = [x.bytes for x in band.decisions if set(same) & {*x.same, x.choice, *x.members}]
         rest.append(f"≈ {labels(same)}{_sizes_at(at, band)}")
-    close = sorted({m for x in band.decisions for m in x.close} - {choice})
+    close = sorted({m for x in band.decisions for m in (*x.close, *([x.choice] if choice in x.close else []))}
+                   - {choice})
     if close:
-        rest.append(f"≈? {labels(close)}{_sizes_at([x.bytes for x in band.decisions if x.close], band)}")
-    beaten = [x for x in band.decisions if x.next and math.isfinite(x.ratio)]
+        at = [x.bytes for x in band.decisions if x.close or choice in x.close]
+        rest.append(f"≈? {labels(close)}{_sizes_at(at, band)}")
+    beaten = [x for x in band.decisions if x.next and math.isfinite(x.ratio) and x.choice == choice]
     if beaten:
         last = max(beaten, key=lambda x: x.bytes)
         nxt = last.next_members[0] if last.next == d.cls or last.next == last.next_members[0] else last.next
@@ -191,23 +237,69 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     return [first, Line(" " * width + " · ".join(rest), width + 2)]
 
 
+def _in_class(choice: str, d: Decision) -> bool:
+    return choice in d.members or choice == d.choice
+
+
+def differ_lines(band: Band, measure: str, width: int = SIZE_WIDTH) -> list[Line]:
+    """A line per GPU pair that chose otherwise in a band of several pairs: where, its choice
+    and figure, and how much slower the band's choice is there (or that it was not measured)."""
+    by_link: dict[tuple[str, str], list[Decision]] = {}
+    for d in band.differ:
+        by_link.setdefault(d.link, []).append(d)
+    among = sorted({d.bytes for d in (*band.decisions, *band.differ)})
+    out = []
+    for (src, dst), found in by_link.items():
+        choices = list(dict.fromkeys(d.choice for d in found))
+        if measure == "stream" and not any(d.call_bound for d in found):
+            figure = f"{_span([d.choice_gbps for d in found], fmt_num)} GB/s"
+        else:
+            figure = time_span([d.choice_s[1] for d in found])
+        ratios = [d.median_of(band.pick) / d.choice_s[1] for d in found if d.choice_s[1] > 0]
+        ratios = [r for r in ratios if math.isfinite(r)]
+        there = f"{band.pick} {_span(ratios, fmt_num)}× there" if ratios else ""
+        if len(ratios) < len(found):
+            there += ("; " if there else "") + f"{band.pick} not measured"
+        where = f"GPU {src} → {dst}" if is_gpu(src) and is_gpu(dst) else link(src, dst)
+        out.append(Line(f"{' ' * width}{where} differs at {size_list([d.bytes for d in found], among)}: "
+                        f"{labels(choices)} {figure} ({there})", width + 2))
+    return out
+
+
 def section_title(section: Section) -> str:
-    if section.link_class:
-        pairs = ", ".join(f"{s}→{d}" for s, d in section.links)
-        where = f"{len(section.links)} GPU pairs over {section.link_class} ({pairs})"
-    else:
-        (src, dst), = section.links
-        where = link(src, dst)
-    parts = [where] + ([section.sharing] if section.sharing not in ("", "none") else [])
+    """The full title of a section (the report's): its link or class of GPU pairs, sharing
+    mode and measure."""
+    (src, dst), *_ = section.links
+    where = link_heading(section) if section.grouped else link(src, dst)
+    return " · ".join([where, section_subtitle(section)])
+
+
+def link_heading(section: Section) -> str:
+    """'GPU 0 → GPU 0 · same GPU', '2 GPU pairs over NV18 (0→1, 1→0)', 'GPU 0 → GPU 1 · NV18'."""
+    if section.grouped:
+        listed = f" ({', '.join(f'{s}→{d}' for s, d in section.links)})" if len(section.links) <= 4 else ""
+        over = f" over {section.link_class}" if section.link_class else ""
+        return f"{len(section.links)} GPU pairs{over}{listed}"
+    (src, dst), = section.links
+    if src == dst and is_gpu(src):
+        return f"{link(src, dst)} · same GPU"
+    return link(src, dst) + (f" · {section.link_class}" if section.link_class else "")
+
+
+def section_subtitle(section: Section) -> str:
+    parts = [section.sharing] if section.sharing not in ("", "none") else []
     if not section.primary:
         return " · ".join(parts + [section.measure]) + ", where it changes the choice"
-    return " · ".join(parts) + " · " + MEASURE_TITLES.get(section.measure, section.measure)
+    return " · ".join(parts + [MEASURE_TITLES.get(section.measure, section.measure)])
 
 
 # --------------------------------------------------------------------------- the other lines
 
 
-def setup_line(setup: Sequence[SetupCost]) -> Line | None:
+def setup_line(setup: Sequence[SetupCost], named: set[str] | None = None) -> Line | None:
+    """Each path's median set-up cost per buffer, cheapest first: the paths `named` in the
+    answer's lines (every path without it; the report has them all)."""
+    setup = [c for c in setup if named is None or c.path in named]
     if not setup:
         return None
     parts = []
@@ -218,12 +310,13 @@ def setup_line(setup: Sequence[SetupCost]) -> Line | None:
         if cost.samples < 3:
             text += f" (n={cost.samples})"
         parts.append(text)
-    ranged = any(c.ranged for c in setup)
-    tail = " (medians; ranges in the report)" if ranged else " (medians)"
-    return Line("SET-UP per buffer: " + " · ".join(parts) + tail, 2)
+    return Line("SET-UP per buffer (median): " + " · ".join(parts), 2)
 
 
-def confidence_line(decisions: Sequence[Decision]) -> Line | None:
+def confidence_line(decisions: Sequence[Decision], width: int = 80) -> Line | None:
+    """How sure the choices are: separated (every sample of the choice faster than every
+    sample of every other mechanism), by a rank test, the same as another, undecided (and
+    where, when that fits the line)."""
     if not decisions:
         return None
     n = len(decisions)
@@ -231,18 +324,20 @@ def confidence_line(decisions: Sequence[Decision]) -> Line | None:
     faster = sum(d.outcome == FASTER for d in decisions)
     same = [d for d in decisions if d.outcome == SAME]
     undecided = [d for d in decisions if d.outcome == UNDECIDED]
-    text = f"CONFIDENCE {separated}/{n} choices: all samples faster than all the others'"
+    text = f"CONFIDENCE {n} choices: {separated} separated"
     if faster > separated:
-        text += f"; {faster - separated} by a rank test"
+        text += f", {faster - separated} rank-tested"
     if same:
-        text += f"; {len(same)} the same as another"
+        text += f", {len(same)} the same"
     if undecided:
         where: dict[str, list[int]] = {}
         for d in undecided:
             where.setdefault(d.measure, []).append(d.bytes)
         listed = [f"{m} {', '.join(wording.format_size(b) for b in sorted(set(at)))}" if len(set(at)) <= 3
-                  else f"{m}: {len(set(at))} sizes" for m, at in where.items()]
-        text += f"; {len(undecided)} undecided ({'; '.join(listed)})"
+                  else f"{m} {len(set(at))} sizes" for m, at in where.items()]
+        text += f", {len(undecided)} undecided"
+        if len(text) + len("; ".join(listed)) + 4 <= width:
+            text += f" ({'; '.join(listed)})"
     fewest = min(d.samples for d in decisions)
     if fewest < 6:
         text += f"; from {fewest} samples a range covers the median {range_coverage(fewest):.1%} of the time"
@@ -256,7 +351,9 @@ def _figure_warnings(ws: Sequence[StabilityWarning]) -> str:
     return f"{w.path}/{w.variant} {wording.format_size(int(w.bytes))} {w.measure} ({what})"
 
 
-def warnings_line(relevant: Sequence[StabilityWarning], total: int) -> Line | None:
+def warnings_line(relevant: Sequence[StabilityWarning], total: int, width: int = 80) -> Line | None:
+    """The warnings that could change a line: how many, and the first figures with theirs
+    (as many of MAX_WARNINGS_LISTED as fit one screen line)."""
     if not total:
         return None
     if not relevant:
@@ -264,10 +361,18 @@ def warnings_line(relevant: Sequence[StabilityWarning], total: int) -> Line | No
     figures: dict[tuple, list[StabilityWarning]] = {}
     for w in relevant:
         figures.setdefault(w.figure, []).append(w)
-    listed = ", ".join(_figure_warnings(ws) for ws in list(figures.values())[:MAX_WARNINGS_LISTED])
-    more = len(figures) - MAX_WARNINGS_LISTED
-    return Line(f"! {len(relevant)} of {wording.plural(total, 'warning')} could change a line: {listed}"
-                + (f", {more} more figure{'s' if more > 1 else ''}" if more > 0 else "") + ".", 2, "yellow")
+
+    def text(k: int) -> str:
+        if not k:
+            return (f"! {len(relevant)} of {wording.plural(total, 'warning')} could change a line, on "
+                    f"{wording.plural(len(figures), 'figure')} (the report names them).")
+        listed = ", ".join(_figure_warnings(ws) for ws in list(figures.values())[:k])
+        more = len(figures) - k
+        return (f"! {len(relevant)} of {wording.plural(total, 'warning')} could change a line: {listed}"
+                + (f", {more} more figure{'s' if more > 1 else ''}" if more > 0 else "") + ".")
+
+    fits = [k for k in range(min(MAX_WARNINGS_LISTED, len(figures)), -1, -1) if len(text(k)) <= width]
+    return Line(text(fits[0] if fits else MAX_WARNINGS_LISTED), 2, "yellow")
 
 
 def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list[tuple[str, str]]:
@@ -291,14 +396,35 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
     setup = {c.path: c for c in answer.setup}
     bands = [b for section in answer.sections for b in section.bands]
     column = max([SIZE_WIDTH] + [len(sizes_text(b.lo, b.hi)) + 4 for b in bands])
+    heading, mentioned = None, set()
     for section in answer.sections:
-        lines.append(Line(section_title(section), 2, "bold"))
+        here = link_heading(section)
+        if here != heading:  # a heading per link or class of GPU pairs, with its first title where it fits
+            combined = f"{here} · {section_subtitle(section)}"
+            lines += [Line(combined, 2, "bold")] if len(combined) <= width else \
+                [Line(here, 2, "bold"), Line(" " + section_subtitle(section), 3, "bold")]
+            heading = here
+        else:
+            lines.append(Line(" " + section_subtitle(section), 3, "bold"))
         for band in section.bands:
-            lines += band_lines(band, section.measure, setup, column)
-    lines += [x for x in (setup_line(answer.setup), confidence_line(answer.decisions),
-                          warnings_line(answer.relevant, len(analysis.warnings))) if x is not None]
+            head, rest = band_lines(band, section.measure, setup, column, mentioned, section.links)
+            lines.append(Line(head.text + " " + rest.text.strip(), HANG))
+            lines += differ_lines(band, section.measure, HANG - 2)
+    lines += [x for x in (setup_line(answer.setup, _named(answer.sections)), confidence_line(answer.decisions, width),
+                          warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)
+
+
+def _named(found: Sequence[Section]) -> set[str]:
+    """The paths a summary's band lines name (choices, members, the same, undecided, next)."""
+    out = set()
+    for section in found:
+        for band in section.bands:
+            out.add(band.pick)
+            for d in (*band.decisions, *band.differ):
+                out.update((d.choice, *d.members, *d.same, *d.close, *d.next_members))
+    return {label.partition("/")[0] for label in out}
 
 
 NO_DECISION = ("No link has two paths between the same two processes to compare (staging, ipc, mmap, peer: "

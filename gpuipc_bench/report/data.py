@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import pandas as pd
 
 from gpuipc_bench.analysis.compare import DecisionChange
-from gpuipc_bench.analysis.model import RunAnalysis
+from gpuipc_bench.analysis.model import RunAnalysis, link_class
 from gpuipc_bench.analysis.verdict import Decision
 from gpuipc_bench.report import wording
 
@@ -58,13 +58,41 @@ def run_record(analysis: RunAnalysis, source: str) -> dict:
         "metadata": dict(analysis.meta),
         "summary": records(analysis.summary),
         "min_effect": analysis.min_effect,
-        "decisions": [decision_record(d) for d in analysis.answer.decisions],
+        "decisions": decision_records(analysis),
         "setup": [plain(dataclasses.asdict(c)) for c in analysis.answer.setup],
         "break_even": [plain(dataclasses.asdict(b)) for b in analysis.break_even],
         "warnings": [plain(dataclasses.asdict(w)) | {"says": wording.WARNINGS[w.cause][0],
                                                       "could_change_the_answer": w in relevant}
                      for w in analysis.warnings],
     }
+
+
+def decision_records(analysis: RunAnalysis) -> list[dict]:
+    """Every decision (decision_record), with where the answer puts it: `link_class` (the
+    NVML link of its GPU pair, '' within one GPU or unknown), `pairs` (the GPU pairs whose
+    decisions the answer pools with it, as [src, dst]; its own link alone when not grouped),
+    `class_choice` (the choice of the answer's band at its size, null where the answer shows
+    no line for it) and `differs` (the answer names its pair as choosing otherwise)."""
+    placed: dict[tuple, tuple[str, bool]] = {}
+    sections = {}
+    for section in analysis.answer.sections:
+        sections.update({(*link, section.sharing, section.measure): section for link in section.links})
+        for band in section.bands:
+            placed.update({_key(d): (band.pick, False) for d in band.decisions + band.others})
+            placed.update({_key(d): (band.pick, True) for d in band.differ})
+    out = []
+    for d in analysis.answer.decisions:
+        choice, differs = placed.get(_key(d), (None, False))
+        section = sections.get(_key(d)[:4])
+        out.append(decision_record(d) | {
+            "link_class": link_class(analysis.meta, d.src, d.dst),
+            "pairs": [list(k) for k in section.links] if section is not None else [[d.src, d.dst]],
+            "class_choice": choice, "differs": differs})
+    return out
+
+
+def _key(d: Decision) -> tuple:
+    return (d.src, d.dst, d.sharing, d.measure, d.bytes)
 
 
 def decision_record(d: Decision) -> dict:

@@ -84,11 +84,13 @@ def verdict_blocks(sections: list[Section]) -> list[RankingBlock]:
             d = band.first
             members = sorted({m for x in band.decisions for m in x.members})
             leaders = d.cls + (f" ({', '.join(members)})" if len(members) > 1 or d.cls != d.choice else "")
-            head, rest = (line.text.strip() for line in answer.band_lines(band, section.measure, {}))
+            head, rest = (line.text.strip() for line in answer.band_lines(band, section.measure, {},
+                                                                          links=section.links))
             details = [head.split(": ", 1)[-1], rest]
+            details += [line.text.strip() for line in answer.differ_lines(band, section.measure)]
             if any(x.l2_resident for x in band.decisions):
                 details.append("L2-resident at " + wording.size_list(
-                    [x.bytes for x in band.decisions if x.l2_resident], sizes) + ": a cache figure")
+                    sorted({x.bytes for x in band.decisions if x.l2_resident}), sizes) + ": a cache figure")
             lines.append(BandLine(wording.size_span(band.lo, band.hi), leaders, details))
         blocks.append(RankingBlock(answer.section_title(section), lines))
     return blocks

@@ -24,6 +24,8 @@ def _gpu_pairs(part: pd.DataFrame) -> set[tuple[int, int]]:
 def pair_matrices(summary: pd.DataFrame, meta: Mapping[str, str], nbytes: int = 256 << 20) -> list[Table]:
     """The matrices of every path measured on two GPU pairs or more (none otherwise)."""
     rows = summary[(summary["path"] != "ceiling") & (summary["metric"] == "bandwidth")]
+    if "candidate" in rows:  # a path's own ways to move a message, not its references (peer/bidir's two-way total)
+        rows = rows[rows["candidate"].astype(bool)]
     tables: list[Table] = []
     gpus: set[int] = set()
     for path, part in rows.groupby("path", sort=False):

@@ -91,6 +91,9 @@ class Runs:
         return (RESULTS / name).read_text()
 
 
+SHARED = Runs()  # one process reads and summarises each CSV once, however often it renders
+
+
 # --------------------------------------------------------------------------- formatting
 
 
@@ -163,7 +166,7 @@ RANGED = f"; {RANGE_MARK}: fewer than 6 samples, the interval is their range"
 
 def render(text: str, renderers: dict[str, Callable[[Runs], str]], runs: Runs | None = None) -> str:
     """The README with each figure block replaced by what its renderer gives now."""
-    runs = runs or Runs()
+    runs = runs or SHARED
     names = [m["name"] for m in BLOCK.finditer(text)]
     unknown = sorted(set(names) - set(renderers))
     if unknown:

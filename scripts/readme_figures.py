@@ -146,9 +146,9 @@ def fraction(row: pd.Series) -> str:
 
 
 def table(header: list[str], rows: list[list[str]], right_from: int = 1) -> str:
-    """A Markdown table, columns from `right_from` on right-aligned."""
+    """A Markdown table, columns from `right_from` on right-aligned ('|' in a cell escaped)."""
     align = ["---" if i < right_from else "---:" for i in range(len(header))]
-    lines = ["| " + " | ".join(r) + " |" for r in [header, align, *rows]]
+    lines = ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in [header, align, *rows]]
     return "\n".join(lines)
 
 

@@ -132,6 +132,8 @@ class Sampler:
         in L2, from the transfers this sample really timed (after calibration)."""
         fields = {**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
                   "seconds": sample.seconds, "verified": sample.verified, "seq": next(_SEQ)}
+        if fields.get("sharing") != "mps":  # a row of the group's own kind (a CPU-only flag ping-pong: 'none')
+            fields.pop("mps_thread_pct", None)
         if callable(fields.get("l2_resident")):
             fields["l2_resident"] = fields["l2_resident"](sample.batch)
         return new_row(**fields)

@@ -323,9 +323,10 @@ def run_in_modes(monkeypatch, name, **overrides):
                                          env=mode.env()))
         finally:
             daemon = getattr(mode, "daemon", None)
+            pid = daemon.pid if daemon is not None else None
             mode.stop()
             if daemon is not None:
-                assert not mps.alive(daemon.pid), "the MPS control daemon is still running"
+                assert pid is None or not mps.alive(pid), "the MPS control daemon is still running"
                 assert not os.path.exists(daemon.pipe_dir)
     return outcomes, rows
 

@@ -178,6 +178,23 @@ def test_rows_under_mps_carry_the_thread_percentage(monkeypatch, fake_mps, no_le
     assert got == {"mps": {("mps", 100)}, "mps:25": {("mps", 25)}}
 
 
+def test_latency_under_mps_keeps_its_cpu_rows_apart(monkeypatch, fake_mps, no_leaks):
+    """The flag ping-pong and the barrier are CPU rows ('none'): no thread percentage on them."""
+    fake_gpu.install(monkeypatch)
+    config = RunConfig(scenarios=("latency",), sizes=(0, 4), min_samples=2, max_samples=2, timeout=20.0)
+    scenario = SCENARIOS["latency"]
+    (quarter,) = modes.make(("mps:25",))
+    quarter.start()
+    try:
+        rows: list[dict] = []
+        outcome = run_scenario(scenario, config, scenario.workers(config, None), on_row=rows.append,
+                               env=quarter.env())
+    finally:
+        quarter.stop()
+    assert outcome.ok, outcome.error
+    assert {(r["sharing"], r["mps_thread_pct"]) for r in rows} == {("mps", 25), ("none", None)}
+
+
 # --------------------------------------------------------------------------- on a GPU
 
 needs_mps = pytest.mark.skipif(mps.find_binary() is None, reason="needs nvidia-cuda-mps-control on PATH")

@@ -231,15 +231,14 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
         if mentioned is not None:
             mentioned.add(d.cost)
     rest = [use]
+    # the other APIs as good somewhere in the band: ≈ where always shown the same, ≈? where
+    # undecided at some size; with the sizes where they are as good ('' everywhere)
+    others = sorted({m for x in band.decisions for m in x.tied} - {choice} - set(members))
     undecided = {m for x in band.decisions for m in x.close}
-    same = sorted({m for x in band.decisions for m in (*x.same, *x.members)} - {choice} - set(members) - undecided)
-    if same:
-        at = [x.bytes for x in band.decisions if set(same) & {*x.same, *x.members}]
-        rest.append(f"≈ {labels(same)}{_sizes_at(at, band)}")
-    close = sorted(undecided - {choice} - set(members))
-    if close:
-        at = [x.bytes for x in band.decisions if set(close) & set(x.close)]
-        rest.append(f"≈? {labels(close)}{_sizes_at(at, band)}")
+    for sign, found in (("≈", [m for m in others if m not in undecided]), ("≈?", [m for m in others if m in undecided])):
+        if found:
+            at = [x.bytes for x in band.decisions if set(found) & set(x.tied)]
+            rest.append(f"{sign} {labels(found)}{_sizes_at(at, band)}")
     # the next class at each size, unless it holds one of the band's own APIs (split from them by noise there)
     nexts = [x for x in band.decisions if x.next and math.isfinite(x.ratio) and not set(x.next_members) & set(members)]
     if nexts:

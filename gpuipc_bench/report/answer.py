@@ -3,9 +3,10 @@
 Rendered from the analysis's Answer (analysis/model.py), never recomputed: a heading per
 link or class of GPU pairs (the same GPU first), with its first title where it fits; a title
 per sharing mode and measure; one logical line per band of sizes with one choice (its
-sizes, mechanism and figure with its widest interval (±), or over GPU pairs the range their
-medians' intervals cover; the one to use and why, what else is the same or cannot be told
-apart, the next different mechanism and how much slower), a line per pair of a class that
+sizes, mechanism with how many APIs reach it over the band, and the choice's figure with its
+widest interval (±), or over GPU pairs the range their medians' intervals cover; the one to
+use and why, what else is the same or cannot be told apart and where, the next different
+class and how much slower than the mechanism's fastest, never below 1), a line per pair of a class that
 chooses otherwise beyond delta, the set-up costs of the paths it names, the confidence and
 the warnings that could change a line (one line each where they fit), and the command for
 the full report. A choice's extra cost (a polling kernel) is said at its first mention.
@@ -235,7 +236,8 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     # undecided at some size; with the sizes where they are as good ('' everywhere)
     others = sorted({m for x in band.decisions for m in x.tied} - {choice} - set(members))
     undecided = {m for x in band.decisions for m in x.close}
-    for sign, found in (("≈", [m for m in others if m not in undecided]), ("≈?", [m for m in others if m in undecided])):
+    for sign, found in (("≈", [m for m in others if m not in undecided]),
+                        ("≈?", [m for m in others if m in undecided])):
         if found:
             at = [x.bytes for x in band.decisions if set(found) & set(x.tied)]
             rest.append(f"{sign} {labels(found)}{_sizes_at(at, band)}")

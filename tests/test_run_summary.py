@@ -25,6 +25,7 @@ REFERENCES = sorted(RESULTS.glob("*.csv"))
 H100, H100_SHARING = RESULTS / "h100-pcie-all.csv", RESULTS / "h100-pcie-latency-sharing.csv"
 H200 = RESULTS / "h200x2-nvlink-all.csv"
 H100_DEFAULT = RESULTS / "h100-default.csv"
+H100_MODES = RESULTS / "h100-default-modes.csv"
 PAIRS_ALL, PAIRS_DEFAULT = RESULTS / "h100x2-nvlink-pairs-all.csv", RESULTS / "h100x2-nvlink-default.csv"
 SMALL = HERE / "data" / "small_run.csv"
 
@@ -103,7 +104,7 @@ def test_the_nvlink_pairs_answer_is_one_per_link_class_within_40_lines():
     # the GPU-signalled hand-off bridges the sizes its kernel was not run at, and says so
     assert "0.856–1.13 µs ±0.3% over 2 pairs (not measured at 16, 256 B) → peer/device-ll" in words
     assert words.count("needs a polling kernel resident on both GPUs") == 1
-    assert "387 GB/s at 256 MiB (385–392 over 2 pairs) = 98% of peer" in words
+    assert "392 GB/s at 256 MiB (389–394 over 2 pairs) = 99% of peer" in words
     assert "GPU 0 → 1 differs at 16 KiB: ipc/push 17.9 µs (ipc/sm 1.13× there)" in words
 
 
@@ -143,6 +144,40 @@ def test_the_h100_answer_with_both_sharing_modes_fits_40_lines():
     assert "GPU 0 → GPU 0 · same GPU · time-sliced · hand-off" in text
     assert " mps · handoff, where it changes the choice" in text
     assert "needs a polling kernel resident on both GPUs" in " ".join(text.split())
+
+
+@pytest.mark.skipif(not H100_MODES.exists(), reason="reference runs not in this checkout")
+def test_the_h100_answer_time_sliced_then_mps_fits_40_lines_with_one_band_per_mechanism():
+    text = summary_text(H100_MODES, source="results/h100-default-modes.csv")
+    assert_one_screen(text, lines=40)
+    words = " ".join(text.split())
+    mps = words[words.index("mps · handoff, where it changes the choice"):]
+    # under MPS the pushes through one mapping take turns at being the fastest: one band, the
+    # cheapest of them; the pulls win from 64 MiB, where the pushes are behind beyond delta
+    assert "16 KiB–4 MiB* IPC mapping, copy engine (2 APIs)" in mps and "→ ipc/push (cheapest set-up)" in mps
+    assert "64–256 MiB IPC mapping, copy engine (3 APIs)" in mps and "→ ipc/ce (cheapest set-up)" in mps
+    assert mps.count("IPC mapping, copy engine (") == 2
+    # the stream under MPS: a line at 4 KiB only, where the kernel copy is ahead beyond delta
+    stream = mps[mps.index("mps · stream, where it changes the choice"):]
+    assert stream.count("(call-bound)") == 1 and "4 KiB* IPC mapping, kernel copy" in stream
+    # time-sliced hand-off: push and pull apart at 64-256 MiB, the pushes one band
+    assert "16–256 MiB IPC mapping, copy engine (3 APIs): 288–338 µs ±0.4% → ipc/push" in words
+
+
+@pytest.mark.skipif(not REFERENCES, reason="reference runs not in this checkout")
+@pytest.mark.parametrize("path", REFERENCES, ids=[p.stem for p in REFERENCES])
+def test_no_next_is_faster_than_the_choice_and_no_number_loses_its_unit(path):
+    import re
+
+    text = summary_text(path)
+    for ratio in re.findall(r"next [^·]*?(\d[\d.,]*)(?:–[\d.,]+)?×", " ".join(text.split())):
+        assert float(ratio.replace(",", "")) >= 1, ratio
+    units = ("B ", "KiB", "MiB", "GiB", "µs", "ms", "s ", "GB/s", "%")
+    for line in text.splitlines():
+        assert not line.strip().startswith(units), line
+    assert "±0.0%" not in text
+    for d in analyse(*read_results(path)).answer.decisions:
+        assert not (d.ratio < 1), (d.bytes, d.choice, d.next, d.ratio)
 
 
 @pytest.mark.skipif(not H200.exists(), reason="reference runs not in this checkout")

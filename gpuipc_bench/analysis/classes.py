@@ -87,7 +87,12 @@ def class_name(members: Sequence[Figure]) -> str:
 
 def needs(f: Figure) -> int:
     """How many dependencies beyond CUDA reaching f needs (torch, NVSHMEM, NCCL)."""
-    return len(mechanism(f.row.path, f.row.variant).needs)
+    return needs_of(f.label)
+
+
+def needs_of(label: str) -> int:
+    path, _, variant = label.partition("/")
+    return len(mechanism(path, variant).needs)
 
 
 def choose(cls: MechanismClass, setup_cost: Callable[[Figure], float],
@@ -95,19 +100,29 @@ def choose(cls: MechanismClass, setup_cost: Callable[[Figure], float],
     """(the member to use, why): the lowest set-up cost, then the fewest dependencies, then
     the declared order. `setup_cost`: a member's median set-up seconds (NaN: none measured);
     `order`: a label's place among the declared paths."""
-    members = list(cls.members)
-    if len(members) == 1:
-        return members[0], "fastest"
+    members = {f.label: f for f in cls.members}
+    costs = {f.label: setup_cost(f) for f in cls.members}
+    label, why = choose_label(list(members), costs.__getitem__, order)
+    return members[label], why
 
-    def cost(f: Figure) -> float:
-        c = setup_cost(f)
+
+def choose_label(labels: Sequence[str], setup_cost: Callable[[str], float],
+                 order: Callable[[str], tuple]) -> tuple[str, str]:
+    """choose() over path/variant labels (a band's members, model.bands)."""
+    labels = list(dict.fromkeys(labels))
+    if len(labels) == 1:
+        return labels[0], "fastest"
+
+    def cost(label: str) -> float:
+        c = setup_cost(label)
         return c if math.isfinite(c) else math.inf
 
-    best = min(members, key=lambda f: (cost(f), needs(f), order(f.label)))
-    others = [f for f in members if f.row.path != best.row.path]
-    if math.isfinite(cost(best)) and others and all(cost(best) < cost(f) for f in others):
+    best = min(labels, key=lambda x: (cost(x), needs_of(x), order(x)))
+    path = best.partition("/")[0]
+    others = [x for x in labels if x.partition("/")[0] != path]
+    if math.isfinite(cost(best)) and others and all(cost(best) < cost(x) for x in others):
         return best, "cheapest set-up"
-    cheapest = [f for f in members if cost(f) == cost(best)]
-    if needs(best) < max(needs(f) for f in cheapest):
+    cheapest = [x for x in labels if cost(x) == cost(best)]
+    if needs_of(best) < max(needs_of(x) for x in cheapest):
         return best, "fewest dependencies"
     return best, "declared first"

@@ -93,8 +93,10 @@ class Decision:
     UNDECIDED when the samples cannot tell some figure from the winner (`close`). cls: the
     winning class's mechanism; members: every path/variant in it (fastest first); choice:
     the one to use; why: the reason it is the one; next: the first class the winner is
-    faster than (its name) and next_members; ratio: next's median time over the choice's
-    (ratio_lo..ratio_hi: what the intervals allow); choice_s: the choice's (lo, median, hi)
+    faster than (its name) and next_members; ratio: next's median time over the winning
+    class's fastest member's, as they were compared (stats.compare, pair_scale): never below
+    1 + delta, whichever tied member is chosen (ratio_lo..ratio_hi: what the intervals
+    allow); choice_s: the choice's (lo, median, hi)
     seconds (lo..hi: its median's interval, or its range below 6 samples); samples: the
     fewest samples of the winner and the figure after it; separated: every sample of the
     winner below every sample of every other figure's class; delta: the largest effect
@@ -130,11 +132,37 @@ class Decision:
     cost: str = ""
     compared: tuple[str, ...] = ()  # every figure at this size
     compared_s: tuple[float, ...] = ()  # their median seconds, in the same order
+    compared_ci: tuple[tuple[float, float], ...] = ()  # their medians' intervals (lo, hi), in the same order
+    compared_fraction: tuple[float, ...] = ()  # their fractions of their ceilings, in the same order
     leader_range: tuple[float, float] = (math.nan, math.nan)  # the fastest member's samples, min..max
 
     @property
     def link(self) -> tuple[str, str]:
         return (self.src, self.dst)
+
+    @property
+    def tied(self) -> tuple[str, ...]:
+        """Every figure not rejected here (no faster-beyond-delta outcome against it): the
+        choice, its class, the classes shown the same and the figures undecided."""
+        return tuple(dict.fromkeys((self.choice, *self.members, *self.same, *self.close)))
+
+    def as_choice(self, label: str, why: str | None = None) -> Decision:
+        """This decision with `label` (a figure compared here) as the one to use: its figure,
+        interval and fraction of the ceiling; its class's name where it is not in the winning
+        class (a class shown the same or undecided)."""
+        if label not in self.compared[:len(self.compared_s)]:
+            return self
+        i = self.compared.index(label)
+        median = self.compared_s[i]
+        lo, hi = self.compared_ci[i] if i < len(self.compared_ci) else (math.nan, math.nan)
+        path, _, variant = label.partition("/")
+        return dataclasses.replace(
+            self, choice=label, why=self.why if why is None else why, choice_s=(lo, median, hi),
+            choice_gbps=self.bytes / median / 1e9 if median > 0 else math.nan,
+            fraction_of_ceiling=self.compared_fraction[i] if i < len(self.compared_fraction)
+            else self.fraction_of_ceiling,
+            cls=self.cls if label in self.members else mechanism(path, variant).name,
+            cost=mechanism(path, variant).cost)
 
     def median_of(self, label: str) -> float:
         """The median seconds of a compared figure (NaN: not measured here)."""
@@ -215,7 +243,9 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     same = tuple(f.label for c in tied if c is not win for f in c.members)
     close = tuple(f.label for f in found[0].members[1:]
                   if f is not choice and compare(anchor, f).outcome == stats.UNDECIDED)
-    close += tuple(f.label for c, r in against if r.outcome == stats.UNDECIDED for f in c.members)
+    # A class whose samples, taken against their own scenario's ceiling (pair_scale), rank it
+    # ahead of the fastest median cannot be told from it either.
+    close += tuple(f.label for c, r in against if r.outcome in (stats.UNDECIDED, stats.SLOWER) for f in c.members)
     beaten = [(c, r) for c, r in against if r.outcome == stats.FASTER]
     outcome = stats.UNDECIDED if close else stats.SAME if same or len(found) == 1 else stats.FASTER
     nxt, vs = beaten[0] if beaten else (None, None)
@@ -223,14 +253,21 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         src=str(row.src), dst=str(row.dst), sharing=str(row.sharing), measure=str(row.measure), bytes=nbytes,
         outcome=outcome, cls=win.name, members=tuple(f.label for f in win.members), choice=choice.label, why=why,
         next=nxt.name if nxt else None, next_members=tuple(f.label for f in nxt.members) if nxt else (),
-        ratio=nxt.anchor.median_s / median if nxt and median > 0 else math.nan,
+        ratio=vs.ratio if vs else math.nan,
         ratio_lo=vs.ratio_lo if vs else math.nan, ratio_hi=vs.ratio_hi if vs else math.nan,
         choice_s=(lo, median, hi), choice_gbps=nbytes / median / 1e9 if median > 0 else math.nan,
         fraction_of_ceiling=float(row.fraction_of_ceiling), ceiling=str(row.ceiling or ""),
         call_bound=bool(row.call_bound), l2_resident=None if pd.isna(row.l2_resident) else bool(row.l2_resident),
         samples=min(len(f.samples) for f in (anchor, *(c.anchor for c, _ in against[:1]))),
         compared=tuple(f.label for f in figures), compared_s=tuple(f.median_s for f in figures),
+        compared_ci=tuple(_ends(f.samples) for f in figures),
+        compared_fraction=tuple(float(f.row.fraction_of_ceiling) for f in figures),
         separated=bool(vs and vs.separated and not close and not same), delta=max(
             [r.delta for _, r in against] or [min_effect]),
         same=same, close=close, cost=mechanism(row.path, row.variant).cost,
         leader_range=(float(np.nanmin(anchor.samples)), float(np.nanmax(anchor.samples))))
+
+
+def _ends(samples: np.ndarray) -> tuple[float, float]:
+    lo, _, hi = stats.median_interval(samples)
+    return (lo, hi)

@@ -3,9 +3,10 @@
 Rendered from the analysis's Answer (analysis/model.py), never recomputed: a heading per
 link or class of GPU pairs (the same GPU first), with its first title where it fits; a title
 per sharing mode and measure; one logical line per band of sizes with one choice (its
-sizes, mechanism and figure with its widest interval (±), or over GPU pairs the range their
-medians' intervals cover; the one to use and why, what else is the same or cannot be told
-apart, the next different mechanism and how much slower), a line per pair of a class that
+sizes, mechanism with how many APIs reach it over the band, and the choice's figure with its
+widest interval (±), or over GPU pairs the range their medians' intervals cover; the one to
+use and why, what else is the same or cannot be told apart and where, the next different
+class and how much slower than the mechanism's fastest, never below 1), a line per pair of a class that
 chooses otherwise beyond delta, the set-up costs of the paths it names, the confidence and
 the warnings that could change a line (one line each where they fit), and the command for
 the full report. A choice's extra cost (a polling kernel) is said at its first mention.
@@ -26,6 +27,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from gpuipc_bench.analysis.conditions import is_gpu
+from gpuipc_bench.analysis.mechanisms import mechanism
 from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, range_coverage
 from gpuipc_bench.analysis.verdict import Decision
@@ -57,24 +59,27 @@ def wrap(lines: Sequence[Line], width: int) -> list[tuple[str, str]]:
     """(text, style) of every screen line: each logical line wrapped at `width` between words
     (never inside one), continuation lines indented by its `indent`."""
     out = []
-    for line in lines:
+    for line in lines:  # textwrap breaks at ASCII whitespace only: NBSP holds a number to its unit
         parts = textwrap.wrap(line.text, width=width, subsequent_indent=" " * line.indent,
                               break_long_words=line.long_words, break_on_hyphens=False,
                               drop_whitespace=True) or [""]
         lead = len(line.text) - len(line.text.lstrip(" "))
         if lead and not parts[0].startswith(" "):
             parts[0] = " " * lead + parts[0]
-        out += [(p, line.style) for p in parts]
+        out += [(p.replace(NBSP, " "), line.style) for p in parts]
     return out
 
 
 # --------------------------------------------------------------------------- figures
 
 
+NBSP = "\u00a0"  # joins a number to its unit: wrap() never breaks there, and prints a space
+
+
 def fmt_time(seconds: float) -> str:
-    """1.9e-06 -> '1.90 µs', 3.4e-4 -> '340 µs', 2.9e-3 -> '2.90 ms'."""
+    """1.9e-06 -> '1.90 µs', 3.4e-4 -> '340 µs', 2.9e-3 -> '2.90 ms' (number and unit joined by NBSP)."""
     number, unit = _time_parts(seconds)
-    return f"{number} {unit}" if unit else number
+    return f"{number}{NBSP}{unit}" if unit else number
 
 
 def _time_parts(seconds: float) -> tuple[str, str]:
@@ -91,8 +96,8 @@ def time_span(values: Sequence[float]) -> str:
     """'1.86–3.33 µs' (one unit where both ends share it), '180 µs–1.20 ms'."""
     (lo, lu), (hi, hu) = _time_parts(min(values)), _time_parts(max(values))
     if lo == hi and lu == hu:
-        return f"{lo} {lu}"
-    return f"{lo}–{hi} {hu}" if lu == hu else f"{lo} {lu}–{hi} {hu}"
+        return f"{lo}{NBSP}{lu}"
+    return f"{lo}–{hi}{NBSP}{hu}" if lu == hu else f"{lo}{NBSP}{lu}–{hi}{NBSP}{hu}"
 
 
 def _span(values: Sequence[float], fmt) -> str:
@@ -101,12 +106,20 @@ def _span(values: Sequence[float], fmt) -> str:
 
 
 def sizes_text(lo: int, hi: int) -> str:
-    """'4 B–4 MiB', '64–256 MiB', '16 MiB'."""
+    """'4 B–4 MiB', '64–256 MiB', '16 MiB' (each number joined to its unit by NBSP)."""
     a, b = wording.format_size(lo), wording.format_size(hi)
     if lo == hi:
-        return a
+        return _nb(a)
     (na, ua), (nb, ub) = a.split(" "), b.split(" ")
-    return f"{na}–{nb} {ub}" if ua == ub else f"{a}–{b}"
+    return _nb(f"{na}–{nb} {ub}" if ua == ub else f"{a}–{b}")
+
+
+def _nb(text: str) -> str:
+    return text.replace(" ", NBSP)
+
+
+def _size(nbytes: int) -> str:
+    return _nb(wording.format_size(nbytes))
 
 
 def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]] = ()) -> str:
@@ -119,19 +132,19 @@ def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]]
     pairs = len({d.link for d in band.decisions})
     parts = []
     if bound:
-        upto = f" to {wording.format_size(max(d.bytes for d in bound))}" if free else ""
+        upto = f" to {_size(max(d.bytes for d in bound))}" if free else ""
         pm = "" if free and measure == "stream" else " " + _pm(bound)
         parts.append(f"{time_span([d.choice_s[1] for d in bound])}{pm}{upto} (call-bound)")
     if free and measure == "stream":
         top = [d for d in free if d.bytes == max(x.bytes for x in free)]
         gbps = [d.choice_gbps for d in top]
-        text = f"{fmt_num(float(np.median(gbps)))} GB/s"
+        text = f"{fmt_num(float(np.median(gbps)))}{NBSP}GB/s"
         if pairs > 1:
             ends = [top[0].bytes / t / 1e9 for d in top for t in (d.choice_s[0], d.choice_s[2]) if t > 0]
-            text += (f" at {wording.format_size(top[0].bytes)} ({_span(ends or gbps, fmt_num)} over "
+            text += (f" at {_size(top[0].bytes)} ({_span(ends or gbps, fmt_num)} over "
                      f"{len({d.link for d in top})} pairs)")
         else:
-            text += f" {_pm(top)} at {wording.format_size(top[0].bytes)}"
+            text += f" {_pm(top)} at {_size(top[0].bytes)}"
         fractions = [d.fraction_of_ceiling for d in top if math.isfinite(d.fraction_of_ceiling)]
         if fractions and top[0].ceiling:
             ceiling = top[0].ceiling.partition("/")[0]
@@ -143,7 +156,7 @@ def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]]
         text = time_span([d.choice_s[1] for d in free if d.bytes in (ends[0], ends[-1])]) + " " + _pm(free)
         hi = [d for d in free if d.bytes == ends[-1]]
         if len(ends) == 1 and ends[0] >= 1 << 20:
-            text += f" ({_span([d.choice_gbps for d in hi], fmt_num)} GB/s)"
+            text += f" ({_span([d.choice_gbps for d in hi], fmt_num)}{NBSP}GB/s)"
         parts.append(text)
     text = "; ".join(parts) + (f" over {pairs} pairs" if pairs > 1 and not (free and measure == "stream") else "")
     if 0 < pairs < len(among_links):
@@ -171,9 +184,9 @@ def size_list(sizes: Sequence[int], among: Sequence[int] | None = None) -> str:
         else:
             runs.append([b])
     texts = [sizes_text(r[0], r[-1]) for r in runs]
-    units = {t.split(" ")[-1] for t in texts}
-    if len(texts) > 1 and len(units) == 1 and all(t.count(" ") == 1 for t in texts):
-        return f"{', '.join(t.split(' ')[0] for t in texts)} {units.pop()}"
+    units = {t.split(NBSP)[-1] for t in texts}
+    if len(texts) > 1 and len(units) == 1 and all(t.count(NBSP) == 1 for t in texts):
+        return f"{', '.join(t.split(NBSP)[0] for t in texts)}{NBSP}{units.pop()}"
     return ", ".join(texts)
 
 
@@ -208,33 +221,54 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     l2 = [x.bytes for x in band.decisions if x.l2_resident]
     choice = band.pick
     span = sizes_text(band.lo, band.hi) + ("*" if l2 else "")
-    members = sorted({m for x in band.decisions for m in x.members if _in_class(choice, x)})
+    members = list(band.pool) or sorted({m for x in band.decisions for m in x.members if _in_class(choice, x)})
     name = d.cls if d.cls != choice else choice
     apis = f" ({len(members)} APIs)" if len(members) > 1 else ""
     first = Line(f"  {span:<{width - 2}} {name}{apis}: {band_figure(band, measure, links)}", width + 2)
-    why = d.why if d.choice == choice else "cheapest set-up"
+    why = band.why or (d.why if d.choice == choice else "cheapest set-up")
     use = f"→ {choice}" + (f" ({why})" if len(members) > 1 and why != "fastest" else "")
     if d.cost and (mentioned is None or d.cost not in mentioned):
         use += f", needs {d.cost}"
         if mentioned is not None:
             mentioned.add(d.cost)
     rest = [use]
-    same = sorted({m for x in band.decisions for m in (*x.same, x.choice, *x.members)} - {choice} - set(members)
-                  - {m for x in band.decisions for m in x.close})
-    if same:
-        at = [x.bytes for x in band.decisions if set(same) & {*x.same, x.choice, *x.members}]
-        rest.append(f"≈ {labels(same)}{_sizes_at(at, band)}")
-    close = sorted({m for x in band.decisions for m in (*x.close, *([x.choice] if choice in x.close else []))}
-                   - {choice})
-    if close:
-        at = [x.bytes for x in band.decisions if x.close or choice in x.close]
-        rest.append(f"≈? {labels(close)}{_sizes_at(at, band)}")
-    beaten = [x for x in band.decisions if x.next and math.isfinite(x.ratio) and x.choice == choice]
-    if beaten:
-        last = max(beaten, key=lambda x: x.bytes)
-        nxt = last.next_members[0] if last.next == d.cls or last.next == last.next_members[0] else last.next
-        rest.append(f"next {nxt} {_span([x.ratio for x in beaten], fmt_num)}×")
+    # the other APIs as good somewhere in the band: ≈ where always shown the same, ≈? where
+    # undecided at some size; with the sizes where they are as good ('' everywhere)
+    others = sorted({m for x in band.decisions for m in x.tied} - {choice} - set(members))
+    undecided = {m for x in band.decisions for m in x.close}
+    for sign, found in (("≈", [m for m in others if m not in undecided]),
+                        ("≈?", [m for m in others if m in undecided])):
+        if found:
+            at = [x.bytes for x in band.decisions if set(found) & set(x.tied)]
+            rest.append(f"{sign} {labels(found)}{_sizes_at(at, band)}")
+    # the next class at each size, unless it holds one of the band's own APIs (split from them by noise there)
+    nexts = [x for x in band.decisions if x.next and math.isfinite(x.ratio) and not set(x.next_members) & set(members)]
+    if nexts:
+        last = max(nexts, key=lambda x: x.bytes)
+        same = [x.ratio for x in nexts if _next_key(x) == _next_key(last)]
+        rest.append(f"next {_next_name(last, d.cls)} {ratio_span(same)}")
     return [first, Line(" " * width + " · ".join(rest), width + 2)]
+
+
+def _next_name(d: Decision, cls: str) -> str:
+    """The next class by its mechanism's name, or by its fastest member where that name is the
+    band's own (the same copy, split from it beyond delta: push against pull)."""
+    return d.next_members[0] if d.next in (cls, d.cls) or d.next == d.next_members[0] else str(d.next)
+
+
+def _next_key(d: Decision) -> tuple[str, str]:
+    """The next class's name and its fastest member's direction (push or pull)."""
+    path, _, variant = d.next_members[0].partition("/") if d.next_members else ("", "", "")
+    return (str(d.next), mechanism(path, variant).direction)
+
+
+def ratio_span(ratios: Sequence[float]) -> str:
+    """'1.03–1.15×'; a ratio below 1 (never the case when it is taken against the winning
+    class's fastest member) reads '≈' rather than a next faster than the choice."""
+    shown = [r for r in ratios if r >= 1]
+    if not shown:
+        return "≈"
+    return f"{_span(shown, fmt_num)}×"
 
 
 def _in_class(choice: str, d: Decision) -> bool:
@@ -252,7 +286,7 @@ def differ_lines(band: Band, measure: str, width: int = SIZE_WIDTH) -> list[Line
     for (src, dst), found in by_link.items():
         choices = list(dict.fromkeys(d.choice for d in found))
         if measure == "stream" and not any(d.call_bound for d in found):
-            figure = f"{_span([d.choice_gbps for d in found], fmt_num)} GB/s"
+            figure = f"{_span([d.choice_gbps for d in found], fmt_num)}{NBSP}GB/s"
         else:
             figure = time_span([d.choice_s[1] for d in found])
         ratios = [d.median_of(band.pick) / d.choice_s[1] for d in found if d.choice_s[1] > 0]

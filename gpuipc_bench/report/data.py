@@ -98,8 +98,9 @@ def _key(d: Decision) -> tuple:
 def decision_record(d: Decision) -> dict:
     """One decision for scripts: link, sharing, measure, bytes; outcome (faster, same or
     undecided), class, members (every path/variant in the winning class), choice, next (the
-    next different class or path, null when none) and ratio (next / choice, median time);
-    then the figures behind it."""
+    next different class or path, null when none) and ratio (next's median time over the
+    winning class's fastest member's, as compared: never below 1); the choice is its band's
+    (model.py), the cheapest member usable over the band; then the figures behind it."""
     return plain({
         "src": d.src, "dst": d.dst, "sharing": d.sharing, "measure": d.measure, "bytes": d.bytes,
         "outcome": d.outcome, "class": d.cls, "members": list(d.members), "choice": d.choice, "why": d.why,

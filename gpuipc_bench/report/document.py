@@ -82,18 +82,23 @@ def verdict_blocks(sections: list[Section]) -> list[RankingBlock]:
         lines = []
         for band in section.bands:
             d = band.first
-            members = sorted({m for x in band.decisions for m in x.members})
+            members = sorted(band.pool) or sorted({m for x in band.decisions for m in x.members})
             leaders = d.cls + (f" ({', '.join(members)})" if len(members) > 1 or d.cls != d.choice else "")
-            head, rest = (line.text.strip() for line in answer.band_lines(band, section.measure, {},
+            head, rest = (_plain(line.text) for line in answer.band_lines(band, section.measure, {},
                                                                           links=section.links))
             details = [head.split(": ", 1)[-1], rest]
-            details += [line.text.strip() for line in answer.differ_lines(band, section.measure)]
+            details += [_plain(line.text) for line in answer.differ_lines(band, section.measure)]
             if any(x.l2_resident for x in band.decisions):
                 details.append("L2-resident at " + wording.size_list(
                     sorted({x.bytes for x in band.decisions if x.l2_resident}), sizes) + ": a cache figure")
             lines.append(BandLine(wording.size_span(band.lo, band.hi), leaders, details))
         blocks.append(RankingBlock(answer.section_title(section), lines))
     return blocks
+
+
+def _plain(text: str) -> str:
+    """A summary line's text unwrapped: its non-breaking joins as spaces."""
+    return text.replace(answer.NBSP, " ").strip()
 
 
 def build_report(analysis: RunAnalysis, source: str | None = None, detailed: bool = False) -> Report:

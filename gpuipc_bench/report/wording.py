@@ -80,11 +80,14 @@ def halfwidth(lo, median, hi) -> float:
 
 
 def fmt_pm(lo, median, hi) -> str:
-    """The interval as '±0.4%' / '±3.2%' / '±12%' of the median; a dash without one."""
+    """The interval as '±0.4%' / '±3.2%' / '±12%' of the median, '±<0.1%' below 0.05%; a dash
+    without one."""
     h = halfwidth(lo, median, hi)
     if math.isnan(h):
         return DASH
     pct = h * 100
+    if pct < 0.05:
+        return "±<0.1%"  # not '±0.0%'
     return f"±{pct:.1f}%" if pct < 10 else f"±{pct:.0f}%"
 
 

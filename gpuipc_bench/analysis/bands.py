@@ -1,0 +1,221 @@
+"""Bands: consecutive sizes of one section (a link, or the GPU pairs of one link class, in one
+sharing mode and measure) told in one line, and whether a second sharing mode changes the
+choice at a size.
+
+A band is consecutive sizes whose winning mechanism class is the same and where one member of
+it is usable at every size: the band's choice. A member is usable at a size when no
+faster-beyond-delta outcome rejects it there: it is the fastest, in its class, or shown the
+same or undecided against the fastest (verdict.Decision.tied), and it is of the winning
+class's mechanism. The band's choice is the usable member cheapest to set up, then with the
+fewest dependencies, then declared first (classes.choose_label), among those usable across
+the whole band (`Band.pool`). So a band splits only where the class changes or where no
+member usable so far is usable at the next size (its choice is rejected there); tied APIs
+taking turns at being the fastest by noise do not split it, and push and pull stay apart
+wherever one is faster beyond delta. The decisions of a band are shown with its choice
+(Decision.as_choice): its own figure and interval at each size.
+
+GPU pairs: at each size the class's choice is, among the pairs' own choices, the one the
+fewest pairs reject (a pair rejects a label when its own choice is faster beyond delta:
+shown by its samples where it measured the label, by the medians where it did not), then the
+one the most pairs hold, then the cheapest to set up, then the fastest; a label is usable at
+that size when no more pairs reject it than reject that choice. Pairs that reject the band's
+choice are its `differ`; those that did not measure it and do not reject it its `others`. A
+band is bridged over sizes where its choice, winning on both sides, was measured on no pair
+(`unmeasured`).
+
+A second sharing mode changes the choice at a size (`changes`) when the main mode's choice
+there is rejected in the second mode (a faster-beyond-delta outcome against it) and the
+second mode's choice is faster than it by more than delta (their medians): a change that
+would move to an API the samples cannot tell from the one already used is none. Where the
+main mode's choice was not measured in the second mode its class stands for it; where no
+member of it was, the two modes' medians are compared. A size the main mode decided nothing
+at is a change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+
+from gpuipc_bench.analysis.classes import choose_label
+from gpuipc_bench.analysis.mechanisms import mechanism
+from gpuipc_bench.analysis.verdict import Decision
+
+
+@dataclasses.dataclass(frozen=True)
+class Band:
+    """Consecutive sizes of a section with one choice. decisions: every pair's decision at
+    those sizes that measured the choice and holds it or cannot tell it from its own (one
+    per size for one link), shown with the band's choice; differ: the decisions of the pairs
+    that reject the choice (they are named); unmeasured: sizes bridged, where the choice,
+    winning on both sides, was measured on no pair; pool: the members usable at every size
+    of the band (the choice among them); why: why the choice is the one."""
+
+    decisions: tuple[Decision, ...]
+    choice: str = ""
+    differ: tuple[Decision, ...] = ()
+    unmeasured: tuple[int, ...] = ()
+    others: tuple[Decision, ...] = ()  # the pairs' that did not measure the choice and do not reject it
+    pool: tuple[str, ...] = ()
+    why: str = ""
+
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        return tuple(sorted({d.bytes for d in self.decisions}))
+
+    @property
+    def lo(self) -> int:
+        return self.sizes[0]
+
+    @property
+    def hi(self) -> int:
+        return self.sizes[-1]
+
+    @property
+    def pick(self) -> str:
+        """The one to use over the band."""
+        return self.choice or self.decisions[0].choice
+
+    @property
+    def first(self) -> Decision:
+        """A decision whose choice is the band's (the first one)."""
+        return next((d for d in self.decisions if d.choice == self.pick), self.decisions[0])
+
+    def at(self, nbytes: int) -> list[Decision]:
+        return [d for d in self.decisions if d.bytes == nbytes]
+
+    def only(self, sizes: Sequence[int]) -> Band:
+        """The band at these of its sizes only."""
+        keep = set(sizes)
+        return dataclasses.replace(
+            self, decisions=tuple(d for d in self.decisions if d.bytes in keep),
+            differ=tuple(d for d in self.differ if d.bytes in keep),
+            others=tuple(d for d in self.others if d.bytes in keep),
+            unmeasured=tuple(b for b in self.unmeasured if b in keep))
+
+
+def _no_order(label: str) -> tuple:
+    return ()
+
+
+def bands(decisions: Sequence[Decision], cost: Callable[[str], float] = lambda label: math.inf,
+          order: Callable[[str], tuple] = _no_order) -> list[Band]:
+    """The decisions of one section as bands (see the module's docstring). `cost`: a
+    path/variant's set-up seconds; `order`: its place among the declared paths."""
+    by_size: dict[int, list[Decision]] = {}
+    for d in decisions:
+        by_size.setdefault(d.bytes, []).append(d)
+    runs: list[tuple[list[int], set[str], str]] = []  # sizes, members usable at all of them, class
+    for size in sorted(by_size):
+        here = by_size[size]
+        choice = _choose(here, cost)
+        cls = _class_of(choice, here)
+        usable = _usable(choice, cls, here)
+        if runs and runs[-1][2] == cls and runs[-1][1] & usable:
+            runs[-1][0].append(size)
+            runs[-1][1].intersection_update(usable)
+        else:
+            runs.append(([size], set(usable), cls))
+    out = []
+    for sizes, pool, _ in runs:
+        pick, why = choose_label(sorted(pool, key=order), cost, order)
+        agree: list[Decision] = []
+        differ: list[Decision] = []
+        others: list[Decision] = []
+        for size in sizes:
+            here = by_size[size]
+            ref = _fastest(pick, here)
+            found = [d for d in here if pick in d.compared and not _rejects(d, pick, ref)]
+            agree += sorted((d.as_choice(pick, why) for d in found), key=lambda d: d.choice != pick)
+            differ += [d for d in here if _rejects(d, pick, ref)]
+            others += [d for d in here if pick not in d.compared and not _rejects(d, pick, ref)]
+        out.append(Band(tuple(agree), pick, tuple(differ), (), tuple(others), tuple(sorted(pool, key=order)), why))
+    return _bridge(out)
+
+
+def _class_of(choice: str, decisions: Sequence[Decision]) -> str:
+    """The winning class's name where `choice` is a pair's own choice."""
+    found = next((d for d in decisions if d.choice == choice), None)
+    return found.cls if found is not None else _mechanism(choice)
+
+
+def _mechanism(label: str) -> str:
+    path, _, variant = label.partition("/")
+    return mechanism(path, variant).name
+
+
+def _usable(choice: str, cls: str, decisions: Sequence[Decision]) -> set[str]:
+    """The members of class `cls` usable at one size: not rejected by more pairs than `choice`."""
+    labels = {x for d in decisions for x in d.tied if x in d.members or _mechanism(x) == cls}
+    most = _rejections(choice, decisions)
+    return {x for x in labels if _rejections(x, decisions) <= most} | {choice}
+
+
+def _rejections(label: str, decisions: Sequence[Decision]) -> int:
+    ref = _fastest(label, decisions)
+    return sum(_rejects(d, label, ref) for d in decisions)
+
+
+def _rejects(d: Decision, choice: str, ref: float) -> bool:
+    """Whether a pair's decision rejects `choice`: its own choice is faster beyond delta, as
+    its samples show where it measured `choice`, or as the medians show where it did not
+    (`ref`: the median of `choice` on the pairs that measured it)."""
+    if choice in d.compared:
+        return choice not in d.tied
+    return d.choice_s[1] * (1 + d.delta) < ref
+
+
+def _support(choice: str, decisions: Sequence[Decision]) -> tuple[int, int]:
+    """(how many pairs reject choice, minus how many hold it)."""
+    ref = _fastest(choice, decisions)
+    return sum(_rejects(d, choice, ref) for d in decisions), -sum(_holds(choice, d) for d in decisions)
+
+
+def _fastest(choice: str, decisions: Sequence[Decision]) -> float:
+    found = [t for t in (d.median_of(choice) for d in decisions) if math.isfinite(t)]
+    return min(found) if found else math.inf
+
+
+def _choose(decisions: Sequence[Decision], cost: Callable[[str], float]) -> str:
+    names = list(dict.fromkeys(d.choice for d in decisions))
+    return min(names, key=lambda c: (_support(c, decisions), cost(c), _fastest(c, decisions)))
+
+
+def _bridge(found: list[Band]) -> list[Band]:
+    out: list[Band] = []
+    for band in found:
+        if len(out) >= 2 and out[-2].choice == band.choice \
+                and not any(band.choice in d.compared for d in out[-1].decisions + out[-1].differ + out[-1].others):
+            gap, before = out.pop(), out.pop()
+            pool = tuple(x for x in before.pool if x in band.pool) or (band.choice,)
+            band = Band(before.decisions + band.decisions, band.choice, before.differ + band.differ,
+                        tuple(sorted(before.unmeasured + gap.sizes + band.unmeasured)), before.others + band.others,
+                        pool, before.why)
+        out.append(band)
+    return out
+
+
+def _holds(choice: str, d: Decision) -> bool:
+    """Whether `choice` is as good as the choice of decision d: it, in its class or the same."""
+    return choice == d.choice or (choice in d.members or choice in d.same) and choice not in d.close
+
+
+def changes(main: Decision | None, other: Decision, pick: str | None = None,
+            main_class: Sequence[str] = ()) -> bool:
+    """Whether a decision in a second sharing mode changes the main mode's at its size (see
+    the module's docstring). `other`: shown with its band's choice; `pick`: the main mode's
+    choice there (its decision's by default); `main_class`: the members of its class."""
+    if main is None:
+        return True
+    pick = pick or main.choice
+    if pick == other.choice:
+        return False
+    ahead = other.choice_s[1] * (1 + other.delta)
+    if pick in other.compared:
+        return pick not in other.tied and ahead < other.median_of(pick)
+    measured = [x for x in (*main_class, *main.members) if x in other.compared]
+    if measured:
+        return not any(x in other.tied for x in measured) and ahead < min(other.median_of(x) for x in measured)
+    mine = main.median_of(pick)
+    return ahead < (mine if math.isfinite(mine) else main.choice_s[1])

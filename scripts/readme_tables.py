@@ -302,6 +302,7 @@ def handles(runs: Runs) -> str:
 # --------------------------------------------------------------------------- two GPUs, MPI
 
 from readme_pairs import PAIR_RENDERERS  # noqa: E402  (it imports the helpers above)
+from readme_summaries import SUMMARY_RENDERERS  # noqa: E402
 
 RENDERERS: dict[str, Callable[[Runs], str]] = {
     "runtime": runtime,
@@ -314,4 +315,5 @@ RENDERERS: dict[str, Callable[[Runs], str]] = {
     "nvshmem": nvshmem_table,
     "handles": handles,
     **PAIR_RENDERERS,
+    **SUMMARY_RENDERERS,
 }

@@ -82,8 +82,8 @@ def to_prometheus(events: list[Event]) -> str:
     ]
     for e in events:
         for status in STATUSES:
-            lines.append(f"gpuipc_check_status{_labels(node=e.node, kind=e.kind, check=e.figure, gpus=e.gpus, status=status)}"
-                         f" {1 if e.status == status else 0}")
+            labels = _labels(node=e.node, kind=e.kind, check=e.figure, gpus=e.gpus, status=status)
+            lines.append(f"gpuipc_check_status{labels} {1 if e.status == status else 0}")
     figures = [e for e in events if e.kind == "figure" and e.measured is not None and math.isfinite(e.measured)]
     lines += ["# HELP gpuipc_check_figure A headline figure as measured (unit in the label: GB/s or us).",
               "# TYPE gpuipc_check_figure gauge"]
@@ -94,11 +94,12 @@ def to_prometheus(events: list[Event]) -> str:
               "# TYPE gpuipc_check_expected gauge"]
     for e in figures:
         if e.expected_value is not None:
-            lines.append(f"gpuipc_check_expected{_labels(node=e.node, figure=e.figure, gpus=e.gpus, unit=_unit(e.unit))}"
-                         f" {e.expected_value!r}")
+            labels = _labels(node=e.node, figure=e.figure, gpus=e.gpus, unit=_unit(e.unit))
+            lines.append(f"gpuipc_check_expected{labels} {e.expected_value!r}")
     lines += ["# HELP gpuipc_check_failures Checks that failed, per node.", "# TYPE gpuipc_check_failures gauge"]
     for node in dict.fromkeys(e.node for e in events):
-        lines.append(f"gpuipc_check_failures{_labels(node=node)} {sum(e.status == FAIL for e in events if e.node == node)}")
+        failed = sum(e.status == FAIL for e in events if e.node == node)
+        lines.append(f"gpuipc_check_failures{_labels(node=node)} {failed}")
     return "\n".join(lines) + "\n"
 
 

@@ -107,6 +107,17 @@ def _unit(unit: str) -> str:
     return unit.replace("µ", "u")
 
 
+def to_markdown(events: list[Event]) -> str:
+    from gpuipc_bench.check.figures import format_value
+
+    lines = ["| status | node | check | GPUs | measured | expected | why |", "|---|---|---|---|---|---|---|"]
+    for e in events:
+        measured = format_value(e.measured, e.unit) if e.measured is not None else ""
+        cells = [e.status, e.node, f"{e.kind} {e.figure}", e.gpus, measured, e.expected, e.reason]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def render_terminal(events: list[Event], console) -> None:
     from rich.markup import escape
     from rich.table import Table

@@ -13,6 +13,7 @@ figure, a path the expectations say works on this model, a node that did not rep
 from __future__ import annotations
 
 import datetime
+import io
 import shlex
 import socket
 import sys
@@ -45,7 +46,10 @@ FORMATS = ("terminal", "json", "junit", "prometheus", "markdown")
 @click.option("--out", "-o", type=click.Path(path_type=Path), default=None,
               help="The CSV of the measurement (every node's rows, a node column). Default: "
                    "results/check-<UTC time>-<host>.csv")
-@click.option("--force", is_flag=True, help="Overwrite --out if it exists.")
+@click.option("--output", "output_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="Write the --format output into FILE instead of standard output (written before anything is "
+                   "printed: an MPI launcher that ends the job may drop what its ranks print last).")
+@click.option("--force", is_flag=True, help="Overwrite --out, --output and --table if they exist.")
 @click.option("--table", "table_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help="Also write the fleet table: .md, .json, or .png/.svg (a node x figure heatmap).")
 @click.option("--deadline", type=float, default=600.0, show_default=True,
@@ -56,7 +60,7 @@ FORMATS = ("terminal", "json", "junit", "prometheus", "markdown")
 @click.option("--launcher", type=click.Choice(["fork", "mpi"]), default=None,
               help="'mpi': every node of the MPI job (default when started by mpirun or srun); 'fork': this node.")
 def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_file, deadline, timeout,
-          launcher=None):
+          launcher=None, output_file=None):
     """Check this node, or every node of an MPI job: which paths work here and why not, then a
     short measurement whose headline figures are judged against their GPU model's expectations
     and, across nodes, against the fleet."""
@@ -90,9 +94,10 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
     from gpuipc_bench.config import check_writable
 
     check_writable(out, force)
-    if table_file is not None:
-        check_writable(table_file, force)
-    code = _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode)
+    for extra in (table_file, output_file):
+        if extra is not None:
+            check_writable(extra, force)
+    code = _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file)
     raise click.exceptions.Exit(code)
 
 
@@ -111,7 +116,7 @@ def _default_out() -> Path:
     return Path("results") / f"check-{stamp}-{socket.gethostname()}.csv"
 
 
-def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode) -> int:
+def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file=None) -> int:
     from gpuipc_bench import __version__
     from gpuipc_bench.check import fleet, judge, plant
     from gpuipc_bench.check.node import check_node
@@ -126,20 +131,33 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
     results = ResultsFile(out, meta)
     results.write(partial=True, status="running")
 
+    nodes: list[str] = []
+
+    def on_start(names: list[str]) -> None:
+        nodes[:] = names
+        results.set_meta("check.nodes", ",".join(names))
+        results.write(partial=True, status=f"running: waiting for {','.join(names)}")
+
     def on_report(report) -> None:
         for key, value in report.facts.items():
             results.set_meta(f"node.{report.node}.{key}", value)
         results.add(report.rows)
-        results.write(partial=True, status=f"running: {report.node} reported")
+        reported.append(report.node)
+        waiting = [n for n in nodes if n not in reported]
+        # what a job ended by its launcher leaves: the nodes that never reported are named here
+        results.write(partial=True, status=f"running: waiting for {','.join(waiting) or 'nothing'} "
+                                           f"(reported: {','.join(reported)})")
+
+    reported: list[str] = []
 
     if fleet_mode:
         outcome = fleet.run(expectations, tolerance, deadline, timeout,
-                            lambda nodes, facts: results.set_meta("check.nodes", ",".join(nodes)), on_report)
+                            lambda names, facts: on_start(names), on_report)
         assert outcome is not None
         reports, missing = outcome.reports, outcome.missing
     else:
         node = plant.node_name(0)
-        results.set_meta("check.nodes", node)
+        on_start([node])
         report = check_node(node, expectations, tolerance, timeout=timeout)
         on_report(report)
         reports, missing = {node: report}, {}
@@ -157,10 +175,10 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
     status = f"complete; failed nodes: {','.join(failed)}" if failed else "complete"
     results.write(partial=bool(missing), status=status)
     results.close()
+    _emit(events, reports, missing, fmt, table_file, output_file)
     for e in events:
         if e.status == judge.FAIL:  # the lines a fleet tool greps: node, GPUs, figure, measured, expected
             err.print(f"[red]FAIL[/] {escape(_fail_line(e))}", soft_wrap=True, highlight=False)
-    _emit(events, reports, missing, fmt, table_file)
     err.print(f"wrote {escape(str(out))} ({len(results)} rows, {len(reports)} node"
               f"{'s' if len(reports) != 1 else ''}{f', {len(missing)} missing' if missing else ''})", soft_wrap=True)
     code = judge.exit_code(events)
@@ -185,28 +203,33 @@ def _fail_line(e) -> str:
     return "; ".join(parts + ([e.reason] if e.reason else []))
 
 
-def _emit(events, reports, missing, fmt, table_file) -> None:
+def _emit(events, reports, missing, fmt, table_file, output_file=None) -> None:
     from gpuipc_bench.check import output, table
 
     rows = table.fleet_rows({n: r.figures for n, r in reports.items() if not r.error}, events, missing)
-    if table_file is not None:
-        table.save(rows, table_file)
-    if fmt == "json":
-        sys.stdout.write(output.to_json_lines(events))
-    elif fmt == "junit":
-        sys.stdout.write(output.to_junit(events))
-    elif fmt == "prometheus":
-        sys.stdout.write(output.to_prometheus(events))
-    elif fmt == "markdown":
-        sys.stdout.write(table.to_markdown(rows) if len(rows) > 1 else "")
-        sys.stdout.write("\n| status | node | check | GPUs | measured | expected | why |\n|---|---|---|---|---|---|---|\n")
-        for e in events:
-            measured = "" if e.measured is None else f"{e.measured:.4g} {e.unit}"
-            sys.stdout.write(f"| {e.status} | {e.node} | {e.kind} {e.figure} | {e.gpus} | {measured} | "
-                             f"{e.expected} | {e.reason.replace('|', '/')} |\n")
-    else:
-        console = stdout_console()
+    if fmt == "terminal":
+        if output_file is None:
+            console = stdout_console()
+        else:
+            from rich.console import Console
+
+            console = Console(file=io.StringIO(), width=160, no_color=True)
         output.render_terminal(events, console)
         if len(rows) > 1:
             table.render(rows, console)
+        text = console.file.getvalue() if output_file is not None else ""
+    elif fmt == "json":
+        text = output.to_json_lines(events)
+    elif fmt == "junit":
+        text = output.to_junit(events)
+    elif fmt == "prometheus":
+        text = output.to_prometheus(events)
+    else:
+        text = (table.to_markdown(rows) + "\n" if len(rows) > 1 else "") + output.to_markdown(events)
+    if output_file is not None:
+        Path(output_file).write_text(text, encoding="utf-8")
+    elif text:
+        sys.stdout.write(text)
+    if table_file is not None:
+        table.save(rows, table_file)
     sys.stdout.flush()

@@ -3,7 +3,7 @@
 A model is what decides a figure: the GPU name and its PCIe link (generation and width, the
 maximum the card trains to) for a figure of one GPU; the same plus the link between them
 ('NV18', 'PIX', ...) for a pair; the CPU model for the host path. A host is one machine of
-a reference (its GPUs' UUIDs, else its file and node). Each figure of a model keeps:
+a reference (its GPUs' UUIDs, else its host name). Each figure of a model keeps:
 
     low, high   the range of the hosts' medians (low == high with one host)
     hosts       how many hosts it comes from: with 2 or more the range is a band that fails,
@@ -119,8 +119,9 @@ def shape_of(facts: dict[str, str]) -> str:
 
 
 def _host_id(facts: dict[str, str], source: str) -> str:
+    """A machine: its GPUs' UUIDs, else its host name (two runs of one node are one host)."""
     uuids = sorted(v for k, v in facts.items() if k.startswith("gpu.") and k.endswith(".uuid") and v)
-    return ",".join(uuids) or source
+    return ",".join(uuids) or facts.get("host", "") or source
 
 
 # ---------------------------------------------------------------- learning

@@ -13,7 +13,6 @@ A figure that fails or warns is measured again (its scenario once more) before i
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any, Callable
 
 from gpuipc_bench.check import conditions, figures as figs, judge, paths
@@ -81,11 +80,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             verdicts[path] = paths.PathVerdict(path, None if error.startswith("waived: ") else False,
                                                error.removeprefix("waived: "))
     shape = shape_of(facts)
-    for v in verdicts.values():
-        status = judge.PASS if v.ok else (judge.FAIL if v.ok is False and expectations.path_works(shape, v.name)
-                                          else judge.SKIP)
-        reason = v.reason + (f" (it works on {shape} in the expectations)" if status == judge.FAIL else "")
-        report.events.append(judge.Event(status, node, "path", v.name, reason=reason))
+    report.events += [path_event(v, node, shape, expectations) for v in verdicts.values()]
 
     bus_ids = {str(g.index): g.pci_bus_id for g in machine.gpus}
     causes = conditions.gpu_conditions(bus_ids) if gpu else {}
@@ -108,6 +103,17 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     report.events += list(judged.values())
     facts["check.paths_passed"] = ",".join(e.figure for e in report.events if e.kind == "path" and e.status == "pass")
     return report
+
+
+def path_event(v: paths.PathVerdict, node: str, shape: str, expectations: Expectations) -> judge.Event:
+    """A path that cannot work here fails only where the expectations say it works on this model
+    (GPU name and count); otherwise it is skipped, with its reason."""
+    if v.ok:
+        return judge.Event(judge.PASS, node, "path", v.name, reason=v.reason)
+    if v.ok is False and expectations.path_works(shape, v.name):
+        return judge.Event(judge.FAIL, node, "path", v.name, reason=f"{v.reason} (it works on {shape} in the "
+                                                                    f"expectations)")
+    return judge.Event(judge.SKIP, node, "path", v.name, reason=v.reason)
 
 
 def _frame(rows: list[dict]):
@@ -160,6 +166,3 @@ def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dic
         found[name] = "; ".join(errors)
     return found
 
-
-def node_label() -> str:
-    return os.environ.get("GPUIPC_BENCH_TEST_NODE_NAMES", "")

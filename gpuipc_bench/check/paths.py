@@ -9,6 +9,7 @@ False with the one-line reason it cannot work, or None (not applicable: no GPU).
 
 from __future__ import annotations
 
+import array
 import ctypes
 import dataclasses
 import importlib.util
@@ -152,7 +153,8 @@ def scm_rights_works() -> str | None:
             server.bind(name)
             reader, writer = os.pipe()
             try:
-                socket.send_fds(client, [b"x"], [reader], address=name)
+                rights = array.array("i", [reader]).tobytes()
+                client.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)], 0, name)
                 _, fds, _, _ = socket.recv_fds(server, 16, 1)
                 for fd in fds:
                     os.close(fd)

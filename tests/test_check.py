@@ -385,3 +385,28 @@ def test_a_bad_expectations_file_is_refused(tmp_path, text, words):
     bad.write_text(text)
     result = CliRunner().invoke(cli, ["check", "--expect", str(bad), "-o", str(tmp_path / "c.csv")])
     assert result.exit_code == 2 and words in result.output
+
+
+def _device_count_in_a_child() -> int:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        return pool.apply(_device_count)
+
+
+def _device_count() -> int:
+    from cupy.cuda import runtime
+
+    return runtime.getDeviceCount()
+
+
+@pytest.mark.gpu
+def test_check_of_a_gpu_node_never_initialises_cuda_in_this_process():
+    from gpuipc_bench.check.node import check_node
+
+    report = check_node("here", expect.load())
+    names = {e.figure for e in report.events if e.kind == "figure"}
+    assert {"h2d", "d2h", "d2d", "ipc-ce", "ipc-handoff-4k"} <= names
+    assert next(e for e in report.events if e.figure == "ipc" and e.kind == "path").status == "pass"
+    assert _device_count_in_a_child() >= 1  # a child forked after the check can still use CUDA

@@ -90,8 +90,12 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     again = [k for k, e in judged.items() if e.status in (judge.FAIL, judge.WARN)]
     if again:  # flutter: measure those figures' scenarios once more before they count
         rows: list[dict] = []
-        _measure(figs.scenarios_for([k[0] for k in again]), machine, runner, job, lambda r: (rows.append(r), keep(r)),
-                 timeout)
+
+        def keep_again(row: dict) -> None:
+            rows.append(row)
+            keep(row)
+
+        _measure(figs.scenarios_for([k[0] for k in again]), machine, runner, job, keep_again, timeout)
         second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1)}
         for k in again:
             if k in second:
@@ -140,7 +144,8 @@ def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dic
             continue
         scenario = scenarios[name]
         proof = name in PROOF_SCENARIOS
-        sizes = (figs.SMALL,) if proof else (GPU_SIZES if scenario.gpus_needed else HOST_SIZES)
+        sizes: tuple[int, ...] | None = (figs.SMALL,) if proof else (GPU_SIZES if scenario.gpus_needed
+                                                                      else HOST_SIZES)
         if name == "barrier":
             sizes = None
         config = RunConfig(scenarios=(name,), sizes=sizes, iterations=1 if proof else SAMPLES,

@@ -16,15 +16,15 @@ def fleet_rows(by_node: dict[str, list[Figure]], events: list[Event], missing: d
     medians = fleet_medians(by_node)
     outliers = fleet_outliers(by_node)
     expected = {(e.node, e.figure, e.gpus): e.expected_value for e in events if e.kind == "figure"}
-    rows = []
+    rows: list[dict] = []
     for node, figures in by_node.items():
-        cells = {}
+        cells: dict[str, dict] = {}
         for f in figures:
             key = f"{f.name}@{f.gpus}"
             median, edge = medians.get((f.name, f.gpus)), expected.get((node, f.name, f.gpus))
             cells[key] = {"value": f.value, "unit": f.unit, "of_median": _fraction(f, median),
                           "of_expected": _fraction(f, edge), "outlier": (node, f.name, f.gpus) in outliers}
-        fractions = [c["of_median"] for c in cells.values() if c["of_median"] is not None]
+        fractions: list[float] = [c["of_median"] for c in cells.values() if c["of_median"] is not None]
         rows.append({"node": node, "failures": sum(e.status == FAIL for e in events if e.node == node),
                      "worst": min(fractions) if fractions else None, "figures": cells, "missing": ""})
     for node, why in missing.items():

@@ -208,16 +208,17 @@ def _emit(events, reports, missing, fmt, table_file, output_file=None) -> None:
 
     rows = table.fleet_rows({n: r.figures for n, r in reports.items() if not r.error}, events, missing)
     if fmt == "terminal":
+        buffer = io.StringIO()
         if output_file is None:
             console = stdout_console()
         else:
             from rich.console import Console
 
-            console = Console(file=io.StringIO(), width=160, no_color=True)
+            console = Console(file=buffer, width=160, no_color=True)
         output.render_terminal(events, console)
         if len(rows) > 1:
             table.render(rows, console)
-        text = console.file.getvalue() if output_file is not None else ""
+        text = buffer.getvalue()
     elif fmt == "json":
         text = output.to_json_lines(events)
     elif fmt == "junit":

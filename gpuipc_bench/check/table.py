@@ -29,7 +29,8 @@ def fleet_rows(by_node: dict[str, list[Figure]], events: list[Event], missing: d
                      "worst": min(fractions) if fractions else None, "figures": cells, "missing": ""})
     for node, why in missing.items():
         rows.append({"node": node, "failures": 1, "worst": None, "figures": {}, "missing": why})
-    rows.sort(key=lambda r: (not r["missing"], -r["failures"], r["worst"] if r["worst"] is not None else 9e9))
+    # worst first: the nodes missing, then by their worst figure's fraction of the fleet median
+    rows.sort(key=lambda r: (not r["missing"], r["worst"] if r["worst"] is not None else 9e9, -r["failures"]))
     return rows
 
 

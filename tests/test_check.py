@@ -77,6 +77,16 @@ def test_a_peer_in_another_network_namespace_fails_the_descriptor_paths():
         assert v.ok is False and "another network namespace" in v.reason and "pidfd_getfd" in v.reason
 
 
+def test_two_gpus_without_peer_access_say_what_nvml_says():
+    facts = one_gpu(gpu_count=2, nvml_gpu_count=2, links={(0, 1): "PHB", (1, 0): "PHB"},
+                    nvml_p2p={(0, 1): "chipset not supported", (1, 0): "chipset not supported"})
+    v = verdict(facts, "peer")
+    assert v.ok is False
+    assert v.reason == ("no peer access between GPUs 0-1 (PHB; NVML P2P read: chipset not supported) "
+                        "(cudaDeviceCanAccessPeer)")
+    assert verdict(one_gpu(gpu_count=2, peer_access=frozenset({(0, 1), (1, 0)})), "peer").ok is True
+
+
 def test_the_same_namespaces_as_a_forked_child_pass():
     assert paths.child_namespaces() == paths.namespaces()
     assert verdict(one_gpu(), "ipc").ok is True

@@ -63,7 +63,10 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     facts = machine.metadata()
     facts["host"] = node
     report = NodeReport(node, facts)
-    verdicts = {v.name: v for v in paths.decide(paths.gather(machine, peer, peer_where))}
+    found = paths.gather(machine, peer, peer_where)
+    facts.update({"check.pid_ns": found.pid_ns, "check.peer": peer_where, "check.peer_pid_ns": found.peer_pid_ns,
+                  "check.net_ns": found.net_ns, "check.peer_net_ns": found.peer_net_ns})
+    verdicts = {v.name: v for v in paths.decide(found)}
 
     def keep(row: dict) -> None:
         row = {**row, "node": node}

@@ -37,6 +37,7 @@ class Facts:
     mig: bool = False
     peer_access: frozenset = frozenset()
     links: dict = dataclasses.field(default_factory=dict)
+    nvml_p2p: dict = dataclasses.field(default_factory=dict)  # (i, j) CUDA indices -> NVML's P2P read status
     pid_ns: str = ""
     net_ns: str = ""
     peer_pid_ns: str = ""  # of the process this one pairs with (an MPI rank, else a forked child)
@@ -192,6 +193,46 @@ def nvml_gpu_count() -> int | None:
             pass
 
 
+P2P_STATUS = {0: "OK", 1: "chipset not supported", 2: "GPU not supported", 3: "IOH topology not supported",
+              4: "disabled by the regkey", 5: "not supported", 6: "unknown"}
+
+
+def nvml_p2p(bus_ids: dict[int, str]) -> dict[tuple[int, int], str]:
+    """NVML's peer-to-peer read status between every two GPUs (CUDA indices -> PCI bus ids)."""
+    from gpuipc_bench.machine import normalise_bus_id
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return {}
+    found = {}
+    try:
+        handles = {}
+        for k in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(k)
+            bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
+            handles[normalise_bus_id(bus.decode() if isinstance(bus, bytes) else str(bus))] = handle
+        for i, a in bus_ids.items():
+            for j, b in bus_ids.items():
+                ha, hb = handles.get(normalise_bus_id(a)), handles.get(normalise_bus_id(b))
+                if i != j and ha is not None and hb is not None:
+                    try:
+                        code = pynvml.nvmlDeviceGetP2PStatus(ha, hb, pynvml.NVML_P2P_CAPS_INDEX_READ)
+                    except Exception:
+                        continue
+                    found[(i, j)] = P2P_STATUS.get(int(code), str(code))
+    except Exception:
+        pass
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+    return found
+
+
 def _ucx_info() -> str | None:
     binary = shutil.which("ucx_info")
     if not binary:
@@ -221,7 +262,8 @@ def gather(machine, peer: tuple[str, str] | None = None, peer_where: str = "a fo
         gpu_count=machine.gpu_count, no_gpu_reason=machine.no_gpu_reason if not machine.gpu_count else "",
         nvml_gpu_count=nvml_gpu_count(), visible=os.environ.get("CUDA_VISIBLE_DEVICES"),
         mig=any(g.mig_mode == "enabled" for g in machine.gpus), peer_access=machine.peer_access,
-        links=dict(machine.links), pid_ns=pid_ns, net_ns=net_ns, peer_pid_ns=peer_pid, peer_net_ns=peer_net,
+        links=dict(machine.links), nvml_p2p=nvml_p2p({g.index: g.pci_bus_id for g in machine.gpus})
+        if machine.gpu_count > 1 else {}, pid_ns=pid_ns, net_ns=net_ns, peer_pid_ns=peer_pid, peer_net_ns=peer_net,
         peer_where=peer_where, ptrace_scope=ptrace_scope(), pidfd=pidfd_getfd_works(),
         scm_rights=scm_rights_works(), shm_free=shm_free(), largest=largest, cuda_bindings=missing_reason(),
         mps_binary=mps.find_binary(), mps_serving=mps.serves_this_process(), imex_channels=imex, nccl=nccl,
@@ -289,7 +331,9 @@ def _peer(f: Facts) -> PathVerdict:
             return PathVerdict("peer", False, f"CUDA sees {f.gpu_count} of the {f.nvml_gpu_count} GPUs NVML lists "
                                               f"(CUDA_VISIBLE_DEVICES={f.visible!r}): both GPUs must be visible")
         return PathVerdict("peer", False, f"needs 2 GPUs, this node has {f.gpu_count}")
-    missing = [f"{a}-{b} ({f.links.get((a, b), '?')})" for a in range(f.gpu_count) for b in range(f.gpu_count)
+    missing = [f"{a}-{b} ({f.links.get((a, b), '?')}" + (f"; NVML P2P read: {f.nvml_p2p[(a, b)]}" if (a, b) in
+                                                          f.nvml_p2p else "") + ")"
+               for a in range(f.gpu_count) for b in range(f.gpu_count)
                if a < b and ((a, b) not in f.peer_access or (b, a) not in f.peer_access)]
     if missing:
         return PathVerdict("peer", False, f"no peer access between GPUs {', '.join(missing)} (cudaDeviceCanAccessPeer)")
@@ -355,4 +399,5 @@ def facts_dict(f: Facts) -> dict[str, Any]:
     out = dataclasses.asdict(f)
     out["peer_access"] = sorted(list(p) for p in f.peer_access)
     out["links"] = {f"{a}-{b}": v for (a, b), v in f.links.items()}
+    out["nvml_p2p"] = {f"{a}-{b}": v for (a, b), v in f.nvml_p2p.items()}
     return out

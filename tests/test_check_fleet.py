@@ -66,7 +66,10 @@ def test_three_nodes_write_one_fleet_csv_and_a_slow_node_is_named(tmp_path):
     assert sorted(s.get("name") for s in root.findall("testsuite")) == ["a", "b", "c"]
     assert root.find(".//testsuite[@name='c']/testcase[@name='host-memcpy']/failure") is not None
     table = md.read_text().splitlines()
-    assert table[2].startswith("| c |") and "!" in table[2]  # the worst node first, its outlier marked
+    c = next(line for line in table if line.startswith("| c |"))
+    assert c.split(" | ")[2].endswith("!")  # host-memcpy, its first figure, marked an outlier
+    worst = [min(float(x.split()[0]) for x in line.strip("| ").split(" | ")[2:]) for line in table[2:5]]
+    assert worst == sorted(worst)  # the worst node first (CPU latencies are noisy here: any node may be)
     assert none_left(out)
 
     # --learn from the healthy nodes' rows: a band of two hosts per CPU figure, which fails a slow node
@@ -113,5 +116,6 @@ def test_a_killed_node_leaves_the_others_rows_and_its_name_in_the_csv(tmp_path):
     assert done.returncode != 0
     df, meta = read_results(out)
     assert set(df["node"]) == {"a", "c"} and meta["partial"] == "true"
-    assert meta["status"].startswith("running: waiting for b (reported: ")
+    # the header names b: as still awaited, or (when rank 0 outran the launcher's kill) as missing
+    assert meta["status"].startswith("running: waiting for b (reported: ") or meta["check.missing"] == "b"
     assert none_left(out)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import math
 import shlex
 import socket
 import sys
@@ -79,8 +80,9 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
         raise UsageError(f"{csv_files[0]}: CSV files are read by --learn only")
     if tolerance is not None and not 0 <= tolerance < 1:
         raise UsageError(f"--tolerance {tolerance:g}: must be a fraction from 0 to 1 (0.1 is 10%)")
-    if deadline <= 0 or timeout <= 0:
-        raise UsageError("--deadline and --timeout must be positive seconds")
+    for option, seconds in (("--deadline", deadline), ("--timeout", timeout)):
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise UsageError(f"{option} {seconds:g}: must be a positive number of seconds")
     expectations = expect.load(expect_file)
     fleet_mode = mpi_launch.resolve_launcher(launcher) == "mpi"
     if fleet_mode:
@@ -94,9 +96,12 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
     from gpuipc_bench.config import check_writable
 
     check_writable(out, force)
-    for extra in (table_file, output_file):
+    for option, extra in (("--table", table_file), ("--output", output_file)):
         if extra is not None:
-            check_writable(extra, force)
+            try:
+                check_writable(extra, force)
+            except UsageError as exc:  # its words name --out
+                raise UsageError(str(exc).replace(f"--out {extra}", f"{option} {extra}", 1)) from None
     code = _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file)
     raise click.exceptions.Exit(code)
 

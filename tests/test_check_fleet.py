@@ -119,3 +119,24 @@ def test_a_killed_node_leaves_the_others_rows_and_its_name_in_the_csv(tmp_path):
     # the header names b: as still awaited, or (when rank 0 outran the launcher's kill) as missing
     assert meta["status"].startswith("running: waiting for b (reported: ") or meta["check.missing"] == "b"
     assert none_left(out)
+
+
+@needs_mpi
+def test_a_rank_in_another_pid_namespace_is_named_by_its_node(tmp_path):
+    """Two ranks of one node, the second started by `unshare --pid --fork` (as a second container
+    would be): the leader compares the namespaces the ranks said hello with."""
+    if subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True).returncode != 0:
+        pytest.skip("this machine does not allow a second PID namespace (unshare --pid --fork)")
+    out, events = tmp_path / "ns.csv", tmp_path / "ns.jsonl"
+    check = " ".join([*BENCH, "-o", str(out), "--format", "json", "--output", str(events)])
+    script = f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec unshare --pid --fork {check}; else exec {check}; fi'
+    done = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=180, env=env())
+    assert done.returncode == 0, done.stderr
+    _, meta = read_results(out)
+    node = meta["check.nodes"]
+    assert meta[f"node.{node}.check.peer"] == "rank 1"
+    assert meta[f"node.{node}.check.pid_ns"] != meta[f"node.{node}.check.peer_pid_ns"]
+    ipc = next(json.loads(x) for x in events.read_text().splitlines() if '"figure": "ipc"' in x)
+    assert "its peer (rank 1) runs in another PID namespace" in ipc["reason"]
+    assert none_left(out)

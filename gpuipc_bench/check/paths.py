@@ -289,12 +289,15 @@ def _no_gpu(f: Facts, name: str) -> PathVerdict | None:
 
 
 def _ipc(f: Facts) -> PathVerdict:
+    apart = f.pid_ns and f.peer_pid_ns and f.pid_ns != f.peer_pid_ns
+    why = (f"its peer ({f.peer_where}) runs in another PID namespace ({f.peer_pid_ns}, this one {f.pid_ns}): "
+           "cudaIpcOpenMemHandle fails across PID namespaces (invalid device context); share one (hostPID, "
+           "--pid=host)")
     if (v := _no_gpu(f, "ipc")) is not None:
+        v.reason += f"; and {why}" if apart else ""  # what would fail here once there is a GPU
         return v
-    if f.pid_ns and f.peer_pid_ns and f.pid_ns != f.peer_pid_ns:
-        return PathVerdict("ipc", False, f"its peer ({f.peer_where}) runs in another PID namespace ({f.peer_pid_ns}, "
-                                         f"this one {f.pid_ns}): cudaIpcOpenMemHandle fails across PID namespaces "
-                                         "(invalid device context); share one (hostPID, --pid=host)")
+    if apart:
+        return PathVerdict("ipc", False, why)
     if f.mig:
         return PathVerdict("ipc", True, "MIG is on: CUDA IPC works inside one MIG instance, not across instances")
     return PathVerdict("ipc", True, f"same PID namespace as its peer ({f.pid_ns})")

@@ -83,15 +83,13 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
     for option, seconds in (("--deadline", deadline), ("--timeout", timeout)):
         if not (math.isfinite(seconds) and seconds > 0):
             raise UsageError(f"{option} {seconds:g}: must be a positive number of seconds")
-    expectations = expect.load(expect_file)
     fleet_mode = mpi_launch.resolve_launcher(launcher) == "mpi"
-    if fleet_mode:
-        rank = _mpi_rank()
-        if rank != 0:  # a worker: rank 0 checks the options' files and writes the results
-            from gpuipc_bench.check import fleet
+    if fleet_mode and _mpi_rank() != 0:  # rank 0 reads the files, sends the expectations, writes the results
+        from gpuipc_bench.check import fleet
 
-            fleet.run(expectations, tolerance, deadline, timeout, lambda n, f: None, lambda r: None)
-            return
+        fleet.run(expect.Expectations({}, {}), tolerance, deadline, timeout, lambda n, f: None, lambda r: None)
+        return
+    expectations = expect.load(expect_file)
     out = out or _default_out()
     from gpuipc_bench.config import check_writable
 

@@ -383,6 +383,16 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.output
 
 
+def test_learn_does_not_overwrite_a_file_without_force(tmp_path):
+    kept = tmp_path / "kept.json"
+    kept.write_text("keep")
+    result = CliRunner().invoke(cli, ["check", "--learn", str(kept), str(REFERENCES[0])])
+    assert result.exit_code == 2 and f"--learn {kept}: file exists; use --force" in result.output
+    assert kept.read_text() == "keep"
+    assert CliRunner().invoke(cli, ["check", "--learn", str(kept), str(REFERENCES[0]), "--force"]).exit_code == 0
+    assert expect.load(kept).get(H100, "h2d").hosts == 1
+
+
 @pytest.mark.parametrize("text, words", [
     ("{not json", "not JSON"),
     ('{"format": "other"}', "not an expectations file"),

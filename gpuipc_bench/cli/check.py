@@ -50,7 +50,7 @@ FORMATS = ("terminal", "json", "junit", "prometheus", "markdown")
 @click.option("--output", "output_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help="Write the --format output into FILE instead of standard output (written before anything is "
                    "printed: an MPI launcher that ends the job may drop what its ranks print last).")
-@click.option("--force", is_flag=True, help="Overwrite --out, --output and --table if they exist.")
+@click.option("--force", is_flag=True, help="Overwrite --out, --output, --table and --learn's file if they exist.")
 @click.option("--table", "table_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help="Also write the fleet table: .md, .json, or .png/.svg (a node x figure heatmap).")
 @click.option("--deadline", type=float, default=600.0, show_default=True,
@@ -71,6 +71,12 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
     if learn_file is not None:
         if not csv_files:
             raise UsageError("--learn FILE: give the healthy runs' CSV files to learn from")
+        from gpuipc_bench.config import check_writable
+
+        try:
+            check_writable(learn_file, force)
+        except UsageError as exc:  # its words name --out
+            raise UsageError(str(exc).replace(f"--out {learn_file}", f"--learn {learn_file}", 1)) from None
         learned = expect.learn(list(csv_files), expect.TOLERANCE if tolerance is None else tolerance)
         expect.save(learned, learn_file)
         stderr_console().print(f"wrote {escape(str(learn_file))}: {len(learned.entries)} expectations over "

@@ -88,6 +88,20 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["report", SMALL, "--force=1"], ["--force", "does not take a value"]),
     (["report", SMALL, "--detailed=1"], ["--detailed", "does not take a value"]),
     (["report", SMALL, "--summary=1"], ["--summary", "does not take a value"]),
+    # ---- check
+    (["check", "--expect", "missing.json"], ["--expect missing.json", "no such file"]),
+    (["check", "--learn", "e.json"], ["--learn FILE", "CSV files"]),
+    (["check", "x.csv"], ["x.csv", "--learn only"]),
+    (["check", "--tolerance", "1.5"], ["--tolerance 1.5", "fraction from 0 to 1"]),
+    (["check", "--tolerance", "x"], ["--tolerance", "not a valid float"]),
+    (["check", "--format", "xml"], ["--format", "'xml' is not one of"]),
+    (["check", "--out", "-"], ["--out -"]),
+    (["check", "--output", "."], ["--output .", "is a directory"]),
+    (["check", "--table", "/dev/null"], ["--table /dev/null", "not a regular file"]),
+    (["check", "--deadline", "nan"], ["--deadline", "positive"]),
+    (["check", "--timeout", "-1"], ["--timeout", "positive"]),
+    (["check", "--force=1"], ["--force", "does not take a value"]),
+    (["check", "--launcher", "ssh"], ["--launcher", "'ssh' is not one of"]),
 ]
 
 

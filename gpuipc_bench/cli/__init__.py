@@ -22,7 +22,7 @@ import click
 
 from gpuipc_bench import __version__
 from gpuipc_bench.cli.console import signal_name, stderr_console
-from gpuipc_bench.cli import info, report, run
+from gpuipc_bench.cli import check, info, report, run
 from gpuipc_bench.errors import BenchError, Interrupted
 from gpuipc_bench.sizes import format_size
 
@@ -132,7 +132,7 @@ def cli():
 
 
 # The commands, in the order --help lists them; the modules keep their names (cli.run is the module).
-for command in (info.list_cmd, info.info, run.run, report.report):
+for command in (info.list_cmd, info.info, run.run, report.report, check.check):
     cli.add_command(command)
 
 

@@ -1,0 +1,157 @@
+"""The headline figures of a check, taken from a run's rows (one node's).
+
+A figure is one number per GPU, GPU pair or host: the median of its samples at one size
+(GB/s, higher is better; or µs, lower is better), with the median of its ceiling's samples
+from the same run where it has one (a path's figure is judged against its own ceiling too,
+so that a slow host link does not blame the path).
+
+    h2d, d2h, d2d      copy-engine ceilings per GPU (pinned host memory; device-local), 256 MiB
+    ipc-ce             CUDA IPC, a second process on the same GPU pulls with the copy engine, stream, 256 MiB
+    ipc-handoff-4k     the same path, 4 KiB handed over one transfer at a time (µs per transfer, time-sliced)
+    peer               copy-engine peer copy between two GPUs in one process (the pair's ceiling), 256 MiB
+    peer-ce            the peer path across two processes, stream, 256 MiB
+    host-memcpy        one CPU process's memcpy, 16 MiB (the host path's ceiling)
+    host-handoff       two CPU processes hand 16 MiB over through shared memory
+    host-pingpong-4k   CPU processes' ping-pong through shared memory, one way, 4 KiB (µs)
+    barrier            the tool's shared-memory barrier crossing (µs)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from gpuipc_bench.check import plant
+
+GB, US = "GB/s", "µs"
+BIG = 256 << 20  # the GPU paths' bandwidth size
+HOST_BIG = 16 << 20  # the host path's (its default sweep ends there)
+SMALL = 4 << 10
+UNSHARED = ("time-sliced", "exclusive", "none")  # the rows of a check (no MPS daemon of its own)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    name: str
+    path: str
+    variant: str  # a regular expression; its groups name the GPU(s)
+    measure: str
+    metric: str
+    size: int | None  # None: every size (barrier)
+    unit: str = GB
+    scenario: str = ""  # the scenario that measures it (a re-measure runs it again)
+    same_gpu: bool = False  # rows with src == dst only
+    unshared: bool = False  # rows of the time-sliced (or exclusive) mode only
+
+    @property
+    def higher_better(self) -> bool:
+        return self.unit == GB
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec("h2d", "ceiling", r"h2d@(\d+)", "stream", "bandwidth", BIG, scenario="staging"),
+    Spec("d2h", "ceiling", r"d2h@(\d+)", "stream", "bandwidth", BIG, scenario="staging"),
+    Spec("d2d", "ceiling", r"d2d@(\d+)", "stream", "bandwidth", BIG, scenario="ipc"),
+    Spec("ipc-ce", "ipc", "ce", "stream", "bandwidth", BIG, scenario="ipc", same_gpu=True, unshared=True),
+    Spec("ipc-handoff-4k", "ipc", "ce", "handoff", "bandwidth", SMALL, US, "ipc", same_gpu=True, unshared=True),
+    Spec("peer", "ceiling", r"peer@(\d+)>(\d+)", "stream", "bandwidth", BIG, scenario="peer"),
+    Spec("peer-ce", "peer", "ce", "stream", "bandwidth", BIG, scenario="peer"),
+    Spec("host-memcpy", "ceiling", "memcpy@host", "stream", "bandwidth", HOST_BIG, scenario="host"),
+    Spec("host-handoff", "host", "shared-buffer", "handoff", "bandwidth", HOST_BIG, scenario="host"),
+    Spec("host-pingpong-4k", "host", "pingpong", "pingpong", "latency", SMALL, US, "host"),
+    Spec("barrier", "barrier", "shm", "", "latency", None, US, "barrier"),
+)
+BY_NAME = {spec.name: spec for spec in SPECS}
+
+
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    name: str
+    gpus: str  # '0', '0>1' or 'host'
+    value: float
+    unit: str
+    ceiling: float | None = None  # the median of its ceiling's samples in the same run
+    samples: int = 0
+
+    @property
+    def higher_better(self) -> bool:
+        return self.unit == GB
+
+    def text(self, value: float | None = None) -> str:
+        return format_value(self.value if value is None else value, self.unit)
+
+
+def format_value(value: float | None, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3g} {unit}" if abs(value) < 100 else f"{value:.0f} {unit}"
+
+
+def figures_of(frame, node: str = "", attempt: int = 0) -> list[Figure]:
+    """Every headline figure the rows hold (one node's rows), planted faults applied (tests only)."""
+    if frame is None or len(frame) == 0:
+        return []
+    out = []
+    for spec in SPECS:
+        for figure in _take(spec, frame):
+            factor = plant.figure_factor(node, figure.name, attempt)
+            if factor != 1.0:
+                value = figure.value * factor if figure.higher_better else figure.value / factor
+                figure = dataclasses.replace(figure, value=value)
+            out.append(figure)
+    return out
+
+
+def _take(spec: Spec, frame) -> list[Figure]:
+    rows = frame[(frame["path"] == spec.path) & (frame["measure"] == spec.measure)
+                 & (frame["metric"] == spec.metric)]
+    if spec.size is not None:
+        rows = rows[rows["bytes"] == spec.size]
+    if spec.unshared:
+        rows = rows[rows["sharing"].isin(UNSHARED)]
+    if spec.same_gpu:
+        rows = rows[rows["src"] == rows["dst"]]
+    rows = rows[rows["verified"].fillna(True).astype(bool)]
+    pattern = re.compile(spec.variant + "$")
+    found = []
+    for (variant, src, dst), group in rows.groupby(["variant", "src", "dst"], sort=True):
+        match = pattern.match(str(variant))
+        if not match:
+            continue
+        gpus = ">".join(match.groups()) if match.groups() else _gpus(str(src), str(dst))
+        ceiling = _ceiling(frame, group) if spec.unit == GB else None  # a latency has no GB/s bound
+        found.append(Figure(spec.name, gpus, _value(spec, group), spec.unit, ceiling, int(len(group))))
+    return found
+
+
+def _gpus(src: str, dst: str) -> str:
+    if src == "host" and dst == "host":
+        return "host"
+    return src if src == dst else f"{src}>{dst}"
+
+
+def _value(spec: Spec, group) -> float:
+    if spec.unit == GB:
+        return float(group["bandwidth_gbps"].median())
+    return float(group["seconds"].median() * 1e6)
+
+
+def _ceiling(frame, group) -> float | None:
+    names = [c for c in group["ceiling"].unique() if c]
+    if not names:
+        return None
+    size = int(group["bytes"].iloc[0])
+    rows = frame[(frame["path"] == "ceiling") & (frame["variant"] == names[0]) & (frame["bytes"] == size)]
+    if rows.empty:
+        return None
+    return float(rows["bandwidth_gbps"].median())
+
+
+def scenarios_for(names: list[str]) -> list[str]:
+    """The scenarios that measure these figures (a re-measure runs only them)."""
+    return list(dict.fromkeys(BY_NAME[n].scenario for n in names if n in BY_NAME))
+
+
+def as_dict(figure: Figure) -> dict[str, Any]:
+    return dataclasses.asdict(figure)

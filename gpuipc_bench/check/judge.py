@@ -1,0 +1,154 @@
+"""Judging: each figure against its model's expectation and its own ceiling; nodes against the fleet.
+
+A figure fails when it is more than the tolerance below its expectation's band (above it for
+a latency) AND, where it has a ceiling measured in the same run, more than the tolerance below
+the fraction of that ceiling the references reached: a slow host link then fails its own
+ceiling figure (h2d) and does not blame the path. Against a single-host reference a figure
+only warns. A figure without an expectation for its model passes with that said (the fleet
+rules still apply). A busy GPU, a throttled clock or a down-trained PCIe link seen on the
+figure's GPUs is named as the likely cause.
+
+Across a fleet, a node's figure is an outlier when it is more than 10% worse than the fleet's
+median and either far from it by the median absolute deviation (robust z beyond 3.5) or, by
+Megatron-LM's straggler rule, more than 1σ and more than 10% worse than the mean.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from typing import Any
+
+from gpuipc_bench.check.expect import Expectation, Expectations, model_of
+from gpuipc_bench.check.figures import Figure, format_value
+
+PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
+ROBUST_Z = 3.5
+FLEET_GAP = 0.10
+
+
+@dataclasses.dataclass
+class Event:
+    """One check's outcome: a path, a figure, a node or a fleet comparison."""
+
+    status: str
+    node: str
+    kind: str  # 'path', 'figure', 'fleet' or 'node'
+    figure: str  # the figure's or the path's name
+    gpus: str = ""
+    measured: float | None = None
+    expected: str = ""
+    unit: str = ""
+    reason: str = ""
+    expected_value: float | None = None  # the band's edge the figure was held to (for fractions)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def title(self) -> str:
+        where = f" GPU {self.gpus}" if self.gpus and self.gpus != "host" else (" host" if self.gpus else "")
+        return f"{self.node}{where} {self.kind} {self.figure}"
+
+
+def judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations: Expectations,
+                 tolerance: float | None = None, causes: dict[str, list[str]] | None = None) -> Event:
+    tol = expectations.tolerance if tolerance is None else tolerance
+    model = model_of(facts, figure.gpus)
+    exp = expectations.get(model, figure.name)
+    event = Event(PASS, node, "figure", figure.name, figure.gpus, figure.value, "", figure.unit)
+    if exp is None:
+        event.reason = f"no expectation for {model}"
+        return event
+    event.expected, event.expected_value = exp.text(), (exp.low if figure.higher_better else exp.high)
+    limit = exp.low * (1 - tol) if figure.higher_better else exp.high * (1 + tol)
+    worse = figure.value < limit if figure.higher_better else figure.value > limit
+    if not worse:
+        return event
+    short = _shortfall(figure, exp)
+    own = _own_ceiling(figure, exp, tol)
+    if own is not None:
+        event.reason = f"{short}, but {own}: the link it rides on is slow, not the path"
+        return event
+    event.status = FAIL if exp.band else WARN
+    event.reason = short + ("" if exp.band else " (a single-host reference: a warning only)")
+    found = [c for g in figure.gpus.split(">") for c in (causes or {}).get(g, []) if _applies(c, figure)]
+    if found:
+        event.reason += "; likely cause: " + "; ".join(dict.fromkeys(found))
+    return event
+
+
+def _shortfall(figure: Figure, exp: Expectation) -> str:
+    edge = exp.low if figure.higher_better else exp.high
+    word = "below" if figure.higher_better else "above"
+    return f"{figure.text()} is {abs(figure.value / edge - 1):.0%} {word} {exp.text()}"
+
+
+def _own_ceiling(figure: Figure, exp: Expectation, tol: float) -> str | None:
+    """Why a path's low figure is not its fault (it reaches its own ceiling as the references did)."""
+    if not figure.ceiling or not exp.of_ceiling:
+        return None
+    ratio = figure.value / figure.ceiling
+    if ratio >= exp.of_ceiling * (1 - tol):
+        return (f"it reaches {ratio:.0%} of its ceiling measured here ({format_value(figure.ceiling, figure.unit)}; "
+                f"the references {exp.of_ceiling:.0%})")
+    return None
+
+
+def _applies(cause: str, figure: Figure) -> bool:
+    return not cause.startswith("PCIe") or figure.name in ("h2d", "d2h")
+
+
+def remeasured(first: Event, again: Event) -> Event:
+    """A figure measured again after it failed (flutter): the second word counts, the first is said."""
+    if first.status in (FAIL, WARN) and again.status == PASS:
+        again.reason = (f"passed when measured again (first {format_value(first.measured, first.unit)}: "
+                        f"flutter)" + (f"; {again.reason}" if again.reason else ""))
+    elif again.status in (FAIL, WARN):
+        again.reason += f" (measured twice; first {format_value(first.measured, first.unit)})"
+    return again
+
+
+# ---------------------------------------------------------------- the fleet
+
+
+def fleet_outliers(by_node: dict[str, list[Figure]]) -> dict[tuple[str, str, str], str]:
+    """(node, figure, gpus) -> why that figure of that node stands out below the fleet."""
+    values: dict[tuple[str, str], dict[str, Figure]] = {}
+    for node, figures in by_node.items():
+        for f in figures:
+            values.setdefault((f.name, f.gpus), {})[node] = f
+    found = {}
+    for (name, gpus), nodes in values.items():
+        if len(nodes) < 3:
+            continue
+        sign = 1.0 if next(iter(nodes.values())).higher_better else -1.0
+        xs = {n: sign * f.value for n, f in nodes.items()}  # larger is better from here on
+        median = statistics.median(xs.values())
+        mad = statistics.median(abs(x - median) for x in xs.values())
+        mad = max(mad, 0.01 * abs(median))
+        mean = statistics.fmean(xs.values())
+        sigma = statistics.pstdev(xs.values())
+        for node, x in xs.items():
+            far_from_median = x < median - FLEET_GAP * abs(median)
+            robust = 0.6745 * (x - median) / mad < -ROBUST_Z
+            megatron = x < mean - sigma and x < mean - FLEET_GAP * abs(mean)
+            if far_from_median and (robust or megatron):
+                rules = [r for r, hit in (("median absolute deviation", robust),
+                                          ("> 1σ and > 10% below the mean", megatron)) if hit]
+                fraction = nodes[node].value / (sign * median)
+                found[(node, name, gpus)] = (f"{format_value(nodes[node].value, nodes[node].unit)} is {fraction:.2f} "
+                                             f"of the fleet median {format_value(sign * median, nodes[node].unit)} "
+                                             f"(outlier: {'; '.join(rules)})")
+    return found
+
+
+def fleet_medians(by_node: dict[str, list[Figure]]) -> dict[tuple[str, str], float]:
+    values: dict[tuple[str, str], list[float]] = {}
+    for figures in by_node.values():
+        for f in figures:
+            values.setdefault((f.name, f.gpus), []).append(f.value)
+    return {k: statistics.median(v) for k, v in values.items()}
+
+
+def exit_code(events: list[Event]) -> int:
+    return 1 if any(e.status == FAIL for e in events) else 0

@@ -1,0 +1,176 @@
+"""The check of one node: which paths work, the short measurement, each figure judged.
+
+The measurement is `gpuipc-bench run`'s machinery through its public parts (RunConfig, the
+plan, launcher.run_scenario or an MPI job's run_scenario), on a short preset: two sizes (the
+latency-bound 4 KiB and the bandwidth-bound 256 MiB; 16 MiB for the host path), 5 samples
+after one warm-up, the same-GPU pairs time-sliced only (no MPS daemon of its own). GPU
+nodes run staging (h2d, d2h), ipc (d2d, ipc-ce, ipc-handoff-4k) and, with two GPUs or more,
+peer for every ordered pair; vmm and mempool run once at 4 KiB, as the proof that their
+path works. A node without a GPU runs the host path and the barrier (the CPU figures).
+A figure that fails or warns is measured again (its scenario once more) before it counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from gpuipc_bench.check import conditions, figures as figs, judge, paths
+from gpuipc_bench.check.expect import Expectations, shape_of
+from gpuipc_bench.errors import BenchError, UsageError
+
+SAMPLES, WARMUP = 5, 1
+GPU_SIZES = (figs.SMALL, figs.BIG)
+HOST_SIZES = (figs.SMALL, figs.HOST_BIG)
+GPU_SCENARIOS = ("staging", "ipc", "peer")
+PROOF_SCENARIOS = ("vmm", "mempool")  # a path's proof: one tiny run
+CPU_SCENARIOS = ("host", "barrier")
+PATH_OF = {"ipc": "ipc", "vmm": "vmm", "mempool": "mempool", "peer": "peer", "host": "host"}
+
+
+@dataclasses.dataclass
+class NodeReport:
+    node: str
+    facts: dict[str, str]
+    rows: list[dict] = dataclasses.field(default_factory=list)
+    events: list[judge.Event] = dataclasses.field(default_factory=list)
+    figures: list[figs.Figure] = dataclasses.field(default_factory=list)
+    error: str = ""
+
+
+Runner = Callable[..., Any]  # (scenario, config, specs, on_row) -> launcher.Outcome
+
+
+def fork_runner(scenario, config, specs, on_row):
+    """Forked workers, the same-GPU pairs time-sliced (as `run --sharing time-sliced`)."""
+    from gpuipc_bench import launcher, modes
+
+    mode = modes.make(("time-sliced",))[0]
+    mode.start()
+    try:
+        return launcher.run_scenario(scenario, config, specs, on_row=on_row, env=mode.env())
+    finally:
+        mode.stop()
+
+
+def check_node(node: str, expectations: Expectations, tolerance: float | None = None, runner: Runner = fork_runner,
+               job=None, peer: tuple[str, str] | None = None, peer_where: str = "a forked child",
+               on_row: Callable[[dict], None] | None = None, timeout: float = 60.0) -> NodeReport:
+    """Check this node. `job`: the node's MPI job (its ranks are the workers), None: forked workers."""
+    from gpuipc_bench.machine import probe
+
+    machine = probe()
+    facts = machine.metadata()
+    facts["host"] = node
+    report = NodeReport(node, facts)
+    found = paths.gather(machine, peer, peer_where)
+    facts.update({"check.pid_ns": found.pid_ns, "check.peer": peer_where, "check.peer_pid_ns": found.peer_pid_ns,
+                  "check.net_ns": found.net_ns, "check.peer_net_ns": found.peer_net_ns})
+    verdicts = {v.name: v for v in paths.decide(found)}
+
+    def keep(row: dict) -> None:
+        row = {**row, "node": node}
+        report.rows.append(row)
+        if on_row is not None:
+            on_row(row)
+
+    gpu = machine.gpu_count > 0
+    names = [*GPU_SCENARIOS, *PROOF_SCENARIOS] if gpu else list(CPU_SCENARIOS)
+    outcomes = _measure(names, machine, runner, job, keep, timeout)
+    for name, error in outcomes.items():
+        path = PATH_OF.get(name)
+        if error and path in verdicts and verdicts[path].ok is not False:
+            verdicts[path] = paths.PathVerdict(path, None if error.startswith("waived: ") else False,
+                                               error.removeprefix("waived: "))
+    shape = shape_of(facts)
+    report.events += [path_event(v, node, shape, expectations) for v in verdicts.values()]
+
+    bus_ids = {str(g.index): g.pci_bus_id for g in machine.gpus}
+    causes = conditions.gpu_conditions(bus_ids) if gpu else {}
+    frame = _frame(report.rows)
+    first = {(f.name, f.gpus): f for f in figs.figures_of(frame, node)}
+    judged = {k: judge.judge_figure(f, node, facts, expectations, tolerance, causes) for k, f in first.items()}
+    again = [k for k, e in judged.items() if e.status in (judge.FAIL, judge.WARN)]
+    if again:  # flutter: measure those figures' scenarios once more before they count
+        rows: list[dict] = []
+
+        def keep_again(row: dict) -> None:
+            rows.append(row)
+            keep(row)
+
+        _measure(figs.scenarios_for([k[0] for k in again]), machine, runner, job, keep_again, timeout)
+        second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1)}
+        for k in again:
+            if k in second:
+                first[k] = second[k]
+                judged[k] = judge.remeasured(judged[k], judge.judge_figure(second[k], node, facts, expectations,
+                                                                           tolerance, causes))
+        facts["check.remeasured"] = ",".join(f"{n}@{g}" for n, g in again)
+    report.figures = list(first.values())
+    report.events += list(judged.values())
+    facts["check.paths_passed"] = ",".join(e.figure for e in report.events if e.kind == "path" and e.status == "pass")
+    return report
+
+
+def path_event(v: paths.PathVerdict, node: str, shape: str, expectations: Expectations) -> judge.Event:
+    """A path that cannot work here fails only where the expectations say it works on this model
+    (GPU name and count); otherwise it is skipped, with its reason."""
+    if v.ok:
+        return judge.Event(judge.PASS, node, "path", v.name, reason=v.reason)
+    if v.ok is False and expectations.path_works(shape, v.name):
+        return judge.Event(judge.FAIL, node, "path", v.name, reason=f"{v.reason} (it works on {shape} in the "
+                                                                    f"expectations)")
+    return judge.Event(judge.SKIP, node, "path", v.name, reason=v.reason)
+
+
+def _frame(rows: list[dict]):
+    from gpuipc_bench.results import empty_frame, typed_frame
+
+    if not rows:
+        return empty_frame()
+    import pandas as pd
+
+    from gpuipc_bench.results import COLUMNS, new_row
+
+    return typed_frame(pd.DataFrame.from_records([new_row(**r) for r in rows], columns=list(COLUMNS)))
+
+
+def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dict[str, str]:
+    """Run each named scenario on the preset; scenario -> '' (ran), its error, or 'waived: why'."""
+    from gpuipc_bench.config import RunConfig
+    from gpuipc_bench.plan import plan_pairs, plan_scenarios, registry
+
+    scenarios = registry()
+    found: dict[str, str] = {}
+    for name in names:
+        if name not in scenarios:
+            continue
+        scenario = scenarios[name]
+        proof = name in PROOF_SCENARIOS
+        sizes: tuple[int, ...] | None = (figs.SMALL,) if proof else (GPU_SIZES if scenario.gpus_needed
+                                                                      else HOST_SIZES)
+        if name == "barrier":
+            sizes = None
+        config = RunConfig(scenarios=(name,), sizes=sizes, iterations=1 if proof else SAMPLES,
+                           warmup=0 if proof else WARMUP, timeout=timeout, workers=job.size if job else None,
+                           launcher="mpi" if job else "fork", sharing=("time-sliced",))
+        try:
+            plan, _ = plan_scenarios(config, scenarios, machine, explicit=False, job=job)
+            if scenario.pairable and scenario.gpus_needed >= 2 and machine.gpu_count >= 2:
+                plan = plan_pairs(plan, config, machine, "all")
+        except UsageError as exc:  # waived here: the reason is the path's
+            reason = scenario.waive_reason(machine) or str(exc)
+            found[name] = f"waived: {reason}"
+            continue
+        errors = []
+        for sc, specs in plan:
+            try:
+                outcome = runner(sc, config, specs, on_row)
+            except BenchError as exc:
+                errors.append(str(exc))
+                continue
+            if outcome.error is not None:
+                errors.append(str(outcome.error).splitlines()[0])
+        found[name] = "; ".join(errors)
+    return found
+

@@ -1,0 +1,136 @@
+"""The events of a check in the forms fleet tools take: JSON lines, JUnit XML, Prometheus text.
+
+    json        one JSON object a line, one per check: status, node, kind, figure, gpus, measured,
+                expected, unit, reason
+    junit       a testsuite per node, a testcase per check; failures as <failure>, skipped paths as
+                <skipped>, warnings as a passing case with the warning in <system-out>
+    prometheus  the text format of a node exporter's textfile collector: the figures, their
+                expectations and each check's status (1 for the status it has)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from xml.etree import ElementTree as ET
+
+from gpuipc_bench.check.judge import FAIL, SKIP, WARN, Event
+
+STATUSES = ("pass", "warn", "fail", "skip")
+
+
+def to_json_lines(events: list[Event]) -> str:
+    return "".join(json.dumps(e.as_dict(), ensure_ascii=False, allow_nan=False,
+                              default=str) + "\n" for e in _finite(events))
+
+
+def _finite(events: list[Event]) -> list[Event]:
+    for e in events:
+        if e.measured is not None and not math.isfinite(e.measured):
+            e.measured = None
+    return events
+
+
+def to_junit(events: list[Event]) -> str:
+    suites = ET.Element("testsuites", name="gpuipc-bench check")
+    by_node: dict[str, list[Event]] = {}
+    for e in events:
+        by_node.setdefault(e.node, []).append(e)
+    for node, items in by_node.items():
+        suite = ET.SubElement(suites, "testsuite", name=node, tests=str(len(items)),
+                              failures=str(sum(e.status == FAIL for e in items)),
+                              skipped=str(sum(e.status == SKIP for e in items)), errors="0")
+        for e in items:
+            name = e.figure + (f" GPU {e.gpus}" if e.gpus and e.gpus != "host" else "")
+            case = ET.SubElement(suite, "testcase", classname=f"{node}.{e.kind}", name=name)
+            text = _line(e)
+            if e.status == FAIL:
+                ET.SubElement(case, "failure", message=text[:500]).text = text
+            elif e.status == SKIP:
+                ET.SubElement(case, "skipped", message=text[:500])
+            elif text:
+                ET.SubElement(case, "system-out").text = ("warning: " if e.status == WARN else "") + text
+    ET.indent(suites)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(suites, encoding="unicode") + "\n"
+
+
+def _line(e: Event) -> str:
+    from gpuipc_bench.check.figures import format_value
+
+    parts = []
+    if e.measured is not None:
+        parts.append(f"measured {format_value(e.measured, e.unit)}")
+    if e.expected:
+        parts.append(f"expected {e.expected}")
+    if e.reason:
+        parts.append(e.reason)
+    return "; ".join(parts)
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{k}="{_label(str(v))}"' for k, v in labels.items()) + "}"
+
+
+def to_prometheus(events: list[Event]) -> str:
+    lines = [
+        "# HELP gpuipc_check_status Outcome of each check of gpuipc-bench check (1 for its status).",
+        "# TYPE gpuipc_check_status gauge",
+    ]
+    for e in events:
+        for status in STATUSES:
+            labels = _labels(node=e.node, kind=e.kind, check=e.figure, gpus=e.gpus, status=status)
+            lines.append(f"gpuipc_check_status{labels} {1 if e.status == status else 0}")
+    figures = [e for e in events if e.kind == "figure" and e.measured is not None and math.isfinite(e.measured)]
+    lines += ["# HELP gpuipc_check_figure A headline figure as measured (unit in the label: GB/s or us).",
+              "# TYPE gpuipc_check_figure gauge"]
+    for e in figures:
+        lines.append(f"gpuipc_check_figure{_labels(node=e.node, figure=e.figure, gpus=e.gpus, unit=_unit(e.unit))} "
+                     f"{e.measured!r}")
+    lines += ["# HELP gpuipc_check_expected The edge of the expectation a figure is held to.",
+              "# TYPE gpuipc_check_expected gauge"]
+    for e in figures:
+        if e.expected_value is not None:
+            labels = _labels(node=e.node, figure=e.figure, gpus=e.gpus, unit=_unit(e.unit))
+            lines.append(f"gpuipc_check_expected{labels} {e.expected_value!r}")
+    lines += ["# HELP gpuipc_check_failures Checks that failed, per node.", "# TYPE gpuipc_check_failures gauge"]
+    for node in dict.fromkeys(e.node for e in events):
+        failed = sum(e.status == FAIL for e in events if e.node == node)
+        lines.append(f"gpuipc_check_failures{_labels(node=node)} {failed}")
+    return "\n".join(lines) + "\n"
+
+
+def _unit(unit: str) -> str:
+    return unit.replace("µ", "u")
+
+
+def to_markdown(events: list[Event]) -> str:
+    from gpuipc_bench.check.figures import format_value
+
+    lines = ["| status | node | check | GPUs | measured | expected | why |", "|---|---|---|---|---|---|---|"]
+    for e in events:
+        measured = format_value(e.measured, e.unit) if e.measured is not None else ""
+        cells = [e.status, e.node, f"{e.kind} {e.figure}", e.gpus, measured, e.expected, e.reason]
+        lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def render_terminal(events: list[Event], console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title="gpuipc-bench check", title_justify="left")
+    for column in ("status", "node", "check", "GPUs", "measured", "expected", "why"):
+        table.add_column(column, overflow="fold")
+    colour = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+    order = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
+    from gpuipc_bench.check.figures import format_value
+
+    for e in sorted(events, key=lambda e: (order.get(e.status, 4), e.node)):
+        table.add_row(f"[{colour.get(e.status, '')}]{e.status}[/]", escape(e.node), escape(f"{e.kind} {e.figure}"),
+                      escape(e.gpus), format_value(e.measured, e.unit) if e.measured is not None else "",
+                      escape(e.expected), escape(e.reason))
+    console.print(table)

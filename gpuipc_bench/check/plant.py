@@ -1,0 +1,62 @@
+"""Test-only hooks of `check` (not user options; like GPUIPC_BENCH_FAULT in gpuipc_bench.faults).
+
+GPUIPC_BENCH_TEST_NODE_NAMES  'a,a,b,b,c,c': rank r of an MPI job calls its node item r of the list
+                              instead of the host name, so that `mpirun -np 6` on one machine acts as
+                              3 nodes. A process that is no MPI rank takes the first item.
+GPUIPC_BENCH_CHECK_PLANT      plants, separated by ';':
+  slow:NODE:FIGURE:FACTOR     every measurement of FIGURE on NODE comes out FACTOR times as good
+                              (0.3: a bandwidth at 30%, a latency 1/0.3 times as long)
+  flutter:NODE:FIGURE:FACTOR  the same, the first measurement only (a re-measure passes)
+  kill:NODE[:SECONDS]         NODE's leading rank waits SECONDS (default 0), then SIGKILLs itself
+                              instead of sending its report to rank 0
+  hang:NODE                   NODE's leading rank never sends its report
+NODE '*' is every node.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+NODE_NAMES_ENV = "GPUIPC_BENCH_TEST_NODE_NAMES"
+PLANT_ENV = "GPUIPC_BENCH_CHECK_PLANT"
+
+
+def node_name(rank: int | None = None, environ=os.environ) -> str:
+    """This process's node: the host name, or its item of the test-only override."""
+    import socket
+
+    names = [n.strip() for n in environ.get(NODE_NAMES_ENV, "").split(",") if n.strip()]
+    if names:
+        return names[min(rank or 0, len(names) - 1)]
+    return socket.gethostname()
+
+
+def _plants(environ=os.environ) -> list[list[str]]:
+    return [item.strip().split(":") for item in environ.get(PLANT_ENV, "").split(";") if item.strip()]
+
+
+def _matches(pattern: str, node: str) -> bool:
+    return pattern in ("*", node)
+
+
+def figure_factor(node: str, figure: str, attempt: int, environ=os.environ) -> float:
+    """How much better (>1) or worse (<1) a plant makes `figure` on `node` at this attempt (0: first)."""
+    factor = 1.0
+    for parts in _plants(environ):
+        if len(parts) == 4 and parts[0] in ("slow", "flutter") and _matches(parts[1], node) and parts[2] == figure:
+            if parts[0] == "slow" or attempt == 0:
+                factor *= float(parts[3])
+    return factor
+
+
+def before_report(node: str, environ=os.environ) -> None:
+    """Where a planted kill or hang of a node's leading rank acts: just before its report."""
+    for parts in _plants(environ):
+        if parts[0] == "kill" and len(parts) in (2, 3) and _matches(parts[1], node):
+            time.sleep(float(parts[2]) if len(parts) == 3 else 0.0)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if parts[0] == "hang" and len(parts) == 2 and _matches(parts[1], node):
+            while True:
+                time.sleep(3600)

@@ -1,0 +1,123 @@
+"""The fleet table: one row per node, worst first; each headline figure as a fraction of the
+fleet's median and of its expectation (1.00 is as good; below 1 is worse, for a latency too);
+outliers marked. In the terminal, as Markdown, as JSON, and as a heatmap (node x figure) PNG
+for many nodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpuipc_bench.check.figures import Figure
+from gpuipc_bench.check.judge import FAIL, Event, fleet_medians, fleet_outliers
+
+
+def fleet_rows(by_node: dict[str, list[Figure]], events: list[Event], missing: dict[str, str]) -> list[dict]:
+    medians = fleet_medians(by_node)
+    outliers = fleet_outliers(by_node)
+    expected = {(e.node, e.figure, e.gpus): e.expected_value for e in events if e.kind == "figure"}
+    rows: list[dict] = []
+    for node, figures in by_node.items():
+        cells: dict[str, dict] = {}
+        for f in figures:
+            key = f"{f.name}@{f.gpus}"
+            median, edge = medians.get((f.name, f.gpus)), expected.get((node, f.name, f.gpus))
+            cells[key] = {"value": f.value, "unit": f.unit, "of_median": _fraction(f, median),
+                          "of_expected": _fraction(f, edge), "outlier": (node, f.name, f.gpus) in outliers}
+        fractions: list[float] = [c["of_median"] for c in cells.values() if c["of_median"] is not None]
+        rows.append({"node": node, "failures": sum(e.status == FAIL for e in events if e.node == node),
+                     "worst": min(fractions) if fractions else None, "figures": cells, "missing": ""})
+    for node, why in missing.items():
+        rows.append({"node": node, "failures": 1, "worst": None, "figures": {}, "missing": why})
+    # worst first: the nodes missing, then by their worst figure's fraction of the fleet median
+    rows.sort(key=lambda r: (not r["missing"], r["worst"] if r["worst"] is not None else 9e9, -r["failures"]))
+    return rows
+
+
+def _fraction(f: Figure, reference: float | None) -> float | None:
+    if not reference or not f.value:
+        return None
+    return f.value / reference if f.higher_better else reference / f.value
+
+
+def _columns(rows: list[dict]) -> list[str]:
+    return list(dict.fromkeys(k for r in rows for k in r["figures"]))
+
+
+def _cell(cell: dict | None) -> str:
+    if not cell:
+        return ""
+    text = f"{cell['of_median']:.2f}" if cell["of_median"] is not None else "-"
+    if cell["of_expected"] is not None:
+        text += f" ({cell['of_expected']:.2f})"
+    return text + (" !" if cell["outlier"] else "")
+
+
+def to_markdown(rows: list[dict]) -> str:
+    columns = _columns(rows)
+    lines = ["| node | failures | " + " | ".join(columns) + " |", "|---|---|" + "---|" * len(columns)]
+    for r in rows:
+        cells = [r["missing"]] * len(columns) if r["missing"] else [_cell(r["figures"].get(c)) for c in columns]
+        lines.append(f"| {r['node']} | {r['failures']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    lines.append("Each figure as a fraction of the fleet median (of its expectation in brackets); "
+                 "below 1 is worse; `!` an outlier.")
+    return "\n".join(lines) + "\n"
+
+
+def to_json(rows: list[dict]) -> str:
+    return json.dumps({"nodes": rows}, indent=1, ensure_ascii=False) + "\n"
+
+
+def render(rows: list[dict], console) -> None:
+    from rich.markup import escape
+    from rich.table import Table
+
+    columns = _columns(rows)
+    table = Table(title="Fleet: each figure as a fraction of the fleet median (of its expectation); ! an outlier",
+                  title_justify="left")
+    for c in ["node", "failures", *columns]:
+        table.add_column(escape(c), overflow="fold")
+    for r in rows:
+        cells = [r["missing"]] + [""] * (len(columns) - 1) if r["missing"] else \
+            [_cell(r["figures"].get(c)) for c in columns]
+        style = "bold red" if r["failures"] else ""
+        table.add_row(escape(r["node"]), str(r["failures"]), *(escape(c) for c in cells), style=style)
+    console.print(table)
+
+
+def save(rows: list[dict], path: Path) -> None:
+    """The table into PATH by its suffix: .md, .json, or .png / .svg (the heatmap)."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".png", ".svg"):
+        heatmap(rows, Path(path))
+    else:
+        Path(path).write_text(to_json(rows) if suffix == ".json" else to_markdown(rows), encoding="utf-8")
+
+
+def heatmap(rows: list[dict], path: Path) -> None:
+    """Node x figure, coloured by the fraction of the fleet median (matplotlib, imported here)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    columns = _columns(rows)
+    nodes = [r["node"] for r in rows]
+    grid = np.full((len(nodes), max(1, len(columns))), np.nan)
+    for i, r in enumerate(rows):
+        for j, c in enumerate(columns):
+            cell = r["figures"].get(c)
+            if cell and cell["of_median"] is not None:
+                grid[i, j] = cell["of_median"]
+    height = max(2.5, 0.18 * len(nodes) + 1.5)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * len(columns) + 2.5), height))
+    image = ax.imshow(grid, aspect="auto", cmap="RdYlGn", vmin=0.7, vmax=1.1, interpolation="nearest")
+    ax.set_xticks(range(len(columns)), columns, rotation=45, ha="right", fontsize=8)
+    ax.set_yticks(range(len(nodes)), nodes, fontsize=6 if len(nodes) > 40 else 8)
+    fig.colorbar(image, ax=ax, label="fraction of the fleet median")
+    ax.set_title("gpuipc-bench check: nodes, worst first")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)

@@ -1,0 +1,432 @@
+"""`gpuipc-bench check` on one node: the path probes with their failures provoked (a second PID
+namespace with unshare, a tiny /dev/shm, a hidden GPU), the figures, the expectations and their
+--learn round trip, the judging rules, the outputs fleet tools read, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from xml.etree import ElementTree as ET
+
+import pytest
+from click.testing import CliRunner
+
+from gpuipc_bench.check import conditions, expect, judge, output, paths, plant, table
+from gpuipc_bench.check.figures import Figure, figures_of
+from gpuipc_bench.check.node import path_event
+from gpuipc_bench.cli import cli
+from gpuipc_bench.results import read_results
+
+REPO = Path(__file__).resolve().parent.parent
+REFERENCES = [REPO / "results" / f for f in ("h100-default-modes.csv", "h100-default.csv",
+                                             "h100x2-nvlink-default.csv", "h100x2-nvlink-pairs-all.csv",
+                                             "h200-default.csv")]
+H100 = "NVIDIA H100 80GB HBM3, PCIe Gen5 x16"
+H100_FACTS = {"gpu_count": "1", "gpu.0.name": "NVIDIA H100 80GB HBM3", "gpu.0.pcie": "Gen5 x16 (max Gen5 x16)",
+              "cpu": "Some CPU"}
+BENCH = [sys.executable, "-m", "gpuipc_bench.cli"]
+
+
+def bench(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
+    full = {k: v for k, v in os.environ.items() if not k.startswith("GPUIPC_BENCH_")}
+    full.update(env or {})
+    return subprocess.run(BENCH + list(args), capture_output=True, text=True, timeout=180, env=full, cwd=cwd)
+
+
+def one_gpu(**extra) -> paths.Facts:
+    base = dict(gpu_count=1, nvml_gpu_count=1, pid_ns="pid:[1]", net_ns="net:[1]", peer_pid_ns="pid:[1]",
+                peer_net_ns="net:[1]", shm_free=64 << 30, mps_binary="/usr/bin/nvidia-cuda-mps-control")
+    base.update(extra)
+    return paths.Facts(**base)
+
+
+def verdict(facts: paths.Facts, name: str) -> paths.PathVerdict:
+    return next(v for v in paths.decide(facts) if v.name == name)
+
+
+# ---------------------------------------------------------------- which paths work here
+
+
+def test_a_peer_in_another_pid_namespace_fails_ipc_with_the_reason():
+    try:  # a real second PID namespace where the machine allows it, else a made-up one
+        peer_pid, peer_net = paths.command_namespaces(["unshare", "--pid", "--fork"])
+    except (OSError, subprocess.SubprocessError):
+        peer_pid, peer_net = "pid:[4026599999]", paths.namespaces()[1]
+    pid, net = paths.namespaces()
+    assert peer_pid != pid and peer_net == net
+    facts = one_gpu(pid_ns=pid, net_ns=net, peer_pid_ns=peer_pid, peer_net_ns=peer_net, peer_where="rank 1")
+    v = verdict(facts, "ipc")
+    assert v.ok is False
+    assert f"its peer (rank 1) runs in another PID namespace ({peer_pid}, this one {pid})" in v.reason
+    assert "invalid device context" in v.reason
+    assert verdict(facts, "vmm").ok is True  # descriptors still pass: the network namespace is shared
+
+
+def test_a_peer_in_another_network_namespace_fails_the_descriptor_paths():
+    try:
+        _, peer_net = paths.command_namespaces(["unshare", "--net"])
+    except (OSError, subprocess.SubprocessError):
+        peer_net = "net:[4026599998]"
+    facts = one_gpu(net_ns=paths.namespaces()[1], peer_net_ns=peer_net)
+    for name in ("vmm", "mempool"):
+        v = verdict(facts, name)
+        assert v.ok is False and "another network namespace" in v.reason and "pidfd_getfd" in v.reason
+
+
+def test_two_gpus_without_peer_access_say_what_nvml_says():
+    facts = one_gpu(gpu_count=2, nvml_gpu_count=2, links={(0, 1): "PHB", (1, 0): "PHB"},
+                    nvml_p2p={(0, 1): "chipset not supported", (1, 0): "chipset not supported"})
+    v = verdict(facts, "peer")
+    assert v.ok is False
+    assert v.reason == ("no peer access between GPUs 0-1 (PHB; NVML P2P read: chipset not supported) "
+                        "(cudaDeviceCanAccessPeer)")
+    assert verdict(one_gpu(gpu_count=2, peer_access=frozenset({(0, 1), (1, 0)})), "peer").ok is True
+
+
+def test_the_same_namespaces_as_a_forked_child_pass():
+    assert paths.child_namespaces() == paths.namespaces()
+    assert verdict(one_gpu(), "ipc").ok is True
+
+
+def test_a_tiny_dev_shm_fails_the_mmap_path():
+    class Tiny:
+        f_bavail, f_frsize = 16, 4 << 20  # 64 MiB
+
+    free = paths.shm_free(statvfs=lambda folder: Tiny())
+    v = verdict(one_gpu(shm_free=free, largest=256 << 20), "mmap")
+    assert v.ok is False
+    assert v.reason.startswith("/dev/shm has 64 MiB free, the largest transfer needs 256 MiB")
+    assert verdict(one_gpu(shm_free=1 << 30), "mmap").ok is True
+
+
+def test_a_hidden_gpu_is_named():
+    facts = one_gpu(gpu_count=1, nvml_gpu_count=2, visible="0")
+    assert verdict(facts, "peer").reason == ("CUDA sees 1 of the 2 GPUs NVML lists (CUDA_VISIBLE_DEVICES='0'): "
+                                             "both GPUs must be visible")
+    none = one_gpu(gpu_count=0, nvml_gpu_count=1, visible="", no_gpu_reason="cudaErrorNoDevice: no CUDA device")
+    v = verdict(none, "ipc")
+    assert v.ok is None and "CUDA_VISIBLE_DEVICES='' hides them" in v.reason
+
+
+def test_check_with_the_gpu_hidden_reports_no_gpu_cleanly(tmp_path):
+    done = bench("check", "--format", "json", "-o", str(tmp_path / "c.csv"), env={"CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr
+    events = [json.loads(line) for line in done.stdout.splitlines()]
+    gpu_paths = [e for e in events if e["kind"] == "path" and e["figure"] in ("ipc", "vmm", "mempool", "peer")]
+    assert len(gpu_paths) == 4 and all(e["status"] == "skip" and "no GPU" in e["reason"] for e in gpu_paths)
+    assert "Traceback" not in done.stderr
+    assert {e["figure"] for e in events if e["kind"] == "figure"} >= {"host-memcpy", "barrier"}
+
+
+def test_descriptor_passing_and_pidfd_getfd_are_tried_for_real():
+    assert paths.scm_rights_works() is None
+    got = paths.pidfd_getfd_works()
+    assert got is None or got.startswith(("pidfd_getfd:", "pidfd_open:", "os.pidfd_open"))
+
+
+@pytest.mark.parametrize("env, words", [
+    ({"NCCL_P2P_DISABLE": "1"}, "NCCL_P2P_DISABLE=1 takes NCCL off its GPU transport (SHM instead)"),
+    ({"UCX_TLS": "tcp"}, "UCX_TLS=tcp leaves out cuda_ipc"),
+])
+def test_a_library_forced_off_its_gpu_transport_is_named(env, words):
+    facts = one_gpu(env=env, ucx_info="Transport: cuda_ipc")
+    name = "nccl" if "NCCL_P2P_DISABLE" in env else "ucx"
+    v = verdict(facts, name)
+    assert v.ok is False and words in v.reason
+
+
+def test_a_path_that_cannot_work_fails_only_where_the_model_says_it_works():
+    refs = expect.load()
+    cannot = paths.PathVerdict("vmm", False, "needs cuda-bindings")
+    assert path_event(cannot, "n1", "NVIDIA H100 80GB HBM3 x1", refs).status == "fail"
+    assert "it works on NVIDIA H100 80GB HBM3 x1" in path_event(cannot, "n1", "NVIDIA H100 80GB HBM3 x1", refs).reason
+    assert path_event(cannot, "n1", "Some GPU x1", refs).status == "skip"
+    assert path_event(paths.PathVerdict("imex", False, "no IMEX"), "n1", "NVIDIA H100 80GB HBM3 x1",
+                      refs).status == "skip"
+    assert path_event(paths.PathVerdict("ipc", None, "no GPU"), "n1", "", refs).status == "skip"
+
+
+# ---------------------------------------------------------------- figures and expectations
+
+
+def test_the_shipped_references_are_learned_from_results():
+    learned = expect.learn(REFERENCES)
+    assert learned.to_json() == expect.load().to_json() | {"tolerance": learned.tolerance}
+    h2d = learned.get(H100, "h2d")
+    assert h2d.hosts == 3 and h2d.band and 54 < h2d.low <= h2d.high < 56  # three H100 hosts (GPU UUIDs)
+    assert "h100-default-modes.csv" in h2d.sources and "h100-default.csv" in h2d.older
+    peer = learned.get(H100 + ", link NV18", "peer")
+    assert peer.hosts == 1 and not peer.band and 390 < peer.low < 400
+    assert learned.get("NVIDIA H200, PCIe Gen5 x16", "d2d").hosts == 1
+    assert "vmm" in learned.paths["NVIDIA H100 80GB HBM3 x1"] and "peer" in learned.paths["NVIDIA H100 80GB HBM3 x2"]
+
+
+def test_schema_1_files_are_refused_for_learning():
+    with pytest.raises(Exception, match="schema 1"):
+        expect.learn([REPO / "results" / "h200x2-nvlink-all.csv"])
+
+
+def test_figures_of_a_reference_run():
+    frame, _ = read_results(REPO / "results" / "h100x2-nvlink-default.csv")
+    got = {(f.name, f.gpus): f for f in figures_of(frame)}
+    assert {("h2d", "0"), ("h2d", "1"), ("d2d", "0"), ("ipc-ce", "0"), ("peer", "0>1"), ("peer", "1>0"),
+            ("peer-ce", "0>1"), ("host-memcpy", "host"), ("barrier", "host")} <= set(got)
+    assert 390 < got[("peer-ce", "0>1")].value <= got[("peer-ce", "0>1")].ceiling * 1.01
+    assert 200 < got[("ipc-handoff-4k", "0")].value < 400 and got[("ipc-handoff-4k", "0")].ceiling is None
+
+
+def test_a_planted_figure_is_scaled_for_its_node_only(monkeypatch):
+    frame, _ = read_results(REPO / "results" / "h100-default-modes.csv")
+    monkeypatch.setenv(plant.PLANT_ENV, "slow:n2:h2d:0.5;flutter:n2:d2d:0.5")
+    base = {f.name: f.value for f in figures_of(frame, "n1")}
+    slow = {f.name: f.value for f in figures_of(frame, "n2")}
+    again = {f.name: f.value for f in figures_of(frame, "n2", attempt=1)}
+    assert slow["h2d"] == pytest.approx(base["h2d"] / 2) and again["h2d"] == pytest.approx(base["h2d"] / 2)
+    assert slow["d2d"] == pytest.approx(base["d2d"] / 2) and again["d2d"] == pytest.approx(base["d2d"])
+
+
+def _fig(name="h2d", value=55.0, ceiling=None, gpus="0", unit="GB/s"):
+    return Figure(name, gpus, value, unit, ceiling)
+
+
+def test_a_figure_fails_below_the_band_and_only_warns_against_one_host():
+    refs = expect.load()
+    ok = judge.judge_figure(_fig(value=54.0), "n1", H100_FACTS, refs)
+    assert ok.status == "pass" and ok.expected.startswith("54.8-55.1 GB/s (band of 3 hosts")
+    low = judge.judge_figure(_fig(value=40.0), "n1", H100_FACTS, refs)
+    assert low.status == "fail" and "40 GB/s is 27% below 54.8-55.1 GB/s" in low.reason
+    two = {**H100_FACTS, "gpu_count": "2", "gpu.1.name": H100_FACTS["gpu.0.name"], "gpu.1.pcie": "Gen5 x16",
+           "link.0-1": "NV18"}
+    single = judge.judge_figure(_fig("peer", 200.0, gpus="0>1"), "n1", two, refs)
+    assert single.status == "warn" and "single-host reference" in single.reason
+    unknown = judge.judge_figure(_fig(value=1.0), "n1", {**H100_FACTS, "gpu.0.name": "Other"}, refs)
+    assert unknown.status == "pass" and unknown.reason.startswith("no expectation for Other, PCIe Gen5 x16")
+
+
+def test_a_path_at_its_own_ceiling_is_not_blamed_for_a_slow_link():
+    refs = expect.load()
+    at_ceiling = judge.judge_figure(_fig("ipc-ce", 1000.0, ceiling=1001.0), "n1", H100_FACTS, refs)
+    assert at_ceiling.status == "pass" and "the link it rides on is slow, not the path" in at_ceiling.reason
+    below = judge.judge_figure(_fig("ipc-ce", 1000.0, ceiling=1480.0), "n1", H100_FACTS, refs)
+    assert below.status == "fail"
+
+
+def test_a_latency_fails_above_its_band():
+    refs = expect.load()
+    slow = judge.judge_figure(_fig("ipc-handoff-4k", 900.0, unit="µs"), "n1", H100_FACTS, refs)
+    assert slow.status == "fail" and "above" in slow.reason
+    assert judge.judge_figure(_fig("ipc-handoff-4k", 280.0, unit="µs"), "n1", H100_FACTS, refs).status == "pass"
+
+
+def test_busy_throttled_and_down_trained_are_named_as_the_cause():
+    found = conditions.describe("0", {"pids": [10, 11, 99], "reasons": 0x8 | 0x1, "gen": 5, "width": 8,
+                                      "max_gen": 5, "max_width": 16}, ours={99})
+    assert found == ["GPU 0 busy (2 other processes: 10, 11)", "GPU 0 clock throttled (HW slowdown)",
+                     "PCIe link of GPU 0 at Gen5 x8 (max Gen5 x16)"]
+    idle = conditions.describe("0", {"pids": [], "reasons": 0x1, "gen": 1, "width": 16, "max_gen": 5,
+                                     "max_width": 16}, ours=set())
+    assert idle == []  # an idle GPU drops its link generation: not a finding
+    refs = expect.load()
+    h2d = judge.judge_figure(_fig(value=30.0), "n1", H100_FACTS, refs, causes={"0": found})
+    assert h2d.reason.endswith("likely cause: GPU 0 busy (2 other processes: 10, 11); GPU 0 clock throttled "
+                               "(HW slowdown); PCIe link of GPU 0 at Gen5 x8 (max Gen5 x16)")
+    d2d = judge.judge_figure(_fig("d2d", 500.0), "n1", H100_FACTS, refs, causes={"0": found})
+    assert "PCIe" not in d2d.reason and "busy" in d2d.reason
+
+
+def test_a_figure_that_passes_when_measured_again_is_flutter():
+    refs = expect.load()
+    first = judge.judge_figure(_fig(value=30.0), "n1", H100_FACTS, refs)
+    again = judge.remeasured(first, judge.judge_figure(_fig(value=55.0), "n1", H100_FACTS, refs))
+    assert again.status == "pass" and "passed when measured again (first 30 GB/s: flutter)" in again.reason
+    still = judge.remeasured(first, judge.judge_figure(_fig(value=31.0), "n1", H100_FACTS, refs))
+    assert still.status == "fail" and "measured twice; first 30 GB/s" in still.reason
+
+
+def test_fleet_outliers_by_mad_and_the_megatron_rule():
+    by_node = {f"n{k}": [_fig(value=v), _fig("barrier", 1.0 + 0.01 * k, gpus="host", unit="µs")]
+               for k, v in enumerate([55.0, 54.6, 55.2, 54.9, 30.0, 55.1])}
+    by_node["n6"] = [_fig(value=55.0), _fig("barrier", 5.0, gpus="host", unit="µs")]
+    found = judge.fleet_outliers(by_node)
+    assert set(found) == {("n4", "h2d", "0"), ("n6", "barrier", "host")}
+    assert "0.55 of the fleet median" in found[("n4", "h2d", "0")] and "median absolute deviation" in \
+        found[("n4", "h2d", "0")]
+    noisy = {f"n{k}": [_fig(value=v)] for k, v in enumerate([55.0, 52.0, 53.5, 54.0])}
+    assert judge.fleet_outliers(noisy) == {}  # within 10% of the median: never an outlier
+
+
+def test_the_fleet_table_puts_the_worst_node_first_and_draws_a_heatmap(tmp_path):
+    by_node = {f"node{k:03d}": [_fig(value=55.0 - (20 if k == 7 else k % 3)), _fig("d2d", 1480.0)]
+               for k in range(120)}
+    events = [judge.Event("fail", "node007", "fleet", "h2d", "0", 35.0)]
+    rows = table.fleet_rows(by_node, events, {"node999": "did not report within 600 s"})
+    assert [r["node"] for r in rows[:2]] == ["node999", "node007"]
+    assert rows[1]["figures"]["h2d@0"]["outlier"] and rows[1]["figures"]["h2d@0"]["of_median"] < 0.7
+    md = table.to_markdown(rows)
+    assert md.splitlines()[2].startswith("| node999 | 1 | did not report") and " !" in md.splitlines()[3]
+    assert json.loads(table.to_json(rows))["nodes"][1]["node"] == "node007"
+    table.save(rows, tmp_path / "fleet.png")
+    assert (tmp_path / "fleet.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# ---------------------------------------------------------------- outputs
+
+
+EVENTS = [
+    judge.Event("pass", "n1", "path", "host", reason="CPU processes"),
+    judge.Event("skip", "n1", "path", "ipc", reason="no GPU: none"),
+    judge.Event("fail", "n1", "figure", "h2d", "0", 30.0, "54.8-55.1 GB/s", "GB/s", 'slow "link"\nhere', 54.8),
+    judge.Event("warn", "n2", "figure", "barrier", "host", 3.0, "1 µs", "µs", "above", 1.0),
+]
+
+
+def test_junit_parses_as_xml_with_failures_and_skips():
+    root = ET.fromstring(output.to_junit(EVENTS))
+    suites = root.findall("testsuite")
+    assert [s.get("name") for s in suites] == ["n1", "n2"]
+    assert suites[0].get("tests") == "3" and suites[0].get("failures") == "1" and suites[0].get("skipped") == "1"
+    failure = root.find(".//testcase[@name='h2d GPU 0']/failure")
+    assert failure is not None and "measured 30 GB/s; expected 54.8-55.1 GB/s" in failure.get("message")
+    assert root.find(".//testcase[@name='ipc']/skipped") is not None
+    assert root.find(".//testcase[@name='barrier']/system-out").text.startswith("warning: ")
+
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(?:[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\[\\"n])*",?)*\})? '
+                     r'(-?[0-9.e+-]+|NaN|[+-]Inf)$')
+
+
+def _parse_prometheus(text: str) -> list[tuple[str, str, float]]:
+    """A small reader of the text exposition format: HELP/TYPE lines, then samples."""
+    samples, typed = [], set()
+    for line in text.splitlines():
+        if line.startswith("# HELP ") or line.startswith("# TYPE "):
+            parts = line.split(" ", 3)
+            assert len(parts) == 4 and parts[2]
+            if parts[1] == "TYPE":
+                assert parts[3] in ("gauge", "counter", "untyped") and parts[2] not in typed
+                typed.add(parts[2])
+            continue
+        match = _SAMPLE.match(line)
+        assert match, f"not a sample line: {line!r}"
+        assert match.group(1) in typed
+        samples.append((match.group(1), match.group(2) or "", float(match.group(3))))
+    return samples
+
+
+def test_prometheus_output_is_the_text_format():
+    text = output.to_prometheus(EVENTS)
+    samples = _parse_prometheus(text)
+    assert ("gpuipc_check_figure", '{node="n1",figure="h2d",gpus="0",unit="GB/s"}', 30.0) in samples
+    assert ("gpuipc_check_failures", '{node="n1"}', 1.0) in samples
+    status = [s for s in samples if s[0] == "gpuipc_check_status" and 'check="h2d"' in s[1] and s[2] == 1.0]
+    assert len(status) == 1 and 'status="fail"' in status[0][1]
+    parser = pytest.importorskip("prometheus_client.parser")  # the dev extra: Prometheus's own parser
+    families = {f.name: f for f in parser.text_string_to_metric_families(text)}
+    assert set(families) == {"gpuipc_check_status", "gpuipc_check_figure", "gpuipc_check_expected",
+                             "gpuipc_check_failures"}
+    assert {s.labels["unit"] for s in families["gpuipc_check_figure"].samples} == {"GB/s", "us"}
+
+
+def test_json_lines_carry_one_event_per_check():
+    lines = output.to_json_lines(EVENTS).splitlines()
+    assert len(lines) == 4
+    first = json.loads(lines[2])
+    assert {k: first[k] for k in ("status", "node", "figure", "measured", "expected")} == {
+        "status": "fail", "node": "n1", "figure": "h2d", "measured": 30.0, "expected": "54.8-55.1 GB/s"}
+    assert first["reason"] == 'slow "link"\nhere'
+
+
+# ---------------------------------------------------------------- the command
+
+
+def test_check_of_this_node_learn_and_judge_round_trip(tmp_path):
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    for out in (one, two):
+        done = bench("check", "-o", str(out), "--format", "json")
+        assert done.returncode == 0, done.stderr
+    _, meta = read_results(one)
+    node = meta["check.nodes"]
+    assert node and meta[f"node.{node}.gpu_count"] == "0"
+    learned = tmp_path / "node.json"
+    done = bench("check", "--learn", str(learned), str(one), str(two))
+    assert done.returncode == 0, done.stderr
+    loaded = expect.load(learned)
+    cpu = next(e for e in loaded.entries.values() if e.figure == "host-memcpy")
+    assert cpu.hosts == 1 and not cpu.band and cpu.sources == (f"one.csv:{node}", f"two.csv:{node}")
+    # two runs of one node are one host: a figure far below it warns, measured twice, and the check passes
+    done = bench("check", "--expect", str(learned), "-o", str(tmp_path / "slow.csv"), "--format", "junit",
+                 env={plant.PLANT_ENV: "slow:*:host-memcpy:0.05"})
+    assert done.returncode == 0, done.stderr
+    root = ET.fromstring(done.stdout)
+    assert root.find(".//failure") is None
+    warning = root.find(".//testcase[@name='host-memcpy']/system-out").text
+    assert warning.startswith("warning: measured") and "single-host reference" in warning
+    assert "measured twice" in warning
+
+
+@pytest.mark.parametrize("args, words", [
+    (["check", "--tolerance", "2"], "--tolerance 2: must be a fraction from 0 to 1"),
+    (["check", "--expect", "/nonexistent/e.json"], "--expect /nonexistent/e.json: no such file"),
+    (["check", "--learn", "x.json"], "--learn FILE: give the healthy runs' CSV files"),
+    (["check", "some.csv"], "some.csv: CSV files are read by --learn only"),
+    (["check", "--format", "xml"], "'xml' is not one of"),
+    (["check", "--learn", "x.json", str(REPO / "results" / "h200x2-nvlink-all.csv")], "schema 1"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
+    result = CliRunner().invoke(cli, args + (["-o", str(tmp_path / "c.csv")] if "--learn" not in args else []))
+    assert result.exit_code == 2, result.output
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.output
+
+
+def test_learn_does_not_overwrite_a_file_without_force(tmp_path):
+    kept = tmp_path / "kept.json"
+    kept.write_text("keep")
+    result = CliRunner().invoke(cli, ["check", "--learn", str(kept), str(REFERENCES[0])])
+    assert result.exit_code == 2 and f"--learn {kept}: file exists; use --force" in result.output
+    assert kept.read_text() == "keep"
+    assert CliRunner().invoke(cli, ["check", "--learn", str(kept), str(REFERENCES[0]), "--force"]).exit_code == 0
+    assert expect.load(kept).get(H100, "h2d").hosts == 1
+
+
+@pytest.mark.parametrize("text, words", [
+    ("{not json", "not JSON"),
+    ('{"format": "other"}', "not an expectations file"),
+    ('{"format": "gpuipc-bench expectations", "version": 1, "expectations": [{"model": "m"}]}',
+     "expectation 1 is malformed"),
+    ('{"format": "gpuipc-bench expectations", "version": 1, "tolerance": 3}', "tolerance must be a fraction"),
+])
+def test_a_bad_expectations_file_is_refused(tmp_path, text, words):
+    bad = tmp_path / "bad.json"
+    bad.write_text(text)
+    result = CliRunner().invoke(cli, ["check", "--expect", str(bad), "-o", str(tmp_path / "c.csv")])
+    assert result.exit_code == 2 and words in result.output
+
+
+def _device_count_in_a_child() -> int:
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        return pool.apply(_device_count)
+
+
+def _device_count() -> int:
+    from cupy.cuda import runtime
+
+    return runtime.getDeviceCount()
+
+
+@pytest.mark.gpu
+def test_check_of_a_gpu_node_never_initialises_cuda_in_this_process():
+    from gpuipc_bench.check.node import check_node
+
+    report = check_node("here", expect.load())
+    names = {e.figure for e in report.events if e.kind == "figure"}
+    assert {"h2d", "d2h", "d2d", "ipc-ce", "ipc-handoff-4k"} <= names
+    assert next(e for e in report.events if e.figure == "ipc" and e.kind == "path").status == "pass"
+    assert _device_count_in_a_child() >= 1  # a child forked after the check can still use CUDA

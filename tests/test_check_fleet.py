@@ -1,0 +1,142 @@
+"""`gpuipc-bench check` on every node of an MPI job, with real Open MPI: `mpirun -np 6` acting as
+3 nodes (the test-only node-name override, GPUIPC_BENCH_TEST_NODE_NAMES), the CPU figures as the
+measured headline, planted faults (GPUIPC_BENCH_CHECK_PLANT) for a slow, a hung and a killed node.
+
+Skipped where mpirun or mpi4py is missing. Each test looks only for its own processes, by its
+own output path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from xml.etree import ElementTree as ET
+
+import pytest
+
+from gpuipc_bench.check import expect, plant
+from gpuipc_bench.results import read_results
+
+from test_mpi import HAVE_MPI
+
+needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs Open MPI's mpirun and mpi4py (pip install -e '.[mpi]')")
+BENCH = [sys.executable, "-m", "gpuipc_bench.cli", "check"]
+NODES = "a,a,b,b,c,c"
+
+
+def env(**extra) -> dict:
+    out = {k: v for k, v in os.environ.items() if not k.startswith("GPUIPC_BENCH_")}
+    out.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+               **extra)
+    return out
+
+
+def fleet(out, *args, plants: str = "", mca: tuple[str, ...] = (), timeout: float = 240) -> subprocess.CompletedProcess:
+    command = ["mpirun", "--oversubscribe", *mca, "-np", "6", "-x", f"{plant.NODE_NAMES_ENV}={NODES}"]
+    if plants:
+        command += ["-x", f"{plant.PLANT_ENV}={plants}"]
+    return subprocess.run(command + BENCH + ["-o", str(out), *args], capture_output=True, text=True,
+                          timeout=timeout, env=env())
+
+
+def none_left(out) -> bool:
+    time.sleep(0.5)
+    return subprocess.run(["pgrep", "-f", f"gpuipc_bench.cli check.*{out}"], capture_output=True).stdout == b""
+
+
+@needs_mpi
+def test_three_nodes_write_one_fleet_csv_and_a_slow_node_is_named(tmp_path):
+    out, junit, md = tmp_path / "fleet.csv", tmp_path / "fleet.xml", tmp_path / "fleet.md"
+    done = fleet(out, "--format", "junit", "--output", str(junit), "--table", str(md),
+                 plants="slow:c:host-memcpy:0.2")
+    assert done.returncode != 0, done.stderr
+    fails = [line for line in done.stderr.splitlines() if line.startswith("FAIL")]
+    assert any(line.startswith("FAIL node c host: fleet host-memcpy; measured") and "of the fleet median" in line
+               for line in fails), done.stderr
+    df, meta = read_results(out)
+    assert set(df["node"]) == {"a", "b", "c"} and meta["check.nodes"] == "a,b,c" and meta["check.missing"] == ""
+    assert meta["partial"] == "false" and "failed nodes: " in meta["status"] and "c" in meta["status"]
+    for node in "abc":  # each node's facts travel in the header
+        assert meta[f"node.{node}.host"] == node and meta[f"node.{node}.gpu_count"] == "0"
+        assert meta[f"node.{node}.cpu"]
+    assert set(df["workers"]) == {2}  # each node's two ranks were its workers
+    root = ET.fromstring(junit.read_text())
+    assert sorted(s.get("name") for s in root.findall("testsuite")) == ["a", "b", "c"]
+    assert root.find(".//testsuite[@name='c']/testcase[@name='host-memcpy']/failure") is not None
+    table = md.read_text().splitlines()
+    c = next(line for line in table if line.startswith("| c |"))
+    assert c.split(" | ")[2].endswith("!")  # host-memcpy, its first figure, marked an outlier
+    worst = [min(float(x.split()[0]) for x in line.strip("| ").split(" | ")[2:]) for line in table[2:5]]
+    assert worst == sorted(worst)  # the worst node first (CPU latencies are noisy here: any node may be)
+    assert none_left(out)
+
+    # --learn from the healthy nodes' rows: a band of two hosts per CPU figure, which fails a slow node
+    healthy = tmp_path / "healthy.csv"
+    frame, meta = read_results(out)
+    meta = {k: v for k, v in meta.items() if not k.startswith("node.c.")} | {"check.nodes": "a,b"}
+    from gpuipc_bench.results import write_results
+
+    write_results(healthy, frame[frame["node"] != "c"], meta)
+    learned = tmp_path / "fleet.json"
+    assert subprocess.run(BENCH + ["--learn", str(learned), str(healthy)], env=env(), capture_output=True,
+                          timeout=60).returncode == 0
+    memcpy = next(e for e in expect.load(learned).entries.values() if e.figure == "host-memcpy")
+    assert memcpy.hosts == 2 and memcpy.band and memcpy.sources == ("healthy.csv:a", "healthy.csv:b")
+    one = subprocess.run(BENCH + ["--expect", str(learned), "-o", str(tmp_path / "one.csv"), "--format", "json"],
+                         env=env(**{plant.PLANT_ENV: "slow:*:host-memcpy:0.02"}), capture_output=True, text=True,
+                         timeout=120)
+    assert one.returncode == 1, one.stderr
+    event = next(json.loads(x) for x in one.stdout.splitlines() if '"host-memcpy"' in x)
+    assert event["status"] == "fail" and "band of 2 hosts" in event["expected"] and "measured twice" in event["reason"]
+
+
+@needs_mpi
+def test_a_hung_node_is_named_at_the_deadline_and_the_others_rows_kept(tmp_path):
+    out, events = tmp_path / "hang.csv", tmp_path / "hang.jsonl"
+    start = time.monotonic()
+    done = fleet(out, "--deadline", "30", "--format", "json", "--output", str(events), plants="hang:b")
+    assert done.returncode != 0
+    assert time.monotonic() - start < 150
+    assert "FAIL node b: node report; did not report within 30 s (hung, or its ranks died)" in done.stderr
+    df, meta = read_results(out)
+    assert set(df["node"]) == {"a", "c"} and meta["check.missing"] == "b" and meta["partial"] == "true"
+    lost = [json.loads(x) for x in events.read_text().splitlines() if '"kind": "node"' in x]
+    assert [(e["node"], e["status"]) for e in lost] == [("b", "fail")]
+    assert none_left(out)
+
+
+@needs_mpi
+def test_a_killed_node_leaves_the_others_rows_and_its_name_in_the_csv(tmp_path):
+    """Open MPI ends the whole job when a rank dies: what rank 0 wrote as the reports came stays,
+    and the header names the node it still waited for."""
+    out = tmp_path / "kill.csv"
+    done = fleet(out, plants="kill:b:12")
+    assert done.returncode != 0
+    df, meta = read_results(out)
+    assert set(df["node"]) == {"a", "c"} and meta["partial"] == "true"
+    # the header names b: as still awaited, or (when rank 0 outran the launcher's kill) as missing
+    assert meta["status"].startswith("running: waiting for b (reported: ") or meta["check.missing"] == "b"
+    assert none_left(out)
+
+
+@needs_mpi
+def test_a_rank_in_another_pid_namespace_is_named_by_its_node(tmp_path):
+    """Two ranks of one node, the second started by `unshare --pid --fork` (as a second container
+    would be): the leader compares the namespaces the ranks said hello with."""
+    if subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True).returncode != 0:
+        pytest.skip("this machine does not allow a second PID namespace (unshare --pid --fork)")
+    out, events = tmp_path / "ns.csv", tmp_path / "ns.jsonl"
+    check = " ".join([*BENCH, "-o", str(out), "--format", "json", "--output", str(events)])
+    script = f'if [ "$OMPI_COMM_WORLD_RANK" = 1 ]; then exec unshare --pid --fork {check}; else exec {check}; fi'
+    done = subprocess.run(["mpirun", "--oversubscribe", "-np", "2", "sh", "-c", script], capture_output=True,
+                          text=True, timeout=180, env=env())
+    assert done.returncode == 0, done.stderr
+    _, meta = read_results(out)
+    node = meta["check.nodes"]
+    assert meta[f"node.{node}.check.peer"] == "rank 1"
+    assert meta[f"node.{node}.check.pid_ns"] != meta[f"node.{node}.check.peer_pid_ns"]
+    ipc = next(json.loads(x) for x in events.read_text().splitlines() if '"figure": "ipc"' in x)
+    assert "its peer (rank 1) runs in another PID namespace" in ipc["reason"]
+    assert none_left(out)

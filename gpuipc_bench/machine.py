@@ -23,15 +23,17 @@ import platform
 import socket
 import stat
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from gpuipc_bench.errors import UsageError
+from gpuipc_bench.nvml_facts import (  # noqa: F401  (the NVML facts; tests reach them through this module)
+    _nvml_call, _nvml_facts, _nvml_links, _text, _timeslices, cpu_list_text, normalise_bus_id,
+)
 
 CUPY_MISSING = 'CuPy is not installed (pip install "gpuipc-bench[cuda12]", or [cuda13] for a CUDA 13 driver)'
 NO_DEVICE = "cudaErrorNoDevice: no CUDA-capable device is detected"
 
 # nvmlGpuTopologyLevel_t -> the words nvidia-smi topo -m uses.
-_TOPOLOGY_WORDS = {0: "INT", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,178 +290,6 @@ def _format_uuid(raw: bytes) -> str:
     return f"GPU-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
-# ---------------------------------------------------------------- NVML
-
-
-def _nvml_facts() -> dict:
-    """Driver version and per-GPU facts keyed by normalised PCI bus id. Empty without NVML."""
-    facts: dict[str, Any] = {"driver": None, "gpus": {}, "links": {}}
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # no library, no driver loaded, no permission: no NVML facts
-        return facts
-    try:
-        call = _nvml_call(pynvml)
-        facts["driver"] = _text(call(pynvml.nvmlSystemGetDriverVersion)) or None
-        handles = {}
-        for k in range(call(pynvml.nvmlDeviceGetCount) or 0):
-            handle = call(pynvml.nvmlDeviceGetHandleByIndex, k)
-            pci = call(pynvml.nvmlDeviceGetPciInfo, handle) if handle is not None else None
-            if pci is None:
-                continue
-            bus_id = normalise_bus_id(_text(pci.busId))
-            handles[bus_id] = handle
-            facts["gpus"][bus_id] = _nvml_gpu(pynvml, call, handle)
-        facts["links"] = _nvml_links(pynvml, call, handles)
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-    return facts
-
-
-def _nvml_call(pynvml) -> Callable[..., Any]:
-    """call(fn, *args): fn's answer, or None when this GPU or driver does not support it."""
-
-    def call(fn, *args):
-        try:
-            return fn(*args)
-        except pynvml.NVMLError:
-            return None
-
-    return call
-
-
-def _nvml_gpu(pynvml, call, handle) -> dict:
-    mig_mode, mig_instances = "n/a", []
-    modes = call(pynvml.nvmlDeviceGetMigMode, handle)
-    if modes is not None:
-        mig_mode = "enabled" if modes[0] == pynvml.NVML_DEVICE_MIG_ENABLE else "disabled"
-    if mig_mode == "enabled":
-        for k in range(call(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
-            mig = call(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, k)
-            uuid = _text(call(pynvml.nvmlDeviceGetUUID, mig)) if mig is not None else ""
-            if uuid:
-                mig_instances.append(uuid)
-    return {
-        "cpus": _nvml_cpus(pynvml, call, handle),
-        "clocks": _nvml_clocks(pynvml, call, handle),
-        "persistence": {1: "on", 0: "off"}.get(call(pynvml.nvmlDeviceGetPersistenceMode, handle), ""),
-        "uuid": _text(call(pynvml.nvmlDeviceGetUUID, handle)),
-        "pcie_gen": call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
-        "pcie_width": call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-        "pcie_max_gen": call(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
-        "pcie_max_width": call(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-        "mig_mode": mig_mode,
-        "mig_instances": tuple(mig_instances),
-    }
-
-
-def _nvml_cpus(pynvml, call, handle) -> tuple[int, ...]:
-    """The CPUs local to the GPU (nvmlDeviceGetCpuAffinity, 64-bit words, CPU 0 in bit 0)."""
-    words = call(pynvml.nvmlDeviceGetCpuAffinity, handle, max(1, -(-(os.cpu_count() or 64) // 64)))
-    cpus = [64 * w + b for w, word in enumerate(words or ()) for b in range(64) if int(word) >> b & 1]
-    return tuple(cpus)
-
-
-def _nvml_clocks(pynvml, call, handle) -> str:
-    """Current, maximum and application clocks: the SM idles at a fraction of its maximum, and an
-    application clock setting changes what every figure means."""
-    def clock(fn, kind):
-        value = call(fn, handle, kind)
-        return "?" if value is None else str(value)
-
-    sm, mem = pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_MEM
-    return (f"SM {clock(pynvml.nvmlDeviceGetClockInfo, sm)}/{clock(pynvml.nvmlDeviceGetMaxClockInfo, sm)} MHz, "
-            f"memory {clock(pynvml.nvmlDeviceGetClockInfo, mem)}/{clock(pynvml.nvmlDeviceGetMaxClockInfo, mem)} MHz "
-            f"(now/max), application {clock(pynvml.nvmlDeviceGetApplicationsClock, sm)}/"
-            f"{clock(pynvml.nvmlDeviceGetApplicationsClock, mem)} MHz")
-
-
-def cpu_list_text(cpus) -> str:
-    """(0, 1, 2, 3, 8) -> '0-3,8'."""
-    out, run = [], []
-    for cpu in sorted(cpus):
-        if run and cpu == run[-1] + 1:
-            run.append(cpu)
-            continue
-        if run:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-        run = [cpu]
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
-
-
-def _timeslices() -> dict[int, str]:
-    """GPU index (nvidia-smi's) -> its compute-policy time slice, read with
-    `nvidia-smi compute-policy -l` (read only); {} when unavailable."""
-    import shutil
-    import subprocess
-
-    binary = shutil.which("nvidia-smi")
-    if not binary:
-        return {}
-    try:
-        out = subprocess.run([binary, "compute-policy", "-l"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    found = {}
-    for line in out.splitlines():
-        parts = line.strip("| \t").split()
-        if len(parts) >= 3 and parts[0].isdigit() and parts[1].lower() == "timeslice":
-            found[int(parts[0])] = parts[2].lower()
-    return found
-
-
-def _nvml_links(pynvml, call, handles: dict) -> dict[tuple[str, str], str]:
-    """Between every pair of GPUs (by bus id): 'NV<k>' when NVLink joins them, else the PCIe level."""
-    direct: dict[tuple[str, str], int] = {}  # NVLink lanes straight to another GPU
-    switched: dict[str, int] = {}  # NVLink lanes to an NVSwitch (the far end is not a GPU)
-    for bus_id, handle in handles.items():
-        for link in range(pynvml.NVML_NVLINK_MAX_LINKS):
-            state = call(pynvml.nvmlDeviceGetNvLinkState, handle, link)
-            if state != pynvml.NVML_FEATURE_ENABLED:
-                continue  # inactive, absent, or no NVLink on this GPU
-            remote = call(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
-            far = normalise_bus_id(_text(remote.busId)) if remote is not None else ""
-            if far in handles:
-                direct[(bus_id, far)] = direct.get((bus_id, far), 0) + 1
-            else:
-                switched[bus_id] = switched.get(bus_id, 0) + 1
-
-    links = {}
-    for a, ha in handles.items():
-        for b, hb in handles.items():
-            if a == b:
-                continue
-            # Through NVSwitch every pair talks over all its links, as nvidia-smi topo shows.
-            nvlinks = direct.get((a, b), 0) + min(switched.get(a, 0), switched.get(b, 0))
-            if nvlinks:
-                links[(a, b)] = f"NV{nvlinks}"
-                continue
-            level = call(pynvml.nvmlDeviceGetTopologyCommonAncestor, ha, hb)
-            if level is not None:
-                links[(a, b)] = _TOPOLOGY_WORDS.get(level, str(level))
-    return links
-
-
-def normalise_bus_id(bus_id: str) -> str:
-    """'00000000:17:00.0' (NVML) and '0000:17:00.0' (CUDA) -> '0000:17:00.0'."""
-    bus_id = bus_id.strip().lower()
-    parts = bus_id.split(":")
-    if len(parts) != 3:
-        return bus_id
-    try:
-        domain = int(parts[0], 16)
-    except ValueError:
-        return bus_id
-    return f"{domain:04x}:{parts[1]}:{parts[2]}"
-
-
 # ---------------------------------------------------------------- assembly
 
 
@@ -549,116 +379,7 @@ def _mps_state() -> str:
     return "not running"
 
 
-def _text(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, bytes):
-        return value.decode(errors="replace").rstrip("\x00")
-    return str(value)
-
-
 def _link_text(gen: int | None, width: int | None) -> str:
     if gen is None and width is None:
         return ""
     return f"Gen{gen if gen is not None else '?'} x{width if width is not None else '?'}"
-
-
-# ---------------------------------------------------------------- `gpuipc-bench info`
-
-
-def render_info(machine: Machine, console) -> None:
-    """What `gpuipc-bench info` prints."""
-    from rich.markup import escape
-    from rich.table import Table
-
-    # Every fact is escaped: what a machine or an error says is text, never rich markup
-    # (CuPy's install advice names the extras "[cuda12]" and "[cuda13]").
-    console.print(
-        f"[bold]CPU[/] {escape(machine.cpu_model)} ({machine.cpu_count} logical cores) · "
-        f"host {escape(machine.hostname)} · {escape(machine.os)} · {escape(machine.python)}",
-        highlight=False,
-    )
-
-    if machine.gpu_count == 0:
-        why = machine.no_gpu_reason
-        console.print(f"[bold red]No usable CUDA GPU[/]: {escape(why)}", highlight=False)
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible is not None:
-            console.print(f"  (CUDA_VISIBLE_DEVICES={escape(repr(visible))} limits what CUDA sees)", highlight=False)
-    else:
-        table = Table(title="GPUs", title_justify="left")
-        for column in ("#", "name", "memory", "CC", "PCIe current (max)", "MIG", "PCI bus id"):
-            table.add_column(column, justify="right" if column in ("#", "memory") else "left")
-        for gpu in machine.gpus:
-            mig = gpu.mig_mode
-            if gpu.mig_instances:
-                mig += f" ({len(gpu.mig_instances)} instances)"
-            table.add_row(*(escape(cell) for cell in (
-                str(gpu.index),
-                gpu.name,
-                f"{gpu.memory_bytes / 2**30:.1f} GiB",
-                gpu.compute_capability,
-                gpu.pcie_text() or "n/a",
-                mig,
-                gpu.pci_bus_id or "n/a",
-            )))
-        console.print(table)
-        _render_mig(machine, console)
-        if any(g.pcie_gen and g.pcie_max_gen and g.pcie_gen < g.pcie_max_gen for g in machine.gpus):
-            console.print("  [dim]An idle GPU lowers its PCIe link speed; it returns to max under load.[/]")
-
-    if machine.gpu_count > 1:
-        _render_topology(machine, console)
-
-    console.print(
-        f"[bold]Driver[/] {escape(machine.driver_version or 'n/a')} · "
-        f"[bold]CUDA driver[/] {escape(machine.cuda_driver_version or 'n/a')} · "
-        f"[bold]CUDA runtime[/] {escape(machine.cuda_runtime_version or 'n/a')} · "
-        f"[bold]CuPy[/] {escape(machine.cupy_version or 'not installed')}",
-        highlight=False,
-    )
-    console.print(f"[bold]MPS[/] {escape(machine.mps)}", highlight=False)
-
-
-def _render_mig(machine: Machine, console) -> None:
-    """The MIG instances of each GPU that has them, one UUID a line."""
-    from rich.markup import escape
-
-    listed = False
-    for gpu in machine.gpus:
-        if not gpu.mig_instances:
-            continue
-        listed = True
-        console.print(f"[bold]MIG instances of GPU {gpu.index}[/] ({len(gpu.mig_instances)})", highlight=False)
-        for uuid in gpu.mig_instances:
-            console.print(f"  {escape(uuid)}", highlight=False)
-    if listed:
-        console.print("  [dim]run on one MIG instance with --devices MIG-<uuid> (CUDA enumerates one "
-                      "instance per process; IPC between instances is not supported).[/]", highlight=False)
-    elif any(g.mig_mode == "enabled" for g in machine.gpus):
-        console.print("  [dim]MIG is enabled, but NVML listed no instance (none created, or not visible).[/]",
-                      highlight=False)
-
-
-def _render_topology(machine: Machine, console) -> None:
-    from rich.markup import escape
-    from rich.table import Table
-
-    table = Table(title="Topology (link, peer access)", title_justify="left")
-    table.add_column("")
-    for j in range(machine.gpu_count):
-        table.add_column(f"GPU{j}", justify="center")
-    for i in range(machine.gpu_count):
-        cells = []
-        for j in range(machine.gpu_count):
-            if i == j:
-                cells.append("X")
-                continue
-            peer = "✓" if (i, j) in machine.peer_access else "✗"
-            cells.append(escape(f"{machine.links.get((i, j), '?')} {peer}"))
-        table.add_row(f"GPU{i}", *cells)
-    console.print(table)
-    console.print(
-        "  [dim]NV<k>: k NVLinks · PIX/PXB: PCIe switches · PHB: host bridge · "
-        "NODE: one NUMA node · SYS: across sockets · ✓: peer access row->column[/]"
-    )

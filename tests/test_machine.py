@@ -14,7 +14,8 @@ from rich.console import Console
 
 from gpuipc_bench import machine as machine_mod
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.machine import GpuInfo, Machine, normalise_bus_id, probe, render_info
+from gpuipc_bench.machine import GpuInfo, Machine, normalise_bus_id, probe
+from gpuipc_bench.machine_info import render_info
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

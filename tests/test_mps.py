@@ -194,7 +194,8 @@ def test_serves_this_process(fake_mps, tmp_path):
 def test_info_lists_mig_instances():
     from rich.console import Console
 
-    from gpuipc_bench.machine import GpuInfo, Machine, render_info
+    from gpuipc_bench.machine import GpuInfo, Machine
+    from gpuipc_bench.machine_info import render_info
 
     gpu = GpuInfo(index=0, name="NVIDIA H100", uuid="GPU-1", pci_bus_id="0000:17:00.0", memory_bytes=80 << 30,
                   compute_capability="9.0", pcie_gen=5, pcie_width=16, pcie_max_gen=5, pcie_max_width=16,

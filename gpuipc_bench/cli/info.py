@@ -34,7 +34,8 @@ def list_cmd():
 @click.command()
 def info():
     """Describe this machine: CPU, GPUs, PCIe and NVLink topology, MIG/MPS, driver and CUDA."""
-    from gpuipc_bench.machine import probe, render_info
+    from gpuipc_bench.machine import probe
+    from gpuipc_bench.machine_info import render_info
 
     render_info(probe(), stdout_console())
 

@@ -54,9 +54,9 @@ def make(names: tuple[str, ...]) -> list[Mode]:
     for name in names:
         base, _, pct = name.partition(":")
         if base == Mps.name:
-            mode = Mps(int(pct or 100), shares=daemon_owner)
-            daemon_owner = daemon_owner or mode
+            mps_mode = Mps(int(pct or 100), shares=daemon_owner)
+            daemon_owner = daemon_owner or mps_mode
+            made.append(mps_mode)
         else:
-            mode = MODES[base]()
-        made.append(mode)
+            made.append(MODES[base]())
     return made

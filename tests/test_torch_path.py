@@ -26,7 +26,7 @@ import fake_gpu
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import WorkerFailed
 from gpuipc_bench.launcher import run_scenario
-from gpuipc_bench.scenarios import SCENARIOS, torch_share
+from gpuipc_bench.scenarios import SCENARIOS, torch_share, torch_support
 
 SIZES = (4, 4099)
 REFUSE_ENV = "FAKE_TORCH_REFUSE_FDS"
@@ -136,13 +136,13 @@ def test_the_waive_reasons_name_what_is_missing(monkeypatch, tmp_path):
     no_gpu = types.SimpleNamespace(gpu_count=0, no_gpu_reason="no NVIDIA driver on this machine")
     one_gpu = types.SimpleNamespace(gpu_count=1)
     scenario = SCENARIOS["torch"]
-    monkeypatch.setattr(torch_share.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(torch_support.importlib.util, "find_spec", lambda name: None)
     assert scenario.waive_reason(no_gpu) == "needs a CUDA GPU: no NVIDIA driver on this machine"
     assert scenario.waive_reason(one_gpu) == "needs PyTorch: pip install -e '.[torch]'"
     # A CPU-only build: no libtorch_cuda next to torch's __init__.py.
     (tmp_path / "lib").mkdir()
     spec = type("Spec", (), {"origin": str(tmp_path / "__init__.py")})()
-    monkeypatch.setattr(torch_share.importlib.util, "find_spec", lambda name: spec)
+    monkeypatch.setattr(torch_support.importlib.util, "find_spec", lambda name: spec)
     reason = scenario.waive_reason(one_gpu)
     assert reason is not None and reason.startswith("needs a CUDA build of PyTorch")
     (tmp_path / "lib" / "libtorch_cuda.so").touch()
@@ -154,7 +154,7 @@ def test_list_shows_the_extra_that_enables_torch(monkeypatch):
 
     from gpuipc_bench.cli import cli
 
-    monkeypatch.setattr(torch_share.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(torch_support.importlib.util, "find_spec", lambda name: None)
     monkeypatch.setattr(torch_share.PairScenario, "waive_reason", lambda self, machine: None)  # as if on a GPU
     out = CliRunner().invoke(cli, ["list"], env={"COLUMNS": "400"}).output
     assert "needs PyTorch: pip install -e '.[torch]'" in out  # the extra's brackets survive rich's markup

@@ -88,20 +88,7 @@ def bimodal(values: Sequence[float], gap: float = 0.02, min_share: float = 0.2, 
     and `separation` times the spread (MAD) of the samples on either side of it, with at least
     `min_share` of the samples on each side (e.g. 26.8 vs 28.0 GB/s, 9 and 10 samples; not a
     noisy single mode, whose widest gap is no wider than its own spread). Needs 6 samples."""
-    xs = _finite(values)
-    n = len(xs)
-    if n < 6:
-        return False
-    m = median(xs)
-    if not m:
-        return False
-    for i in range(1, n):
-        width = xs[i] - xs[i - 1]
-        if min(i, n - i) / n < min_share or width / abs(m) <= gap:
-            continue
-        if width > separation * max(mad(xs[:i]), mad(xs[i:])):
-            return True
-    return False
+    return two_states(values, gap, min_share, separation) is not None
 
 
 def two_states(values: Sequence[float], gap: float = 0.02, min_share: float = 0.2,

@@ -270,3 +270,19 @@ def test_summary_and_report_of_the_harness_rows(monkeypatch, tmp_path, no_leaks)
         report = console.export_text()
         assert max(len(line) for line in report.splitlines()) <= width and "…" not in report
         assert "mmap · bandwidth · handoff" in report
+
+
+def test_the_hand_over_cost_per_sharing_mode_explains_the_flip(tmp_path):
+    """With both modes measured, one line gives the GPU-ordered hand-over's cost in each (the
+    context switch time-sliced, none under MPS), from the run's own figures; with one mode, none."""
+    from gpuipc_bench.analysis.handover import handovers
+
+    df, meta = read_results(H100_MODES)
+    found = handovers(analyse(df, meta).summary)
+    assert [h.sharing for h in found] == ["time-sliced", "mps"]
+    sliced, mps = found
+    assert sliced.lo_s <= sliced.median_s <= sliced.hi_s and mps.lo_s <= mps.median_s <= mps.hi_s
+    assert sliced.median_s > 10 * mps.median_s  # the context switch, on this H100
+    text = " ".join(summary_text(H100_MODES).split())  # the line wraps at 80 columns
+    assert "HAND-OVER on one GPU, 4 KiB" in text and "(a context switch)" in text
+    assert "HAND-OVER" not in summary_text(without_mps(H100_MODES, tmp_path))

@@ -37,6 +37,7 @@ import numpy as np
 import pandas as pd
 
 from gpuipc_bench.analysis import stats
+from gpuipc_bench.analysis.handover import Handover, handovers
 from gpuipc_bench.analysis.bands import Band, bands, changes
 from gpuipc_bench.analysis.breakeven import AMORTISE_OVER, BreakEven, break_even
 from gpuipc_bench.analysis.conditions import is_gpu, link_rank
@@ -93,6 +94,7 @@ class Answer:
     sections: tuple[Section, ...]
     setup: tuple[SetupCost, ...]
     relevant: tuple[StabilityWarning, ...]  # the warnings that could change a line
+    handover: tuple[Handover, ...] = ()  # one GPU's hand-over cost per sharing mode (analysis.handover)
 
     @property
     def shown(self) -> list[Decision]:
@@ -144,7 +146,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
         frame=df, meta=dict(meta), paths=paths, schema=schema, summary=summary, samples=samples, candidates=rows,
         warnings=warnings,
         answer=Answer(tuple(decisions), tuple(arranged), tuple(setup.values()),
-                      tuple(relevant_warnings(warnings, decisions, rows))),
+                      tuple(relevant_warnings(warnings, decisions, rows)), tuple(handovers(summary))),
         break_even=break_even(summary, paths, samples, amortise_over=amortise_over, mixed_measures=mixed),
         min_effect=min_effect, amortise_over=amortise_over,
     )

@@ -28,6 +28,7 @@ import numpy as np
 
 from gpuipc_bench.analysis.conditions import is_gpu
 from gpuipc_bench.analysis.mechanisms import mechanism
+from gpuipc_bench.analysis.handover import Handover
 from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, range_coverage
 from gpuipc_bench.analysis.verdict import Decision
@@ -444,10 +445,22 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             head, rest = band_lines(band, section.measure, setup, column, mentioned, section.links)
             lines.append(Line(head.text + " " + rest.text.strip(), HANG))
             lines += differ_lines(band, section.measure, HANG - 2)
+    if answer.handover:
+        lines.append(handover_line(answer.handover))
     lines += [x for x in (setup_line(answer.setup, _named(answer.sections)), confidence_line(answer.decisions, width),
                           warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)
+
+
+def handover_line(found: Sequence[Handover]) -> Line:
+    """Why the sharing mode flips the small-message answer: the GPU-ordered hand-over's cost per mode."""
+    first, parts = found[0], []
+    for h in found:
+        why = " (a context switch)" if h.sharing == "time-sliced" else ""
+        path = "" if h.label == first.label else f", {h.label}"
+        parts.append(f"{fmt_time(h.median_s)} [{time_span([h.lo_s, h.hi_s])}] {h.sharing}{why}{path}")
+    return Line(f"HAND-OVER on one GPU, 4 KiB ({first.label}): " + " · ".join(parts), 2)
 
 
 def _named(found: Sequence[Section]) -> set[str]:

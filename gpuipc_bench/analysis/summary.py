@@ -122,14 +122,22 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
 def _call_floor(summary: pd.DataFrame, ceilings: dict[tuple, float]) -> None:
     """ceiling_peak_gbps and call_bound of every row with a ceiling (see summarize)."""
     peak, bound = [], []
+    sizes_of: dict[tuple, set] = {}  # (scenario, sharing) -> the sizes its ceilings were measured at
+    for (sc, sh, _, b) in ceilings:
+        sizes_of.setdefault((sc, sh), set()).add(b)
+    curves: dict[tuple, dict] = {}  # one curve per (scenario, sharing, ceiling), not one per row
     for r in summary.itertuples(index=False):
         if not r.ceiling or str(r.variant).endswith(AGGREGATE_SUFFIX):
             peak.append(math.nan)
             bound.append(False)
             continue
-        sizes = sorted({b for (sc, sh, _, b) in ceilings if sc in (r.scenario, CEILING_SCENARIO) and sh == r.sharing})
-        curve = {b: _ceiling_for(ceilings, r.scenario, r.sharing, r.ceiling, b) for b in sizes}
-        curve = {b: g for b, g in curve.items() if math.isfinite(g) and g > 0}
+        key = (r.scenario, r.sharing, r.ceiling)
+        if key not in curves:
+            sizes = sorted(sizes_of.get((r.scenario, r.sharing), set())
+                           | sizes_of.get((CEILING_SCENARIO, r.sharing), set()))
+            curve = {b: _ceiling_for(ceilings, r.scenario, r.sharing, r.ceiling, b) for b in sizes}
+            curves[key] = {b: g for b, g in curve.items() if math.isfinite(g) and g > 0}
+        curve = curves[key]
         if not curve or int(r.bytes) not in curve:
             peak.append(max(curve.values()) if curve else math.nan)
             bound.append(False)

@@ -188,3 +188,10 @@ def normalise_bus_id(bus_id: str) -> str:
     return f"{domain:04x}:{parts[1]}:{parts[2]}"
 
 
+def handles_by_bus_id(pynvml) -> dict[str, Any]:
+    """NVML's device handles, keyed by normalised PCI bus id (NVML initialised by the caller)."""
+    handles = {}
+    for k in range(pynvml.nvmlDeviceGetCount()):
+        handle = pynvml.nvmlDeviceGetHandleByIndex(k)
+        handles[normalise_bus_id(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))] = handle
+    return handles

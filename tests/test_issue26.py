@@ -108,13 +108,11 @@ def test_3_a_closed_output_fails_nothing(tmp_path, closed):
 # ------------------------------------------------------------------------ 4: a killed run never claims to be complete
 
 
-def test_4_header_says_partial_until_the_clean_end(tmp_path, monkeypatch):
-    """What a SIGKILL at any moment between two scenarios leaves is what is on disk then: the
-    header read while the second scenario runs must say partial."""
+def headers_while_running(out, monkeypatch) -> list[dict]:
+    """A launcher that runs nothing and reads the CSV's header each time a scenario starts."""
     import gpuipc_bench.launcher
     from gpuipc_bench.launcher import Outcome
 
-    out = tmp_path / "r.csv"
     seen: list[dict] = []
 
     def fake_run_scenario(scenario, config, specs, on_row, **kwargs):
@@ -122,6 +120,14 @@ def test_4_header_says_partial_until_the_clean_end(tmp_path, monkeypatch):
         return Outcome(scenario.name)
 
     monkeypatch.setattr(gpuipc_bench.launcher, "run_scenario", fake_run_scenario)
+    return seen
+
+
+def test_4_header_says_partial_until_the_clean_end(tmp_path, monkeypatch):
+    """What a SIGKILL at any moment between two scenarios leaves is what is on disk then: the
+    header read while the second scenario runs must say partial."""
+    out = tmp_path / "r.csv"
+    seen = headers_while_running(out, monkeypatch)
     result = CliRunner().invoke(cli, ["run", "-s", "host", "-s", "barrier", "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
     assert [meta["partial"] for meta in seen] == ["true", "true"]
@@ -389,17 +395,8 @@ def test_11_run_help_states_what_the_code_does_and_no_time():
 
 def test_the_run_writes_its_total_time_at_the_clean_end_only(tmp_path, monkeypatch):
     """`seconds.total` (schema 3) is the run's wall time, in the header only once the run ended."""
-    import gpuipc_bench.launcher
-    from gpuipc_bench.launcher import Outcome
-
     out = tmp_path / "r.csv"
-    seen: list[dict] = []
-
-    def fake_run_scenario(scenario, config, specs, on_row, **kwargs):
-        seen.append(read_results(out)[1])
-        return Outcome(scenario.name)
-
-    monkeypatch.setattr(gpuipc_bench.launcher, "run_scenario", fake_run_scenario)
+    seen = headers_while_running(out, monkeypatch)
     assert CliRunner().invoke(cli, ["run", "-s", "host", "-s", "barrier", "--out", str(out), "-q"]).exit_code == 0
     assert not any("seconds.total" in meta for meta in seen)
     assert float(read_results(out)[1]["seconds.total"]) >= 0

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
+from gpuipc_bench.nvml_facts import handles_by_bus_id, normalise_bus_id
+
 # nvmlClocksEventReasons bits that mean the GPU was held back (not idle, not a user setting).
 THROTTLE_BITS = {
     0x4: "software power cap",
@@ -34,14 +36,10 @@ def gpu_conditions(bus_ids: dict[str, str], ours: Iterable[int] = ()) -> dict[st
     except Exception:
         return {}
     try:
-        handles = {}
-        for k in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(k)
-            bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
-            handles[_normal(bus.decode() if isinstance(bus, bytes) else str(bus))] = handle
+        handles = handles_by_bus_id(pynvml)
         found: dict[str, list[str]] = {}
         for index, bus_id in bus_ids.items():
-            handle = handles.get(_normal(bus_id))
+            handle = handles.get(normalise_bus_id(bus_id))
             if handle is not None:
                 found[index] = describe(index, _read(pynvml, handle), set(ours) | {os.getpid()})
         return found
@@ -50,12 +48,6 @@ def gpu_conditions(bus_ids: dict[str, str], ours: Iterable[int] = ()) -> dict[st
             pynvml.nvmlShutdown()
         except Exception:
             pass
-
-
-def _normal(bus_id: str) -> str:
-    from gpuipc_bench.machine import normalise_bus_id
-
-    return normalise_bus_id(bus_id)
 
 
 def _read(pynvml, handle) -> dict[str, Any]:

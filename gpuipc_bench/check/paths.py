@@ -199,7 +199,7 @@ P2P_STATUS = {0: "OK", 1: "chipset not supported", 2: "GPU not supported", 3: "I
 
 def nvml_p2p(bus_ids: dict[int, str]) -> dict[tuple[int, int], str]:
     """NVML's peer-to-peer read status between every two GPUs (CUDA indices -> PCI bus ids)."""
-    from gpuipc_bench.machine import normalise_bus_id
+    from gpuipc_bench.nvml_facts import handles_by_bus_id, normalise_bus_id
 
     try:
         import pynvml
@@ -209,11 +209,7 @@ def nvml_p2p(bus_ids: dict[int, str]) -> dict[tuple[int, int], str]:
         return {}
     found = {}
     try:
-        handles = {}
-        for k in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(k)
-            bus = pynvml.nvmlDeviceGetPciInfo(handle).busId
-            handles[normalise_bus_id(bus.decode() if isinstance(bus, bytes) else str(bus))] = handle
+        handles = handles_by_bus_id(pynvml)
         for i, a in bus_ids.items():
             for j, b in bus_ids.items():
                 ha, hb = handles.get(normalise_bus_id(a)), handles.get(normalise_bus_id(b))

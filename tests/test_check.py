@@ -259,6 +259,16 @@ def test_fleet_outliers_by_mad_and_the_megatron_rule():
     assert judge.fleet_outliers(noisy) == {}  # within 10% of the median: never an outlier
 
 
+def test_in_a_fleet_of_three_a_noisy_healthy_node_does_not_hide_a_node_far_below_half_the_median():
+    # 1.0, 0.25, 0.02: σ and the MAD are too wide for either spread rule to name the third node
+    by_node = {n: [_fig(value=v), _fig("barrier", lat, gpus="host", unit="µs")]
+               for n, v, lat in (("a", 55.0, 8.0), ("b", 13.75, 30.0), ("c", 1.1, 9.0))}
+    found = judge.fleet_outliers(by_node)
+    assert set(found) == {("c", "h2d", "0"), ("b", "barrier", "host")}
+    assert found[("c", "h2d", "0")].endswith("(outlier: under half as good as the median)")
+    assert "3.33 of the fleet median 9 µs" in found[("b", "barrier", "host")]
+
+
 def test_the_fleet_table_puts_the_worst_node_first_and_draws_a_heatmap(tmp_path):
     by_node = {f"node{k:03d}": [_fig(value=55.0 - (20 if k == 7 else k % 3)), _fig("d2d", 1480.0)]
                for k in range(120)}

@@ -10,7 +10,9 @@ figure's GPUs is named as the likely cause.
 
 Across a fleet, a node's figure is an outlier when it is more than 10% worse than the fleet's
 median and either far from it by the median absolute deviation (robust z beyond 3.5) or, by
-Megatron-LM's straggler rule, more than 1σ and more than 10% worse than the mean.
+Megatron-LM's straggler rule, more than 1σ and more than 10% worse than the mean; or, whatever
+the spread, under half the fleet median (a latency over twice it): in a fleet of three, one noisy
+healthy node widens σ and the MAD enough to hide a node 50x slow, which no operator would accept.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from gpuipc_bench.check.figures import Figure, format_value
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 ROBUST_Z = 3.5
 FLEET_GAP = 0.10
+GROSS_FRACTION = 0.5  # under half the fleet median (a latency over twice it) is an outlier whatever the spread
 
 
 @dataclasses.dataclass
@@ -132,9 +135,13 @@ def fleet_outliers(by_node: dict[str, list[Figure]]) -> dict[tuple[str, str, str
             far_from_median = x < median - FLEET_GAP * abs(median)
             robust = 0.6745 * (x - median) / mad < -ROBUST_Z
             megatron = x < mean - sigma and x < mean - FLEET_GAP * abs(mean)
-            if far_from_median and (robust or megatron):
+            # as good as the median: 0.5 is half the bandwidth or twice the latency
+            as_good = (x / median if sign > 0 else median / x) if x and median else 1.0
+            gross = as_good < GROSS_FRACTION
+            if far_from_median and (robust or megatron or gross):
                 rules = [r for r, hit in (("median absolute deviation", robust),
-                                          ("> 1σ and > 10% below the mean", megatron)) if hit]
+                                          ("> 1σ and > 10% below the mean", megatron),
+                                          ("under half as good as the median", gross)) if hit]
                 fraction = nodes[node].value / (sign * median)
                 found[(node, name, gpus)] = (f"{format_value(nodes[node].value, nodes[node].unit)} is {fraction:.2f} "
                                              f"of the fleet median {format_value(sign * median, nodes[node].unit)} "

@@ -6,7 +6,8 @@ order is stable. To add a path, write a module here and add it to the list.
 
 from gpuipc_bench.scenario import Scenario
 from gpuipc_bench.scenarios import (
-    barrier, handles, host, ipc, latency, mempool, mmap, nccl, nvshmem, peer, sharing, staging, torch_share, vmm,
+    barrier, handles, host, ipc, latency, mempool, mmap, nccl, nixl, nvshmem, peer, sharing, staging, torch_share,
+    vmm,
 )
 
 _ORDER: list[Scenario] = [
@@ -27,6 +28,9 @@ _ORDER: list[Scenario] = [
     handles.HandlesScenario(),
     torch_share.TorchSizesScenario(),
     *nccl.TRANSPORT_SCENARIOS,
+    nixl.NixlScenario(),
+    nixl.NixlHostScenario(),
+    *nixl.FORCED_SCENARIOS,
 ]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ORDER}

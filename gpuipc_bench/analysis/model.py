@@ -44,6 +44,7 @@ from gpuipc_bench.analysis.conditions import is_gpu, link_rank
 from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES, samples_by_condition, summarize
 from gpuipc_bench.analysis.verdict import MEASURE_ORDER, MIXED, Decision, Figure, candidates, ceiling_times, decide
 from gpuipc_bench.analysis.mechanisms import declaration_order
+from gpuipc_bench.analysis.transport import Fallback, fallbacks
 from gpuipc_bench.analysis.warnings import FAILED_VERIFICATION, StabilityWarning, stability_warnings
 from gpuipc_bench.paths import PathInfo, from_metadata
 
@@ -117,6 +118,7 @@ class RunAnalysis:
     break_even: list[BreakEven]
     min_effect: float
     amortise_over: int
+    fallbacks: list[Fallback] = dataclasses.field(default_factory=list)  # transport-fallback
 
 
 def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None = None,
@@ -148,7 +150,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
         answer=Answer(tuple(decisions), tuple(arranged), tuple(setup.values()),
                       tuple(relevant_warnings(warnings, decisions, rows)), tuple(handovers(summary))),
         break_even=break_even(summary, paths, samples, amortise_over=amortise_over, mixed_measures=mixed),
-        min_effect=min_effect, amortise_over=amortise_over,
+        min_effect=min_effect, amortise_over=amortise_over, fallbacks=fallbacks(df, summary, meta),
     )
 
 

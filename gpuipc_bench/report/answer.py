@@ -26,6 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from gpuipc_bench.analysis.transport import worst_per_scenario
 from gpuipc_bench.analysis.conditions import is_gpu
 from gpuipc_bench.analysis.mechanisms import mechanism
 from gpuipc_bench.analysis.handover import Handover
@@ -447,6 +448,8 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             lines += differ_lines(band, section.measure, HANG - 2)
     if answer.handover:
         lines.append(handover_line(answer.handover))
+    lines += [Line("! " + wording.fallback_text(f, n), 2, "bold yellow")
+              for f, n in worst_per_scenario(analysis.fallbacks)]
     lines += [x for x in (setup_line(answer.setup, _named(answer.sections)), confidence_line(answer.decisions, width),
                           warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))

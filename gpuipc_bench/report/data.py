@@ -64,6 +64,9 @@ def run_record(analysis: RunAnalysis, source: str) -> dict:
         "warnings": [plain(dataclasses.asdict(w)) | {"says": wording.WARNINGS[w.cause][0],
                                                       "could_change_the_answer": w in relevant}
                      for w in analysis.warnings],
+        "transport_fallbacks": [plain(dataclasses.asdict(f)) | {"fraction": plain(f.fraction),
+                                                                "says": wording.fallback_text(f)}
+                                for f in analysis.fallbacks],
     }
 
 

@@ -210,6 +210,21 @@ WARNINGS: dict[str, tuple[str, str]] = {
 }
 
 
+def fallback_text(f, figures: int = 1) -> str:
+    """A transport-fallback (analysis/transport.py) in one sentence: the figure (the worst of
+    `figures` of its scenario), its share of raw IPC, the transport and the setting to check."""
+    where = f" ({link(f.src, f.dst)})" if f.src != f.dst or f.src != "host" else ""
+    if f.path == "nixl":
+        hint = "check UCX_TLS and that the processes may reach each other's memory (ptrace for CMA, cuda_ipc)"
+        settings = f"UCX settings: {f.settings}" if f.settings else ""
+    else:
+        hint, settings = "check NCCL_P2P_DISABLE, NCCL_SHM_DISABLE and the container's IPC namespace", f.settings
+    many = f" (the worst of {figures} figures)" if figures > 1 else ""
+    return (f"transport fallback{many}: {f.path}/{f.variant} {f.gbps:.3g} GB/s at {format_size(f.bytes)}{where} = "
+            f"{f.fraction:.1%} of {f.reference}: {f.path.upper()} used {f.transport}"
+            + (f" ({settings})" if settings else "") + f"; {hint}")
+
+
 def warning_subject(w: StabilityWarning, with_link: bool = False) -> str:
     """'staging/pageable 4 KiB', with ' latency' for a latency figure and the link when asked."""
     text = f"{w.path}/{w.variant}"

@@ -1,0 +1,91 @@
+"""A library that fell back to a slow transport without saying so (kind `transport-fallback`).
+
+NIXL's UCX and NCCL pick their transport themselves; a user's environment or a container
+can take the direct one away (UCX_TLS without cuda_ipc, no ptrace for CMA, NCCL_P2P_DISABLE)
+and the library then runs over tcp or staged copies at a small fraction of the link. A figure
+of the library's own choice (not a forced variant: no ':' in its variant) at 1 MiB and up
+is a fallback when it runs under FALLBACK_FRACTION of raw IPC on the same link (the best ipc
+figure of the same measure and size; the figure's ceiling where the run has no ipc) AND the
+transport the library reported is not the link's direct one. A slow figure on the direct
+transport is not a fallback: it is the library's own cost, and the answer ranks it as such.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+
+FALLBACK_FRACTION = 0.10
+FALLBACK_FROM = 1 << 20
+LIBRARIES = ("nixl", "nccl")
+# Transports that move the bytes directly (no tcp, no staging through a bounce buffer).
+DIRECT = ("cuda_ipc", "cma", "sysv", "posix", "xpmem", "knem", "P2P")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fallback:
+    scenario: str
+    path: str
+    variant: str
+    measure: str
+    src: str
+    dst: str
+    sharing: str
+    bytes: int
+    gbps: float
+    reference: str  # 'ipc/push' or the ceiling's name
+    reference_gbps: float
+    transport: str
+    settings: str  # the environment the library ran under ('UCX_TLS=tcp', 'none')
+    kind: str = "transport-fallback"
+
+    @property
+    def fraction(self) -> float:
+        return self.gbps / self.reference_gbps
+
+
+def direct(transport: str) -> bool:
+    return any(name in transport for name in DIRECT)
+
+
+def fallbacks(frame: pd.DataFrame, summary: pd.DataFrame, meta: dict) -> list[Fallback]:
+    """Every figure of a library's own choice that fell back (see the module's docstring)."""
+    if summary.empty or "transport" not in frame.columns:
+        return []
+    rows = summary[summary["path"].isin(LIBRARIES) & (summary["metric"] == "bandwidth")
+                   & ~summary["variant"].str.contains(":", regex=False) & (summary["bytes"] >= FALLBACK_FROM)]
+    ipc = summary[(summary["path"] == "ipc") & (summary["metric"] == "bandwidth")]
+    keys = ["scenario", "path", "variant", "measure", "src", "dst", "bytes"]
+    reported = frame[frame["path"].isin(LIBRARIES)].groupby(keys, dropna=False)["transport"].agg(
+        lambda t: ", ".join(dict.fromkeys(str(x) for x in t if str(x) not in ("", "nan"))))
+    out = []
+    for r in rows.itertuples(index=False):
+        transport = reported.get((r.scenario, r.path, r.variant, r.measure, r.src, r.dst, r.bytes), "")
+        if not transport or direct(transport):
+            continue
+        same = ipc[(ipc["src"] == r.src) & (ipc["dst"] == r.dst) & (ipc["sharing"] == r.sharing)
+                   & (ipc["measure"] == r.measure) & (ipc["bytes"] == r.bytes)]
+        if not same.empty:
+            best = same.loc[same["median_gbps"].idxmax()]
+            reference, reference_gbps = f"ipc/{best['variant']}", float(best["median_gbps"])
+        else:
+            reference, reference_gbps = str(r.ceiling), float(r.ceiling_gbps)
+        if not reference_gbps > 0 or not r.median_gbps < FALLBACK_FRACTION * reference_gbps:
+            continue
+        settings = meta.get(f"note.{r.scenario}.ucx_settings", "") if r.path == "nixl" else \
+            meta.get(f"note.{r.scenario}.nccl_settings", "")
+        out.append(Fallback(r.scenario, r.path, r.variant, r.measure, str(r.src), str(r.dst), r.sharing, int(r.bytes),
+                            float(r.median_gbps), reference, reference_gbps, transport, settings))
+    return out
+
+
+def worst_per_scenario(found: list[Fallback]) -> list[tuple[Fallback, int]]:
+    """One fallback per scenario: its lowest fraction, with how many figures of it fell back."""
+    worst: dict[str, Fallback] = {}
+    count: dict[str, int] = {}
+    for f in found:
+        count[f.scenario] = count.get(f.scenario, 0) + 1
+        if f.scenario not in worst or f.fraction < worst[f.scenario].fraction:
+            worst[f.scenario] = f
+    return [(f, count[name]) for name, f in worst.items()]

@@ -1,0 +1,560 @@
+"""nixl: NIXL, the transfer library of vLLM's NixlConnector, Dynamo and TensorRT-LLM, over its
+UCX backend, between two processes, with the transport UCX really chose.
+
+Each worker is a NIXL agent (UCX backend). The agents' metadata and descriptor lists go
+through the tool's own channel (a shared page both workers map), never a TCP side server.
+The producer's buffer is the source and the consumer's the destination whatever the
+operation: WRITE is driven by the producer (a put into the consumer's slots, with a NIXL
+notification), READ by the consumer (a get from the producer's slots).
+
+  stream    the initiator posts one request per slot of the batch back to back
+            (make_prepped_xfer + transfer, as vLLM's connector does per block), then waits
+            for them all: time / transfers
+  handoff   one transfer in flight: WRITE, the put with its notification, the consumer
+            sees the notification and acknowledges in the mailbox before the next; READ,
+            the producer says the slot is ready, the consumer gets it and waits for it
+  blocks    (WRITE, from 1 MiB) one request of N equal descriptors (16, 256, 4096) against
+            the stream of one descriptor: what a KV cache of many pages costs
+
+Every destination slot is verified after each sample. Memory: `nixl-host` moves host
+memory to host memory (no GPU; its ceiling is memcpy@host); `nixl` moves GPU memory to GPU
+memory (same GPU or across two, ceiling d2d@GPU or peer@A>B, like ipc) and host memory to
+GPU memory (variants '-from-dram', ceiling h2d@GPU).
+
+What UCX chose comes from UCX's own protocol report (UCX_PROTO_INFO=y, into a log file of
+the run's folder; gpuipc_bench.ucx_report): every row carries it in `transport`
+('zero-copy cma/memory', 'zero-copy cuda_ipc/cuda'). UCX reads its environment once per
+process, so each forced transport is a scenario with its own workers and the variant says
+so ('write:tcp'): nixl-host-tcp (UCX_TLS=tcp: a container without ptrace gets no CMA),
+nixl-cuda-copy (UCX_TLS=cuda_copy,tcp: staged through host memory), nixl-tcp (UCX_TLS=tcp).
+The user's own UCX_ variables are kept for UCX's choice and named in the CSV's notes.
+
+Set-up rows: nixl_agent (agent and UCX backend), nixl_register (the ring; and once per
+size, a buffer of that size), nixl_load (the peer's metadata), nixl_prep (the descriptor
+lists), nixl_first (the first transfer).
+
+The GPU scenarios have not run on hardware in this version (no GPU time was left when they
+were written); nixl-host ran on CPUs (tests/test_nixl_path.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import importlib
+import importlib.util
+import os
+import pickle
+import shutil
+import struct
+import tempfile
+import time
+from typing import Any, Iterator
+
+import numpy as np
+
+from gpuipc_bench import ucx_report
+from gpuipc_bench.errors import BarrierAborted, BenchError
+from gpuipc_bench.gpu.memory import Ring, reps_for
+from gpuipc_bench.pair import CONSUMER, PRODUCER, PairScenario, PairWorker
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.patterns import check, pattern_bytes
+from gpuipc_bench.sampler import Sample
+from gpuipc_bench.scenario import WorkerSpec
+from gpuipc_bench.shared import SharedPages
+
+MODULES = ("nixl_cu13", "nixl_cu12")  # the wheels' modules (the `nixl` meta package only re-exports one)
+INSTALL = ('pip install --no-deps "nixl-cu12==1.5.1" (nixl-cu13 for CUDA 13; --no-deps: the torch it requires '
+           'is for nixl_ep only)')
+HOST_BATCH_BYTES = 16 << 20  # a host sample moves about this much (pattern filling and checking is numpy)
+BOX_BYTES = 1 << 20  # each worker's half of the metadata channel
+BLOCKS = (16, 256, 4096)  # descriptors per request in the blocks study
+BLOCKS_FROM = 1 << 20
+MIN_BLOCK = 64  # bytes per descriptor at least
+FORCED = {  # scenario: (UCX variables, variant suffix)
+    "nixl-host": ({}, ""),
+    "nixl-host-tcp": ({"UCX_TLS": "tcp"}, ":tcp"),
+    "nixl": ({}, ""),
+    "nixl-cuda-copy": ({"UCX_TLS": "cuda_copy,tcp"}, ":cuda_copy"),
+    "nixl-tcp": ({"UCX_TLS": "tcp"}, ":tcp"),
+}
+
+
+def missing() -> str | None:
+    """Why NIXL cannot be used here (None when a wheel is installed)."""
+    if any(importlib.util.find_spec(m) is not None for m in MODULES):
+        return None
+    return f"needs NIXL: {INSTALL}"
+
+
+def api():
+    """NIXL's Python API (nixl_agent, nixl_agent_config) from whichever wheel is installed."""
+    for name in MODULES:
+        if importlib.util.find_spec(name) is not None:
+            return importlib.import_module(f"{name}._api")
+    raise BenchError(f"nixl: {missing()}")
+
+
+def user_ucx_settings(environ=os.environ) -> str:
+    """The UCX_ variables the user's environment sets (they decide UCX's own choice)."""
+    found = [f"{k}={v}" for k, v in sorted(environ.items()) if k.startswith("UCX_")]
+    return " ".join(found) or "none"
+
+
+def flush_c_streams() -> None:
+    """UCX writes its log through C stdio, buffered: flush it so that the file holds what UCX said."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):
+        pass
+
+
+class NixlShared:
+    """What the parent makes before the fork: the metadata channel and the UCX log folder."""
+
+    def __init__(self, gate=None):
+        self.gate = gate
+        self.box = SharedPages(2 * BOX_BYTES)
+        self.folder = tempfile.mkdtemp(prefix="gpuipc-bench-ucx-")
+
+    def put(self, rank: int, obj: Any) -> None:
+        data = pickle.dumps(obj)
+        if len(data) + 8 > BOX_BYTES:
+            raise BenchError(f"nixl: the agent metadata ({len(data)} bytes) does not fit the channel")
+        self.box[rank * BOX_BYTES:rank * BOX_BYTES + 8 + len(data)] = struct.pack("<Q", len(data)) + data
+
+    def get(self, rank: int) -> Any:
+        (size,) = struct.unpack("<Q", self.box[rank * BOX_BYTES:rank * BOX_BYTES + 8])
+        return pickle.loads(self.box[rank * BOX_BYTES + 8:rank * BOX_BYTES + 8 + size])  # noqa: S301 - our own pages
+
+    def close(self) -> None:
+        if self.gate is not None:
+            self.gate.close()
+        self.box.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class HostBuffer:
+    """A worker's host ring, page-aligned (numpy); ptr for NIXL, fill and check in numpy."""
+
+    kind = "DRAM"
+
+    def __init__(self, nbytes: int):
+        self.array = np.zeros(nbytes, dtype=np.uint8)  # touched below: first-touch faults stay out of timing
+        self.array[::4096] = 0
+        self.ptr, self.device = self.array.ctypes.data, 0
+
+    def fill(self, ring: Ring, seed: int, count: int) -> None:
+        for i in range(count):
+            at = ring.offset(i)
+            self.array[at:at + ring.nbytes] = pattern_bytes(ring.nbytes, seed + i)
+
+    def verify(self, ring: Ring, seed: int, count: int, path: str, variant: str, corrupt: bool) -> None:
+        if corrupt and ring.nbytes:
+            self.array[ring.offset(count - 1)] ^= 0xFF
+        for i in range(count):
+            at = ring.offset(i)
+            check(self.array[at:at + ring.nbytes], seed + i, path, variant, ring.nbytes, slot=i)
+
+
+class GpuBuffer:
+    """A ring in GPU memory (the worker's Gpu allocates, fills and verifies with its kernels)."""
+
+    kind = "VRAM"
+
+    def __init__(self, gpu, nbytes: int):
+        self.gpu, self.memory = gpu, gpu.alloc(nbytes)
+        self.ptr, self.device = self.memory.ptr, gpu.device
+
+    def fill(self, ring: Ring, seed: int, count: int) -> None:
+        self.gpu.fill(self.ptr, ring, seed, count)
+        self.gpu.synchronize()
+
+    def verify(self, ring: Ring, seed: int, count: int, path: str, variant: str, corrupt: bool) -> None:
+        self.gpu.verify(self.ptr, ring, seed, path, variant, count=count, corrupt=corrupt)
+
+
+class NixlWorker(PairWorker):
+    path = "nixl"
+    peer_access_at = "never"  # UCX's cuda_ipc opens the peer's memory itself
+
+    def __init__(self, ctx, scenario):
+        super().__init__(ctx, scenario)
+        self.host = scenario.gpus_needed == 0
+        env, self.suffix = FORCED[scenario.name]
+        self.forced = env
+        self.kinds = [("DRAM", "DRAM")] if self.host else [("VRAM", "VRAM"), ("DRAM", "VRAM")]
+        self.ops = ("write", "read")
+        self.handles: list = []
+        self.counters = {"ack": 0, "ready": 0}  # the mailbox's, as both workers have counted them
+
+    # ------------------------------------------------------------------ the pair
+
+    def open_gpu(self):
+        # UCX reads its environment when the agent starts: set it before anything.
+        os.environ.update(self.forced)
+        os.environ.update(UCX_PROTO_INFO="y", UCX_LOG_FILE=os.path.join(self.ctx.shared.folder,
+                                                                         f"ucx.{self.ctx.rank}.%p.log"))
+        return None if self.host else super().open_gpu()
+
+    def batch(self, nbytes: int) -> int:
+        return reps_for(nbytes, HOST_BATCH_BYTES) if self.host else reps_for(nbytes)
+
+    def ring_bytes(self) -> int:
+        return max(Ring.for_size(n, self.batch(n)).bytes for n in self.sizes)
+
+    def group(self, variant, measure, nbytes, src, dst, ceiling="", reps=None, metric="bandwidth", path=None):
+        if self.host:
+            return dict(path=path or self.path, variant=variant, measure=measure, metric=metric, src=src, dst=dst,
+                        bytes=nbytes, ceiling=ceiling)
+        return super().group(variant, measure, nbytes, src, dst, ceiling, reps, metric, path)
+
+    def ends(self, kind: tuple[str, str]) -> tuple[Any, Any]:
+        return ("host" if kind[0] == "DRAM" else self.pdev), ("host" if kind[1] == "DRAM" else self.cdev)
+
+    def ceiling_key(self, kind: tuple[str, str]) -> str:
+        if kind == ("DRAM", "DRAM"):
+            return "memcpy@host"
+        if kind[0] == "DRAM":
+            return f"h2d@{self.cdev}"
+        return f"d2d@{self.pdev}" if self.same_gpu else f"peer@{self.pdev}>{self.cdev}"
+
+    def variant(self, op: str, kind: tuple[str, str], blocks: int = 1) -> str:
+        name = op + ("-from-dram" if kind == ("DRAM", "VRAM") else "")
+        return name + (f"-{blocks}blocks" if blocks > 1 else "") + self.suffix
+
+    # ------------------------------------------------------------------ set-up
+
+    def setup(self) -> Iterator[dict]:
+        ctx, nixl = self.ctx, api()
+        src, dst = self.ends(self.kinds[0])
+        if self.producer:
+            ctx.note("ucx_settings", user_ucx_settings({k: v for k, v in os.environ.items()
+                                                         if k not in ("UCX_PROTO_INFO", "UCX_LOG_FILE")}))
+        ctx.declare("ready", "ack")
+        start = time.perf_counter()
+        try:
+            self.agent = nixl.nixl_agent(f"gpuipc-{os.getpid()}-{ctx.rank}", nixl.nixl_agent_config(backends=["UCX"]))
+            if "UCX" not in self.agent.backends:
+                raise BenchError("NIXL has no UCX plugin")
+        except Exception as exc:
+            raise self.failed("could not start its UCX backend", exc) from None
+        rows = [self.setup_row("nixl_agent", time.perf_counter() - start, 0, 0, src, dst)]
+        capacity = self.ring_bytes()
+        self.buffers, self.registered = {}, []
+        for kind in dict.fromkeys(k[0 if self.producer else 1] for k in self.kinds):
+            self.buffers[kind] = HostBuffer(capacity) if kind == "DRAM" else GpuBuffer(self.gpu, capacity)
+            start = time.perf_counter()
+            buffer = self.buffers[kind]
+            self.registered.append(self.agent.register_memory([(buffer.ptr, capacity, buffer.device, "")], kind))
+            rows.append(self.setup_row("nixl_register", time.perf_counter() - start, 0, capacity, src, dst))
+        ctx.shared.put(ctx.rank, {"agent": self.agent.get_agent_metadata(),
+                                  "descs": {k: (b.ptr, b.device) for k, b in self.buffers.items()}})
+        ctx.sync()
+        mine = ctx.shared.get(ctx.rank)
+        theirs = ctx.shared.get(self.other)
+        del mine
+        start = time.perf_counter()
+        self.peer = self.agent.add_remote_agent(theirs["agent"])
+        self.peer_name = self.peer.decode() if isinstance(self.peer, bytes) else str(self.peer)  # notifications' key
+        rows.append(self.setup_row("nixl_load", time.perf_counter() - start, 0, 0, src, dst))
+        self.remote = theirs["descs"]
+        ctx.sync()
+        for op in self.ops:  # the first transfer of each operation (UCX picks its protocols then)
+            for kind in self.kinds:
+                ring = Ring.for_size(4096, 1)
+                start = time.perf_counter()
+                self.transfers(op, kind, ring, 1, handoff=True, seed=1)
+                if op == self.ops[0] and kind == self.kinds[0]:
+                    rows.append(self.setup_row("nixl_first", time.perf_counter() - start, 0, 4096, src, dst))
+        flush_c_streams()
+        ctx.sync()
+        self.log = self.initiator_logs()
+        yield from rows
+
+    def failed(self, what: str, exc: BaseException) -> BenchError:
+        """One line: what failed, and UCX's own first error where it logged one."""
+        flush_c_streams()
+        said = ucx_report.first_error(self.own_log())
+        forced = " ".join(f"{k}={v}" for k, v in self.forced.items())
+        return BenchError(f"nixl ({self.scenario.name}{', ' + forced if forced else ''}): {what}: "
+                          f"{said or type(exc).__name__ + ': ' + str(exc)}")
+
+    def own_log(self) -> str:
+        return self.read_logs(self.ctx.rank)
+
+    def read_logs(self, rank: int) -> str:
+        text = ""
+        for name in sorted(glob.glob(os.path.join(self.ctx.shared.folder, f"ucx.{rank}.*.log"))):
+            with open(name, errors="replace") as log:
+                text += log.read()
+        return text
+
+    def initiator_logs(self) -> dict[str, str]:
+        return {"write": self.read_logs(PRODUCER), "read": self.read_logs(CONSUMER)}
+
+    def transport(self, op: str, kind: tuple[str, str], nbytes: int) -> str:
+        memory = "host" if kind[1] == "DRAM" else "cuda"
+        return ucx_report.chosen(self.log[op], op, nbytes, memory)
+
+    # ------------------------------------------------------------------ transfers
+
+    def transfers(self, op: str, kind: tuple[str, str], ring: Ring, count: int, handoff: bool, seed: int,
+                  blocks: int = 1) -> float | None:
+        """`count` transfers of ring slots 0..count-1 (or one of `blocks` descriptors), verified;
+        the initiator's seconds for them all (None in the other worker)."""
+        ctx = self.ctx
+        mine = self.buffers[kind[0 if self.producer else 1]]
+        if self.producer:
+            mine.fill(ring, seed, count)
+        initiator = self.producer if op == "write" else not self.producer
+        ctx.sync()
+        seconds = None
+        if initiator:
+            seconds = self.initiate(op, kind, ring, count, handoff, blocks)
+        elif op == "write":
+            self.await_notes(count, handoff)
+        else:
+            self.offer(count, handoff)
+        ctx.sync()
+        if not self.producer:
+            mine.verify(ring, seed, count, self.path, self.variant(op, kind, blocks), ctx.corrupt)
+        for handle in self.handles:
+            handle.release()
+        self.handles = []
+        return seconds
+
+    def descs(self, op: str, kind: tuple[str, str], ring: Ring, slot: int, blocks: int):
+        """This side's and the peer's descriptor lists for one transfer of `slot` (in `blocks` pieces)."""
+        local_kind, remote_kind = (kind[0], kind[1]) if self.producer else (kind[1], kind[0])
+        local, device = self.buffers[local_kind].ptr, self.buffers[local_kind].device
+        remote, rdevice = self.remote[remote_kind]
+        piece = ring.nbytes // blocks
+        at = ring.offset(slot)
+        ours = [(local + at + b * piece, piece, device) for b in range(blocks)]
+        peers = [(remote + at + b * piece, piece, rdevice) for b in range(blocks)]
+        return self.agent.get_xfer_descs(ours, local_kind), self.agent.get_xfer_descs(peers, remote_kind)
+
+    def initiate(self, op: str, kind, ring: Ring, count: int, handoff: bool, blocks: int) -> float:
+        lists = [self.descs(op, kind, ring, r, blocks) for r in range(count)]  # made untimed
+        op_name = "WRITE" if op == "write" else "READ"
+        acks, ready = self.counters["ack"], self.counters["ready"]
+        start = time.perf_counter()
+        for r, (ours, peers) in enumerate(lists):
+            if op == "read" and handoff:
+                self.await_slot("ready", ready + r + 1)
+            note = str(r + 1).encode() if op == "write" else b""
+            handle = self.agent.initialize_xfer(op_name, ours, peers, self.peer, note)
+            self.handles.append(handle)
+            if self.agent.transfer(handle) == "ERR":
+                raise self.failed(f"{op} of {ring.nbytes} bytes was refused", RuntimeError("transfer: ERR"))
+            if handoff:
+                self.wait_done(handle, op, ring.nbytes)
+                if op == "write":  # the consumer saw the notification
+                    self.await_slot("ack", acks + r + 1)
+                else:  # the slot is ours: the producer may go on
+                    self.ctx.store("ack", acks + r + 1)
+        for handle in self.handles:
+            self.wait_done(handle, op, ring.nbytes)
+        if op == "write" and not handoff:
+            self.await_slot("ack", acks + count)
+        seconds = time.perf_counter() - start
+        self.advance(op, count, handoff)
+        return seconds
+
+    def advance(self, op: str, count: int, handoff: bool) -> None:
+        """The mailbox counters after `count` transfers, in step in both workers."""
+        if op == "write" or handoff:
+            self.counters["ack"] += count
+        if op == "read" and handoff:
+            self.counters["ready"] += count
+
+    def await_slot(self, name: str, target: int) -> None:
+        """Wait for the other worker's word in the mailbox, calling into NIXL meanwhile: UCX moves
+        a notification, or a connection's set-up, only when a thread of each side calls into it
+        (the progress thread may not get a CPU for milliseconds)."""
+        words, index = self.ctx.segment.words, self.ctx.segment.mailbox_index(self.ctx.slot(name))
+        deadline, n = time.monotonic() + self.config.timeout, 0
+        while words[index] < target:
+            self.agent.get_new_notifs()
+            n += 1
+            if n & 1023 == 0:
+                if self.ctx.segment.aborted:
+                    raise BarrierAborted("run aborted")
+                if time.monotonic() > deadline:
+                    self.ctx.wait(name, target, who=[self.other])
+
+    def wait_done(self, handle, op: str, nbytes: int) -> None:
+        n = 0
+        while True:
+            state = self.agent.check_xfer_state(handle)
+            if state == "DONE":
+                return
+            if state == "ERR":
+                raise self.failed(f"{op} of {nbytes} bytes failed", RuntimeError("transfer state ERR"))
+            n += 1
+            if n & 4095 == 0 and self.ctx.segment.aborted:
+                raise BarrierAborted("run aborted")
+
+    def await_notes(self, count: int, handoff: bool) -> None:
+        """The WRITE target: each notification is a transfer landed; acknowledge it (in a hand-off,
+        each before the next is sent; in a stream, the last)."""
+        acks, seen, n = self.counters["ack"], 0, 0
+        while seen < count:
+            for _ in self.agent.get_new_notifs().get(self.peer_name, []):
+                seen += 1
+                if handoff:
+                    self.ctx.store("ack", acks + seen)
+            n += 1
+            if n & 1023 == 0 and self.ctx.segment.aborted:
+                raise BarrierAborted("run aborted")
+        if not handoff:
+            self.ctx.store("ack", acks + count)
+        self.advance("write", count, handoff)
+
+    def offer(self, count: int, handoff: bool) -> None:
+        """The READ source: in a hand-off, say each slot is ready and wait until the consumer has it."""
+        if handoff:
+            acks, ready = self.counters["ack"], self.counters["ready"]
+            for r in range(count):
+                self.ctx.store("ready", ready + r + 1)
+                self.await_slot("ack", acks + r + 1)
+        self.advance("read", count, handoff)
+
+    # ------------------------------------------------------------------ measuring
+
+    def measure(self, nbytes: int) -> Iterator[dict]:
+        reps = self.batch(nbytes)
+        for kind in self.kinds:
+            src, dst = self.ends(kind)
+            yield from self.register_row(kind, nbytes, src, dst)
+            for op in self.ops:
+                self.ctx.row_fields["transport"] = self.transport(op, kind, nbytes)
+                for measure in ("stream", "handoff"):
+                    group = self.group(self.variant(op, kind), measure, nbytes, src, dst, self.ceiling_key(kind),
+                                       reps)
+                    yield from self.sampler.run(group, lambda trial, o=op, k=kind, h=measure == "handoff":
+                                                self.sample(o, k, nbytes, trial, h),
+                                                timer=self.initiator(op), reps=reps)
+            if nbytes >= BLOCKS_FROM:
+                self.ctx.row_fields["transport"] = self.transport("write", kind, nbytes // BLOCKS[0])
+                for blocks in (b for b in BLOCKS if nbytes // b >= MIN_BLOCK):
+                    group = self.group(self.variant("write", kind, blocks), "stream", nbytes, src, dst,
+                                       self.ceiling_key(kind), 1)
+                    yield from self.sampler.run(group, lambda trial, k=kind, b=blocks:
+                                                self.sample("write", k, nbytes, trial, False, b),
+                                                timer=self.producer, reps=1, calibrate=False)
+            self.ctx.row_fields.pop("transport", None)
+            yield from self.in_turn(lambda k=kind: self.my_ceiling(k, nbytes))
+
+    def initiator(self, op: str) -> bool:
+        return self.producer if op == "write" else not self.producer
+
+    def sample(self, op: str, kind, nbytes: int, trial, handoff: bool, blocks: int = 1) -> Sample | None:
+        ring = Ring.for_size(nbytes, trial.reps)
+        seconds = self.transfers(op, kind, ring, trial.reps, handoff, trial.seed, blocks)
+        return Sample(seconds / trial.reps, trial.reps) if seconds is not None else None
+
+    def register_row(self, kind, nbytes: int, src, dst) -> Iterator[dict]:
+        """Registering a buffer of this size with NIXL (and UCX), timed once, by the consumer."""
+        if self.producer:
+            return
+        buffer = HostBuffer(nbytes) if kind[1] == "DRAM" else GpuBuffer(self.gpu, nbytes)
+        start = time.perf_counter()
+        handle = self.agent.register_memory([(buffer.ptr, nbytes, buffer.device, "")], kind[1])
+        seconds = time.perf_counter() - start
+        self.agent.deregister_memory(handle)
+        if isinstance(buffer, GpuBuffer):
+            self.gpu.release(buffer.memory)
+        yield self.setup_row("nixl_register", seconds, 0, nbytes, src, dst)
+
+    def my_ceiling(self, kind, nbytes: int) -> Iterator[dict]:
+        key = self.ceiling_key(kind)
+        if self.host:
+            if self.producer:
+                yield from self.host_ceiling(nbytes)
+            return
+        mine = (self.producer and not key.startswith("h2d")) or (not self.producer and key.startswith("h2d"))
+        if mine:
+            yield from self.ceiling_rows(key, nbytes)
+
+    def host_ceiling(self, nbytes: int) -> Iterator[dict]:
+        """memcpy@host: one process copying the same size (numpy), as the host path measures it."""
+        src = pattern_bytes(nbytes, 7)
+        dst = np.empty_like(src)
+        reps = self.batch(nbytes)
+
+        def take(trial) -> Sample:
+            start = time.perf_counter_ns()
+            for _ in range(trial.reps):
+                dst[:] = src
+            return Sample((time.perf_counter_ns() - start) / 1e9 / trial.reps, trial.reps,
+                          bool(np.array_equal(dst, src)))
+
+        group = dict(path="ceiling", variant="memcpy@host", measure="stream", metric="bandwidth", src="host",
+                     dst="host", bytes=nbytes, ceiling="")
+        yield from self.sampler.run(group, take, timer=True, solo=True, reps=reps, phase="ceiling")
+
+    def teardown(self, clean: bool) -> None:
+        agent = getattr(self, "agent", None)
+        try:
+            if agent is not None and clean:
+                for handle in self.handles:
+                    handle.release()
+                for handle in getattr(self, "registered", []):
+                    agent.deregister_memory(handle)
+        finally:
+            self.handles, self.registered = [], []
+            super().teardown(clean)
+
+
+class NixlScenario(PairScenario):
+    name = "nixl"
+    summary = "NIXL over UCX between two processes: GPU to GPU and host to GPU, WRITE and READ (UCX's choice)"
+    worker_class = NixlWorker
+    in_default_run = False  # agent creation alone costs about 1.5 s a worker: -s nixl
+    paths = (PathInfo("nixl", colour="#bcbd22", setup=("nixl_agent", "nixl_load", "nixl_first")),)
+    mpi_waiver = ""
+
+    def waive_reason(self, machine):
+        return super().waive_reason(machine) or missing()
+
+    def prepare(self, config, specs):
+        from gpuipc_bench.gpu.timing import SharedGatePage
+
+        return NixlShared(SharedGatePage())
+
+    def memory_needed(self, config, specs):
+        ring = max(Ring.for_size(n).bytes for n in self.sizes(config))
+        return 2 * ring + 2 * BOX_BYTES, 3 * ring
+
+
+class NixlHostScenario(NixlScenario):
+    name = "nixl-host"
+    summary = "NIXL over UCX between two CPU processes, host memory to host memory (no GPU)"
+    gpus_needed = 0
+    pairable = False
+    sharing_modes = False
+
+    def workers(self, config, machine):
+        return [WorkerSpec(PRODUCER, "producer", None), WorkerSpec(CONSUMER, "consumer", None)]
+
+    def prepare(self, config, specs):
+        return NixlShared()
+
+    def memory_needed(self, config, specs):
+        ring = max(Ring.for_size(n, reps_for(n, HOST_BATCH_BYTES)).bytes for n in self.sizes(config))
+        return 5 * ring + 2 * BOX_BYTES, 0
+
+
+def _forced(base: type[NixlScenario], name: str, summary: str) -> NixlScenario:
+    scenario = base()
+    scenario.name, scenario.summary = name, summary
+    return scenario
+
+
+FORCED_SCENARIOS = (
+    _forced(NixlHostScenario, "nixl-host-tcp", "NIXL host to host, UCX forced to tcp (UCX_TLS=tcp)"),
+    _forced(NixlScenario, "nixl-cuda-copy", "NIXL, UCX forced to stage through host memory (UCX_TLS=cuda_copy,tcp)"),
+    _forced(NixlScenario, "nixl-tcp", "NIXL, UCX forced to tcp (UCX_TLS=tcp)"),
+)

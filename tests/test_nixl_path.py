@@ -1,0 +1,207 @@
+"""The nixl path: UCX's protocol report parsed from real UCX 1.23 output (captured from nixl-cu12
+1.5.1 on a CPU machine), the skip line where NIXL is missing, the transport-fallback line on a
+crafted CSV, and, where a NIXL wheel is installed, the host-to-host scenario end to end on CPUs:
+rows, transports, set-up rows, verification, a dead worker, a forced failure said in one line."""
+
+from __future__ import annotations
+
+import glob
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpuipc_bench import ucx_report
+from gpuipc_bench.analysis.model import analyse
+from gpuipc_bench.analysis.transport import fallbacks
+from gpuipc_bench.report.wording import fallback_text
+from gpuipc_bench.results import read_results, write_results
+from gpuipc_bench.scenarios import SCENARIOS, nixl
+
+DATA = Path(__file__).parent / "data"
+HAVE_NIXL = nixl.missing() is None
+needs_nixl = pytest.mark.skipif(not HAVE_NIXL, reason=f"{nixl.missing()}")
+BENCH = [sys.executable, "-m", "gpuipc_bench.cli"]
+# Real lines of UCX 1.23 (UCX_TLS=sm: NIXL's UCX backend needs a transport with peer failure handling)
+SM_ERROR = ("[1795649255.040641] [vm:26412:0]          select.c:722  UCX  ERROR   no active messages transport to "
+            "<no debug data>: sysv/memory - no peer failure handler, posix/memory - no peer failure handler, "
+            "cma/memory - no am bcopy")
+
+
+def test_ucx_protocol_tables_from_a_real_log():
+    log = (DATA / "ucx-1.23-proto-info-host-read.log").read_text()
+    tables = ucx_report.tables(log)
+    assert len(tables) == 17
+    first = tables[0]
+    assert first.scope == "initiator self cfg#0"
+    assert first.title == "remote memory write by ucp_put* from host memory to host"
+    assert first.ranges == ((0, float("inf"), "zero-copy", "cma/memory"),)
+    am = tables[1]
+    assert am.title == "active message by ucp_am_send* from host memory"
+    assert am.config_for(0) == "short tcp/lo" and am.config_for(16515) == "zero-copy tcp/lo"
+    assert am.config_for(16516) == "multi-frag copy-in tcp/lo"
+    # towards the peer (not the agent's loopback 'self' endpoint), for each operation
+    assert ucx_report.chosen(log, "read", 4096, "host") == "zero-copy cma/memory"
+    assert ucx_report.chosen(log, "write", 1 << 30) == "zero-copy cma/memory"
+    assert ucx_report.chosen(log, "read", 4096, "cuda") == "not reported"
+    assert ucx_report.transport_of("zero-copy cma/memory") == "cma"
+    assert ucx_report.transport_of("zero-copy 52% on tcp/lo and 48% on tcp/eth0") == "tcp"
+
+
+def test_the_self_endpoint_is_not_the_peer():
+    log = (DATA / "ucx-1.23-proto-info-host-read.log").read_text()
+    only_self = "\n".join(log.splitlines()[:8])  # the first table: 'initiator self cfg#0'
+    assert ucx_report.tables(only_self)[0].scope == "initiator self cfg#0"
+    assert ucx_report.chosen(only_self, "write", 4096) == "not reported"
+
+
+def test_ucx_error_line_in_one_line():
+    assert ucx_report.first_error("a line\n" + SM_ERROR + "\n") == (
+        "no active messages transport to <no debug data>: sysv/memory - no peer failure handler, posix/memory - "
+        "no peer failure handler, cma/memory - no am bcopy")
+    assert ucx_report.first_error("nothing wrong") == ""
+
+
+def test_the_skip_line_names_the_install(monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in nixl.MODULES else real(name, *a))
+    reason = nixl.missing()
+    assert reason is not None and 'pip install --no-deps "nixl-cu12==1.5.1"' in reason
+    from test_machine import fake_machine
+
+    assert SCENARIOS["nixl-host"].waive_reason(fake_machine(0)) == reason
+    assert SCENARIOS["nixl"].waive_reason(fake_machine(1)) == reason
+    assert SCENARIOS["nixl"].waive_reason(fake_machine(0)).startswith("needs a CUDA GPU")
+    with pytest.raises(Exception, match="needs NIXL"):
+        nixl.api()
+
+
+def test_nixl_is_named_not_run_by_default():
+    for name in ("nixl", "nixl-host", "nixl-host-tcp", "nixl-cuda-copy", "nixl-tcp"):
+        assert SCENARIOS[name].in_default_run is False
+    assert SCENARIOS["nixl-host"].gpus_needed == 0 and SCENARIOS["nixl"].gpus_needed == 1
+    assert nixl.FORCED["nixl-host-tcp"] == ({"UCX_TLS": "tcp"}, ":tcp")
+
+
+def test_user_ucx_settings_are_named():
+    assert nixl.user_ucx_settings({"UCX_TLS": "tcp", "PATH": "/bin"}) == "UCX_TLS=tcp"
+    assert nixl.user_ucx_settings({}) == "none"
+
+
+def _with_library_rows(tmp_path, transport: str, variant: str = "ce", factor: float = 100.0) -> Path:
+    """small_run.csv (one H100) with its ipc rows copied as nixl rows `factor` times slower."""
+    df, meta = read_results(DATA / "small_run.csv")
+    ipc = df[(df["path"] == "ipc") & (df["variant"] == "ce")].copy()
+    ipc["scenario"], ipc["path"], ipc["variant"], ipc["transport"] = "nixl", "nixl", variant, transport
+    ipc["seconds"] = ipc["seconds"] * factor
+    ipc["bandwidth_gbps"] = ipc["bandwidth_gbps"] / factor
+    meta = dict(meta) | {"note.nixl.ucx_settings": "UCX_TLS=cuda_copy,tcp", "schema_version": "3"}
+    out = tmp_path / f"crafted-{abs(hash((transport, variant, factor)))}.csv"
+    import pandas as pd
+
+    write_results(out, pd.concat([df, ipc], ignore_index=True), meta)
+    return out
+
+
+def test_a_fallback_is_named_with_its_transport_and_setting(tmp_path):
+    df, meta = read_results(_with_library_rows(tmp_path, "zero-copy cuda_copy/cuda, tcp/lo"))
+    found = fallbacks(df, analyse(df, meta).summary, meta)
+    assert [(f.path, f.variant, f.bytes) for f in found] == [("nixl", "ce", 64 << 20)]  # not 4 KiB: call-bound
+    f = found[0]
+    assert f.kind == "transport-fallback" and f.fraction < 0.02
+    text = fallback_text(f)
+    assert "NIXL used zero-copy cuda_copy/cuda, tcp/lo (UCX settings: UCX_TLS=cuda_copy,tcp)" in text
+    assert f"= {f.fraction:.1%} of ipc/" in text and "check UCX_TLS" in text
+    done = subprocess.run(BENCH + ["report", str(tmp_path / next(p.name for p in tmp_path.iterdir())), "--summary"],
+                          capture_output=True, text=True, env=os.environ | {"COLUMNS": "80"})
+    assert done.returncode == 0, done.stderr
+    assert "! transport fallback" in done.stdout
+
+
+@pytest.mark.parametrize("transport, variant, factor", [
+    ("zero-copy cuda_ipc/cuda", "ce", 100.0),  # slow on the direct transport: the library's own cost
+    ("zero-copy tcp/lo", "ce:tcp", 100.0),  # a forced variant: its cost is the point
+    ("zero-copy tcp/lo", "ce", 2.0),  # half of ipc: not a fallback
+])
+def test_no_fallback_where_there_is_none(tmp_path, transport, variant, factor):
+    df, meta = read_results(_with_library_rows(tmp_path, transport, variant, factor))
+    assert fallbacks(df, analyse(df, meta).summary, meta) == []
+
+
+# ----------------------------------------------------------------------------- on CPUs, with NIXL
+
+
+def _run(tmp_path, *args, env=None, name="nixl.csv"):
+    out = tmp_path / name
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "gpuipc-bench-ucx-*")))
+    done = subprocess.run(BENCH + ["run", "-s", "nixl-host", "--sizes", "4K,1M", "--timeout", "30", "-o", str(out),
+                                   *args], capture_output=True, text=True, timeout=300,
+                          env={k: v for k, v in os.environ.items() if not k.startswith("UCX_")} | (env or {}))
+    left = set(glob.glob(os.path.join(tempfile.gettempdir(), "gpuipc-bench-ucx-*"))) - before
+    assert not left, f"UCX log folders left behind: {left}"
+    assert subprocess.run(["pgrep", "-f", f"gpuipc_bench.cli run -s nixl-host.*{out}"],
+                          capture_output=True).stdout == b""
+    return done, out
+
+
+@needs_nixl
+def test_host_to_host_end_to_end(tmp_path):
+    done, out = _run(tmp_path)
+    assert done.returncode == 0, done.stderr
+    df, meta = read_results(out)
+    nixl_rows = df[df["path"] == "nixl"]
+    setup = set(nixl_rows.loc[nixl_rows["metric"] == "setup", "variant"])
+    assert setup == {"nixl_agent", "nixl_register", "nixl_load", "nixl_first"}
+    moved = nixl_rows[nixl_rows["metric"] == "bandwidth"]
+    assert set(moved["variant"]) == {"read", "write", "write-16blocks", "write-256blocks", "write-4096blocks"}
+    assert set(moved["measure"]) == {"stream", "handoff"}
+    assert set(moved["src"]) == {"host"} and set(moved["ceiling"]) == {"memcpy@host"}
+    assert moved["verified"].all()
+    # what UCX reported, on every row: CMA or shared memory on one host here, never guessed
+    assert not moved["transport"].isin(["", "not reported"]).any(), set(moved["transport"])
+    assert set(df.loc[df["path"] == "ceiling", "variant"]) == {"memcpy@host"}
+    assert meta["note.nixl-host.ucx_settings"] == "none"
+
+
+@needs_nixl
+def test_a_user_setting_that_takes_the_direct_transport_away_is_named(tmp_path):
+    done, out = _run(tmp_path, env={"UCX_TLS": "tcp"})
+    assert done.returncode == 0, done.stderr
+    df, meta = read_results(out)
+    assert set(df.loc[(df["path"] == "nixl") & (df["metric"] == "bandwidth"), "transport"].map(
+        ucx_report.transport_of)) == {"tcp"}
+    assert meta["note.nixl-host.ucx_settings"] == "UCX_TLS=tcp"
+    summary = subprocess.run(BENCH + ["report", str(out), "--summary"], capture_output=True, text=True,
+                             env=os.environ | {"COLUMNS": "80"}).stdout
+    if any(f.fraction < 0.1 for f in analyse(df, meta).fallbacks):  # tcp/lo is far below memcpy on most hosts
+        assert "! transport fallback" in summary and "UCX settings: UCX_TLS=tcp" in summary
+
+
+@needs_nixl
+def test_corrupted_bytes_fail_the_path(tmp_path):
+    done, out = _run(tmp_path, env={"GPUIPC_BENCH_FAULT": "corrupt"})
+    assert done.returncode == 1
+    assert "nixl" in done.stderr and ("bytes wrong" in done.stderr or "expected" in done.stderr), done.stderr
+
+
+@needs_nixl
+def test_a_dead_worker_is_named_and_rows_kept(tmp_path):
+    done, out = _run(tmp_path, env={"GPUIPC_BENCH_FAULT": "kill:1:sample:3"})
+    assert done.returncode == 1
+    assert "worker 1" in done.stderr and "nixl-host" in done.stderr, done.stderr
+    df, meta = read_results(out)
+    assert meta["partial"] == "true" and (df["path"] == "nixl").any()
+
+
+@needs_nixl
+def test_a_transport_that_cannot_connect_fails_in_one_line(tmp_path):
+    done, out = _run(tmp_path, env={"UCX_TLS": "sm"})
+    assert done.returncode == 1
+    line = next(x for x in done.stderr.splitlines() if x.startswith("error in scenario nixl-host"))
+    assert "could not start its UCX backend: no active messages transport" in line, done.stderr
+    assert "Traceback" not in done.stderr

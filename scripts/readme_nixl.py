@@ -40,16 +40,11 @@ def nixl_host(runs: Runs) -> str:
 
 def fallback(runs: Runs) -> str:
     """The answer's transport-fallback line of a run with UCX_TLS=tcp set before it, at 80 columns."""
-    import textwrap
-
     from gpuipc_bench.analysis.model import analyse
-    from gpuipc_bench.analysis.transport import worst_per_scenario
-    from gpuipc_bench.report.wording import fallback_text
+    from gpuipc_bench.report.answer import fallback_lines, wrap
 
     run = runs[FALLBACK]
-    lines = []
-    for found, count in worst_per_scenario(analyse(run.frame, run.meta).fallbacks):
-        lines += textwrap.wrap("! " + fallback_text(found, count), 80, subsequent_indent="  ")
+    lines = [text for text, _ in wrap(fallback_lines(analyse(run.frame, run.meta)), 80)]
     return "```text\n" + "\n".join(lines) + "\n```\n\n" + source(FALLBACK, note="; UCX_TLS=tcp set before the run")
 
 

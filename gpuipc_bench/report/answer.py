@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import textwrap
 from collections.abc import Sequence
 
@@ -448,12 +449,17 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             lines += differ_lines(band, section.measure, HANG - 2)
     if answer.handover:
         lines.append(handover_line(answer.handover))
-    lines += [Line("! " + wording.fallback_text(f, n), 2, "bold yellow")
-              for f, n in worst_per_scenario(analysis.fallbacks)]
+    lines += fallback_lines(analysis)
     lines += [x for x in (setup_line(answer.setup, _named(answer.sections)), confidence_line(answer.decisions, width),
                           warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)
+
+
+def fallback_lines(analysis: RunAnalysis) -> list[Line]:
+    """A line per scenario whose library fell back to a slow transport (numbers held to their units)."""
+    return [Line("! " + re.sub(r"(\d) (GB/s|B|KiB|MiB|GiB)\b", "\\1" + NBSP + "\\2", wording.fallback_text(f, n)),
+                 2, "bold yellow") for f, n in worst_per_scenario(analysis.fallbacks)]
 
 
 def handover_line(found: Sequence[Handover]) -> Line:

@@ -205,3 +205,38 @@ def test_a_transport_that_cannot_connect_fails_in_one_line(tmp_path):
     line = next(x for x in done.stderr.splitlines() if x.startswith("error in scenario nixl-host"))
     assert "could not start its UCX backend: no active messages transport" in line, done.stderr
     assert "Traceback" not in done.stderr
+
+
+# ----------------------------------------------------------------------------- on a GPU (skipped here)
+
+
+def _gpu_rows(monkeypatch, name, devices):
+    from test_gpu import run
+
+    outcome, rows = run(monkeypatch, name, sizes=(4096, 1 << 20), devices=devices)
+    assert outcome.ok, outcome.error
+    return [r for r in rows if r["path"] == "nixl"]
+
+
+@pytest.mark.gpu
+@needs_nixl
+def test_gpu_to_gpu_and_host_to_gpu_on_one_gpu(monkeypatch, no_leaks):
+    rows = _gpu_rows(monkeypatch, "nixl", (0,))
+    moved = [r for r in rows if r["metric"] == "bandwidth"]
+    assert {r["variant"] for r in moved} >= {"write", "read", "write-from-dram", "read-from-dram"}
+    assert all(r["verified"] is True for r in moved)
+    assert {r["ceiling"] for r in moved if "dram" not in r["variant"]} == {"d2d@0"}
+    assert {r["ceiling"] for r in moved if "dram" in r["variant"]} == {"h2d@0"}
+    # UCX's own report: on one GPU, cuda_ipc between the two processes (never guessed, never empty)
+    assert all(r["transport"] not in ("", "not reported") for r in moved), {r["transport"] for r in moved}
+
+
+@pytest.mark.gpu2
+@needs_nixl
+@pytest.mark.parametrize("name", ["nixl", "nixl-cuda-copy"])
+def test_gpu_to_gpu_across_two(monkeypatch, no_leaks, name):
+    rows = _gpu_rows(monkeypatch, name, (0, 1))
+    moved = [r for r in rows if r["metric"] == "bandwidth" and "dram" not in r["variant"]]
+    assert {r["ceiling"] for r in moved} == {"peer@0>1"} and all(r["verified"] is True for r in moved)
+    said = {ucx_report.transport_of(r["transport"]) for r in moved}
+    assert ("cuda_copy" in ",".join(said)) if name == "nixl-cuda-copy" else ("cuda_ipc" in ",".join(said)), said

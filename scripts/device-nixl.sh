@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# On a lent GPU machine (one GPU, or two over NVLink): the nixl path. Carry .whl-nixl alone
+# (nixl-cu13 1.5.1 for Python 3.12, about 56 MiB: `pip download --no-deps --python-version 3.12
+# --platform manylinux_2_28_x86_64 --only-binary=:all: -d .whl-nixl "nixl-cu13==1.5.1"`).
+# GPU tests of the path; UCX's choice and the forced transports; a run with UCX_TLS set before
+# it (the transport-fallback line must fire); on two GPUs the same across the pair. Outputs
+# under $OUT.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/gpuipc-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+python3 -m pip install -q --no-deps .whl-nixl/*.whl >>"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
+gpus=$(nvidia-smi -L | wc -l)
+timeout 240 python3 -m pytest -q -p no:cacheprovider -m "gpu or gpu2" tests/test_nixl_path.py >"$OUT/pytest.log" 2>&1
+tail -3 "$OUT/pytest.log"
+run() {  # NAME SECONDS ARGS...
+  local name=$1 limit=$2; shift 2; local start=$(date +%s)
+  COLUMNS=80 timeout "$limit" gpuipc-bench run -o "$OUT/$name.csv" --force "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
+  echo "== $name: exit $? in $(( $(date +%s) - start )) s"; tail -n 2 "$OUT/$name.err"
+}
+SIZES=4K,64K,1M,16M,64M,256M
+run nixl-1gpu 200 -s nixl -s nixl-cuda-copy -s nixl-tcp -s ipc --sizes $SIZES
+UCX_TLS=cuda_copy,tcp run nixl-1gpu-ucx-tls 120 -s nixl -s ipc --sizes 1M,64M
+grep -A3 "transport fallback" "$OUT/nixl-1gpu-ucx-tls.out" || echo "no fallback line (expected one)"
+grep "transport fallback" "$OUT/nixl-1gpu.out" && echo "a fallback line on UCX's own good run (unexpected)"
+if [ "$gpus" -ge 2 ]; then
+  run nixl-2gpu 200 -s nixl -s nixl-cuda-copy -s ipc --devices 0,1 --sizes $SIZES
+  UCX_TLS=cuda_copy,tcp run nixl-2gpu-ucx-tls 120 -s nixl -s ipc --devices 0,1 --sizes 1M,64M
+fi

@@ -45,9 +45,10 @@ Device-initiated put + signal ('device-putsig', latency, at 4 B and 4 KiB of the
 a kernel of one warp in each PE ping-pongs nvshmemx_putmem_signal_nbi_warp of its payload
 with the peer's signal set to the round, and nvshmem_signal_wait_until for the answer
 (gpuipc_bench/gpu/nvshmem_putsig.cu). NVSHMEM's device functions come as a device library,
-so the kernel is built by nvcc (-rdc, device-linked with libnvshmem_device) once per run in
-the parent (no CUDA call there) and loaded by each PE, which runs nvshmemx_cumodule_init on
-it; without nvcc the variant is skipped with a note. One-way = round trip / 2; each PE
+so the kernel is built by nvcc (-rdc, device-linked with libnvshmem_device) in the parent (no
+CUDA call there), once and kept on disk for the next runs (gpuipc_bench.kernel_cache: keyed by
+source, nvcc, the device library and the GPUs' architectures), and loaded by each PE, which
+runs nvshmemx_cumodule_init on it; without nvcc the variant is skipped with a note. One-way = round trip / 2; each PE
 verifies the peer's payload after every sample. On one time-sliced GPU each hop waits for
 the other context's time slice (~2.2 ms); the run's MPS mode (--sharing) measures the same
 under its MPS daemon, next to the tool's own device ping-pong (latency). A kernel whose peer
@@ -56,16 +57,17 @@ never launches spins until the run's --timeout ends the workers.
 
 from __future__ import annotations
 
+import glob
 import importlib.util
 import os
 import shutil
 import subprocess
-import tempfile
 import time
 from typing import Iterator
 
 import numpy as np
 
+from gpuipc_bench import kernel_cache
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.memory import Ring, memset, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
@@ -104,14 +106,11 @@ _BUILT: dict[str, str] = {}  # this run's cubin (or why not), built once per run
 
 
 def putsig_for_run() -> str:
-    """The put+signal kernel of this run, built on first use into a folder removed at exit."""
+    """The put+signal kernel of this run: from the on-disk cache (gpuipc_bench.kernel_cache), or
+    built by nvcc on first use and kept there."""
     if "cubin" not in _BUILT:
-        import atexit
-
-        folder = tempfile.mkdtemp(prefix="gpuipc-bench-nvshmem-")
-        atexit.register(shutil.rmtree, folder, True)
         try:
-            _BUILT["cubin"] = build_putsig(folder)
+            _BUILT["cubin"] = putsig_cubin()
         except (BenchError, OSError, subprocess.TimeoutExpired) as exc:
             _BUILT["cubin"], _BUILT["reason"] = "", str(exc)
     if not _BUILT["cubin"]:
@@ -119,9 +118,16 @@ def putsig_for_run() -> str:
     return _BUILT["cubin"]
 
 
-def build_putsig(folder: str) -> str:
-    """Compile and device-link the put+signal kernel into `folder`; the cubin's path. Runs nvcc
-    (a separate process: no CUDA call here). BenchError with the reason where it cannot."""
+def putsig_cubin() -> str:
+    """The cached cubin for this source, nvcc, NVSHMEM device library and these GPUs (built if none)."""
+    nvcc, home, source = build_tools()
+    libraries = sorted(glob.glob(os.path.join(home, "lib", "libnvshmem_device*")))
+    key = kernel_cache.key_for(source, nvcc, libraries, kernel_cache.gpu_architectures())
+    return kernel_cache.cached_build("putsig", key, build_putsig)[0]
+
+
+def build_tools() -> tuple[str, str, str]:
+    """nvcc, NVSHMEM's folder and the kernel's source; BenchError with the reason where one is missing."""
     nvcc, home = shutil.which("nvcc"), nvshmem_home()
     if nvcc is None:
         raise BenchError("needs nvcc (the CUDA toolkit) to link a kernel with NVSHMEM's device library")
@@ -129,7 +135,13 @@ def build_putsig(folder: str) -> str:
         raise BenchError("found no NVSHMEM headers and device library (the nvidia-nvshmem wheel, or NVSHMEM_HOME)")
     from importlib import resources
 
-    source = str(resources.files("gpuipc_bench.gpu") / KERNEL)
+    return nvcc, home, str(resources.files("gpuipc_bench.gpu") / KERNEL)
+
+
+def build_putsig(folder: str) -> str:
+    """Compile and device-link the put+signal kernel into `folder`; the cubin's path. Runs nvcc
+    (a separate process: no CUDA call here). BenchError with the reason where it cannot."""
+    nvcc, home, source = build_tools()
     obj, cubin = os.path.join(folder, "putsig.o"), os.path.join(folder, "putsig.cubin")
     steps = ([nvcc, "-rdc=true", "-arch=native", f"-I{home}/include", "-c", source, "-o", obj],
              [nvcc, "-dlink", "-cubin", "-arch=native", obj, f"-L{home}/lib", "-lnvshmem_device", "-o", cubin])

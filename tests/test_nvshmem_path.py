@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 
+import os
+
 import pytest
 
 from gpuipc_bench.errors import BenchError
@@ -109,3 +111,70 @@ def test_put_and_get_across_two_gpus(monkeypatch, no_leaks):
     outcome, rows = run(monkeypatch, "nvshmem", sizes=(4096, 64 << 20), devices=(0, 1))
     assert outcome.ok, outcome.error
     check_put_and_get(rows, "peer@0>1", "peer-sm@0>1")
+
+
+FAKE_NVCC = """#!/bin/sh
+# a stand-in for nvcc: logs each call, writes what -o names, and says its version
+echo "$@" >> "$NVCC_LOG"
+case "$1" in --version) echo "Cuda compilation tools, release ${NVCC_RELEASE:-12.9}"; exit 0;; esac
+[ -n "$NVCC_FAIL" ] && { echo "fatal: $NVCC_FAIL" >&2; exit 1; }
+while [ $# -gt 0 ]; do [ "$1" = "-o" ] && { echo built > "$2"; }; shift; done
+"""
+
+
+@pytest.fixture
+def fake_toolchain(monkeypatch, tmp_path):
+    """A fake nvcc on PATH, a fake NVSHMEM folder, a private kernel cache; the run's memo cleared."""
+    bin_dir, home = tmp_path / "bin", tmp_path / "nvshmem"
+    bin_dir.mkdir()
+    (bin_dir / "nvcc").write_text(FAKE_NVCC)
+    (bin_dir / "nvcc").chmod(0o755)
+    (home / "include").mkdir(parents=True)
+    (home / "include" / "nvshmem.h").write_text("")
+    (home / "lib").mkdir()
+    (home / "lib" / "libnvshmem_device.a").write_bytes(b"v1")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("NVCC_LOG", str(tmp_path / "nvcc.log"))
+    monkeypatch.setenv("GPUIPC_BENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(path, "nvshmem_home", lambda: str(home))
+    monkeypatch.setattr(path, "_BUILT", {})
+
+    def builds() -> int:  # nvcc calls that compiled or linked (not --version)
+        log = tmp_path / "nvcc.log"
+        return sum(1 for line in log.read_text().splitlines() if "--version" not in line) if log.exists() else 0
+
+    return tmp_path, home, builds
+
+
+def test_the_device_kernel_is_built_once_and_kept_between_runs(fake_toolchain, monkeypatch):
+    tmp_path, home, builds = fake_toolchain
+    first = path.putsig_for_run()
+    assert builds() == 2 and first.startswith(str(tmp_path / "cache")) and open(first).read() == "built\n"
+    monkeypatch.setattr(path, "_BUILT", {})  # the next run
+    assert path.putsig_for_run() == first and builds() == 2  # from the cache: no nvcc
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [os.path.basename(first)]  # no work folder left
+    # a new device library, or another nvcc, builds anew under another key
+    (home / "lib" / "libnvshmem_device.a").write_bytes(b"version 2")
+    monkeypatch.setattr(path, "_BUILT", {})
+    second = path.putsig_for_run()
+    assert second != first and builds() == 4
+    monkeypatch.setenv("NVCC_RELEASE", "13.0")
+    monkeypatch.setattr(path, "_BUILT", {})
+    assert path.putsig_for_run() not in (first, second) and builds() == 6
+
+
+def test_a_failed_build_leaves_no_cache_entry_and_says_why(fake_toolchain, monkeypatch):
+    tmp_path, _, builds = fake_toolchain
+    monkeypatch.setenv("NVCC_FAIL", "unsupported gpu architecture")
+    with pytest.raises(BenchError, match="nvcc could not build the put\\+signal kernel: fatal: unsupported gpu"):
+        path.putsig_for_run()
+    assert list((tmp_path / "cache").iterdir()) == []  # neither a cubin nor a work folder
+
+
+def test_an_unwritable_cache_builds_for_this_run_only(fake_toolchain, monkeypatch):
+    tmp_path, _, builds = fake_toolchain
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache folder should be")
+    monkeypatch.setenv("GPUIPC_BENCH_CACHE", str(blocked / "cache"))
+    cubin = path.putsig_for_run()
+    assert builds() == 2 and not cubin.startswith(str(blocked)) and open(cubin).read() == "built\n"

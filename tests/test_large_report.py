@@ -1,5 +1,6 @@
-"""Issue 26 item 9, the speed of `report` on a large file: the vectorised reader against the
-per-cell one, robust's interval rank against its plain sum. No timing is asserted: each test
+"""Issue 26 item 9, the speed of `report` on a large file: the vectorised reader and the
+per-condition summary against the straightforward code they replace (the per-cell reader, a
+groupby loop), robust's interval rank against its plain sum. No timing is asserted: each test
 fails where the fast code gives anything other than the slow one."""
 
 from __future__ import annotations
@@ -7,12 +8,17 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from conftest import ROOT
 from gpuipc_bench import robust
+from gpuipc_bench.analysis import CONDITION_KEYS, condition, samples_by_condition, summarize
+from gpuipc_bench.analysis.conditions import key_value
+from gpuipc_bench.analysis.summary import l2_flags
 from gpuipc_bench.errors import ResultsFormatError
 from gpuipc_bench.results import COLUMNS, MAGIC, read_results, vectorised
 
@@ -202,6 +208,84 @@ def test_fuzz_text_cells_are_split_as_csv_reader_splits_them(tmp_path, monkeypat
     path.write_text(results_text(3, [*COLUMNS, "note"], [row(**c) for c in cells]), encoding="utf-8")
     fast, slow, _ = read_both(path, monkeypatch)
     assert_same(fast, slow)
+
+
+# --------------------------------------------------------------------------- the summary
+
+
+def reference_samples(df: pd.DataFrame) -> dict[tuple, np.ndarray]:
+    """samples_by_condition as it was: a groupby loop over the frame sorted by iteration."""
+    out = {}
+    ordered = df.sort_values("iteration", kind="stable")
+    for key, group in ordered.groupby(list(CONDITION_KEYS), sort=False, dropna=False):
+        out[tuple(key_value(k) for k in key)] = group["seconds"].to_numpy(dtype=float)
+    return out
+
+
+def reference_flags(df: pd.DataFrame) -> dict[tuple, tuple]:
+    """Each condition's (verified, l2_resident) as summarize aggregated them: a function per group."""
+    def every(flags):
+        known = flags.dropna()
+        return pd.NA if known.empty else bool(known.astype(bool).all())
+
+    def mostly(flags):
+        known = flags.dropna()
+        return pd.NA if known.empty else bool(known.astype(bool).mean() >= 0.5)
+
+    groups = df.groupby(list(CONDITION_KEYS), sort=False, dropna=False)
+    verified, resident = groups["verified"].agg(every), groups["l2_resident"].agg(mostly)
+    return {tuple(key_value(k) for k in key): (v, r) for (key, v), r in zip(verified.items(), resident)}
+
+
+def crafted_frame(seed: int) -> pd.DataFrame:
+    """Conditions interleaved, iterations shuffled and repeated (two nodes' copies), flags mixed
+    with NA: the order of first appearance differs before and after sorting by iteration."""
+    frame, _ = read_results(DATA / "small_run.csv")
+    rng = np.random.default_rng(seed)
+    copies = [frame.assign(iteration=frame["iteration"] + k * rng.integers(0, 2)) for k in range(3)]
+    big = pd.concat(copies, ignore_index=True).iloc[rng.permutation(len(frame) * 3)].reset_index(drop=True)
+    flags = pd.array(rng.choice([True, False, None], size=len(big), p=[0.6, 0.2, 0.2]).tolist(), dtype="boolean")
+    big["verified"] = flags
+    big["l2_resident"] = pd.array(rng.choice([True, False, None], size=len(big)).tolist(), dtype="boolean")
+    big.loc[big["variant"] == big["variant"].iloc[0], "l2_resident"] = pd.NA  # a condition none says
+    return big
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_summary_per_condition_equals_the_groupby_loop(seed):
+    df = crafted_frame(seed)
+    found, expected = samples_by_condition(df), reference_samples(df)
+    assert list(found) == list(expected)  # the same conditions, in the same order
+    for key in expected:
+        np.testing.assert_array_equal(found[key], expected[key])
+    summary = summarize(df, meta={"schema_version": "3"})
+    flags = reference_flags(df)
+    assert len(summary) == len(flags)
+    for r in summary.itertuples(index=False):
+        verified, resident = flags[condition(r)]
+        assert (r.verified is pd.NA and verified is pd.NA) or r.verified == verified
+        assert (r.l2_resident is pd.NA and resident is pd.NA) or r.l2_resident == resident
+
+
+@pytest.mark.parametrize("name", ["h100x2-nvlink-default.csv", "h100-default.csv", "h200-default.csv"])
+def test_the_l2_flag_of_an_older_file_equals_the_per_sample_rule(name):
+    from gpuipc_bench.analysis.summary import _sides
+    from gpuipc_bench.gpu.memory import l2_resident_ring
+
+    frame, meta = read_results(ROOT / "results" / name)
+    l2 = {k.split(".")[1]: int(v) for k, v in meta.items() if k.startswith("gpu.") and k.endswith(".l2_bytes")}
+    assert l2 and int(meta["schema_version"]) < 3
+    expected = []
+    for src, dst, nbytes, batch, scenario, metric in zip(frame["src"], frame["dst"], frame["bytes"], frame["batch"],
+                                                         frame["scenario"], frame["metric"]):
+        gpus = [d for d in (src, dst) if d.isdigit()]
+        if metric != "bandwidth" or not gpus or gpus[0] not in l2:
+            expected.append(pd.NA)
+        else:
+            slots = 1 if scenario == "sharing" else int(batch)
+            expected.append(l2_resident_ring(int(nbytes), slots, l2[gpus[0]], sides=_sides(src, dst)))
+    found = l2_flags(frame, meta)["l2_resident"]
+    pd.testing.assert_extension_array_equal(found.array, pd.array(expected, dtype="boolean"))
 
 
 # --------------------------------------------------------------------------- robust's interval rank

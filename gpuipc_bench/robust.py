@@ -1,4 +1,5 @@
-"""Distribution-free statistics of a handful of samples: pure functions, no pandas.
+"""Distribution-free statistics of a handful of samples: pure functions, no pandas (numpy
+sorts and scans the samples from _NUMPY_FROM of them on: the same figures, faster).
 
 The median is the figure; its 95% confidence interval comes from order statistics
 (no assumption about the distribution: for n samples the interval
@@ -13,8 +14,11 @@ median > `wide`) needs `wide_n` samples before it may stop.
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import Sequence
+from typing import Sequence, cast
+
+import numpy as np
 
 CONFIDENCE = 0.95
 MIN_SAMPLES = 6
@@ -22,9 +26,15 @@ MAX_SAMPLES = 20
 PRECISION = 0.01  # the interval of the median within +-1%
 WIDE_RANGE = 0.05  # (max - min) / median above this ...
 WIDE_MIN_SAMPLES = 12  # ... needs this many samples
+# From this many samples numpy converts, filters and sorts them (a stable sort: the same list
+# as sorted() gives, -0.0 and 0.0 in their order); below it the plain loop is quicker.
+_NUMPY_FROM = 64
 
 
 def _finite(values: Sequence[float]) -> list[float]:
+    if isinstance(values, (list, tuple, np.ndarray)) and len(values) >= _NUMPY_FROM:
+        xs = np.asarray(values, dtype=np.float64)  # None -> NaN, dropped as the loop drops it
+        return np.sort(xs[np.isfinite(xs)], kind="stable").tolist()
     return sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
 
 
@@ -36,21 +46,25 @@ def median(values: Sequence[float]) -> float:
     return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
 
 
+@functools.lru_cache(maxsize=4096)
 def ci_rank(n: int, confidence: float = CONFIDENCE) -> int | None:
     """The 1-based rank j such that [x(j), x(n-j+1)] is the narrowest order-statistic interval
     covering the median with at least `confidence`; None when n is too small for any
-    (n < 6 at 95%: even [min, max] covers with only 1 - 2 / 2**n)."""
+    (n < 6 at 95%: even [min, max] covers with only 1 - 2 / 2**n). Cached: a report asks for
+    the same n thousands of times, and at thousands of samples the sum costs milliseconds."""
     if n < 1:
         return None
     alpha = (1 - confidence) / 2
-    # Largest j with P(Bin(n, 1/2) <= j - 1) <= alpha.
-    cdf, best = 0.0, None
+    # Largest j with P(Bin(n, 1/2) <= j - 1) <= alpha. comb(n, k) exactly, each from the one
+    # before (math.comb afresh for every k was quadratic in n).
+    cdf, best, comb, total = 0.0, None, 1, 2 ** n
     for k in range(n):
-        cdf += math.comb(n, k) / 2 ** n
+        cdf += comb / total
         if cdf <= alpha:
             best = k + 1
         else:
             break
+        comb = comb * (n - k) // (k + 1)
     return best
 
 
@@ -71,6 +85,8 @@ def mad(values: Sequence[float]) -> float:
     if not xs:
         return math.nan
     m = median(xs)
+    if len(xs) >= _NUMPY_FROM:
+        return median(cast(Sequence[float], np.abs(np.asarray(xs) - m)))  # the same subtractions, in numpy
     return median([abs(x - m) for x in xs])
 
 
@@ -105,7 +121,10 @@ def two_states(values: Sequence[float], gap: float = 0.02, min_share: float = 0.
     if not m:
         return None
     best = None
-    for i in range(1, n):
+    candidates: Sequence[int] = range(1, n)
+    if n >= _NUMPY_FROM:  # only the gaps wider than `gap` (the same test, in numpy) can qualify
+        candidates = (np.flatnonzero(np.diff(xs) / abs(m) > gap) + 1).tolist()
+    for i in candidates:
         width = xs[i] - xs[i - 1]
         if min(i, n - i) / n < min_share or width / abs(m) <= gap:
             continue

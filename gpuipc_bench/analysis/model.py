@@ -132,8 +132,8 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
     except ValueError:
         schema = 0
     mixed = schema < 2  # schema 1 told neither the measure nor the roles: rank the old way, and say so
-    summary = summarize(df, paths=paths, meta=meta)
     samples = samples_by_condition(df)
+    summary = summarize(df, samples=samples, paths=paths, meta=meta)
     rows = candidates(summary, paths)
     summary["candidate"] = summary.index.isin(rows.index[rows["metric"] == "bandwidth"]) if not rows.empty \
         else False

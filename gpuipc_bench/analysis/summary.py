@@ -58,14 +58,32 @@ TWO_STATES = BIMODAL  # the samples sit in two states (robust.two_states says ho
 
 
 def samples_by_condition(df: pd.DataFrame) -> dict[tuple, np.ndarray]:
-    """Each condition's seconds, in iteration order."""
-    out = {}
+    """Each condition's seconds, in iteration order (the conditions in the order they first
+    appear in that order)."""
     if df.empty:
-        return out
-    ordered = df.sort_values("iteration", kind="stable")
-    for key, group in ordered.groupby(list(CONDITION_KEYS), sort=False, dropna=False):
-        out[tuple(key_value(k) for k in key)] = group["seconds"].to_numpy(dtype=float)
-    return out
+        return {}
+    ids, keys = condition_ids(df)
+    # The rows sorted by iteration (stable), then by condition (stable): each condition's
+    # samples in iteration order, as one sort of the whole frame and a split.
+    by_iteration = np.argsort(df["iteration"].to_numpy(), kind="stable")
+    ids = ids[by_iteration]
+    seconds = df["seconds"].to_numpy(dtype=float)[by_iteration]
+    first = np.unique(ids, return_index=True)[1]  # where each condition first appears, sorted
+    appearance = np.argsort(first, kind="stable")  # the conditions in that order
+    renumbered = np.empty_like(appearance)
+    renumbered[appearance] = np.arange(len(appearance))
+    ids = renumbered[ids]
+    parts = np.split(seconds[np.argsort(ids, kind="stable")], np.cumsum(np.bincount(ids))[:-1])
+    return {keys[c]: part for c, part in zip(appearance, parts)}
+
+
+def condition_ids(df: pd.DataFrame) -> tuple[np.ndarray, list[tuple]]:
+    """Each row's condition as a number, the conditions numbered in the order they first appear
+    in the frame, and each number's CONDITION_KEYS values (plain Python values: key_value)."""
+    ids = df.groupby(list(CONDITION_KEYS), sort=False, dropna=False).ngroup().to_numpy()
+    first = np.unique(ids, return_index=True)[1]
+    columns = [df[k].to_numpy()[first] for k in CONDITION_KEYS]
+    return ids, [tuple(key_value(v) for v in values) for values in zip(*columns)]
 
 
 def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = None,
@@ -89,12 +107,11 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
         return _empty_summary()
     df = l2_flags(df, meta or {})
     samples = samples_by_condition(df) if samples is None else samples
-    groups = df.groupby(list(CONDITION_KEYS), sort=False, dropna=False)
-    verified = groups["verified"].agg(_all_verified)
-    resident = groups["l2_resident"].agg(_mostly)
+    ids, keys = condition_ids(df)
+    verified = _per_condition(ids, df["verified"], _all_verified)
+    resident = _per_condition(ids, df["l2_resident"], _mostly)
     records = []
-    for (key, flag), l2 in zip(verified.items(), resident.to_numpy()):
-        key = tuple(key_value(k) for k in key)
+    for key, flag, l2 in zip(keys, verified, resident):
         record = dict(zip(CONDITION_KEYS, key))
         record.update(_figures(samples[key], record["bytes"], record["metric"]))
         record["verified"] = flag
@@ -218,17 +235,19 @@ def l2_flags(df: pd.DataFrame, meta: Mapping[str, str]) -> pd.DataFrame:
         return df
     from gpuipc_bench.gpu.memory import l2_resident_ring
 
-    flags = []
-    bandwidth = (df["metric"] == "bandwidth").to_numpy()
-    for i, (src, dst, nbytes, batch, scenario) in enumerate(zip(df["src"], df["dst"], df["bytes"], df["batch"],
-                                                                 df["scenario"])):
+    def flag(src, dst, nbytes, batch, scenario, bandwidth):
         gpus = [str(d) for d in (src, dst) if is_gpu(d)]
-        if not bandwidth[i] or not gpus or gpus[0] not in l2:
-            flags.append(pd.NA)
-            continue
+        if not bandwidth or not gpus or gpus[0] not in l2:
+            return pd.NA
         slots = 1 if scenario == "sharing" else int(batch)
-        flags.append(l2_resident_ring(int(nbytes), slots, l2[gpus[0]], sides=_sides(src, dst)))
-    return df.assign(l2_resident=pd.array(flags, dtype="boolean"))
+        return l2_resident_ring(int(nbytes), slots, l2[gpus[0]], sides=_sides(src, dst))
+
+    # Once per distinct (src, dst, bytes, batch, scenario, bandwidth or not), not once per sample.
+    inputs = df[["src", "dst", "bytes", "batch", "scenario"]].assign(_bandwidth=df["metric"] == "bandwidth")
+    ids = inputs.groupby(list(inputs.columns), sort=False, dropna=False).ngroup().to_numpy()
+    first = np.unique(ids, return_index=True)[1]
+    distinct = [flag(*row) for row in inputs.iloc[first].itertuples(index=False, name=None)]
+    return df.assign(l2_resident=pd.array(distinct, dtype="boolean")[ids])
 
 
 def _sides(src, dst) -> int:
@@ -237,11 +256,19 @@ def _sides(src, dst) -> int:
     return 2 if is_gpu(src) and str(src) == str(dst) else 1
 
 
-def _mostly(flags: pd.Series):
-    known = flags.dropna()
-    if known.empty:
-        return pd.NA
-    return bool(known.astype(bool).mean() >= 0.5)
+def _per_condition(ids: np.ndarray, flags: pd.Series, rule) -> list:
+    """rule(known, true) of each condition's nullable flags: how many of its samples say, and
+    how many of those say True; NA where none says."""
+    known = flags.notna().to_numpy()
+    true = flags.fillna(False).to_numpy(dtype=bool) & known
+    count = int(ids.max()) + 1 if len(ids) else 0
+    said = np.bincount(ids[known], minlength=count)
+    said_true = np.bincount(ids[true], minlength=count)
+    return [rule(int(k), int(t)) if k else pd.NA for k, t in zip(said, said_true)]
+
+
+def _mostly(known: int, true: int) -> bool:
+    return bool(true / known >= 0.5)  # the mean of the known flags, as Series.mean computed it
 
 
 def _is_false(flag) -> bool:
@@ -249,11 +276,8 @@ def _is_false(flag) -> bool:
     return flag is not None and flag is not pd.NA and not bool(flag)
 
 
-def _all_verified(flags: pd.Series):
-    known = flags.dropna()
-    if known.empty:
-        return pd.NA
-    return bool(known.astype(bool).all())
+def _all_verified(known: int, true: int) -> bool:
+    return true == known
 
 
 def _ceiling_medians(df: pd.DataFrame) -> dict[tuple, float]:

@@ -38,7 +38,9 @@ Schema history (read_results reads every version; rows come out in the newest fo
      An older file reads with these columns empty (NA/NaN/'') and seq -1.
 
 The modules: rows.py (the columns, new_row, typed frames), writing.py (ResultsFile, atomic
-writes), reading.py (read_results, every schema version).
+writes), reading.py (read_results, every schema version), table.py (the table parsed cell by
+cell: what is valid, and the wording of what is not), vectorised.py (the same table parsed a
+column at a time, for large files; it hands what it cannot vouch for to table.py).
 """
 
 from gpuipc_bench.results.reading import MAX_RESULTS_BYTES, read_results

@@ -1,22 +1,23 @@
 """Reading a results file of any schema version, refusing what cannot be one before reading
-it whole; every problem is one ResultsFormatError line naming the file."""
+it whole; every problem is one ResultsFormatError line naming the file.
+
+The file is kept as bytes: only the header lines are decoded one by one, and the table is parsed
+from the bytes by vectorised.py (table.py's per-cell parser where the fast one cannot vouch for
+the table), so a large file is not held as text, lines and cells besides."""
 
 from __future__ import annotations
 
+import codecs
 import csv
-import io
-import math
 import os
 import re
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from gpuipc_bench.errors import NewerSchemaError, ResultsFormatError
-from gpuipc_bench.results.rows import (
-    BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, MAGIC, MEASURES, METRICS, SCHEMA_VERSION, STR_COLUMNS, _pd,
-    typed_frame,
-)
+from gpuipc_bench.results.rows import MAGIC, SCHEMA_VERSION
+from gpuipc_bench.results.table import parse_table
 from gpuipc_bench.results.writing import _UNESCAPES
 
 from gpuipc_bench.sizes import format_size
@@ -35,42 +36,45 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
         return ResultsFormatError(f"{path}: {reason}")
 
     raw = _read_bounded(path, bad)
-    if not raw.strip():
+    if not raw or raw.isspace():  # raw.strip() without copying the file
         raise bad("the file is empty")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise bad("not a gpuipc-bench results file (binary data, not UTF-8 text)") from None
-    if "\x00" in text:
+    if not _is_utf8(raw):
+        raise bad("not a gpuipc-bench results file (binary data, not UTF-8 text)")
+    if b"\x00" in raw:
         raise bad("not a gpuipc-bench results file (binary data: it contains NUL bytes)")
-    text = text.removeprefix("\ufeff")
 
-    lines = text.split("\n")
-    first = lines[0].rstrip()
+    # The lines up to the table, decoded one at a time (the bytes of a line of valid UTF-8
+    # split at b"\n" are its text: "\n" is one byte in UTF-8).
+    def line_at(pos: int) -> tuple[str, int | None]:
+        end = raw.find(b"\n", pos)
+        return (raw[pos:].decode("utf-8"), None) if end < 0 else (raw[pos:end].decode("utf-8"), end + 1)
+
+    first, pos = line_at(3 if raw.startswith(codecs.BOM_UTF8) else 0)
+    first = first.rstrip()
     if first != MAGIC:
         shown = first if len(first) <= 60 else first[:57] + "..."
         raise bad(f"not a gpuipc-bench results file (first line is {shown!r}, expected {MAGIC!r})")
 
     metadata: dict[str, str] = {}
-    body_start = len(lines)
-    for i in range(1, len(lines)):
-        line = lines[i].rstrip("\r")
+    body_pos, body_line, number = None, 0, 1
+    while pos is not None:
+        line, next_pos = line_at(pos)
+        line = line.rstrip("\r")
+        number += 1
         if line.startswith("#"):
             key, sep, value = line[1:].partition(":")
             if sep and key.strip():
                 metadata[key.strip()] = _unescape(value[1:] if value.startswith(" ") else value)
-            continue  # a '#' line without 'key: value' is a comment
-        if not line.strip():
-            continue
-        body_start = i
-        break
+        elif line.strip():  # a '#' line without 'key: value' is a comment; blank lines are skipped
+            body_pos, body_line = pos, number
+            break
+        pos = next_pos
 
     version = _check_schema(metadata, bad)
-    body = "\n".join(lines[body_start:])
-    if not body.strip():
+    if body_pos is None:
         raise bad("no column header line after the metadata (the file is truncated)")
     try:
-        df = _parse_table(body, bad, first_line=body_start + 1, version=version,
+        df = _parse_table(raw, body_pos, bad, first_line=body_line, version=version,
                           partial=metadata.get("partial") == "true")
     except ResultsFormatError:
         raise
@@ -80,6 +84,33 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
             message += " (the file may be truncated)"
         raise bad(f"cannot parse the table: {message}") from None
     return df, metadata
+
+
+def _parse_table(raw: bytes, start: int, bad, first_line: int = 1, version: int = SCHEMA_VERSION,
+                 partial: bool = False) -> pd.DataFrame:
+    """The table from byte `start` of the file on (its column header line is line `first_line`):
+    parsed vectorised, or, where the fast parser cannot vouch for every cell (a bad cell, a
+    quote, a ragged line), by the per-cell parser, which also words what is wrong."""
+    from gpuipc_bench.results.vectorised import parse_vectorised
+
+    frame = parse_vectorised(raw, start, version=version, partial=partial)
+    if frame is not None:
+        return frame
+    return parse_table(raw[start:].decode("utf-8"), bad, first_line=first_line, version=version, partial=partial)
+
+
+def _is_utf8(raw: bytes) -> bool:
+    """Whether the bytes are UTF-8 text: decoded in slices, so the file is never held as text too."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    view = memoryview(raw)
+    step = 1 << 24
+    try:
+        for i in range(0, len(raw), step):
+            decoder.decode(view[i:i + step])
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _unescape(value: str) -> str:
@@ -162,159 +193,3 @@ def _check_schema(metadata: dict[str, str], bad) -> int:
     if version < 1:
         raise bad(f"unknown schema_version {version}")
     return version
-
-
-# Columns each schema version added, with how to fill them in an older file (see the history above).
-_ADDED_IN = {2: ("measure", "l2_resident"), 3: ("mps_thread_pct", "transport", "node", "seq", "sm_clock_mhz")}
-
-
-def _parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSION,
-                 partial: bool = False) -> pd.DataFrame:
-    if partial and not body.endswith("\n"):
-        body = body[:body.rfind("\n") + 1]  # a kill in the middle of an append: drop the torn line
-    reader = csv.reader(io.StringIO(body, newline=""), strict=True)
-    header = next(reader)
-    header = [name.strip() for name in header]
-    dupes = sorted({name for name in header if header.count(name) > 1})
-    if dupes:
-        raise bad(f"duplicate column(s): {', '.join(dupes)}")
-    later = {c for v, cols in _ADDED_IN.items() if v > version for c in cols}
-    missing = [c for c in COLUMNS if c not in header and c not in later]
-    if missing:
-        raise bad(f"missing column(s): {', '.join(missing)}")
-    records: list[list[str]] = []
-    lines: list[int] = []  # the file's line number of each record
-    for record in reader:
-        if not record:
-            continue  # blank line
-        line = first_line - 1 + reader.line_num
-        if len(record) != len(header):
-            raise bad(f"line {line}: {len(record)} fields, expected {len(header)} (the file may be truncated)")
-        records.append(record)
-        lines.append(line)
-    raw = _pd().DataFrame(records, columns=header, dtype=object) if records else _pd().DataFrame(
-        {name: _pd().Series([], dtype=object) for name in header}
-    )
-
-    for col in sorted(later - set(header)):
-        raw[col] = [""] * len(raw)
-    if "measure" in later and "measure" not in header:
-        raw["measure"] = [_v1_measure(p, m) for p, m in zip(raw["path"], raw["metric"])]
-    if "seq" in later and "seq" not in header:
-        raw["seq"] = ["-1"] * len(raw)  # unknown
-
-    def column(col: str, convert) -> list:
-        out = []
-        for value, line in zip(raw[col], lines):
-            try:
-                out.append(convert(value))
-            except _BadCell as exc:
-                raise bad(f"line {line}, column {col}: {exc}") from None
-        return out
-
-    converted: dict[str, Any] = {}
-    for col in STR_COLUMNS:
-        converted[col] = raw[col].astype(object)
-    column("measure", _choice(MEASURES))
-    column("metric", _choice(METRICS))
-    for col in INT_COLUMNS:
-        converted[col] = column(col, _int_cell({"batch": 1, "seq": -1}.get(col, 0)))
-    converted["mps_thread_pct"] = column("mps_thread_pct", _optional_int_cell(1, 100))
-    converted["sm_clock_mhz"] = column("sm_clock_mhz", _float_cell(positive=True, what="a clock in MHz"))
-    converted["seconds"] = column("seconds", _float_cell(required=True, positive=True))
-    converted["bandwidth_gbps"] = column("bandwidth_gbps", _float_cell())
-    for line, metric, gbps in zip(lines, raw["metric"], converted["bandwidth_gbps"]):
-        if metric == "bandwidth" and not (math.isfinite(gbps) and gbps >= 0):
-            raise bad(f"line {line}, column bandwidth_gbps: {gbps!r} is not a bandwidth (a bandwidth row "
-                      "needs a finite number, 0 or more)")
-    for col in BOOL_COLUMNS:
-        converted[col] = column(col, _bool_cell)
-    for col in header:
-        if col not in COLUMNS:
-            converted[col] = raw[col].astype(object)
-    frame = _pd().DataFrame(converted, columns=list(COLUMNS) + [c for c in header if c not in COLUMNS])
-    if not records:
-        frame = frame.astype({c: "int64" for c in INT_COLUMNS} | {c: "float64" for c in FLOAT_COLUMNS}
-                             | {"mps_thread_pct": "Int64"})
-    return typed_frame(frame)
-
-
-class _BadCell(ValueError):
-    """What is wrong with one cell; read_results adds the file, the line and the column."""
-
-
-_INT_RE = re.compile(r"^\s*[+-]?\d+\s*$")
-_TRUE = {"true", "1", "yes"}
-_FALSE = {"false", "0", "no"}
-
-
-def _choice(allowed: tuple[str, ...]):
-    def convert(value: str) -> str:
-        if value not in allowed:
-            raise _BadCell(f"{value!r} is not one of {', '.join(repr(a) for a in allowed)}")
-        return value
-
-    return convert
-
-
-def _int_cell(least: int):
-    def convert(value: str) -> int:
-        if not _INT_RE.match(value) or len(value.strip()) > 19:
-            raise _BadCell(f"{value!r} is not an integer")
-        number = int(value)
-        if number < least:
-            raise _BadCell(f"{number} is less than {least}")
-        return number
-
-    return convert
-
-
-def _optional_int_cell(least: int, most: int):
-    def convert(value: str) -> Any:
-        if not value.strip():
-            return None
-        number = _int_cell(least)(value)
-        if number > most:
-            raise _BadCell(f"{number} is more than {most}")
-        return number
-
-    return convert
-
-
-def _float_cell(required: bool = False, positive: bool = False,
-                what: str = "a time (a finite number of seconds, more than 0)"):
-    def convert(value: str) -> float:
-        if not value.strip():
-            if required:
-                raise _BadCell("empty value")
-            return math.nan
-        try:
-            number = float(value)
-        except ValueError:
-            raise _BadCell(f"{value!r} is not a number") from None
-        if positive and not (math.isfinite(number) and number > 0):
-            raise _BadCell(f"{value.strip()} is not {what}")
-        return number
-
-    return convert
-
-
-def _bool_cell(value: str) -> Any:
-    text = value.strip().lower()
-    if not text:
-        return _pd().NA
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise _BadCell(f"{value!r} is not True or False")
-
-
-def _v1_measure(path: str, metric: str) -> str:
-    """The measure of a schema-1 row: staging and host handed every transfer over; the other
-    bandwidth rows were batches after one hand-off; latency rows were ping-pongs."""
-    if metric == "latency":
-        return "pingpong"
-    if metric == "bandwidth":
-        return "handoff" if path in ("staging", "host") else "stream"
-    return ""

@@ -142,8 +142,8 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn, env=None)
     _die_with_parent()
     if config.worker_log:
         _output_to(config.worker_log)
-    os.environ.update(env or {})  # the sharing mode's, before anything initialises CUDA
-    where = "CPU" if spec.device is None else f"GPU{spec.device}"
+    os.environ.update(worker_env(spec, env))  # before anything initialises CUDA
+    where = "CPU" if spec.device is None else f"MIG {spec.mig[4:12]}" if spec.mig else f"GPU{spec.device}"
     same_role = sum(1 for other in specs if other.role == spec.role)
     set_process_title(f"gpuipc-bench: {scenario.name} {spec.role}{f' {spec.rank}' if same_role > 1 else ''} {where}",
                       f"{scenario.name[:6]} {spec.role[:4]}{spec.rank}")
@@ -156,6 +156,16 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn, env=None)
         finally:
             # Skip atexit handlers and finalizers inherited from the parent.
             os._exit(code)
+
+
+def worker_env(spec: WorkerSpec, env: dict[str, str] | None = None) -> dict[str, str]:
+    """What a worker sets in its environment before its first CUDA call: the sharing mode's
+    `env`, and for a worker on a MIG instance CUDA_VISIBLE_DEVICES=<its UUID> (it then sees that
+    instance alone, as CUDA device 0)."""
+    out = dict(env or {})
+    if spec.mig:
+        out["CUDA_VISIBLE_DEVICES"] = spec.mig
+    return out
 
 
 def _output_to(path: str) -> None:

@@ -50,6 +50,7 @@ class GpuInfo:
     pcie_max_width: int | None
     mig_mode: str  # 'enabled', 'disabled' or 'n/a'
     mig_instances: tuple[str, ...] = ()  # MIG device UUIDs when enabled
+    mig_profiles: tuple[str, ...] = ()  # each instance's profile ('1g.10gb'), in the same order
     cpus: tuple[int, ...] = ()  # CPUs local to the GPU (NVML affinity), () if unknown
     l2_bytes: int = 0
     # Read-only state that changes what a run measures (never changed by this tool):
@@ -165,6 +166,11 @@ def collect_gpus(machine: Machine, metadata: dict[str, str]) -> None:
         metadata[f"{key}.timeslice"] = gpu.timeslice
         if gpu.mig_instances:
             metadata[f"{key}.mig_instances"] = ",".join(gpu.mig_instances)
+            metadata[f"{key}.mig_profiles"] = ",".join(gpu.mig_profiles)
+    from gpuipc_bench.mig import instances
+
+    for found in instances(machine):  # the rows of MIG pairs name their instances by UUID
+        metadata[f"mig.{found.uuid}"] = found.describe()
 
 
 def collect_topology(machine: Machine, metadata: dict[str, str]) -> None:
@@ -314,6 +320,7 @@ def _assemble(nvml: dict, cuda: dict) -> Machine:
                 pcie_max_width=extra.get("pcie_max_width"),
                 mig_mode=extra.get("mig_mode", "n/a"),
                 mig_instances=extra.get("mig_instances", ()),
+                mig_profiles=extra.get("mig_profiles", ()),
                 cpus=extra.get("cpus", ()),
                 l2_bytes=dev.get("l2_bytes", 0),
                 clocks=extra.get("clocks", ""),

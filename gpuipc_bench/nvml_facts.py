@@ -5,6 +5,7 @@ assembles them with the CUDA facts)."""
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Callable
 
 _TOPOLOGY_WORDS = {0: "INT", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -61,7 +62,7 @@ def _nvml_call(pynvml) -> Callable[..., Any]:
 
 
 def _nvml_gpu(pynvml, call, handle) -> dict:
-    mig_mode, mig_instances = "n/a", []
+    mig_mode, mig_instances, mig_profiles = "n/a", [], []
     modes = call(pynvml.nvmlDeviceGetMigMode, handle)
     if modes is not None:
         mig_mode = "enabled" if modes[0] == pynvml.NVML_DEVICE_MIG_ENABLE else "disabled"
@@ -71,6 +72,7 @@ def _nvml_gpu(pynvml, call, handle) -> dict:
             uuid = _text(call(pynvml.nvmlDeviceGetUUID, mig)) if mig is not None else ""
             if uuid:
                 mig_instances.append(uuid)
+                mig_profiles.append(mig_profile(_text(call(pynvml.nvmlDeviceGetName, mig))))
     return {
         "cpus": _nvml_cpus(pynvml, call, handle),
         "clocks": _nvml_clocks(pynvml, call, handle),
@@ -82,7 +84,18 @@ def _nvml_gpu(pynvml, call, handle) -> dict:
         "pcie_max_width": call(pynvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
         "mig_mode": mig_mode,
         "mig_instances": tuple(mig_instances),
+        "mig_profiles": tuple(mig_profiles),
     }
+
+
+_PROFILE_RE = re.compile(r"\b(\d+g\.\d+gb(?:\+\w+)?)", re.IGNORECASE)
+
+
+def mig_profile(name: str) -> str:
+    """'NVIDIA H100 80GB HBM3 MIG 1g.10gb' (NVML's name of a MIG device) -> '1g.10gb'; the
+    name as it is when it names no profile ('' when NVML gave none)."""
+    found = _PROFILE_RE.search(name or "")
+    return found.group(1).lower() if found else (name or "").strip()
 
 
 def _nvml_cpus(pynvml, call, handle) -> tuple[int, ...]:

@@ -11,6 +11,7 @@ from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
 from gpuipc_bench.gpu.device import Gpu, enable_peer_access
 from gpuipc_bench.gpu.memory import L2Check, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage
+from gpuipc_bench.mig import device_of
 from gpuipc_bench.sampler import Sample, Sampler
 from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
 
@@ -68,9 +69,13 @@ class PairWorker:
         self.ctx, self.scenario, self.config = ctx, scenario, ctx.config
         self.producer = ctx.rank == PRODUCER
         self.other = CONSUMER if self.producer else PRODUCER
-        self.device = ctx.spec.device
-        self.pdev, self.cdev = ctx.specs[PRODUCER].device, ctx.specs[CONSUMER].device
+        # On MIG instances each worker sees its own instance alone, as device 0: these are 0 for
+        # CUDA and name the instance's UUID in rows (gpuipc_bench.mig.InstanceDevice). A pair
+        # across two instances is then "same GPU" to the code (one index, no peer access).
+        self.device = device_of(ctx.spec)
+        self.pdev, self.cdev = device_of(ctx.specs[PRODUCER]), device_of(ctx.specs[CONSUMER])
         self.same_gpu = self.pdev == self.cdev
+        self.across_mig = getattr(ctx.specs[PRODUCER], "mig", "") != getattr(ctx.specs[CONSUMER], "mig", "")
         self.sizes = scenario.sizes(ctx.config)
         self.sampler = Sampler(ctx)
         self._gpu: Gpu | None = None

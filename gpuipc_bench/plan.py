@@ -121,7 +121,11 @@ def plan_modes(sharing: str | None, machine, job=None) -> tuple[list, str | None
 def modes_for(scenario, specs, modes: list) -> list:
     """The modes a planned scenario runs in: each of the run's that measures it, where it
     declares sharing_modes and its workers share one GPU (none of them: [], it does not run);
-    else once, as it is ([None])."""
+    else once, as it is ([None]). A pair on MIG instances runs once, outside the mode axis: in
+    the time-sliced mode where the run has it (its two processes take turns inside an instance;
+    MPS is not applied to MIG pairs), else as it is."""
+    if any(getattr(spec, "mig", "") for spec in specs):
+        return [m for m in modes if m.name == "time-sliced"][:1] or [None]
     devices = {spec.device for spec in specs}
     if modes and scenario.sharing_modes and len(specs) > 1 and len(devices) == 1 and None not in devices:
         return [m for m in modes if not m.scenarios or scenario.name in m.scenarios]

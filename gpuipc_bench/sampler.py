@@ -27,6 +27,7 @@ import math
 from typing import Callable, Iterator
 
 from gpuipc_bench import robust
+from gpuipc_bench.mig import label_ends
 from gpuipc_bench.patterns import seed_for
 from gpuipc_bench.results import new_row
 
@@ -136,7 +137,7 @@ class Sampler:
             fields.pop("mps_thread_pct", None)
         if callable(fields.get("l2_resident")):
             fields["l2_resident"] = fields["l2_resident"](sample.batch)
-        return new_row(**fields)
+        return new_row(**label_ends(fields, getattr(self.ctx, "spec", None)))
 
 
 _SEQ = itertools.count()  # rows in the order this process took them (the CSV's `seq`: drift over a run)

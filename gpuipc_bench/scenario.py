@@ -50,9 +50,14 @@ class WorkerSpec:
     role: str  # "producer", "consumer" or "peer"
     device: int | None  # CUDA device index, None for CPU-only workers
     cpus: tuple[int, ...] = ()  # CPUs to pin the worker to (its GPU's NUMA-local ones); () = any
+    # The MIG instance (its UUID) this worker alone sees: the launcher sets CUDA_VISIBLE_DEVICES to
+    # it before CUDA starts, and `device` is 0, its index inside (gpuipc_bench.mig). '': a whole GPU.
+    mig: str = ""
 
     def describe(self) -> str:
         where = f"GPU {self.device}" if self.device is not None else "CPU"
+        if self.mig:
+            where = f"MIG instance {self.mig}"
         return f"worker {self.rank} ({self.role}, {where})"
 
 
@@ -224,8 +229,8 @@ class WorkerContext:
                 os.sched_setaffinity(0, self.spec.cpus)
             except (OSError, AttributeError):
                 pass  # a restricted cpuset: run where we are allowed to
-        if sharing is None:
-            sharing = sharing_mode([s.device for s in self.specs])
+        if sharing is None:  # a pair on MIG instances is 'mig', within one instance or across two
+            sharing = "mig" if any(s.mig for s in self.specs) else sharing_mode([s.device for s in self.specs])
         self.row_fields.update(scenario=scenario, workers=self.nworkers, sharing=sharing)
         if sharing == "mps":  # the share of the SMs this client may use (MPS's default: all of them)
             self.row_fields["mps_thread_pct"] = int(os.environ.get(MPS_THREAD_PCT_ENV) or 100)

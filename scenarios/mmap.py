@@ -83,12 +83,13 @@ def shared_region(nbytes: int) -> mmap.mmap:
 
 class MmapWorker(StagingWorker):
     path = "mmap"
+    event_variants = tuple(VARIANTS)  # both hand off through CUDA IPC events
 
     def host_region(self) -> mmap.mmap:
         return self.ctx.shared.region
 
     def measure(self, nbytes):
-        for variant, engine in VARIANTS.items():
+        for variant, engine in VARIANTS.items() if not self.events_refused else ():
             for measure in MEASURES:
                 handoff = measure == "handoff"
                 reps = min(reps_for(nbytes), max_transfers(1, handoff))

@@ -34,6 +34,7 @@ import time
 from dataclasses import dataclass
 
 from gpuipc_bench.exchange import Exchange, max_transfers
+from gpuipc_bench.gpu.errors import CudaError
 from gpuipc_bench.gpu.memory import HostRegistration, Ring, mmap_address, prefault, reps_for, ring_capacity
 from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
@@ -86,9 +87,12 @@ class StagingWorker(PairWorker):
         """The shared host memory both workers register: the ring, then a scratch message."""
         return self.ctx.shared.pinned
 
+    # The variants whose hand-offs go through CUDA IPC events (gpuipc_bench.exchange).
+    event_variants: tuple[str, ...] = GPU_ORDERED
+
     def setup(self):
         ctx, gpu = self.ctx, self.gpu
-        ctx.declare("h.sent", "h.done", "h.t0", "ping", "pong")
+        ctx.declare("h.sent", "h.done", "h.t0", "ping", "pong", "refused.0", "refused.1")
         self.ring_buf = gpu.alloc(self.ring_bytes())  # producer: source ring; consumer: destination ring
         self.scratch = gpu.alloc(max(self.sizes) + 256)
         rows = list(self.share_host_ring())
@@ -96,10 +100,32 @@ class StagingWorker(PairWorker):
         self.exchange = Exchange(ctx, self.path, PRODUCER, CONSUMER, self.same_gpu)
         self.exchange.create(gpu)
         ctx.sync()
-        self.exchange.open(gpu, self.imports)
+        self.events_refused = self.open_events()
         ctx.sync()
         self.transfers = 0  # host-ordered transfers so far, in step on both sides
         yield from rows
+
+    def open_events(self) -> str:
+        """Open the other side's events; '' when they opened. Across MIG instances the driver may
+        refuse them (CUDA IPC between GPU instances): then both sides leave out the variants that
+        hand off through them, and a note says so in the driver's words (the bytes themselves go
+        through host memory, which crosses: the host-ordered variants are measured)."""
+        if not self.across_mig:
+            self.exchange.open(self.gpu, self.imports)
+            return ""
+        ctx, refused = self.ctx, ""
+        try:
+            self.exchange.open(self.gpu, self.imports)
+        except CudaError as exc:
+            refused = str(exc)
+        ctx.store(f"refused.{ctx.rank}", 1 if refused else 0)
+        ctx.sync()
+        if refused:
+            a, b = ctx.specs[PRODUCER].mig, ctx.specs[CONSUMER].mig
+            ctx.note(f"across_mig.{a}", f"{self.path} across MIG instances {a} -> {b}: "
+                     f"{', '.join(self.event_variants)} not measured (they hand off through CUDA IPC events), "
+                     f"the driver refused: {ctx.spec.describe()}: {refused}")
+        return refused or ("refused on the other side" if any(ctx.load(f"refused.{r}") for r in (0, 1)) else "")
 
     def share_host_ring(self):
         """Make the host ring (then a scratch message) that both workers reach, and set self.host
@@ -144,6 +170,8 @@ class StagingWorker(PairWorker):
 
     def measure(self, nbytes):
         for variant in VARIANTS:
+            if self.events_refused and variant in self.event_variants:
+                continue  # across MIG instances, the driver refused the events (see open_events)
             for measure in MEASURES if variant in GPU_ORDERED else ("handoff",):
                 yield from self.bandwidth(variant, measure, nbytes)
         yield from self.in_turn(lambda: self.ceiling_rows(

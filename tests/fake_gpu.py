@@ -34,6 +34,48 @@ L2_BYTES = 1 << 20  # small, so that a test-sized ring can leave it
 FAKE_FREE_BYTES, FAKE_TOTAL_BYTES = 16 << 20, 1 << 20  # cudaMemGetInfo: the handles study caps sizes at 256 KiB
 
 
+# ---- MIG: a worker on a MIG instance sees it alone (CUDA_VISIBLE_DEVICES=MIG-...). What one
+# exports carries its instance; opening it in another instance is refused the way the driver
+# refuses CUDA IPC between GPU instances: a CUDA error raised inside the real cuda_call (IPC
+# memory and events, CuPy's CUDARuntimeError) or as fdmemory raises it (VMM and pool descriptors).
+# The real driver's words there are not known here (no MIG machine): these stand in for them.
+MIG_REFUSAL = "cudaErrorInvalidDevice: invalid device ordinal (fake driver: another MIG instance)"
+MIG_FD_REFUSAL = ("CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal (fake driver: another MIG instance)")
+
+
+class CUDARuntimeError(RuntimeError):
+    """Named as CuPy's is, so that gpu.errors translates it as it would the real one."""
+
+
+def instance_tag() -> bytes:
+    """16 bytes naming the MIG instance this process sees; zeros on a whole GPU."""
+    import hashlib
+    import os
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    return hashlib.sha256(visible.encode()).digest()[:16] if visible.startswith("MIG-") else bytes(16)
+
+
+def _other_instance(tag: bytes) -> bool:
+    mine = instance_tag()
+    return any(tag) and any(mine) and bytes(tag) != mine
+
+
+def refuse_ipc_across_instances(tag: bytes, call: str, device) -> None:
+    from gpuipc_bench.gpu.errors import cuda_call
+
+    if _other_instance(tag):
+        with cuda_call(call, device):
+            raise CUDARuntimeError(MIG_REFUSAL)
+
+
+def refuse_fd_across_instances(tag: bytes, call: str, device) -> None:
+    from gpuipc_bench.gpu.errors import CudaError
+
+    if _other_instance(tag):
+        raise CudaError(MIG_FD_REFUSAL[0], call, device, MIG_FD_REFUSAL[1])
+
+
 def _alloc(nbytes: int) -> int:
     size = -(-max(1, int(nbytes)) // 256) * 256
     with _next.get_lock():
@@ -63,7 +105,7 @@ class FakeBuffer:
         self.ptr = self.dptr = _alloc(nbytes)
 
     def export(self):
-        return self.ptr.to_bytes(8, "little").ljust(64, b"\0")
+        return (self.ptr.to_bytes(8, "little") + instance_tag()).ljust(64, b"\0")
 
     def numpy(self, nbytes=None):
         return view(self.ptr, self.nbytes if nbytes is None else nbytes)
@@ -74,6 +116,7 @@ class FakeBuffer:
 
 class FakeMapped:
     def __init__(self, handle, nbytes, device):
+        refuse_ipc_across_instances(bytes(handle)[8:24], "cudaIpcOpenMemHandle", device)
         self.ptr = int.from_bytes(bytes(handle)[:8], "little")
         self.nbytes, self.device = nbytes, device
 
@@ -103,10 +146,11 @@ class FakeEvent:
 
     @classmethod
     def open(cls, handle, device):
+        refuse_ipc_across_instances(bytes(handle)[1:17], "cudaIpcOpenEventHandle", device)
         return cls()
 
     def export(self):
-        return b"e" * 64
+        return (b"e" + instance_tag()).ljust(64, b"e")
 
     def record(self, stream):
         pass
@@ -283,13 +327,14 @@ class _AddressFd:
         import os
 
         fd = os.memfd_create("fake-gpu-handle")
-        os.write(fd, ptr.to_bytes(8, "little"))
+        os.write(fd, ptr.to_bytes(8, "little") + instance_tag())
         return fd
 
     @staticmethod
-    def read(fd: int) -> int:
+    def read(fd: int, call: str = "cuMemImportFromShareableHandle", device=0) -> int:
         import os
 
+        refuse_fd_across_instances(os.pread(fd, 16, 8), call, device)
         return int.from_bytes(os.pread(fd, 8, 0), "little")
 
 
@@ -303,7 +348,7 @@ class FakeVmmMemory:
 
     @classmethod
     def import_fd(cls, fd, size, device):
-        return cls(_AddressFd.read(fd), size, device)
+        return cls(_AddressFd.read(fd, "cuMemImportFromShareableHandle", device), size, device)
 
     def export_fd(self):
         return _AddressFd.make(self.handle)
@@ -337,7 +382,7 @@ class FakeMemPool:
 
     @classmethod
     def import_fd(cls, fd, device):
-        assert _AddressFd.read(fd) == 0x9001, "not a pool's descriptor"
+        assert _AddressFd.read(fd, "cuMemPoolImportFromShareableHandle", device) == 0x9001, "not a pool's descriptor"
         return cls(device, True)
 
     def export_fd(self):

@@ -188,6 +188,12 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
                     f"{runs} scenario runs across {len(ordered)} ordered GPU pairs (the count grows as N(N-1) "
                     f"with N GPUs; two H100s took about 100 s a pair at the default sizes, --quick far less)",
                     soft_wrap=True)
+        mig_notes: dict[str, str] = {}
+        if job is None and not devices:  # each GPU with MIG on: pairs within an instance and across two
+            from gpuipc_bench.mig import plan_mig
+
+            mig_plan, mig_notes = plan_mig(plan, config, machine)
+            plan = plan + mig_plan
         check_memory(plan, config, machine)
         modes, mode_note = plan_modes(sharing, machine, job)
         config = dataclasses.replace(config, sharing=tuple(mode.name for mode in modes))
@@ -198,6 +204,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         if unmeasured and not quiet:  # e.g. --sharing mps:25 alone: only the SM-bound scenarios
             err.print(f"[yellow]skipped[/] {', '.join(unmeasured)}: no mode of --sharing "
                       f"{escape(','.join(config.sharing))} measures them", soft_wrap=True)
+        for text in [] if quiet else mig_notes.values():  # a GPU with MIG on and no pair across instances
+            err.print(f"[yellow]note[/]: {escape(text)}", soft_wrap=True)
         if waived and not quiet:
             by_reason: dict[str, list[str]] = {}
             for name, reason in waived:
@@ -206,7 +214,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
                 err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
 
         try:
-            _run_plan(plan, config, machine, out, err, quiet, verbose, job, modes)
+            _run_plan(plan, config, machine, out, err, quiet, verbose, job, modes, mig_notes)
         except BenchError:
             if plot is not None:
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
@@ -297,15 +305,17 @@ def path_facts() -> dict[str, str]:
     return to_metadata([p for s in registry().values() for p in s.paths] + [CEILING])
 
 
-def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()):
+def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(), notes=None):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+    from gpuipc_bench import mig
     from gpuipc_bench.launcher import run_scenario
     from gpuipc_bench.results import ResultsFile
 
     if job is not None:
         run_scenario = job.run_scenario  # noqa: F811 - the ranks are the workers
-    results = ResultsFile(out, {**_metadata(config, machine), **(job.metadata() if job else {"launcher": "fork"})})
+    results = ResultsFile(out, {**_metadata(config, machine), **(job.metadata() if job else {"launcher": "fork"}),
+                                **{f"note.{key}": text for key, text in (notes or {}).items()}})
     results.write(partial=True, status="running")
     run_started = time.monotonic()
     failures: list[tuple[str, BenchError, int]] = []
@@ -319,7 +329,9 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
             for scenario, specs, mode in plan_runs(plan, list(modes)):
                 devices = {spec.device for spec in specs}
                 label = scenario.name if len(devices) < 2 else f"{scenario.name} {specs[0].device}>{specs[-1].device}"
-                if mode is not None and len(modes) > 1:
+                if mig.is_mig_pair(specs):
+                    label = f"{scenario.name} {mig.pair_label(specs, machine)}"
+                elif mode is not None and len(modes) > 1:
                     label += f" {mode.name}"
                 task = progress.add_task(label, total=scenario.progress_total(config, specs), doing="")
                 started = time.monotonic()
@@ -337,7 +349,13 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                     on_note=lambda key, text: results.set_meta(f"note.{key}", text),
                     **({"env": env} if mode is not None else {}),
                 )
-                if outcome.error is not None:
+                refused = mig.refusal(scenario.name, specs, outcome.error)
+                if refused is not None:  # across MIG instances the driver said no: its words, not a failure
+                    results.set_meta(f"note.{refused[0]}", refused[1])
+                    if not quiet:
+                        err.print(f"[yellow]note[/]: {escape(refused[1])}", soft_wrap=True)
+                    done.append(scenario.name)
+                elif outcome.error is not None:
                     failures.append((scenario.name, outcome.error, outcome.rows))
                     progress.update(task, description=f"[red]{label}")
                 else:

@@ -57,7 +57,14 @@ def translate(exc: BaseException, call: str, device: int | None, nbytes: int | N
     if type(exc).__name__ == "CompileException":
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         return BenchError(f"kernel compilation failed{f' on GPU {device}' if device is not None else ''}: {first}")
-    return CudaError(name, call, device)
+    return CudaError(name, call, device, description(exc, name))
+
+
+def description(exc: BaseException, name: str) -> str:
+    """The driver's words after the error's name ('invalid device ordinal' from CuPy's
+    'cudaErrorInvalidDevice: invalid device ordinal'), '' when it gave none."""
+    head, sep, rest = str(exc).partition(":")
+    return rest.strip().splitlines()[0] if sep and head.strip() == name and rest.strip() else ""
 
 
 def is_cuda_exception(exc: BaseException, extra: tuple[str, ...] = ()) -> bool:
@@ -70,7 +77,7 @@ def cuda_call(call: str, device: int | None = None, nbytes: int | None = None,
     """Turn a CUDA error raised inside the block into a BenchError naming the call and the GPU.
 
     with cuda_call("cudaIpcOpenMemHandle", device=0): ...
-    -> BenchError('cudaErrorInvalidValue in cudaIpcOpenMemHandle on GPU 0')
+    -> CudaError('cudaErrorInvalidValue in cudaIpcOpenMemHandle on GPU 0 (invalid argument)')
     Out of memory, with `nbytes` given: 'cannot allocate 1 GiB on GPU 0: 0.4 GiB free of 79.1 GiB'.
     `errors` names more exception classes to translate (a library's, e.g. 'NcclError').
     """

@@ -23,7 +23,7 @@ import dataclasses
 import math
 import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, range_coverage
 from gpuipc_bench.analysis.verdict import Decision
 from gpuipc_bench.analysis.warnings import StabilityWarning
+from gpuipc_bench.mig import heading as mig_heading, is_mig, refused_line
 from gpuipc_bench.report import wording
 from gpuipc_bench.report.wording import fmt_num, link
 
@@ -303,16 +304,22 @@ def differ_lines(band: Band, measure: str, width: int = SIZE_WIDTH) -> list[Line
     return out
 
 
-def section_title(section: Section) -> str:
+def section_title(section: Section, meta: Mapping[str, str] | None = None) -> str:
     """The full title of a section (the report's): its link or class of GPU pairs, sharing
     mode and measure."""
     (src, dst), *_ = section.links
-    where = link_heading(section) if section.grouped else link(src, dst)
+    where = link_heading(section, meta) if section.grouped or is_mig(src) else link(src, dst)
     return " · ".join([where, section_subtitle(section)])
 
 
-def link_heading(section: Section) -> str:
-    """'GPU 0 → GPU 0 · same GPU', '2 GPU pairs over NV18 (0→1, 1→0)', 'GPU 0 → GPU 1 · NV18'."""
+def link_heading(section: Section, meta: Mapping[str, str] | None = None) -> str:
+    """'GPU 0 → GPU 0 · same GPU', '2 GPU pairs over NV18 (0→1, 1→0)', 'GPU 0 → GPU 1 · NV18',
+    'MIG 1g.10gb A → MIG 1g.10gb B · across instances of GPU 0' (from the header, `meta`)."""
+    if not section.grouped:
+        (src, dst), = section.links
+        mig = mig_heading(src, dst, meta or {})
+        if mig is not None:
+            return mig
     if section.grouped:
         listed = f" ({', '.join(f'{s}→{d}' for s, d in section.links)})" if len(section.links) <= 4 else ""
         over = f" over {section.link_class}" if section.link_class else ""
@@ -435,7 +442,7 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
     column = max([SIZE_WIDTH] + [len(sizes_text(b.lo, b.hi)) + 4 for b in bands])
     heading, mentioned = None, set()
     for section in answer.sections:
-        here = link_heading(section)
+        here = link_heading(section, analysis.meta)
         if here != heading:  # a heading per link or class of GPU pairs, with its first title where it fits
             combined = f"{here} · {section_subtitle(section)}"
             lines += [Line(combined, 2, "bold")] if len(combined) <= width else \
@@ -449,7 +456,7 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             lines += differ_lines(band, section.measure, HANG - 2)
     if answer.handover:
         lines.append(handover_line(answer.handover))
-    lines += fallback_lines(analysis)
+    lines += fallback_lines(analysis) + [Line("! " + x, 2, "bold yellow") for x in [refused_line(analysis.meta)] if x]
     lines += [x for x in (setup_line(answer.setup, _named(answer.sections)), confidence_line(answer.decisions, width),
                           warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))

@@ -73,7 +73,7 @@ NO_VERDICT = ("No link has two paths between the same two processes to compare (
               "two workers, the same sharing mode and measure).")
 
 
-def verdict_blocks(sections: list[Section]) -> list[RankingBlock]:
+def verdict_blocks(sections: list[Section], meta: Mapping[str, str] | None = None) -> list[RankingBlock]:
     """A block per section of the answer, a line per band: its sizes, the choice with its
     mechanism and every member, then the figure, what ties, the next mechanism."""
     blocks = []
@@ -92,7 +92,7 @@ def verdict_blocks(sections: list[Section]) -> list[RankingBlock]:
                 details.append("L2-resident at " + wording.size_list(
                     sorted({x.bytes for x in band.decisions if x.l2_resident}), sizes) + ": a cache figure")
             lines.append(BandLine(wording.size_span(band.lo, band.hi), leaders, details))
-        blocks.append(RankingBlock(answer.section_title(section), lines))
+        blocks.append(RankingBlock(answer.section_title(section, meta), lines))
     return blocks
 
 
@@ -106,7 +106,7 @@ def build_report(analysis: RunAnalysis, source: str | None = None, detailed: boo
     measured = {key: sorted(part["bytes"]) for key, part in summary.groupby(["path", "variant", "metric"])}
     warning_lines = [WarningLine(*w) for w in wording.warning_lines(analysis.warnings, None if detailed else 6,
                                                                      measured)]
-    blocks = verdict_blocks(list(analysis.answer.sections))
+    blocks = verdict_blocks(list(analysis.answer.sections), analysis.meta)
     name = source or "RUN.csv"
     notes = [wording.UNITS_NOTE + tables.verified_note(summary) + "."]
     # What the scenarios found while running ('# note.<scenario>.<key>: text' in the CSV header).

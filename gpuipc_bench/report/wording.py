@@ -136,8 +136,10 @@ except ImportError:  # pragma: no cover
 
 
 def where(device: str) -> str:
-    """'0' -> 'GPU 0', 'host' -> 'host'."""
+    """'0' -> 'GPU 0', 'host' -> 'host', 'MIG-4f8e2c1a-...' -> 'MIG-4f8e2c1a' (a MIG instance)."""
     device = str(device)
+    if device.startswith("MIG-"):
+        return device[:12]
     return f"GPU {device}" if device.isdigit() else (device or "?")
 
 

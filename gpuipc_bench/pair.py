@@ -102,6 +102,10 @@ class PairWorker:
             self.ctx.phase("setup")
             self.ctx.declare("sampler")
             self._gpu = self.open_gpu()
+            if self._gpu is not None:
+                from gpuipc_bench.gpu.clock import for_cuda_device
+
+                self.ctx.clock = for_cuda_device(self.device)
             if self.peer_access_at == "run":
                 yield from self.peer_enable_rows()
             yield from self.setup()

@@ -77,6 +77,7 @@ class Sampler:
         self.seq = 0  # samples so far, the same in every worker
         self.solo_seq = 0  # samples of groups this worker takes alone (its own count: seeds apart)
         self.samples = 0  # timed samples this worker recorded (for the note at the end)
+        self.group_clock = math.nan  # the SM clock (MHz) as the current group started timing
 
     def run(self, group: dict, take: Callable[[Trial], Sample | None], *, timer: bool, reps: int = 1,
             solo: bool = False, calibrate: bool = True, min_reps: int = 1, phase: str = "sample",
@@ -91,6 +92,7 @@ class Sampler:
         values: list[float] = []
         index = 0
         warm_left = counts.warmup
+        self.group_clock = math.nan
         while True:
             warm = warm_left > 0
             self.ctx.phase("warmup" if warm else phase, nbytes, index, label=label)
@@ -110,6 +112,9 @@ class Sampler:
                     if calibrate and warm_left == 0:
                         reps = calibrated(sample, reps, min_reps)
                 else:
+                    clock = getattr(self.ctx, "clock", None)
+                    if not values and clock is not None:  # the SM clock once a group, as it starts timing
+                        self.group_clock = clock()
                     values.append(sample.seconds)
                     stop = robust.enough(values, counts.min_samples, counts.max_samples)
                     self.samples += 1
@@ -132,7 +137,8 @@ class Sampler:
         sample's batch (gpu.memory.L2Check): each row then says whether its own ring could stay
         in L2, from the transfers this sample really timed (after calibration)."""
         fields = {**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
-                  "seconds": sample.seconds, "verified": sample.verified, "seq": next(_SEQ)}
+                  "seconds": sample.seconds, "verified": sample.verified, "seq": next(_SEQ),
+                  "sm_clock_mhz": self.group_clock if group.get("metric") != "setup" else math.nan}
         if fields.get("sharing") != "mps":  # a row of the group's own kind (a CPU-only flag ping-pong: 'none')
             fields.pop("mps_thread_pct", None)
         if callable(fields.get("l2_resident")):

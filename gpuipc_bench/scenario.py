@@ -201,6 +201,7 @@ class WorkerContext:
     shared: Any
     send: Callable[[tuple], None]  # message to the parent; used for progress
     faults: "FaultPlan | None" = None  # test hook, see faults.py
+    clock: "Callable[[], float] | None" = None  # this worker's GPU's SM clock in MHz (gpu/clock.py), if it has one
     row_fields: dict = dataclasses.field(default_factory=dict)  # stamped on every row (begin())
     _slots: dict = dataclasses.field(default_factory=dict)
     _handles: dict = dataclasses.field(default_factory=dict)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sys
 import queue
 import socket
 import threading
@@ -121,6 +122,25 @@ class Job:
         return tuple(r % gpu_count for r in self.local_ranks)
 
     # ------------------------------------------------------------------ ranks other than 0
+
+    @staticmethod
+    def leave_if_nixl(code: int) -> None:
+        """End this rank without C library destructors where NIXL was loaded in it. NIXL's wheel
+        bundles UCX with its own libnl; Open MPI's verbs components load the system's; at exit the
+        two copies' destructors crash the rank (SIGSEGV in rtnl_tc_unregister) after all its work is
+        done and sent. So: finalize MPI, flush, and leave at once. Elsewhere this does nothing."""
+        if not any(name.split(".")[0] in ("nixl_cu12", "nixl_cu13") for name in sys.modules):
+            return
+        from mpi4py import MPI
+
+        if MPI.Is_initialized() and not MPI.Is_finalized():
+            MPI.Finalize()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError, AttributeError):
+                pass
+        os._exit(code)
 
     def serve(self) -> int:
         """Ranks 1..n-1: run each scenario rank 0 sends, as worker `rank`, until told to stop."""

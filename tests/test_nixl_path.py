@@ -240,3 +240,20 @@ def test_gpu_to_gpu_across_two(monkeypatch, no_leaks, name):
     assert {r["ceiling"] for r in moved} == {"peer@0>1"} and all(r["verified"] is True for r in moved)
     said = {ucx_report.transport_of(r["transport"]) for r in moved}
     assert ("cuda_copy" in ",".join(said)) if name == "nixl-cuda-copy" else ("cuda_ipc" in ",".join(said)), said
+
+
+@needs_nixl
+def test_under_mpirun_the_ranks_are_the_agents_and_exit_cleanly(tmp_path):
+    from test_mpi import HAVE_MPI, mpirun, ours_in_shm
+
+    if not HAVE_MPI:
+        pytest.skip("needs Open MPI's mpirun and mpi4py")
+    out = tmp_path / "mpi.csv"
+    done = mpirun(2, "-s", "nixl-host", "--sizes", "4K", "--timeout", "30", "-o", str(out))
+    # NIXL's bundled libnl and the system's (Open MPI's verbs) crashed the ranks at exit before
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Segmentation fault" not in done.stdout + done.stderr
+    df, meta = read_results(out)
+    assert meta["launcher"] == "mpi" and meta["partial"] == "false"
+    assert {"read", "write"} <= set(df.loc[(df["path"] == "nixl") & (df["metric"] == "bandwidth"), "variant"])
+    assert ours_in_shm() == []

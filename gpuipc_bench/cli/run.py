@@ -113,16 +113,25 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
     if mpi_launch.resolve_launcher(launcher) == "mpi":
         job = mpi_launch.Job.start(asked=launcher == "mpi")
         if job.rank != 0:  # a worker: rank 0 sends each scenario (and says when to stop)
-            raise click.exceptions.Exit(job.serve())
+            code = job.serve()
+            job.leave_if_nixl(code)
+            raise click.exceptions.Exit(code)
+    code = None
     try:
         _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
              force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing)
+        code = 0
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+        raise
     except mpi_launch.RanksLost as exc:  # the CSV is written: end the job with mpirun's own abort
         stderr_console().print(f"[red]error[/]: {escape(str(exc))}; ending the MPI job (MPI_Abort)", soft_wrap=True)
         job.abort(1)  # type: ignore[union-attr]
     finally:
         if job is not None:
             job.stop_others()
+            if code is not None:
+                job.leave_if_nixl(code)
 
 def _select_by_uuid(devices):
     """UUIDs given to --devices: (indices 0..n-1, value for CUDA_VISIBLE_DEVICES); else (devices, None).

@@ -257,3 +257,53 @@ def test_under_mpirun_the_ranks_are_the_agents_and_exit_cleanly(tmp_path):
     assert meta["launcher"] == "mpi" and meta["partial"] == "false"
     assert {"read", "write"} <= set(df.loc[(df["path"] == "nixl") & (df["metric"] == "bandwidth"), "variant"])
     assert ours_in_shm() == []
+
+
+# ----------------------------------------------------------------------------- in `check`
+
+
+def test_check_fails_a_library_figure_that_fell_back():
+    from gpuipc_bench.check import expect, judge
+    from gpuipc_bench.check.figures import Figure
+
+    refs, facts = expect.load(), {"host": "n1"}
+
+    def figure(transport, value):
+        return Figure("nixl-host-read", "host", value, "GB/s", ceiling=20.0, samples=5, transport=transport)
+
+    tcp = judge.judge_figure(figure("software emulation tcp/lo", 0.6), "n1", facts, refs)
+    assert tcp.status == "fail" and tcp.reason.startswith("transport fallback: 0.6 GB/s = 3.0% of its ceiling")
+    assert "UCX used software emulation tcp/lo; check UCX_TLS" in tcp.reason
+    unknown = judge.judge_figure(figure("not reported", 0.6), "n1", facts, refs)
+    assert unknown.status == "fail" and "UCX reported no protocol for it" in unknown.reason
+    slow_but_direct = judge.judge_figure(figure("zero-copy cma/memory", 0.6), "n1", facts, refs)
+    assert slow_but_direct.status == "pass" and slow_but_direct.reason.endswith("UCX used zero-copy cma/memory")
+    assert judge.judge_figure(figure("zero-copy tcp/lo", 5.0), "n1", facts, refs).status == "pass"  # 25%
+
+
+def _check(tmp_path, env):
+    out = tmp_path / "check.csv"
+    done = subprocess.run(BENCH + ["check", "-o", str(out), "--format", "json"], capture_output=True, text=True,
+                          timeout=300, env={k: v for k, v in os.environ.items() if not k.startswith("UCX_")} | env)
+    events = [__import__("json").loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    return done, events
+
+
+@needs_nixl
+def test_check_names_a_nixl_that_cannot_connect(tmp_path):
+    done, events = _check(tmp_path, {"UCX_TLS": "sm"})
+    assert done.returncode == 1
+    failed = [e for e in events if e["figure"] == "nixl-host" and e["status"] == "fail"]
+    assert failed and "could not start its UCX backend" in failed[0]["reason"], done.stderr[-2000:]
+    assert "FAIL node" in done.stderr and "Traceback" not in done.stderr
+
+
+@needs_nixl
+def test_check_with_nixl_forced_onto_tcp(tmp_path):
+    done, events = _check(tmp_path, {"UCX_TLS": "tcp"})
+    figure = next(e for e in events if e["figure"] == "nixl-host-read")
+    if figure["status"] == "fail":  # tcp/lo under a tenth of memcpy: the usual case
+        assert done.returncode == 1 and "transport fallback" in figure["reason"] and "tcp" in figure["reason"]
+        assert "FAIL node" in done.stderr and "nixl-host-read" in done.stderr
+    else:
+        assert "UCX used" in figure["reason"] and "tcp" in figure["reason"]

@@ -14,6 +14,9 @@ so that a slow host link does not blame the path).
     host-handoff       two CPU processes hand 16 MiB over through shared memory
     host-pingpong-4k   CPU processes' ping-pong through shared memory, one way, 4 KiB (µs)
     barrier            the tool's shared-memory barrier crossing (µs)
+    nixl-read          (NIXL installed) NIXL over UCX, the consumer READs from the producer's GPU memory on
+                       the same GPU, stream, 256 MiB; with the transport UCX reported
+    nixl-host-read     (NIXL installed, no GPU) the same from host memory to host memory, 16 MiB
 """
 
 from __future__ import annotations
@@ -61,6 +64,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("host-handoff", "host", "shared-buffer", "handoff", "bandwidth", HOST_BIG, scenario="host"),
     Spec("host-pingpong-4k", "host", "pingpong", "pingpong", "latency", SMALL, US, "host"),
     Spec("barrier", "barrier", "shm", "", "latency", None, US, "barrier"),
+    Spec("nixl-read", "nixl", "read", "stream", "bandwidth", BIG, scenario="nixl", same_gpu=True, unshared=True),
+    Spec("nixl-host-read", "nixl", "read", "stream", "bandwidth", HOST_BIG, scenario="nixl-host"),
 )
 BY_NAME = {spec.name: spec for spec in SPECS}
 
@@ -73,6 +78,7 @@ class Figure:
     unit: str
     ceiling: float | None = None  # the median of its ceiling's samples in the same run
     samples: int = 0
+    transport: str = ""  # what the library reported it used (NIXL's UCX), '' for the tool's own paths
 
     @property
     def higher_better(self) -> bool:
@@ -121,7 +127,9 @@ def _take(spec: Spec, frame) -> list[Figure]:
             continue
         gpus = ">".join(match.groups()) if match.groups() else _gpus(str(src), str(dst))
         ceiling = _ceiling(frame, group) if spec.unit == GB else None  # a latency has no GB/s bound
-        found.append(Figure(spec.name, gpus, _value(spec, group), spec.unit, ceiling, int(len(group))))
+        said = ", ".join(dict.fromkeys(str(t) for t in group["transport"] if str(t) not in ("", "nan"))) \
+            if "transport" in group.columns else ""
+        found.append(Figure(spec.name, gpus, _value(spec, group), spec.unit, ceiling, int(len(group)), said))
     return found
 
 

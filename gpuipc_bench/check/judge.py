@@ -55,10 +55,22 @@ class Event:
 
 def judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations: Expectations,
                  tolerance: float | None = None, causes: dict[str, list[str]] | None = None) -> Event:
+    event = _judge_figure(figure, node, facts, expectations, tolerance, causes)
+    if figure.transport and event.status != FAIL:  # a library's figure says what carried it
+        event.reason = "; ".join(x for x in (event.reason, used(figure.transport)) if x)
+    return event
+
+
+def _judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations: Expectations,
+                  tolerance: float | None = None, causes: dict[str, list[str]] | None = None) -> Event:
     tol = expectations.tolerance if tolerance is None else tolerance
     model = model_of(facts, figure.gpus)
     exp = expectations.get(model, figure.name)
     event = Event(PASS, node, "figure", figure.name, figure.gpus, figure.value, "", figure.unit)
+    fallback = transport_fallback(figure)
+    if fallback:  # whatever the references say: the library did not use the link
+        event.status, event.reason = FAIL, fallback
+        return event
     if exp is None:
         event.reason = f"no expectation for {model}"
         return event
@@ -78,6 +90,26 @@ def judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations:
     if found:
         event.reason += "; likely cause: " + "; ".join(dict.fromkeys(found))
     return event
+
+
+def transport_fallback(figure: Figure) -> str:
+    """Why a library's figure fell back to a slow transport ('' if it did not): the transport it
+    reported is not the link's direct one and the figure is under FALLBACK_FRACTION of its ceiling
+    measured in the same run (the rule of gpuipc_bench.analysis.transport)."""
+    from gpuipc_bench.analysis.transport import FALLBACK_FRACTION, direct
+
+    if not figure.transport or direct(figure.transport) or not figure.ceiling:
+        return ""
+    share = figure.value / figure.ceiling
+    if share >= FALLBACK_FRACTION:
+        return ""
+    return (f"transport fallback: {figure.text()} = {share:.1%} of its ceiling here "
+            f"({format_value(figure.ceiling, figure.unit)}); {used(figure.transport)}; check UCX_TLS and "
+            "that the processes may reach each other's memory (ptrace for CMA, cuda_ipc)")
+
+
+def used(transport: str) -> str:
+    return "UCX reported no protocol for it" if transport == "not reported" else f"UCX used {transport}"
 
 
 def _shortfall(figure: Figure, exp: Expectation) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from gpuipc_bench.check import conditions, figures as figs, judge, paths
+from gpuipc_bench.check import conditions, figures as figs, judge, paths, plant
 from gpuipc_bench.check.expect import Expectations, shape_of
 from gpuipc_bench.errors import BenchError, UsageError
 
@@ -76,7 +76,14 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
 
     gpu = machine.gpu_count > 0
     names = [*GPU_SCENARIOS, *PROOF_SCENARIOS] if gpu else list(CPU_SCENARIOS)
+    nixl = "nixl" if gpu else "nixl-host"
+    if nixl_installed() and not plant.left_out(nixl):  # KV caches move with NIXL: did UCX use the link?
+        names.append(nixl)
     outcomes = _measure(names, machine, runner, job, keep, timeout)
+    for name in ("nixl", "nixl-host"):
+        error = outcomes.get(name, "")
+        if error and not error.startswith("waived: "):  # e.g. a UCX_TLS whose transports cannot connect
+            report.events.append(judge.Event(judge.FAIL, node, "path", name, "", reason=error))
     for name, error in outcomes.items():
         path = PATH_OF.get(name)
         if error and path in verdicts and verdicts[path].ok is not False:
@@ -110,6 +117,12 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     report.events += list(judged.values())
     facts["check.paths_passed"] = ",".join(e.figure for e in report.events if e.kind == "path" and e.status == "pass")
     return report
+
+
+def nixl_installed() -> bool:
+    from gpuipc_bench.scenarios.nixl_support import missing
+
+    return missing() is None
 
 
 def path_event(v: paths.PathVerdict, node: str, shape: str, expectations: Expectations) -> judge.Event:

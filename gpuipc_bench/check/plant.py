@@ -10,6 +10,7 @@ GPUIPC_BENCH_CHECK_PLANT      plants, separated by ';':
   kill:NODE[:SECONDS]         NODE's leading rank waits SECONDS (default 0), then SIGKILLs itself
                               instead of sending its report to rank 0
   hang:NODE                   NODE's leading rank never sends its report
+  without:SCENARIO            the check leaves SCENARIO out (a test whose subject is not that path)
 NODE '*' is every node.
 """
 
@@ -49,6 +50,11 @@ def figure_factor(node: str, figure: str, attempt: int, environ=os.environ) -> f
             if parts[0] == "slow" or attempt == 0:
                 factor *= float(parts[3])
     return factor
+
+
+def left_out(scenario: str, environ=os.environ) -> bool:
+    """Whether a plant leaves `scenario` out of the check."""
+    return any(parts == ["without", scenario] for parts in _plants(environ))
 
 
 def before_report(node: str, environ=os.environ) -> None:

@@ -223,7 +223,9 @@ def fallback_text(f, figures: int = 1) -> str:
         hint, settings = "check NCCL_P2P_DISABLE, NCCL_SHM_DISABLE and the container's IPC namespace", f.settings
     many = f" (the worst of {figures} figures)" if figures > 1 else ""
     return (f"transport fallback{many}: {f.path}/{f.variant} {f.gbps:.3g} GB/s at {format_size(f.bytes)}{where} = "
-            f"{f.fraction:.1%} of {f.reference}: {f.path.upper()} used {f.transport}"
+            f"{f.fraction:.1%} of {f.reference}: "
+            + (f"{f.path.upper()} reported no transport for it" if f.transport == "not reported"
+               else f"{f.path.upper()} used {f.transport}")
             + (f" ({settings})" if settings else "") + f"; {hint}")
 
 

@@ -9,7 +9,6 @@ import glob
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -137,12 +136,13 @@ def test_no_fallback_where_there_is_none(tmp_path, transport, variant, factor):
 
 
 def _run(tmp_path, *args, env=None, name="nixl.csv"):
-    out = tmp_path / name
-    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "gpuipc-bench-ucx-*")))
+    out, private = tmp_path / name, tmp_path / "tmp"  # a TMPDIR of its own: other runs' folders are not ours
+    private.mkdir(exist_ok=True)
     done = subprocess.run(BENCH + ["run", "-s", "nixl-host", "--sizes", "4K,1M", "--timeout", "30", "-o", str(out),
                                    *args], capture_output=True, text=True, timeout=300,
-                          env={k: v for k, v in os.environ.items() if not k.startswith("UCX_")} | (env or {}))
-    left = set(glob.glob(os.path.join(tempfile.gettempdir(), "gpuipc-bench-ucx-*"))) - before
+                          env={k: v for k, v in os.environ.items() if not k.startswith("UCX_")} | (env or {})
+                          | {"TMPDIR": str(private)})
+    left = glob.glob(os.path.join(private, "gpuipc-bench-ucx-*"))
     assert not left, f"UCX log folders left behind: {left}"
     assert subprocess.run(["pgrep", "-f", f"gpuipc_bench.cli run -s nixl-host.*{out}"],
                           capture_output=True).stdout == b""

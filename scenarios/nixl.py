@@ -90,6 +90,7 @@ class NixlWorker(PairWorker):
     def open_gpu(self):
         # UCX reads its environment when the agent starts: set it before anything.
         os.environ.update(self.forced)
+        os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")  # its INFO lines on stdout would bury the run's output
         os.environ.update(UCX_PROTO_INFO="y", UCX_LOG_FILE=os.path.join(self.ctx.shared.folder,
                                                                          f"ucx.{self.ctx.rank}.%p.log"))
         return None if self.host else super().open_gpu()

@@ -166,7 +166,8 @@ def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dic
             sizes = None
         config = RunConfig(scenarios=(name,), sizes=sizes, iterations=1 if proof else SAMPLES,
                            warmup=0 if proof else WARMUP, timeout=timeout, workers=job.size if job else None,
-                           launcher="mpi" if job else "fork", sharing=("time-sliced",))
+                           launcher="mpi" if job else "fork", sharing=("time-sliced",),
+                           worker_log="/dev/stderr")  # what libraries print: never into the JSON or JUnit on stdout
         try:
             plan, _ = plan_scenarios(config, scenarios, machine, explicit=False, job=job)
             if scenario.pairable and scenario.gpus_needed >= 2 and machine.gpu_count >= 2:

@@ -88,7 +88,12 @@ class NixlWorker(PairWorker):
     # ------------------------------------------------------------------ the pair
 
     def open_gpu(self):
-        # UCX reads its environment when the agent starts: set it before anything.
+        # UCX reads its environment when the agent starts: set it before anything (the user's
+        # own UCX_ variables, which decide UCX's choice, noted first).
+        self.user_settings = user_ucx_settings(os.environ)
+        # put back at teardown: an MPI rank runs the next scenario in this same process
+        self.saved_env = {k: os.environ.get(k) for k in (*self.forced, "NIXL_LOG_LEVEL", "UCX_PROTO_INFO",
+                                                          "UCX_LOG_FILE")}
         os.environ.update(self.forced)
         os.environ.setdefault("NIXL_LOG_LEVEL", "WARN")  # its INFO lines on stdout would bury the run's output
         os.environ.update(UCX_PROTO_INFO="y", UCX_LOG_FILE=os.path.join(self.ctx.shared.folder,
@@ -127,8 +132,7 @@ class NixlWorker(PairWorker):
         ctx, nixl = self.ctx, api()
         src, dst = self.ends(self.kinds[0])
         if self.producer:
-            ctx.note("ucx_settings", user_ucx_settings({k: v for k, v in os.environ.items()
-                                                         if k not in ("UCX_PROTO_INFO", "UCX_LOG_FILE")}))
+            ctx.note("ucx_settings", self.user_settings)
         ctx.declare("ready", "ack")
         start = time.perf_counter()
         try:
@@ -403,6 +407,11 @@ class NixlWorker(PairWorker):
                     agent.deregister_memory(handle)
         finally:
             self.handles, self.registered = [], []
+            for key, value in getattr(self, "saved_env", {}).items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
             super().teardown(clean)
 
 

@@ -135,16 +135,16 @@ def test_no_fallback_where_there_is_none(tmp_path, transport, variant, factor):
 # ----------------------------------------------------------------------------- on CPUs, with NIXL
 
 
-def _run(tmp_path, *args, env=None, name="nixl.csv"):
+def _run(tmp_path, *args, env=None, name="nixl.csv", scenario="nixl-host", sizes="4K,1M"):
     out, private = tmp_path / name, tmp_path / "tmp"  # a TMPDIR of its own: other runs' folders are not ours
     private.mkdir(exist_ok=True)
-    done = subprocess.run(BENCH + ["run", "-s", "nixl-host", "--sizes", "4K,1M", "--timeout", "30", "-o", str(out),
+    done = subprocess.run(BENCH + ["run", "-s", scenario, "--sizes", sizes, "--timeout", "30", "-o", str(out),
                                    *args], capture_output=True, text=True, timeout=300,
                           env={k: v for k, v in os.environ.items() if not k.startswith("UCX_")} | (env or {})
                           | {"TMPDIR": str(private)})
     left = glob.glob(os.path.join(private, "gpuipc-bench-ucx-*"))
     assert not left, f"UCX log folders left behind: {left}"
-    assert subprocess.run(["pgrep", "-f", f"gpuipc_bench.cli run -s nixl-host.*{out}"],
+    assert subprocess.run(["pgrep", "-f", f"gpuipc_bench.cli run -s {scenario}.*{out}"],
                           capture_output=True).stdout == b""
     return done, out
 
@@ -307,3 +307,15 @@ def test_check_with_nixl_forced_onto_tcp(tmp_path):
         assert "FAIL node" in done.stderr and "nixl-host-read" in done.stderr
     else:
         assert "UCX used" in figure["reason"] and "tcp" in figure["reason"]
+
+
+@needs_nixl
+def test_a_forced_transport_is_a_variant_and_not_the_users_setting(tmp_path):
+    done, out = _run(tmp_path, scenario="nixl-host-tcp", sizes="4K")
+    assert done.returncode == 0, done.stderr
+    df, meta = read_results(out)
+    moved = df[(df["path"] == "nixl") & (df["metric"] == "bandwidth")]
+    assert set(moved["variant"]) == {"read:tcp", "write:tcp"}
+    assert set(moved["transport"].map(ucx_report.transport_of)) == {"tcp"}
+    assert meta["note.nixl-host-tcp.ucx_settings"] == "none"  # what the user set: nothing; the variant says tcp
+    assert analyse(df, meta).fallbacks == []  # forced: its cost is the point, never a fallback

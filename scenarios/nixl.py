@@ -73,7 +73,9 @@ FORCED = {  # scenario: (UCX variables, variant suffix)
 
 class NixlWorker(PairWorker):
     path = "nixl"
-    peer_access_at = "never"  # UCX's cuda_ipc opens the peer's memory itself
+    # Across two GPUs the harness turns peer access on both ways before set-up: the peer@A>B
+    # ceiling (measured by this worker's own copy) needs it, as for every pair path.
+    peer_access_at = "run"
 
     def __init__(self, ctx, scenario):
         super().__init__(ctx, scenario)
@@ -196,8 +198,10 @@ class NixlWorker(PairWorker):
         return {"write": self.read_logs(PRODUCER), "read": self.read_logs(CONSUMER)}
 
     def transport(self, op: str, kind: tuple[str, str], nbytes: int) -> str:
-        memory = "host" if kind[1] == "DRAM" else "cuda"
-        return ucx_report.chosen(self.log[op], op, nbytes, memory)
+        # UCX's table names the initiator's own memory: 'from cuda memory to ...' for a put,
+        # 'into host memory from ...' for a get
+        local = kind[0] if op == "write" else kind[1]
+        return ucx_report.chosen(self.log[op], op, nbytes, "host" if local == "DRAM" else "cuda")
 
     # ------------------------------------------------------------------ transfers
 

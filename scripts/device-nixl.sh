@@ -27,3 +27,12 @@ if [ "$gpus" -ge 2 ]; then
   run nixl-2gpu 200 -s nixl -s nixl-cuda-copy -s ipc --devices 0,1 --sizes $SIZES
   UCX_TLS=cuda_copy,tcp run nixl-2gpu-ucx-tls 120 -s nixl -s ipc --devices 0,1 --sizes 1M,64M
 fi
+# check (issue 25): the node as it is (NIXL's figure with its transport), then NIXL forced onto
+# tcp, which must fail as a transport fallback with exit 1
+COLUMNS=80 timeout 120 gpuipc-bench check -o "$OUT/check.csv" --table "$OUT/check.md" --force \
+  >"$OUT/check.out" 2>"$OUT/check.err"; echo "== check: exit $?"; grep "^FAIL" "$OUT/check.err"
+UCX_TLS=tcp COLUMNS=80 timeout 120 gpuipc-bench check -o "$OUT/check-tcp.csv" --force \
+  >"$OUT/check-tcp.out" 2>"$OUT/check-tcp.err"; echo "== check with UCX_TLS=tcp: exit $? (1 expected)"
+grep "^FAIL" "$OUT/check-tcp.err"
+# the NVSHMEM kernel cache: cold then warm (nvshmem4py must be installed: carry .whl in another call)
+tar -C "$OUT" -czf "$OUT/nixl-all.tgz" --exclude='*.tgz' . 2>/dev/null; ls -la "$OUT/nixl-all.tgz"

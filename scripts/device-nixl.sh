@@ -34,5 +34,4 @@ COLUMNS=80 timeout 120 gpuipc-bench check -o "$OUT/check.csv" --table "$OUT/chec
 UCX_TLS=tcp COLUMNS=80 timeout 120 gpuipc-bench check -o "$OUT/check-tcp.csv" --force \
   >"$OUT/check-tcp.out" 2>"$OUT/check-tcp.err"; echo "== check with UCX_TLS=tcp: exit $? (1 expected)"
 grep "^FAIL" "$OUT/check-tcp.err"
-# the NVSHMEM kernel cache: cold then warm (nvshmem4py must be installed: carry .whl in another call)
 tar -C "$OUT" -czf "$OUT/nixl-all.tgz" --exclude='*.tgz' . 2>/dev/null; ls -la "$OUT/nixl-all.tgz"

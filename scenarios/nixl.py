@@ -155,9 +155,7 @@ class NixlWorker(PairWorker):
         ctx.shared.put(ctx.rank, {"agent": self.agent.get_agent_metadata(),
                                   "descs": {k: (b.ptr, b.device) for k, b in self.buffers.items()}})
         ctx.sync()
-        mine = ctx.shared.get(ctx.rank)
         theirs = ctx.shared.get(self.other)
-        del mine
         start = time.perf_counter()
         self.peer = self.agent.add_remote_agent(theirs["agent"])
         self.peer_name = self.peer.decode() if isinstance(self.peer, bytes) else str(self.peer)  # notifications' key

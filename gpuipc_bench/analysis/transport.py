@@ -21,6 +21,8 @@ FALLBACK_FROM = 1 << 20
 LIBRARIES = ("nixl", "nccl")
 # Transports that move the bytes directly (no tcp, no staging through a bounce buffer).
 DIRECT = ("cuda_ipc", "cma", "sysv", "posix", "xpmem", "knem", "P2P")
+# What a user should look at when UCX fell back (the summary's line and check's say it alike).
+UCX_HINT = "check UCX_TLS and that the processes may reach each other's memory (ptrace for CMA, cuda_ipc)"
 
 
 @dataclasses.dataclass(frozen=True)

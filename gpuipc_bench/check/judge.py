@@ -96,7 +96,7 @@ def transport_fallback(figure: Figure) -> str:
     """Why a library's figure fell back to a slow transport ('' if it did not): the transport it
     reported is not the link's direct one and the figure is under FALLBACK_FRACTION of its ceiling
     measured in the same run (the rule of gpuipc_bench.analysis.transport)."""
-    from gpuipc_bench.analysis.transport import FALLBACK_FRACTION, direct
+    from gpuipc_bench.analysis.transport import FALLBACK_FRACTION, UCX_HINT, direct
 
     if not figure.transport or direct(figure.transport) or not figure.ceiling:
         return ""
@@ -104,8 +104,7 @@ def transport_fallback(figure: Figure) -> str:
     if share >= FALLBACK_FRACTION:
         return ""
     return (f"transport fallback: {figure.text()} = {share:.1%} of its ceiling here "
-            f"({format_value(figure.ceiling, figure.unit)}); {used(figure.transport)}; check UCX_TLS and "
-            "that the processes may reach each other's memory (ptrace for CMA, cuda_ipc)")
+            f"({format_value(figure.ceiling, figure.unit)}); {used(figure.transport)}; {UCX_HINT}")
 
 
 def used(transport: str) -> str:

@@ -217,7 +217,9 @@ def fallback_text(f, figures: int = 1) -> str:
     `figures` of its scenario), its share of raw IPC, the transport and the setting to check."""
     where = f" ({link(f.src, f.dst)})" if f.src != f.dst or f.src != "host" else ""
     if f.path == "nixl":
-        hint = "check UCX_TLS and that the processes may reach each other's memory (ptrace for CMA, cuda_ipc)"
+        from gpuipc_bench.analysis.transport import UCX_HINT
+
+        hint = UCX_HINT
         settings = f"UCX settings: {f.settings}" if f.settings else ""
     else:
         hint, settings = "check NCCL_P2P_DISABLE, NCCL_SHM_DISABLE and the container's IPC namespace", f.settings

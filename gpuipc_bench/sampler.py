@@ -7,7 +7,10 @@ The sampler does the rest, the same way for every path:
 
   - warm-up samples (--warmup, default 1), untimed, then timed samples until the median is
     known well enough (robust.enough: at least --min-samples, the median's 95% interval
-    within +-1%, at most --max-samples), so quiet groups stop at 6 and noisy ones go on;
+    within +-1%, at most --max-samples), so quiet groups stop at 6 and noisy ones go on; a
+    group whose timed samples already add up to GROUP_BUDGET_S stops at --min-samples (a
+    transfer of a quarter second, as a library's software fallback moves 256 MiB, would
+    otherwise hold the run for 20 samples: its interval is still reported);
   - the transfers per sample: a group starts at its `reps` and, after the warm-up, the
     timing worker lowers it so that a sample takes about TARGET_SAMPLE_S (a time-sliced
     hand-over of ~0.3 ms would otherwise make a 128-transfer sample last 40 ms);
@@ -32,6 +35,7 @@ from gpuipc_bench.patterns import seed_for
 from gpuipc_bench.results import new_row
 
 TARGET_SAMPLE_S = 0.005  # a sample of many transfers lasts about this long once calibrated
+GROUP_BUDGET_S = 2.0  # timed seconds after which a group stops once it has --min-samples
 SETUP_REPEATS = 9  # every setup operation is timed this many times, each on fresh objects (9: a 95% interval
 #                     that is not the range of the samples, x(2)..x(8))
 _REPS_BITS = 20  # the decision word: sample number << 20 | reps << 1 | stop
@@ -90,6 +94,7 @@ class Sampler:
         label = str(group.get("variant", "")) if phase == "ceiling" else \
             f"{group.get('path', '')}/{group.get('variant', '')} {group.get('measure', '')}".strip()
         values: list[float] = []
+        timed = 0.0  # seconds of timed transfers so far (the group's budget)
         index = 0
         warm_left = counts.warmup
         self.group_clock = math.nan
@@ -116,7 +121,9 @@ class Sampler:
                     if not values and clock is not None:  # the SM clock once a group, as it starts timing
                         self.group_clock = clock()
                     values.append(sample.seconds)
-                    stop = robust.enough(values, counts.min_samples, counts.max_samples)
+                    timed += sample.seconds * sample.batch
+                    stop = robust.enough(values, counts.min_samples, counts.max_samples) or (
+                        len(values) >= counts.min_samples and timed >= GROUP_BUDGET_S)
                     self.samples += 1
                     yield self.row(group, sample, len(values) - 1)
                 if not solo:

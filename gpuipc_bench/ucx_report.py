@@ -12,7 +12,9 @@ for them, each line behind its log prefix ('[1795649262.5] [host:26573:0]   '):
     | 0..inf | zero-copy   | cma/memory                                 |
 
 The scope line names the endpoint ('self' is an agent's loopback to itself, not the peer);
-the title names the operation and the memory on each side ('from cuda memory to cuda');
+the title names the operation and the memory on each side: the initiator's own memory after
+'from' (a put) or 'into' (a get), as '<type> memory' where UCX knows no device for it and
+'<type>/<device>' where it does ('from cuda/GPU0 to cuda', ucp_proto_select_param_str);
 each row a size range (bytes, inclusive; 'inf') and the transport/device that carries it.
 """
 
@@ -24,6 +26,8 @@ import re
 _PREFIX = re.compile(r"^\[[\d.]+\]\s+\[[^\]]*\]\s*")
 _ROW = re.compile(r"^\|\s*(\d+)(?:\.\.(\d+|inf))?\s*\|\s*([^|]*?)\s*\|\s*([^|]*?)\s*\|$")
 _ERROR = re.compile(r"\bUCX\s+ERROR\s+(.*)$")
+# the initiator's memory type in a title: 'from host memory', 'into cuda/GPU0', 'from iov[4] host memory'
+_LOCAL = re.compile(r"\b(?:from|into) (?:\w+(?:\[\d+\])? )??(\w+)(?: memory\b|/)")
 OPERATIONS = {"write": "remote memory write by ucp_put", "read": "remote memory read by ucp_get"}
 
 
@@ -82,12 +86,18 @@ def chosen(log: str, operation: str, nbytes: int, memory: str = "") -> str:
     for table in tables(log):
         if not table.title.startswith(wanted) or " self " in f" {table.scope} ":
             continue
-        if memory and f"{memory} memory" not in table.title:
+        if memory and local_memory(table.title) != memory:
             continue
         config = table.config_for(nbytes)
         if config:
             out.append(config)
     return ", ".join(dict.fromkeys(out)) or "not reported"
+
+
+def local_memory(title: str) -> str:
+    """The initiator's memory type a table's title names ('host', 'cuda'), or ''."""
+    match = _LOCAL.search(title)
+    return match.group(1) if match else ""
 
 
 def transport_of(config: str) -> str:

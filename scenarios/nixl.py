@@ -172,6 +172,12 @@ class NixlWorker(PairWorker):
         flush_c_streams()
         ctx.sync()
         self.log = self.initiator_logs()
+        keep = os.environ.get("GPUIPC_BENCH_UCX_LOGS")  # a folder to keep UCX's own report in (diagnosis)
+        if keep and self.producer:
+            os.makedirs(keep, exist_ok=True)
+            for op, text in self.log.items():
+                with open(os.path.join(keep, f"{self.scenario.name}-{op}-{os.getpid()}.log"), "w") as out:
+                    out.write(text)
         yield from rows
 
     def failed(self, what: str, exc: BaseException) -> BenchError:

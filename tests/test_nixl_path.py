@@ -50,6 +50,26 @@ def test_ucx_protocol_tables_from_a_real_log():
     assert ucx_report.transport_of("zero-copy 52% on tcp/lo and 48% on tcp/eth0") == "tcp"
 
 
+def test_gpu_memory_is_named_with_its_device():
+    """UCX names memory of a known device '<type>/<device>', without the word 'memory'
+    (ucp_proto_select_param_str): the tables of GPU rings must still be found (the first GPU
+    run read 'not reported' for every GPU variant)."""
+    def table(title, config):
+        return "\n".join(f"[1.0] [h:1:0]   {line}" for line in (
+            "+--------+-------------+------------+", "| initiator intra-node cfg#2 |", f"| {title} |",
+            "+--------+-------------+------------+", "| Range | Description | Config |",
+            "+--------+-------------+------------+", f"| 0..inf | zero-copy | {config} |",
+            "+--------+-------------+------------+"))
+    log = "\n".join((table("remote memory write by ucp_put* from cuda/GPU0 to cuda", "cuda_ipc/cuda"),
+                     table("remote memory read by ucp_get* into host memory from cuda/GPU0", "cuda_copy/cuda"),
+                     table("remote memory read by ucp_get* into cuda/GPU1 from cuda", "cuda_ipc/cuda")))
+    assert ucx_report.chosen(log, "write", 1 << 20, "cuda") == "zero-copy cuda_ipc/cuda"
+    assert ucx_report.chosen(log, "write", 1 << 20, "host") == "not reported"
+    assert ucx_report.chosen(log, "read", 4096, "cuda") == "zero-copy cuda_ipc/cuda"
+    assert ucx_report.chosen(log, "read", 4096, "host") == "zero-copy cuda_copy/cuda"
+    assert ucx_report.local_memory("remote memory write by ucp_put* from iov[4] host memory to host") == "host"
+
+
 def test_the_self_endpoint_is_not_the_peer():
     log = (DATA / "ucx-1.23-proto-info-host-read.log").read_text()
     only_self = "\n".join(log.splitlines()[:8])  # the first table: 'initiator self cfg#0'

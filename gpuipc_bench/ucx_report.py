@@ -26,8 +26,10 @@ import re
 _PREFIX = re.compile(r"^\[[\d.]+\]\s+\[[^\]]*\]\s*")
 _ROW = re.compile(r"^\|\s*(\d+)(?:\.\.(\d+|inf))?\s*\|\s*([^|]*?)\s*\|\s*([^|]*?)\s*\|$")
 _ERROR = re.compile(r"\bUCX\s+ERROR\s+(.*)$")
-# the initiator's memory type in a title: 'from host memory', 'into cuda/GPU0', 'from iov[4] host memory'
+# the memory types in a title: the initiator's ('from host memory', 'into cuda/GPU0', 'from iov[4]
+# host memory'), then the peer's ('to host', 'from cuda/dev[2]': a put's 'to', a get's second 'from')
 _LOCAL = re.compile(r"\b(?:from|into) (?:\w+(?:\[\d+\])? )??(\w+)(?: memory\b|/)")
+_REMOTE = re.compile(r"\b(?:from|into) (?:\w+(?:\[\d+\])? )??\w+(?: memory|/\S+) (?:to|from) (\w+)")
 OPERATIONS = {"write": "remote memory write by ucp_put", "read": "remote memory read by ucp_get"}
 
 
@@ -76,17 +78,21 @@ def tables(log: str) -> list[ProtoTable]:
     return found
 
 
-def chosen(log: str, operation: str, nbytes: int, memory: str = "") -> str:
+def chosen(log: str, operation: str, nbytes: int, memory: str = "", remote: str = "") -> str:
     """What UCX used for `operation` ('write' or 'read') of nbytes towards the peer: the
     protocol and transport/device ('zero-copy cma/memory'), one per distinct endpoint
     configuration, joined by ', '; 'not reported' where no table covers it. `memory`
-    ('host', 'cuda') keeps the tables whose title names it."""
+    ('host', 'cuda') keeps the tables whose title names it as the initiator's, `remote` those
+    naming it as the peer's (one endpoint has a table per pair: host to host over cma, host to
+    cuda by software emulation)."""
     wanted = OPERATIONS[operation]
     out = []
     for table in tables(log):
         if not table.title.startswith(wanted) or " self " in f" {table.scope} ":
             continue
         if memory and local_memory(table.title) != memory:
+            continue
+        if remote and remote_memory(table.title) != remote:
             continue
         config = table.config_for(nbytes)
         if config:
@@ -97,6 +103,12 @@ def chosen(log: str, operation: str, nbytes: int, memory: str = "") -> str:
 def local_memory(title: str) -> str:
     """The initiator's memory type a table's title names ('host', 'cuda'), or ''."""
     match = _LOCAL.search(title)
+    return match.group(1) if match else ""
+
+
+def remote_memory(title: str) -> str:
+    """The peer's memory type a table's title names ('host', 'cuda'), or ''."""
+    match = _REMOTE.search(title)
     return match.group(1) if match else ""
 
 

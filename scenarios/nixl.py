@@ -26,7 +26,8 @@ the run's folder; gpuipc_bench.ucx_report): every row carries it in `transport`
 ('zero-copy cma/memory', 'zero-copy cuda_ipc/cuda'). UCX reads its environment once per
 process, so each forced transport is a scenario with its own workers and the variant says
 so ('write:tcp'): nixl-host-tcp (UCX_TLS=tcp: a container without ptrace gets no CMA),
-nixl-cuda-copy (UCX_TLS=cuda_copy,tcp: staged through host memory), nixl-tcp (UCX_TLS=tcp).
+nixl-cuda-copy (UCX_TLS=cuda_copy,tcp: without cuda_ipc, cuda_copy reaches only a process's own
+GPU, so UCX moves GPU memory between processes by software emulation over tcp), nixl-tcp (UCX_TLS=tcp).
 The user's own UCX_ variables are kept for UCX's choice and named in the CSV's notes.
 
 Set-up rows: nixl_agent (agent and UCX backend), nixl_register (the ring; and once per
@@ -202,10 +203,11 @@ class NixlWorker(PairWorker):
         return {"write": self.read_logs(PRODUCER), "read": self.read_logs(CONSUMER)}
 
     def transport(self, op: str, kind: tuple[str, str], nbytes: int) -> str:
-        # UCX's table names the initiator's own memory: 'from cuda memory to ...' for a put,
-        # 'into host memory from ...' for a get
-        local = kind[0] if op == "write" else kind[1]
-        return ucx_report.chosen(self.log[op], op, nbytes, "host" if local == "DRAM" else "cuda")
+        # UCX's table names the initiator's own memory, then the peer's: 'from cuda/GPU0 to cuda'
+        # for a put, 'into host memory from cuda' for a get
+        local, remote = (kind[0], kind[1]) if op == "write" else (kind[1], kind[0])
+        return ucx_report.chosen(self.log[op], op, nbytes, "host" if local == "DRAM" else "cuda",
+                                 "host" if remote == "DRAM" else "cuda")
 
     # ------------------------------------------------------------------ transfers
 
@@ -470,6 +472,6 @@ def _forced(base: type[NixlScenario], name: str, summary: str) -> NixlScenario:
 
 FORCED_SCENARIOS = (
     _forced(NixlHostScenario, "nixl-host-tcp", "NIXL host to host, UCX forced to tcp (UCX_TLS=tcp)"),
-    _forced(NixlScenario, "nixl-cuda-copy", "NIXL, UCX forced to stage through host memory (UCX_TLS=cuda_copy,tcp)"),
+    _forced(NixlScenario, "nixl-cuda-copy", "NIXL, UCX without cuda_ipc (UCX_TLS=cuda_copy,tcp: software emulation over tcp)"),
     _forced(NixlScenario, "nixl-tcp", "NIXL, UCX forced to tcp (UCX_TLS=tcp)"),
 )

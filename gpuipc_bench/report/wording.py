@@ -213,7 +213,7 @@ WARNINGS: dict[str, tuple[str, str]] = {
 
 
 def fallback_text(f, figures: int = 1) -> str:
-    """A transport-fallback (analysis/transport.py) in one sentence: the figure (the worst of
+    """A transport-fallback (analysis/transport.py) in one sentence: the figure (the lowest of
     `figures` of its scenario), its share of raw IPC, the transport and the setting to check."""
     where = f" ({link(f.src, f.dst)})" if f.src != f.dst or f.src != "host" else ""
     if f.path == "nixl":
@@ -223,9 +223,9 @@ def fallback_text(f, figures: int = 1) -> str:
         settings = f"UCX settings: {f.settings}" if f.settings else ""
     else:
         hint, settings = "check NCCL_P2P_DISABLE, NCCL_SHM_DISABLE and the container's IPC namespace", f.settings
-    many = f" (the worst of {figures} figures)" if figures > 1 else ""
+    many = f" (1 of {figures} figures)" if figures > 1 else ""
     return (f"transport fallback{many}: {f.path}/{f.variant} {f.gbps:.3g} GB/s at {format_size(f.bytes)}{where} = "
-            f"{f.fraction:.1%} of {f.reference}: "
+            f"{f.fraction * 100:.2g}% of {f.reference}: "
             + (f"{f.path.upper()} reported no transport for it" if f.transport == "not reported"
                else f"{f.path.upper()} used {f.transport}")
             + (f" ({settings})" if settings else "") + f"; {hint}")

@@ -472,6 +472,6 @@ def _forced(base: type[NixlScenario], name: str, summary: str) -> NixlScenario:
 
 FORCED_SCENARIOS = (
     _forced(NixlHostScenario, "nixl-host-tcp", "NIXL host to host, UCX forced to tcp (UCX_TLS=tcp)"),
-    _forced(NixlScenario, "nixl-cuda-copy", "NIXL, UCX without cuda_ipc (UCX_TLS=cuda_copy,tcp: software emulation over tcp)"),
+    _forced(NixlScenario, "nixl-cuda-copy", "NIXL, UCX without cuda_ipc (UCX_TLS=cuda_copy,tcp)"),
     _forced(NixlScenario, "nixl-tcp", "NIXL, UCX forced to tcp (UCX_TLS=tcp)"),
 )

@@ -13,8 +13,6 @@ OUT=${OUT:-/tmp/gpuipc-out}; mkdir -p "$OUT"; T0=$(date +%s)
 python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 python3 -m pip install -q --no-deps .whl-nixl-slim/*.whl >>"$OUT/pip.log" 2>&1 || { cat "$OUT/pip.log"; exit 1; }
 gpus=$(nvidia-smi -L | wc -l)
-timeout 150 python3 -m pytest -q -p no:cacheprovider -m "gpu or gpu2" tests/test_nixl_path.py >"$OUT/pytest.log" 2>&1
-tail -3 "$OUT/pytest.log"; echo "== GPU tests done at $(( $(date +%s) - T0 )) s"
 pack() { tar -C "$OUT" -czf "$OUT/nixl-all.tgz" --exclude='*.tgz' . 2>/dev/null; }
 fits() {  # SECONDS: whether a step of that length still fits the device's 600 s call
   [ $(( $(date +%s) - T0 + $1 )) -lt ${LIMIT_S:-570} ] || { echo "== skipped (no time left): $2"; return 1; }; }
@@ -24,23 +22,32 @@ run() {  # NAME SECONDS ARGS...
   COLUMNS=80 timeout "$limit" gpuipc-bench run -o "$OUT/$name.csv" --force "$@" >"$OUT/$name.out" 2>"$OUT/$name.err"
   echo "== $name: exit $? in $(( $(date +%s) - start )) s"; tail -n 2 "$OUT/$name.err"; pack
 }
-SIZES=4K,1M,64M,256M
-# the sharing modes are issue 22's: one here (NIXL's transport does not depend on it)
-GPUIPC_BENCH_UCX_LOGS=$OUT/ucx-logs run nixl-1gpu 120 -s nixl -s ipc --sizes $SIZES --sharing time-sliced
-UCX_TLS=cuda_copy,tcp run nixl-1gpu-ucx-tls 60 -s nixl -s ipc --sizes 1M,64M --sharing time-sliced
-grep -A3 "transport fallback" "$OUT/nixl-1gpu-ucx-tls.out" || echo "no fallback line (expected one)"
-grep "transport fallback" "$OUT/nixl-1gpu.out" && echo "a fallback line on UCX's own good run (unexpected)"
+fallback() {  # NAME: the transport-fallback line of a run's summary (expected where UCX_TLS took cuda_ipc away)
+  grep -A3 "transport fallback" "$OUT/$1.out" || echo "no fallback line in $1"; }
+SIZES=4K,1M,256M
+# UCX's own choice (the sharing modes are issue 22's: one here; NIXL's transport does not depend on it)
 if [ "$gpus" -ge 2 ]; then
-  GPUIPC_BENCH_UCX_LOGS=$OUT/ucx-logs run nixl-2gpu 120 -s nixl -s ipc --devices 0,1 --sizes $SIZES
-  run nixl-2gpu-forced 60 -s nixl-cuda-copy --devices 0,1 --sizes 1M,64M
-  UCX_TLS=cuda_copy,tcp run nixl-2gpu-ucx-tls 60 -s nixl -s ipc --devices 0,1 --sizes 1M,64M
+  GPUIPC_BENCH_UCX_LOGS=$OUT/ucx-logs run nixl-2gpu 170 -s nixl --devices 0,1 --sizes $SIZES
+  fallback nixl-2gpu
+fi
+GPUIPC_BENCH_UCX_LOGS=$OUT/ucx-logs run nixl-1gpu 150 -s nixl --sizes $SIZES --sharing time-sliced
+fallback nixl-1gpu
+# cuda_ipc taken away by the user's environment: the fallback line must name it
+UCX_TLS=cuda_copy,tcp run nixl-1gpu-ucx-tls 45 -s nixl --sizes 64M --sharing time-sliced
+fallback nixl-1gpu-ucx-tls
+if [ "$gpus" -ge 2 ]; then
+  UCX_TLS=cuda_copy,tcp run nixl-2gpu-ucx-tls 45 -s nixl --devices 0,1 --sizes 64M
+  fallback nixl-2gpu-ucx-tls
+  run nixl-2gpu-forced 45 -s nixl-cuda-copy --devices 0,1 --sizes 1M
 fi
 # check (issue 25): the node as it is (NIXL's figure with its transport), then NIXL forced onto
 # tcp, which must fail as a transport fallback with exit 1
-fits 60 check && COLUMNS=80 timeout 60 gpuipc-bench check -o "$OUT/check.csv" --table "$OUT/check.md" --force \
-  >"$OUT/check.out" 2>"$OUT/check.err"; echo "== check: exit $?"; grep "^FAIL" "$OUT/check.err"
-fits 60 check-tcp && UCX_TLS=tcp COLUMNS=80 timeout 60 gpuipc-bench check -o "$OUT/check-tcp.csv" --force \
+fits 60 check && { COLUMNS=80 timeout 60 gpuipc-bench check -o "$OUT/check.csv" --table "$OUT/check.md" --force \
+  >"$OUT/check.out" 2>"$OUT/check.err"; echo "== check: exit $?"; grep "^FAIL" "$OUT/check.err"; pack; }
+fits 60 check-tcp && { UCX_TLS=tcp COLUMNS=80 timeout 60 gpuipc-bench check -o "$OUT/check-tcp.csv" --force \
   >"$OUT/check-tcp.out" 2>"$OUT/check-tcp.err"; echo "== check with UCX_TLS=tcp: exit $? (1 expected)"
-grep "^FAIL" "$OUT/check-tcp.err"
+  grep "^FAIL" "$OUT/check-tcp.err"; pack; }
+fits 60 pytest && { timeout 60 python3 -m pytest -q -p no:cacheprovider -m "gpu or gpu2" tests/test_nixl_path.py \
+  >"$OUT/pytest.log" 2>&1; tail -3 "$OUT/pytest.log"; }
 pack; find "$OUT" -mindepth 1 ! -name nixl-all.tgz -delete  # one file back (the device returns 8 at most)
 ls -la "$OUT/nixl-all.tgz"

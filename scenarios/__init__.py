@@ -30,6 +30,8 @@ _ORDER: list[Scenario] = [
     *nccl.TRANSPORT_SCENARIOS,
     nixl.NixlScenario(),
     nixl.NixlHostScenario(),
+    nixl.NixlReadScenario(),
+    nixl.NixlHostReadScenario(),
     *nixl.FORCED_SCENARIOS,
 ]
 

@@ -56,7 +56,8 @@ from gpuipc_bench.patterns import pattern_bytes
 from gpuipc_bench.sampler import Sample
 from gpuipc_bench.scenario import WorkerSpec
 from gpuipc_bench.scenarios.nixl_support import (  # noqa: F401 - MODULES, INSTALL: the path's facts, for its users
-    BOX_BYTES, INSTALL, MODULES, GpuBuffer, HostBuffer, NixlShared, api, flush_c_streams, missing, user_ucx_settings,
+    BOX_BYTES, INSTALL, MODULES, GpuBuffer, HostBuffer, NixlShared, api, flush_c_streams, missing, nixl_error,
+    stderr_kept, user_ucx_settings,
 )
 
 HOST_BATCH_BYTES = 16 << 20  # a host sample moves about this much (pattern filling and checking is numpy)
@@ -67,6 +68,8 @@ FORCED = {  # scenario: (UCX variables, variant suffix)
     "nixl-host": ({}, ""),
     "nixl-host-tcp": ({"UCX_TLS": "tcp"}, ":tcp"),
     "nixl": ({}, ""),
+    "nixl-read": ({}, ""),
+    "nixl-host-read": ({}, ""),
     "nixl-cuda-copy": ({"UCX_TLS": "cuda_copy,tcp"}, ":cuda_copy"),
     "nixl-tcp": ({"UCX_TLS": "tcp"}, ":tcp"),
 }
@@ -84,7 +87,11 @@ class NixlWorker(PairWorker):
         env, self.suffix = FORCED[scenario.name]
         self.forced = env
         self.kinds = [("DRAM", "DRAM")] if self.host else [("VRAM", "VRAM"), ("DRAM", "VRAM")]
-        self.ops = ("write", "read")
+        self.ops: tuple[str, ...] = ("write", "read")
+        self.measures: tuple[str, ...] = ("stream", "handoff")
+        self.blocks_study = True
+        if scenario.read_stream_only:  # what check measures: one figure, not the study
+            self.kinds, self.ops, self.measures, self.blocks_study = self.kinds[:1], ("read",), ("stream",), False
         self.handles: list = []
         self.counters = {"ack": 0, "ready": 0}  # the mailbox's, as both workers have counted them
 
@@ -138,12 +145,15 @@ class NixlWorker(PairWorker):
             ctx.note("ucx_settings", self.user_settings)
         ctx.declare("ready", "ack")
         start = time.perf_counter()
+        said: list[str] = []  # what NIXL logged meanwhile: its own reason when the backend refuses to start
         try:
-            self.agent = nixl.nixl_agent(f"gpuipc-{os.getpid()}-{ctx.rank}", nixl.nixl_agent_config(backends=["UCX"]))
+            with stderr_kept(said):
+                self.agent = nixl.nixl_agent(f"gpuipc-{os.getpid()}-{ctx.rank}",
+                                             nixl.nixl_agent_config(backends=["UCX"]))
             if "UCX" not in self.agent.backends:
                 raise BenchError("NIXL has no UCX plugin")
         except Exception as exc:
-            raise self.failed("could not start its UCX backend", exc) from None
+            raise self.failed("could not start its UCX backend", exc, nixl_error("".join(said))) from None
         rows = [self.setup_row("nixl_agent", time.perf_counter() - start, 0, 0, src, dst)]
         capacity = self.ring_bytes()
         self.buffers, self.registered = {}, []
@@ -181,10 +191,12 @@ class NixlWorker(PairWorker):
                     out.write(text)
         yield from rows
 
-    def failed(self, what: str, exc: BaseException) -> BenchError:
-        """One line: what failed, and UCX's own first error where it logged one."""
+    def failed(self, what: str, exc: BaseException, nixl_said: str = "") -> BenchError:
+        """One line: what failed, and UCX's own first error where it logged one (the most precise:
+        'no active messages transport ...'), else NIXL's (which refuses some settings before UCX
+        starts: 'Invalid UCX_TLS=tcp for NIXL UCX backend: ...')."""
         flush_c_streams()
-        said = ucx_report.first_error(self.own_log())
+        said = ucx_report.first_error(self.own_log()) or nixl_said
         forced = " ".join(f"{k}={v}" for k, v in self.forced.items())
         return BenchError(f"nixl ({self.scenario.name}{', ' + forced if forced else ''}): {what}: "
                           f"{said or type(exc).__name__ + ': ' + str(exc)}")
@@ -342,13 +354,13 @@ class NixlWorker(PairWorker):
             yield from self.register_row(kind, nbytes, src, dst)
             for op in self.ops:
                 self.ctx.row_fields["transport"] = self.transport(op, kind, nbytes)
-                for measure in ("stream", "handoff"):
+                for measure in self.measures:
                     group = self.group(self.variant(op, kind), measure, nbytes, src, dst, self.ceiling_key(kind),
                                        reps)
                     yield from self.sampler.run(group, lambda trial, o=op, k=kind, h=measure == "handoff":
                                                 self.sample(o, k, nbytes, trial, h),
                                                 timer=self.initiator(op), reps=reps)
-            if nbytes >= BLOCKS_FROM:
+            if self.blocks_study and nbytes >= BLOCKS_FROM:
                 self.ctx.row_fields["transport"] = self.transport("write", kind, nbytes // BLOCKS[0])
                 for blocks in (b for b in BLOCKS if nbytes // b >= MIN_BLOCK):
                     group = self.group(self.variant("write", kind, blocks), "stream", nbytes, src, dst,
@@ -430,6 +442,7 @@ class NixlScenario(PairScenario):
     summary = "NIXL over UCX between two processes: GPU to GPU and host to GPU, WRITE and READ (UCX's choice)"
     worker_class = NixlWorker
     in_default_run = False  # agent creation alone costs about 1.5 s a worker: -s nixl
+    read_stream_only = False
     paths = (PathInfo("nixl", colour="#bcbd22", setup=("nixl_agent", "nixl_load", "nixl_first")),)
     mpi_waiver = ""
 
@@ -468,6 +481,18 @@ def _forced(base: type[NixlScenario], name: str, summary: str) -> NixlScenario:
     scenario = base()
     scenario.name, scenario.summary = name, summary
     return scenario
+
+
+class NixlReadScenario(NixlScenario):
+    name = "nixl-read"
+    summary = "NIXL READ of the other process's GPU memory, streamed (what check measures; -s nixl: every variant)"
+    read_stream_only = True
+
+
+class NixlHostReadScenario(NixlHostScenario):
+    name = "nixl-host-read"
+    summary = "NIXL READ of the other process's host memory, streamed (what check measures on a node without GPU)"
+    read_stream_only = True
 
 
 FORCED_SCENARIOS = (

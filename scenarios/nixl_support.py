@@ -3,13 +3,16 @@ parent makes before the fork, and the workers' rings in host or GPU memory (scen
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import importlib
 import importlib.util
 import os
 import pickle
+import re
 import shutil
 import struct
+import sys
 import tempfile
 from typing import Any
 
@@ -53,6 +56,43 @@ def flush_c_streams() -> None:
         ctypes.CDLL(None).fflush(None)
     except (OSError, AttributeError):
         pass
+
+
+# NIXL's own error lines (glog): 'E1126 02:09:38.166571    1470 config.cpp:84] Invalid UCX_TLS=tcp ...'
+_NIXL_ERROR = re.compile(r"^E\d{4} [\d:.]+\s+\d+ [^\]]*\] (.*)$")
+
+
+@contextlib.contextmanager
+def stderr_kept(kept: list[str]):
+    """Run the block with this process's stderr (fd 2, where NIXL's C++ logs) going to a file too:
+    what was written is appended to `kept` and still reaches the real stderr afterwards."""
+    sys.stderr.flush()
+    flush_c_streams()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            flush_c_streams()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode(errors="replace")
+            kept.append(text)
+            if text:
+                try:
+                    os.write(2, text.encode())
+                except OSError:
+                    pass
+
+
+def nixl_error(text: str) -> str:
+    """NIXL's first error line in `text` (the cause; the later ones say what failed because of it),
+    without its log prefix ('' if none)."""
+    found = [m.group(1).strip() for m in map(_NIXL_ERROR.match, text.splitlines()) if m]
+    return found[0] if found else ""
 
 
 class NixlShared:

@@ -304,6 +304,7 @@ def handles(runs: Runs) -> str:
 from readme_pairs import PAIR_RENDERERS  # noqa: E402  (it imports the helpers above)
 from readme_summaries import SUMMARY_RENDERERS  # noqa: E402
 from readme_nixl import NIXL_RENDERERS  # noqa: E402
+from readme_nvshmem import NVSHMEM_RENDERERS  # noqa: E402
 
 RENDERERS: dict[str, Callable[[Runs], str]] = {
     "runtime": runtime,
@@ -318,4 +319,5 @@ RENDERERS: dict[str, Callable[[Runs], str]] = {
     **PAIR_RENDERERS,
     **SUMMARY_RENDERERS,
     **NIXL_RENDERERS,
+    **NVSHMEM_RENDERERS,
 }

@@ -91,6 +91,24 @@ def test_the_self_endpoint_is_not_the_peer():
     assert ucx_report.chosen(only_self, "write", 4096) == "not reported"
 
 
+def test_nixl_own_reason_when_its_backend_refuses_to_start():
+    """NIXL's own words (glog, on stderr) when UCX_TLS leaves GPU memory out: the real lines of an H200
+    node, where `check` with UCX_TLS=tcp said only 'nixlBackendError: NIXL_ERR_BACKEND'."""
+    from gpuipc_bench.scenarios.nixl_support import nixl_error, stderr_kept
+
+    said = ("E1126 02:09:38.166571    1470 config.cpp:84] Invalid UCX_TLS=tcp for NIXL UCX backend: NVIDIA GPU(s) "
+            "are present, but this setting does not enable CUDA memory support. Add cuda_copy for basic GPU support, "
+            "or cuda to also include NVLink support.\n"
+            "E1126 02:09:38.166579    1470 nixl_agent.cpp:342] createBackend: backend creation failed for 'UCX'\n")
+    assert nixl_error(said).startswith("Invalid UCX_TLS=tcp for NIXL UCX backend: NVIDIA GPU(s) are present")
+    assert nixl_error(said.splitlines()[1]) == "createBackend: backend creation failed for 'UCX'"
+    assert nixl_error("a line of something else") == ""
+    kept: list[str] = []
+    with stderr_kept(kept):
+        os.write(2, b"E1126 02:09:38.1 7 x.cpp:1] from C++ on fd 2\n")
+    assert nixl_error(kept[0]) == "from C++ on fd 2"
+
+
 def test_ucx_error_line_in_one_line():
     assert ucx_report.first_error("a line\n" + SM_ERROR + "\n") == (
         "no active messages transport to <no debug data>: sysv/memory - no peer failure handler, posix/memory - "
@@ -333,7 +351,7 @@ def _check(tmp_path, env):
 def test_check_names_a_nixl_that_cannot_connect(tmp_path):
     done, events = _check(tmp_path, {"UCX_TLS": "sm"})
     assert done.returncode == 1
-    failed = [e for e in events if e["figure"] == "nixl-host" and e["status"] == "fail"]
+    failed = [e for e in events if e["figure"] == "nixl-host-read" and e["status"] == "fail"]
     assert failed and "could not start its UCX backend" in failed[0]["reason"], done.stderr[-2000:]
     assert "FAIL node" in done.stderr and "Traceback" not in done.stderr
 

@@ -23,6 +23,11 @@ LIBRARIES = ("nixl", "nccl")
 DIRECT = ("cuda_ipc", "cma", "sysv", "posix", "xpmem", "knem", "P2P")
 # What a user should look at when UCX fell back (the summary's line and check's say it alike).
 UCX_HINT = "check UCX_TLS and that the processes may reach each other's memory (ptrace for CMA, cuda_ipc)"
+# UCX's own choice, with no UCX_ variable set, from host memory into another process's GPU: no
+# transport of UCX reaches that pair (what two H200 runs showed: software emulation over tcp/lo)
+UCX_NO_PATH = ("UCX chose it with no UCX_ variable set: between processes, cma reaches host memory only and "
+               "cuda_ipc exported GPU memory only, so no direct transport moves host memory into another "
+               "process's GPU")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -64,8 +64,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("host-handoff", "host", "shared-buffer", "handoff", "bandwidth", HOST_BIG, scenario="host"),
     Spec("host-pingpong-4k", "host", "pingpong", "pingpong", "latency", SMALL, US, "host"),
     Spec("barrier", "barrier", "shm", "", "latency", None, US, "barrier"),
-    Spec("nixl-read", "nixl", "read", "stream", "bandwidth", BIG, scenario="nixl", same_gpu=True, unshared=True),
-    Spec("nixl-host-read", "nixl", "read", "stream", "bandwidth", HOST_BIG, scenario="nixl-host"),
+    Spec("nixl-read", "nixl", "read", "stream", "bandwidth", BIG, scenario="nixl-read", same_gpu=True, unshared=True),
+    Spec("nixl-host-read", "nixl", "read", "stream", "bandwidth", HOST_BIG, scenario="nixl-host-read"),
 )
 BY_NAME = {spec.name: spec for spec in SPECS}
 

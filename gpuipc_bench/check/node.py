@@ -76,11 +76,11 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
 
     gpu = machine.gpu_count > 0
     names = [*GPU_SCENARIOS, *PROOF_SCENARIOS] if gpu else list(CPU_SCENARIOS)
-    nixl = "nixl" if gpu else "nixl-host"
+    nixl = "nixl-read" if gpu else "nixl-host-read"
     if nixl_installed() and not plant.left_out(nixl):  # KV caches move with NIXL: did UCX use the link?
         names.append(nixl)
     outcomes = _measure(names, machine, runner, job, keep, timeout)
-    for name in ("nixl", "nixl-host"):
+    for name in ("nixl-read", "nixl-host-read"):
         error = outcomes.get(name, "")
         if error and not error.startswith("waived: "):  # e.g. a UCX_TLS whose transports cannot connect
             report.events.append(judge.Event(judge.FAIL, node, "path", name, "", reason=error))

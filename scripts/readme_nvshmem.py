@@ -1,0 +1,70 @@
+"""The README's NVSHMEM comparison (NVSHMEM_RENDERERS): the tool's nvshmem path across an NV18 pair
+beside NVIDIA's own perftests built and run on the same node in the same call
+(scripts/device-nvshmem-perftest.sh), from results/h200x2-nvshmem-pair.csv and the perftests'
+output, results/h200x2-nvshmem-perftest.txt."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from readme_figures import FigureError, Runs, gbps, seconds, source, table
+
+TOOL = "h200x2-nvshmem-pair.csv"
+PERFTEST = "h200x2-nvshmem-perftest.txt"
+SIZES = ((1 << 20, "1 MiB"), (64 << 20, "64 MiB"), (256 << 20, "256 MiB"))
+
+
+def perftest_tables(text: str) -> dict[tuple[str, str], dict[int, float]]:
+    """(test, tag) -> {bytes: figure} from rank 0's table of each run (GB/s, or µs per round trip)."""
+    out: dict[tuple[str, str], dict[int, float]] = {}
+    for block in text.split("===== ")[1:]:
+        head = re.match(r"(\S+) \[([^\]]+)\]", block)
+        if not head:
+            continue
+        rank0 = block.split("----- rank 1")[0]
+        rows = re.findall(r"^(\d+)\s+\S+\s+([\d.]+)\s*$", rank0, flags=re.M)
+        out.setdefault((head.group(1), head.group(2)), {}).update({int(n): float(v) for n, v in rows})
+    return out
+
+
+def perftest(runs: Runs, test: str, tag: str, nbytes: int) -> float:
+    found = perftest_tables(runs.text(PERFTEST)).get((test, tag), {})
+    if nbytes not in found:
+        raise FigureError(f"{PERFTEST}: no {test} [{tag}] figure at {nbytes} bytes")
+    return found[nbytes]
+
+
+def nvshmem_perftest(runs: Runs) -> str:
+    """Device-initiated put and get (GB/s) and put+signal latency (µs one way), tool against perftest."""
+    run = runs[TOOL]
+    rows = []
+    for variant, test in (("device-put", "shmem_put_bw"), ("device-get", "shmem_get_bw")):
+        tool, theirs = [], []
+        for nbytes, _ in SIZES:
+            tool.append(gbps(run.fig(scenario="nvshmem", variant=variant, measure="stream", bytes=nbytes)))
+            theirs.append(f"{perftest(runs, test, 'c32t512', nbytes):.1f}")
+        rows.append([f"nvshmem/{variant} (this tool), GB/s", *tool])
+        rows.append([f"{test} -c 32 -t 512 (perftest), GB/s", *theirs])
+    for variant in ("put", "get"):
+        figures = [run.fig(scenario="nvshmem", variant=variant, measure="stream", bytes=n) for n, _ in SIZES]
+        rows.append([f"nvshmem/{variant} (host-initiated, on a stream; this tool), GB/s", *map(gbps, figures)])
+    rows.append(["ceiling peer@0>1 (a copy in one process), GB/s",
+                 *[gbps(run.fig(scenario="nvshmem", path="ceiling", variant="peer@0>1/producer", bytes=n))
+                   for n, _ in SIZES]])
+    bw = table(["GPU 0 → GPU 1, NV18", *[label for _, label in SIZES]], rows)
+    lat = []
+    for nbytes, label in ((4, "4 B"), (4096, "4 KiB")):
+        mine = run.fig(scenario="nvshmem", variant="device-putsig", measure="pingpong", bytes=nbytes)
+        round_trip = perftest(runs, "shmem_put_signal_ping_pong_latency", "small", nbytes)
+        lat.append([label, seconds(mine) + " µs", f"{round_trip / 2:.2f} µs"])
+    lt = table(["put+signal, one way", "nvshmem/device-putsig (one warp; this tool)",
+                "shmem_put_signal_ping_pong_latency (one thread; perftest, round trip / 2)"], lat)
+    gpu = run.meta.get("gpu.0.name", "GPU")
+    return (bw + "\n\n" + lt + "\n\n"
+            + source(TOOL, PERFTEST, note=f"; 2× {gpu}, one call; this tool's figures median [95% interval], "
+                     "the perftests' as they print them (their mean over 200 iterations in one kernel, or 500 "
+                     "round trips)"))
+
+
+NVSHMEM_RENDERERS: dict[str, Callable[[Runs], str]] = {"nvshmem-perftest": nvshmem_perftest}

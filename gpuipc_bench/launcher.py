@@ -260,8 +260,9 @@ def _die_with_parent() -> None:
 
 
 def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda text: None,
-               on_note=lambda key, text: None) -> BenchError | None:
-    """Pump messages until every worker is gone; return the first real failure."""
+               on_note=lambda key, text: None, until_done: bool = False) -> BenchError | None:
+    """Pump messages until every worker is gone (or, `until_done`, has said it finished: a
+    persistent worker stays for the next scenario); return the first real failure."""
     first_error: BenchError | None = None
     abort_deadline: float | None = None
     by_conn = {w.conn: w for w in workers}
@@ -276,7 +277,7 @@ def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda t
                 if worker.spec.rank in stuck and worker.process.is_alive():
                     worker.process.terminate()
 
-    while any(w.process.is_alive() or not w.closed for w in workers):
+    while any((w.process.is_alive() or not w.closed) and not (until_done and w.finished) for w in workers):
         waitables = [w.conn for w in workers if not w.closed]
         waitables += [w.process.sentinel for w in workers if w.process.is_alive()]
         for ready in multiprocessing.connection.wait(waitables, timeout=POLL_S):

@@ -26,6 +26,7 @@ class PairScenario(Scenario):
     gpus_needed = 1
     pairable = True
     sharing_modes = True
+    persistent_workers = True  # the subclasses below that cannot say so
     min_workers = max_workers = default_workers = 2
     worker_class: type["PairWorker"]
 

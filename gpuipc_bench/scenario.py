@@ -86,6 +86,11 @@ class Scenario:
     # How the launcher starts this scenario's workers: "fork" (the default; the parent never
     # touches CUDA) or "spawn" (a fresh interpreter, as PyTorch's CUDA sharing asks for).
     start_method: str = "fork"
+    # Run in the run's persistent process set of these workers (gpuipc_bench.pool) rather than in
+    # fresh processes: only where nothing the scenario sets up outlives it in a process (a library
+    # that reads its settings once per process, peer access that must start off) and its shared
+    # objects travel by pickle.
+    persistent_workers: bool = False
     # Why the scenario cannot run with MPI ranks as its workers ('' if it can).
     mpi_waiver: str = ""
 

@@ -154,6 +154,7 @@ class HandlesWorker(MempoolWorker):
 
 
 class HandlesScenario(FdScenario):
+    persistent_workers = False  # fills the GPU to 85%: no other context of the run beside it
     name = "handles"
     summary = "set-up cost against allocation size (1 MiB to 1/4 of the GPU) for ipc, vmm, mempool"
     worker_class = HandlesWorker

@@ -46,6 +46,7 @@ def tag_bytes(k: int, nbytes: int) -> np.ndarray:
 
 
 class HostScenario(Scenario):
+    persistent_workers = True
     name = "host"
     summary = "CPU processes copy through a shared-memory buffer (no GPU; the baseline)"
     gpus_needed = 0

@@ -242,6 +242,7 @@ def end_seconds(start, end) -> float:
 
 
 class NcclScenario(PairScenario):
+    persistent_workers = False  # NCCL reads its NCCL_ variables once per process
     name = "nccl"
     summary = "NCCL send/recv between two processes, one GPU each (transport: NCCL's choice)"
     worker_class = NcclWorker

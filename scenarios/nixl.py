@@ -438,6 +438,7 @@ class NixlWorker(PairWorker):
 
 
 class NixlScenario(PairScenario):
+    persistent_workers = False  # UCX reads its UCX_ variables once per process
     name = "nixl"
     summary = "NIXL over UCX between two processes: GPU to GPU and host to GPU, WRITE and READ (UCX's choice)"
     worker_class = NixlWorker

@@ -393,6 +393,7 @@ class NvshmemWorker(PairWorker):
 
 
 class NvshmemScenario(PairScenario):
+    persistent_workers = False  # NVSHMEM initialises once per process
     name = "nvshmem"
     summary = "NVSHMEM (nvshmem4py): host-initiated put/get on symmetric memory, two PEs; small-put cost"
     worker_class = NvshmemWorker

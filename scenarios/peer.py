@@ -126,6 +126,7 @@ class PeerWorker(IpcWorker):
 
 
 class PeerScenario(IpcScenario):
+    persistent_workers = False  # measures its P2P-off copies first: peer access must start off
     name = "peer"
     summary = "two GPUs: the ipc paths across them, and a copy with P2P off in one process"
     gpus_needed = 2

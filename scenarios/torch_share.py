@@ -357,6 +357,7 @@ class TorchSizesWorker(TorchWorker):
 
 
 class TorchScenario(PairScenario):
+    persistent_workers = False  # spawned interpreters of its own
     name = "torch"
     mpi_waiver = "shares tensors through a torch.multiprocessing queue, which reaches only the processes it starts"
     summary = "PyTorch: CUDA tensors through a torch.multiprocessing queue (caching, expandable); spawned workers"

@@ -92,10 +92,13 @@ def _samples_text(preset: str) -> str:
                    "'mps:25' adds MPS with each client limited to 25% of the SMs (any 1-99), for the scenarios "
                    "that share can change (ipc, mmap, latency). "
                    "Default: time-sliced and mps where MPS can start, else time-sliced (the run says why).")
-@click.option("--launcher", type=click.Choice(["fork", "mpi"]), default=None,
-              help="How the workers start: 'fork' (this process forks them) or 'mpi' (they are the ranks of "
-                   "`mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per rank, so N must be "
-                   "what a scenario takes, 2 for the GPU pairs). Default: mpi when started by mpirun or srun.")
+@click.option("--launcher", type=click.Choice(["fork", "fork-fresh", "mpi"]), default=None,
+              help="How the workers start: 'fork' (this process forks them, once per run for the paths that "
+                   "can share processes, which keep their CUDA context from path to path), 'fork-fresh' (new "
+                   "processes for every scenario, as before: to tell that from a path's own figure) or 'mpi' "
+                   "(they are the ranks of `mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per "
+                   "rank, so N must be what a scenario takes, 2 for the GPU pairs). Default: mpi when started "
+                   "by mpirun or srun, else fork.")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
         force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
@@ -119,7 +122,7 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
     code = None
     try:
         _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
-             force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing)
+             force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing, fresh=launcher == "fork-fresh")
         code = 0
     except click.exceptions.Exit as exc:
         code = exc.exit_code
@@ -142,7 +145,7 @@ def _select_by_uuid(devices):
 
 
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
-         force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None):
+         force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False):
     from gpuipc_bench.machine import probe
 
     if pairs is not None and devices:
@@ -162,7 +165,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         config = RunConfig(
             scenarios=tuple(names), sizes=sizes, iterations=iterations, preset=preset or "",
             **_sample_counts(preset, min_samples, max_samples, warmup),
-            devices=devices, workers=workers, timeout=timeout, launcher="mpi" if job else "fork",
+            devices=devices, workers=workers, timeout=timeout,
+            launcher="mpi" if job else "fork-fresh" if fresh else "fork",
             **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
         )
         out = out or _default_out()
@@ -321,9 +325,14 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
     from gpuipc_bench.launcher import run_scenario
     from gpuipc_bench.results import ResultsFile
 
+    from gpuipc_bench.pool import WorkerSets
+
+    # the persistent workers (the fork launcher's; --launcher fork-fresh: none, every scenario its own)
+    sets = WorkerSets(config.worker_log or "", persistent=config.launcher == "fork")
     if job is not None:
         run_scenario = job.run_scenario  # noqa: F811 - the ranks are the workers
-    results = ResultsFile(out, {**_metadata(config, machine), **(job.metadata() if job else {"launcher": "fork"}),
+    launched = job.metadata() if job else {"launcher": config.launcher}
+    results = ResultsFile(out, {**_metadata(config, machine), **launched,
                                 **{f"note.{key}": text for key, text in (notes or {}).items()}})
     results.write(partial=True, status="running")
     run_started = time.monotonic()
@@ -350,14 +359,17 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                     failures.append((scenario.name, exc, 0))
                     progress.update(task, description=f"[red]{label}")
                     continue
-                outcome = run_scenario(
-                    scenario, config, specs,
+                callbacks = dict(
                     on_row=lambda row: results.add([row]),
                     on_progress=lambda n, task=task: progress.advance(task, n),
                     on_status=lambda text, task=task: progress.update(task, doing=_fit(text, 34)),
                     on_note=lambda key, text: results.set_meta(f"note.{key}", text),
-                    **({"env": env} if mode is not None else {}),
                 )
+                if job is not None:
+                    outcome = run_scenario(scenario, config, specs, **callbacks)
+                else:
+                    outcome = sets.run(scenario, config, specs, mode_name=mode.name if mode is not None else None,
+                                       env=env, **callbacks)
                 refused = mig.refusal(scenario.name, specs, outcome.error)
                 if refused is not None:  # across MIG instances the driver said no: its words, not a failure
                     results.set_meta(f"note.{refused[0]}", refused[1])
@@ -389,6 +401,9 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
         results.write(partial=True, status="failed: " + "; ".join(parts + [_status(done, failures)]).strip("; "))
         results.close()
         raise
+    finally:
+        sets.close()  # every persistent worker ends with the run, under every fault
+    results.set_meta("worker_sets", str(sets.started))
     results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
     results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
     results.close()

@@ -1,0 +1,211 @@
+"""Persistent workers: the processes of one process set, forked once per run, run scenario after
+scenario (the design card's forked workers, kept).
+
+A scenario that declares `persistent_workers` runs in the process set of its workers' specs
+(rank, role, GPU, MIG instance, CPUs) and its sharing mode's environment: the first such
+scenario forks the set, the next ones send it their task, pickled as an MPI rank gets it
+(scenario, specs, config, segment, shared: the pages travel through /proc/<pid>/fd,
+gpuipc_bench.shared). The workers keep their CUDA context, CuPy's modules and its memory pool
+between scenarios; each scenario still opens and closes its own buffers, and the same two
+processes then time every path they compare. A scenario that needs a setting its library
+reads once per process (NCCL's and UCX's variables, NVSHMEM's initialisation, torch's spawned
+interpreters) keeps its own fresh processes (launcher.run_scenario).
+
+Faults: a worker that fails, dies or hangs ends its scenario as before (named, rows kept), and
+its whole set is ended with it: the next scenario forks a fresh set, never running in a broken
+worker. A mode's sets end before the next mode starts (no context of one mode is left on the
+GPU while the other runs) and every set ends with the run, under every fault.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.connection
+import os
+import signal
+import time
+from typing import Any, Callable
+
+from gpuipc_bench import launcher
+from gpuipc_bench.errors import Interrupted
+from gpuipc_bench.launcher import FORK, Outcome
+from gpuipc_bench.segment import Segment
+
+LEAVE_S = 2.0  # how long a set's workers get to leave on their own at its end
+
+
+def set_key(specs, mode_name: str | None, env: dict[str, str]) -> tuple:
+    """What decides which process set a scenario runs in."""
+    return (mode_name, tuple(sorted(env.items())),
+            tuple((s.rank, s.role, s.device, getattr(s, "mig", ""), tuple(getattr(s, "cpus", ()) or ()))
+                  for s in specs))
+
+
+class WorkerSet:
+    """The persistent workers of one set: forked on the first scenario, fed one task per scenario."""
+
+    def __init__(self, specs, env: dict[str, str], worker_log: str = ""):
+        self.specs = list(specs)
+        self.env = dict(env)
+        self.broken = False
+        self.scenarios = 0  # how many this set has run
+        self.workers: list[launcher._Worker] = []
+        self.tasks: list[multiprocessing.connection.Connection] = []
+        for spec in self.specs:
+            reader, writer = FORK.Pipe(duplex=False)  # the worker's messages to us
+            task_reader, task_writer = FORK.Pipe(duplex=False)  # our tasks to the worker
+            process = FORK.Process(target=_set_main, args=(task_reader, writer, spec, self.env, worker_log),
+                                   name=f"gpuipc-bench-set-{spec.rank}", daemon=True)
+            process.start()
+            writer.close()
+            task_reader.close()
+            self.workers.append(launcher._Worker(spec, process, reader))
+            self.tasks.append(task_writer)
+
+    @property
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self.workers]
+
+    def alive(self) -> bool:
+        return not self.broken and all(w.process.is_alive() for w in self.workers)
+
+    def run(self, scenario, config, specs, on_row: Callable[[dict], None],
+            on_progress: Callable[[int], None] | None = None, on_status: Callable[[str], None] | None = None,
+            on_note: Callable[[str, str], None] | None = None) -> Outcome:
+        """launcher.run_scenario's counterpart in these workers: the same Outcome and messages. A
+        failure ends the set (self.broken)."""
+        outcome = Outcome(scenario.name)
+        segment = Segment.create(len(specs), scenario.mailbox_slots(config, specs))
+        shared: Any = None
+
+        def deliver(row: dict) -> None:
+            outcome.rows += 1
+            on_row(row)
+
+        clean = False
+        try:
+            shared = scenario.prepare(config, specs)
+            fault = os.environ.get("GPUIPC_BENCH_FAULT", "")  # the test suite's, read per scenario
+            for worker, tasks, spec in zip(self.workers, self.tasks, specs):
+                worker.finished, worker.error, worker.started = False, None, time.monotonic()
+                tasks.send((scenario, spec, specs, config, segment, shared, fault))
+            self.scenarios += 1
+            outcome.error = launcher._supervise(
+                self.workers, segment, config, deliver, on_progress or (lambda n: None),
+                on_status or (lambda text: None), on_note or (lambda key, text: None), until_done=True)
+            clean = outcome.error is None and all(w.finished and w.error is None for w in self.workers)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            raise Interrupted(signum, scenario.name, launcher._size_in_flight(segment)) from None
+        except OSError as exc:  # a task that could not be sent: a worker is gone
+            outcome.error = launcher.WorkerFailed(f"a worker of {scenario.name} could not be reached: {exc}")
+        finally:
+            if not clean:
+                self.broken = True
+                segment.abort()
+                self.close(graceful=False)
+            try:
+                scenario.release(shared)
+            finally:
+                segment.close()
+        return outcome
+
+    def close(self, graceful: bool = True) -> None:
+        """Tell every worker to leave (graceful: idle workers, given LEAVE_S), then terminate, kill
+        and reap; rows still in the pipes are not wanted here (a scenario's were read to its
+        'done'). Not graceful (a failure, a signal): at once, as the fork launcher ends its own."""
+        for tasks in self.tasks:
+            try:
+                if graceful:
+                    tasks.send(None)
+            except OSError:
+                pass
+            tasks.close()
+        self.tasks = []
+        deadline = time.monotonic() + (LEAVE_S if graceful else 0.0)
+        for worker in self.workers:
+            worker.process.join(max(0.0, deadline - time.monotonic()))
+        launcher._stop_all(self.workers)
+        for worker in self.workers:
+            worker.conn.close()
+        launcher._remove_driver_files(self.pids)
+
+
+class WorkerSets:
+    """Every persistent set of a run, by set_key; end_mode() ends a mode's sets, close() all."""
+
+    def __init__(self, worker_log: str = "", persistent: bool = True):
+        self.worker_log, self.persistent = worker_log, persistent
+        self.sets: dict[tuple, WorkerSet] = {}
+        self.started = 0  # sets forked over the run (a test's and the notes' count)
+
+    def run(self, scenario, config, specs, mode_name: str | None = None, env: dict[str, str] | None = None,
+            **callbacks) -> Outcome:
+        """Run `scenario` in its set where it declares persistent_workers, else in fresh workers."""
+        env = env or {}
+        if not (self.persistent and getattr(scenario, "persistent_workers", False)) or scenario.start_method != "fork":
+            self.close()  # no idle context of the run beside a scenario of its own processes
+            return launcher.run_scenario(scenario, config, specs, env=env, **callbacks)
+        key = set_key(specs, mode_name, env)
+        workers = self.sets.get(key)
+        if workers is not None and not workers.alive():
+            workers.close()
+            workers = None
+        if workers is None:
+            self.end_mode_other_than(mode_name)
+            workers = self.sets[key] = WorkerSet(specs, env, self.worker_log)
+            self.started += 1
+        outcome = workers.run(scenario, config, specs, **callbacks)
+        if workers.broken:
+            self.sets.pop(key, None)
+        return outcome
+
+    def end_mode_other_than(self, mode_name: str | None) -> None:
+        """End the sets of every other sharing mode (no context of one mode stays on the GPU while
+        another runs: an MPS daemon and time-sliced contexts would share it)."""
+        for key in [k for k in self.sets if k[0] != mode_name]:
+            self.sets.pop(key).close()
+
+    def close(self) -> None:
+        for workers in self.sets.values():
+            workers.close()
+        self.sets = {}
+
+
+def _set_main(tasks, conn, spec, env, worker_log) -> None:
+    """One persistent worker: the fork launcher's set-up once, then every task it is sent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    launcher._die_with_parent()
+    if worker_log:
+        launcher._output_to(worker_log)
+    os.environ.update(launcher.worker_env(spec, env))  # before anything initialises CUDA
+    code = 0
+    try:
+        while code == 0:
+            try:
+                task = tasks.recv()
+            except (EOFError, OSError):
+                break
+            if task is None:
+                break
+            scenario, spec, specs, config, segment, shared, fault = task
+            where = "CPU" if spec.device is None else f"GPU{spec.device}"
+            launcher.set_process_title(f"gpuipc-bench: {scenario.name} {spec.role} {where} (persistent)",
+                                       f"{scenario.name[:6]} {spec.role[:4]}{spec.rank}")
+            os.environ["GPUIPC_BENCH_FAULT"] = fault
+            try:
+                code = launcher.run_worker(scenario, spec, specs, config, segment, shared, conn.send)
+            finally:
+                for mapped in (segment, shared):
+                    close = getattr(mapped, "close", None)
+                    if close is not None:
+                        try:
+                            close()
+                        except Exception:  # noqa: BLE001 - a view still alive: it goes with the process
+                            pass
+    finally:
+        try:
+            conn.close()
+        finally:
+            os._exit(code)

@@ -1,0 +1,128 @@
+"""Persistent workers (gpuipc_bench.pool): one process set serves scenario after scenario; a
+failure ends the set (named, rows kept) and the next scenario gets a fresh one; a mode's sets end
+before another mode's start; nothing is left behind. On CPUs, with the host scenario (persistent)
+and the barrier scenario (its own processes)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import pytest
+
+from conftest import FAULT_ENV, our_segments
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.pool import WorkerSets
+from gpuipc_bench.results import read_results
+from gpuipc_bench.scenarios import SCENARIOS
+
+
+def _run(sets, name="host", mode=None, **config):
+    scenario = SCENARIOS[name]
+    run_config = RunConfig(scenarios=(name,), sizes=(64, 4096), iterations=3, warmup=1, timeout=10, **config)
+    rows: list[dict] = []
+    outcome = sets.run(scenario, run_config, scenario.workers(run_config, None), mode_name=mode, on_row=rows.append)
+    return outcome, rows
+
+
+def _gone(pids, within=5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(os.path.exists(f"/proc/{pid}") and _state(pid) != "Z" for pid in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.fixture
+def sets(monkeypatch):
+    monkeypatch.delenv(FAULT_ENV, raising=False)
+    before = our_segments()
+    found = WorkerSets()
+    yield found
+    found.close()
+    assert multiprocessing.active_children() == [], "a worker process was left behind"
+    assert our_segments() == before, "a shared-memory segment was left in /dev/shm"
+
+
+def test_one_set_serves_scenario_after_scenario(sets):
+    first, rows1 = _run(sets)
+    (only,) = sets.sets.values()
+    pids = only.pids
+    second, rows2 = _run(sets)
+    assert first.ok and second.ok and rows1 and rows2
+    assert sets.started == 1 and list(sets.sets.values())[0].pids == pids and only.scenarios == 2
+    assert all(os.path.exists(f"/proc/{pid}") for pid in pids)  # alive between scenarios
+    assert {r["scenario"] for r in rows2} == {"host"} and all(r["verified"] is not False for r in rows2)
+    sets.close()
+    assert _gone(pids)
+
+
+def test_a_worker_killed_mid_scenario_is_named_its_rows_kept_and_the_next_runs_fresh(sets, monkeypatch):
+    _run(sets)
+    (old,) = sets.sets.values()
+    pids = old.pids
+    monkeypatch.setenv(FAULT_ENV, "kill:1:sample:3")
+    broken, rows = _run(sets)
+    assert not broken.ok and "worker 1" in str(broken.error) and "SIGKILL" in str(broken.error)
+    assert broken.rows == len(rows) > 0  # samples taken before the kill are kept
+    assert sets.sets == {} and _gone(pids)  # the broken set is ended, the other worker too
+    monkeypatch.delenv(FAULT_ENV)
+    after, rows = _run(sets)
+    assert after.ok and rows and sets.started == 2
+    assert not set(list(sets.sets.values())[0].pids) & set(pids)  # never the broken workers
+
+
+def test_a_raise_in_one_worker_ends_the_set(sets, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "raise:0:sample:2")
+    failed, _ = _run(sets)
+    assert not failed.ok and "worker 0" in str(failed.error) and sets.sets == {}
+
+
+def test_a_mode_s_sets_end_before_another_mode_starts(sets):
+    _run(sets, mode="time-sliced")
+    (ts,) = sets.sets.values()
+    _run(sets, mode="mps")
+    assert [k[0] for k in sets.sets] == ["mps"] and _gone(ts.pids)
+
+
+def test_a_scenario_of_its_own_processes_ends_the_sets_first(sets):
+    _run(sets)
+    (host,) = sets.sets.values()
+    outcome, rows = _run(sets, name="barrier")
+    assert outcome.ok and rows and sets.sets == {} and _gone(host.pids)
+
+
+def test_the_run_says_how_many_sets_it_started(tmp_path):
+    from click.testing import CliRunner
+
+    from gpuipc_bench.cli import cli
+
+    out = tmp_path / "run.csv"
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "-s", "barrier", "--sizes", "64", "--iterations", "3",
+                                      "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    _, meta = read_results(out)
+    assert meta["worker_sets"] == "1"  # host's; barrier forks its own
+
+
+def test_fork_fresh_gives_every_scenario_its_own_processes(tmp_path):
+    from click.testing import CliRunner
+
+    from gpuipc_bench.cli import cli
+
+    out = tmp_path / "run.csv"
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "64", "--iterations", "3", "--launcher",
+                                      "fork-fresh", "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    frame, meta = read_results(out)
+    assert meta["worker_sets"] == "0" and meta["launcher"] == "fork-fresh" and len(frame) > 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Mapping
 
 import numpy as np
@@ -20,7 +21,9 @@ from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL, i
 SLOW_FIRST_SAMPLE = "slow-first-sample"
 FAILED_VERIFICATION = "failed-verification"
 ABOVE_ITS_CEILING = "above-ceiling"
-WARNING_CAUSES = (FAILED_VERIFICATION, ABOVE_ITS_CEILING, BIMODAL, WIDE_INTERVAL, FEW_SAMPLES, SLOW_FIRST_SAMPLE)
+LOW_CLOCK = "low-clock"
+WARNING_CAUSES = (FAILED_VERIFICATION, ABOVE_ITS_CEILING, LOW_CLOCK, BIMODAL, WIDE_INTERVAL, FEW_SAMPLES,
+                  SLOW_FIRST_SAMPLE)
 MAX_FIRST_SAMPLE_RATIO = 1.5  # the first sample this much slower than the rest: warm-up missing
 
 
@@ -102,3 +105,56 @@ def stability_warnings(summary: pd.DataFrame, samples: Mapping[tuple, np.ndarray
             if rest > 0 and first > MAX_FIRST_SAMPLE_RATIO * rest:
                 warn(SLOW_FIRST_SAMPLE, row, first / rest)
     return [w for cause in WARNING_CAUSES for w in found[cause]]
+
+
+# --------------------------------------------------------------------------- the SM clock
+
+LOW_CLOCK_FRACTION = 0.9  # an SM-bound figure timed below this share of the application clock
+# Variants whose bytes an SM moves (a copy kernel, a kernel's stores or loads, a device-initiated
+# put or get): their figures scale with the SM clock. Copy-engine copies and PCIe transfers do not.
+_SM_BOUND = re.compile(r"(^|-)sm($|@|-|/)|^push\b|zero-copy|^device-")
+_APPLICATION = re.compile(r"application (\d+)/")
+
+
+def sm_bound(variant: str) -> bool:
+    return bool(_SM_BOUND.search(str(variant)))
+
+
+def application_clocks(meta: Mapping[str, str]) -> dict[str, float]:
+    """GPU index -> its application SM clock in MHz, from the header's 'gpu.N.clocks' line."""
+    out = {}
+    for key, text in meta.items():
+        parts = key.split(".")
+        if len(parts) == 3 and parts[0] == "gpu" and parts[2] == "clocks":
+            found = _APPLICATION.search(str(text))
+            if found and float(found.group(1)) > 0:
+                out[parts[1]] = float(found.group(1))
+    return out
+
+
+def clock_warnings(frame: pd.DataFrame, meta: Mapping[str, str]) -> list[StabilityWarning]:
+    """SM-bound figures whose group started timing with the SM clock below LOW_CLOCK_FRACTION of
+    the GPU's application clock (throttled: power, heat, or a clock setting): `value` is the
+    clock's share of it. The clock is read once a group, through NVML, as it starts timing."""
+    if "sm_clock_mhz" not in frame.columns or frame.empty:
+        return []
+    clocks = application_clocks(meta)
+    if not clocks:
+        return []
+    rows = frame[(frame["metric"] != "setup") & frame["variant"].map(sm_bound)
+                 & pd.to_numeric(frame["sm_clock_mhz"], errors="coerce").notna()]
+    if rows.empty:
+        return []
+    keys = ["scenario", "path", "variant", "metric", "measure", "src", "dst", "bytes", "workers", "sharing"]
+    out = []
+    for key, group in rows.groupby(keys, dropna=False, sort=False):
+        scenario, path, variant, metric, measure, src, dst, nbytes, workers, sharing = key
+        gpu = str(src) if str(src) in clocks else str(dst)
+        if gpu not in clocks:
+            continue
+        share = float(pd.to_numeric(group["sm_clock_mhz"]).min()) / clocks[gpu]
+        if share < LOW_CLOCK_FRACTION:
+            out.append(StabilityWarning(LOW_CLOCK, str(scenario), str(path), str(variant), int(nbytes), str(metric),
+                                        "" if pd.isna(measure) else str(measure), str(src), str(dst),
+                                        int(workers), str(sharing), share))
+    return out

@@ -26,6 +26,8 @@ from gpuipc_bench.analysis.verdict import MIXED, Decision
 from gpuipc_bench.analysis.warnings import (
     ABOVE_ITS_CEILING,
     FAILED_VERIFICATION,
+    LOW_CLOCK,
+    LOW_CLOCK_FRACTION,
     SLOW_FIRST_SAMPLE,
     StabilityWarning,
 )
@@ -198,6 +200,9 @@ WARNINGS: dict[str, tuple[str, str]] = {
     ABOVE_ITS_CEILING: (f"more than {ABOVE_CEILING - 1:.0%} above what bounds it",
                         "a cache effect (buffers resident in L2) or a timing error, not a property of the path; "
                         "compare with larger sizes"),
+    LOW_CLOCK: (f"an SM-bound figure timed below {LOW_CLOCK_FRACTION:.0%} of the application SM clock",
+                "the GPU was throttled (power, heat) or clocked down as the group started: a kernel copy's figure "
+                "scales with the clock; see nvidia-smi -q -d PERFORMANCE and rerun on a quiet, cool GPU"),
     BIMODAL: ("samples in two states",
               "each sample sits on one of two levels (often one more time-slice switch per sample); the median "
               "is on the more common one and the comparison uses the whole range, so nothing to do unless the "
@@ -254,7 +259,8 @@ def warning_short(w: StabilityWarning) -> str:
     if w.cause == FEW_SAMPLES:
         return value or "few samples"
     return {FAILED_VERIFICATION: "bytes wrong", SLOW_FIRST_SAMPLE: f"slow first sample {value}".strip(),
-            ABOVE_ITS_CEILING: f"{value} of its bound".strip()}.get(w.cause, w.cause)
+            ABOVE_ITS_CEILING: f"{value} of its bound".strip(),
+            LOW_CLOCK: f"SM clock {value}".strip()}.get(w.cause, w.cause)
 
 
 def warning_value(w: StabilityWarning) -> str:
@@ -270,6 +276,8 @@ def warning_value(w: StabilityWarning) -> str:
         return f"{w.value:.1f}×"
     if w.cause == ABOVE_ITS_CEILING:
         return fmt_percent(w.value)
+    if w.cause == LOW_CLOCK:
+        return f"{w.value:.0%} of its application clock"
     return ""
 
 
@@ -323,7 +331,8 @@ def warnings_count(warnings: Sequence[StabilityWarning]) -> str:
     for w in warnings:
         counts[w.cause] = counts.get(w.cause, 0) + 1
     short = {FAILED_VERIFICATION: "bytes wrong", ABOVE_ITS_CEILING: "above the ceiling", BIMODAL: "two states",
-             WIDE_INTERVAL: "wide interval", FEW_SAMPLES: "few samples", SLOW_FIRST_SAMPLE: "slow first sample"}
+             WIDE_INTERVAL: "wide interval", FEW_SAMPLES: "few samples", SLOW_FIRST_SAMPLE: "slow first sample",
+             LOW_CLOCK: "low SM clock"}
     parts = [f"{counts[c]} {short[c]}" for c in WARNINGS if c in counts]
     return f"{plural(len(warnings), 'warning')}: " + ", ".join(parts)
 

@@ -17,6 +17,11 @@ from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
 
 PRODUCER, CONSUMER = 0, 1
 MEASURES = ("stream", "handoff")
+# The ceilings this process has measured in this run: (key, bytes, sharing) -> the scenario whose
+# rows hold them. A persistent worker (gpuipc_bench.pool) or an MPI rank runs scenario after
+# scenario: each ceiling is measured once per process and size, and a later scenario names the
+# one that holds it (`# note.<scenario>.ceilings_from.<sharing>`), where the analysis finds it.
+_MEASURED: dict[tuple[str, int, str], str] = {}
 
 
 class PairScenario(Scenario):
@@ -82,6 +87,7 @@ class PairWorker:
         self._gpu: Gpu | None = None
         self.ceilings: Ceilings | None = None
         self.imports: list = []  # what this worker opened from the other (closed first)
+        self.ceilings_from: dict[str, list[str]] = {}  # sharing -> the scenarios holding ceilings it reused
 
     # ------------------------------------------------------------------ to write
 
@@ -177,7 +183,21 @@ class PairWorker:
                     bytes=nbytes, ceiling=ceiling, l2_resident=L2Check(int(nbytes), self.gpu.l2_bytes, sides))
 
     def ceiling_rows(self, key: str, nbytes: int) -> Iterator[dict]:
-        """Samples of the ceiling `key`, measured alone by this worker (see in_turn)."""
+        """Samples of the ceiling `key`, measured alone by this worker (see in_turn): once per
+        process, size and sharing mode (_MEASURED); after that, a note names the scenario whose
+        rows hold them."""
+        sharing = str(self.ctx.row_fields.get("sharing", ""))
+        held = _MEASURED.get((key, nbytes, sharing))
+        if held is not None and held != self.scenario.name:
+            self.ceilings_from.setdefault(sharing, [])
+            if held not in self.ceilings_from[sharing]:
+                self.ceilings_from[sharing].append(held)
+                self.ctx.note(f"ceilings_from.{sharing}", ",".join(self.ceilings_from[sharing]))
+            return
+        yield from self._measure_ceiling(key, nbytes)
+        _MEASURED[(key, nbytes, sharing)] = self.scenario.name
+
+    def _measure_ceiling(self, key: str, nbytes: int) -> Iterator[dict]:
         ceilings = self.meter()
         reps = reps_for(nbytes)
 

@@ -95,7 +95,9 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
     min_s/max_s: the samples' range. verified: every sample True (NA when no sample says).
     l2_resident: most of the samples could stay in L2 (NA when no sample says; see l2_flags).
     ceiling_gbps: the median GB/s of the ceiling rows named in `ceiling`, at the same size,
-    measured in the same scenario and sharing mode (else in the ceiling-only scenario); never
+    measured in the same scenario and sharing mode, else in the scenario whose rows hold this
+    process's measurement of it (a persistent worker measures each ceiling once:
+    `# note.<scenario>.ceilings_from.<sharing>`), else in the ceiling-only scenario; never
     pooled across scenarios; none for the aggregates of N processes; a two-hop ceiling is
     1 / (1/a + 1/b) for hops in sequence ('a+b') and the slower hop for hops that may overlap
     ('a|b'). ceiling_peak_gbps: that ceiling at its best size (the link's asymptotic
@@ -125,19 +127,33 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
     summary["bimodal"] = summary["bimodal"].astype(bool)
 
     ceilings = _ceiling_medians(df)
+    sources = ceiling_sources(meta or {})
     summary["ceiling_gbps"] = [
-        _ceiling_for(ceilings, r.scenario, r.sharing, r.ceiling, int(r.bytes))
+        _ceiling_for(ceilings, r.scenario, r.sharing, r.ceiling, int(r.bytes), sources)
         if r.ceiling and not str(r.variant).endswith(AGGREGATE_SUFFIX) else math.nan
         for r in summary.itertuples(index=False)
     ]
     summary["fraction_of_ceiling"] = summary["median_gbps"] / summary["ceiling_gbps"]
-    _call_floor(summary, ceilings)
+    _call_floor(summary, ceilings, sources)
     paths = paths if paths is not None else from_metadata({})
     return _order(summary, df, paths)[list(SUMMARY_COLUMNS)].reset_index(drop=True)
 
 
-def _call_floor(summary: pd.DataFrame, ceilings: dict[tuple, float]) -> None:
+def ceiling_sources(meta: Mapping[str, str]) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(scenario, sharing) -> the scenarios whose rows hold ceilings its workers measured before
+    it, from the header's `note.<scenario>.ceilings_from.<sharing>: a,b` lines."""
+    out = {}
+    for key, text in meta.items():
+        parts = key.split(".", 3)
+        if len(parts) == 4 and parts[0] == "note" and parts[2] == "ceilings_from":
+            out[(parts[1], parts[3])] = tuple(s for s in str(text).split(",") if s)
+    return out
+
+
+def _call_floor(summary: pd.DataFrame, ceilings: dict[tuple, float],
+                sources: Mapping[tuple[str, str], tuple[str, ...]] | None = None) -> None:
     """ceiling_peak_gbps and call_bound of every row with a ceiling (see summarize)."""
+    sources = sources or {}
     peak, bound = [], []
     sizes_of: dict[tuple, set] = {}  # (scenario, sharing) -> the sizes its ceilings were measured at
     for (sc, sh, _, b) in ceilings:
@@ -150,9 +166,9 @@ def _call_floor(summary: pd.DataFrame, ceilings: dict[tuple, float]) -> None:
             continue
         key = (r.scenario, r.sharing, r.ceiling)
         if key not in curves:
-            sizes = sorted(sizes_of.get((r.scenario, r.sharing), set())
-                           | sizes_of.get((CEILING_SCENARIO, r.sharing), set()))
-            curve = {b: _ceiling_for(ceilings, r.scenario, r.sharing, r.ceiling, b) for b in sizes}
+            sizes = set().union(*(sizes_of.get((sc, r.sharing), set()) for sc in
+                                  (r.scenario, CEILING_SCENARIO, *sources.get((r.scenario, r.sharing), ()))))
+            curve = {b: _ceiling_for(ceilings, r.scenario, r.sharing, r.ceiling, b, sources) for b in sorted(sizes)}
             curves[key] = {b: g for b, g in curve.items() if math.isfinite(g) and g > 0}
         curve = curves[key]
         if not curve or int(r.bytes) not in curve:
@@ -286,19 +302,24 @@ def _ceiling_medians(df: pd.DataFrame) -> dict[tuple, float]:
     return {(str(sc), str(sh), str(v), int(b)): _gbps(int(b), float(s)) for (sc, sh, v, b), s in medians.items()}
 
 
-def _ceiling_for(ceilings: dict[tuple, float], scenario: str, sharing: str, variant: str, nbytes: int) -> float:
+def _ceiling_for(ceilings: dict[tuple, float], scenario: str, sharing: str, variant: str, nbytes: int,
+                 sources: Mapping[tuple[str, str], tuple[str, ...]] | None = None) -> float:
     """The ceiling `variant` at `nbytes`. Two hops (device to host, host to device): 'a+b' when
     they run in sequence (one whole message in flight), bounded by 1 / (1/a + 1/b); 'a|b' when
     they may overlap (chunks, or several messages in flight), bounded by the slower hop."""
     for joint in ("+", "|"):
         if joint in variant:
-            a, b = (_ceiling_for(ceilings, scenario, sharing, part, nbytes) for part in variant.split(joint))
+            a, b = (_ceiling_for(ceilings, scenario, sharing, part, nbytes, sources) for part in variant.split(joint))
             if math.isnan(a) or math.isnan(b):
                 return math.nan
             return 1 / (1 / a + 1 / b) if joint == "+" else min(a, b)
     found = ceilings.get((scenario, sharing, variant, nbytes))
     if found is not None:
         return found
+    for held in (sources or {}).get((scenario, sharing), ()):  # measured once by these processes, earlier
+        found = ceilings.get((held, sharing, variant, nbytes))
+        if found is not None:
+            return found
     own = [k for k in ceilings if k[0] == scenario and k[1] == sharing and k[2] == variant]
     if own:
         return math.nan  # the scenario measured this ceiling, just not at this size

@@ -1,0 +1,76 @@
+"""Ceilings once per process (issue 22): a worker that already measured a ceiling at a size, in
+this sharing mode, measures it no more; the scenario names the one whose rows hold it, and the
+analysis reads it there. On CPUs: the cache with a stub worker, the lookup on a real run's rows."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gpuipc_bench import pair
+from gpuipc_bench.analysis import summarize
+from gpuipc_bench.analysis.summary import ceiling_sources
+from gpuipc_bench.results import read_results
+
+RUN = Path(__file__).resolve().parents[1] / "results" / "h100-default-modes.csv"
+
+
+def _worker(scenario: str, sharing: str, notes: list):
+    worker = object.__new__(pair.PairWorker)
+    worker.scenario = SimpleNamespace(name=scenario)
+    worker.ctx = SimpleNamespace(row_fields={"sharing": sharing}, note=lambda key, text: notes.append((key, text)))
+    worker.ceilings_from = {}
+    measured = []
+
+    def measure(key, nbytes):
+        measured.append((key, nbytes))
+        yield {"variant": key, "bytes": nbytes}
+
+    worker._measure_ceiling = measure
+    return worker, measured
+
+
+@pytest.fixture(autouse=True)
+def fresh_process(monkeypatch):
+    monkeypatch.setattr(pair, "_MEASURED", {})
+
+
+def test_a_ceiling_is_measured_once_per_process_size_and_mode():
+    notes: list = []
+    first, measured1 = _worker("staging", "time-sliced", notes)
+    assert len(list(first.ceiling_rows("d2h@0", 4096))) == 1
+    second, measured2 = _worker("hostpool", "time-sliced", notes)
+    assert list(second.ceiling_rows("d2h@0", 4096)) == [] and measured2 == []
+    assert notes == [("ceilings_from.time-sliced", "staging")]
+    assert list(second.ceiling_rows("d2h@0", 1 << 20)) != []  # another size: measured
+    assert list(second.ceiling_rows("h2d@0", 4096)) != []  # another ceiling: measured
+    list(second.ceiling_rows("d2h@0", 4096))
+    assert len(notes) == 1  # the note once per source
+    third, measured3 = _worker("mmap", "mps", notes)
+    assert list(third.ceiling_rows("d2h@0", 4096)) != []  # another sharing mode: measured
+
+
+def test_the_analysis_reads_a_reused_ceiling_where_it_was_measured():
+    frame, meta = read_results(RUN)
+    ts = frame["sharing"] == "time-sliced"
+    reused = frame[~((frame["scenario"] == "vmm") & (frame["path"] == "ceiling") & ts)]
+    without = summarize(reused, meta=meta)
+    with_note = summarize(reused, meta={**meta, "note.vmm.ceilings_from.time-sliced": "ipc"})
+    full = summarize(frame, meta=meta)
+
+    def ceiling(summary, scenario):
+        row = summary[(summary["scenario"] == scenario) & (summary["variant"] == "ce") & (summary["sharing"] ==
+                      "time-sliced") & (summary["measure"] == "stream") & (summary["bytes"] == 256 << 20)]
+        return float(row["ceiling_gbps"].iloc[0]), float(row["ceiling_peak_gbps"].iloc[0])
+
+    assert all(map(math.isnan, ceiling(without, "vmm")))  # no rows, no note: no ceiling
+    assert ceiling(with_note, "vmm") == ceiling(full, "ipc")  # ipc's measurement of d2d@0
+    assert ceiling(with_note, "ipc") == ceiling(full, "ipc")
+
+
+def test_the_header_lines_name_the_sources():
+    meta = {"note.vmm.ceilings_from.time-sliced": "staging,ipc", "note.vmm.other": "x", "gpu.0.name": "H100"}
+    assert ceiling_sources(meta) == {("vmm", "time-sliced"): ("staging", "ipc")}

@@ -172,7 +172,7 @@ def test_the_run_plans_mig_pairs_and_records_the_note(monkeypatch, tmp_path):
     monkeypatch.setattr(machine_mod, "probe", lambda: mig_machine(instances=(A,)))
     out = tmp_path / "run.csv"
     result = CliRunner().invoke(cli, ["run", "-s", "staging", "--sizes", "4K", "-o", str(out), "--sharing",
-                                      "time-sliced"])
+                                      "time-sliced", "--launcher", "fork-fresh"])  # the stub is fork-fresh's
     assert result.exit_code == 0, result.output
     assert started == [("staging", ("", "")), ("staging", (A, A))]
     assert "no pair across MIG instances" in " ".join(result.output.split())

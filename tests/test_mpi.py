@@ -159,7 +159,7 @@ def test_a_bad_launcher_is_refused_in_one_line():
     from gpuipc_bench.cli import cli
 
     result = CliRunner().invoke(cli, ["run", "--launcher", "slurm"])
-    assert result.exit_code == 2 and "'slurm' is not one of 'fork', 'mpi'" in result.output
+    assert result.exit_code == 2 and "'slurm' is not one of 'fork', 'fork-fresh', 'mpi'" in result.output
 
 
 @needs_mpi

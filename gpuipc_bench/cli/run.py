@@ -90,7 +90,9 @@ def _samples_text(preset: str) -> str:
                    "take turns), 'mps' (clients of an MPS daemon the run starts, or the one already serving "
                    "you), or both, comma-separated: each same-GPU pair scenario runs once per mode. "
                    "'mps:25' adds MPS with each client limited to 25% of the SMs (any 1-99), for the scenarios "
-                   "that share can change (ipc, mmap, latency). "
+                   "that share can change (ipc, mmap, latency). A mode with '+compute' or '+copy' "
+                   "(time-sliced+compute, mps+copy) measures the pair beside a busy neighbour: a third process "
+                   "on the same GPU running compute-bound kernels, or device-to-device copies, back to back. "
                    "Default: time-sliced and mps where MPS can start, else time-sliced (the run says why).")
 @click.option("--launcher", type=click.Choice(["fork", "fork-fresh", "mpi"]), default=None,
               help="How the workers start: 'fork' (this process forks them, once per run for the paths that "
@@ -342,9 +344,17 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
     progress = Progress(TextColumn("{task.description:>8}"), BarColumn(bar_width=16), TimeElapsedColumn(),
                         TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[doing]}"),
                         console=err, disable=quiet, transient=False)
+    current = None  # the mode of the scenario before: a mode left behind ends its busy neighbour
     try:
         with progress:
             for scenario, specs, mode in plan_runs(plan, list(modes)):
+                if mode is not current:
+                    if current is not None:
+                        for note in current.leave():
+                            results.set_meta(f"note.sharing.{current.name}", note)
+                    current = mode
+                if mode is not None and hasattr(mode, "device"):
+                    mode.device = specs[0].device  # a busy neighbour goes on the pair's GPU
                 devices = {spec.device for spec in specs}
                 label = scenario.name if len(devices) < 2 else f"{scenario.name} {specs[0].device}>{specs[-1].device}"
                 if mig.is_mig_pair(specs):

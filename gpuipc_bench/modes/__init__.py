@@ -11,7 +11,8 @@ call, and the rows' `sharing` column says which mode measured them. A mode is on
     env()          what each worker sets before it initialises CUDA
     facts()        what the CSV header records about it
 
-Registry: MODES, one line each, in the order a run measures them.
+Registry: MODES, one line each, in the order a run measures them. A mode with a busy
+neighbour ('time-sliced+compute', 'mps+copy': modes/neighbour.py) wraps one of them.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.modes.base import Mode
 from gpuipc_bench.modes.mps import Mps
+from gpuipc_bench.modes.neighbour import KINDS, Neighbour
 from gpuipc_bench.modes.time_sliced import TimeSliced
 
 MODES: dict[str, type[Mode]] = {
@@ -26,16 +28,20 @@ MODES: dict[str, type[Mode]] = {
     Mps.name: Mps,
 }
 
-__all__ = ["MODES", "Mode", "Mps", "TimeSliced", "parse", "make"]
+__all__ = ["MODES", "Mode", "Mps", "Neighbour", "TimeSliced", "parse", "make"]
 
 
 def parse(text: str, option: str = "--sharing") -> tuple[str, ...]:
     """'time-sliced,mps' -> ('time-sliced', 'mps'); 'mps:25' is MPS with its clients limited to
-    25% of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE). UsageError naming the option otherwise."""
+    25% of the SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); a mode with '+compute' or '+copy' has a
+    busy neighbour on the pair's GPU. UsageError naming the option otherwise."""
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise UsageError(f"{option}: give one or more of {', '.join(MODES)} (or mps:PCT), separated by commas")
     for name in names:
+        name, plus, kind = name.partition("+")
+        if plus and kind not in KINDS:
+            raise UsageError(f"{option} {text}: {name}+{kind}: a busy neighbour is +{' or +'.join(KINDS)}")
         base, _, pct = name.partition(":")
         if base not in MODES or (pct and base != Mps.name):
             raise UsageError(f"{option} {text}: unknown sharing mode {name!r} (known: {', '.join(MODES)}, mps:PCT)")
@@ -44,7 +50,13 @@ def parse(text: str, option: str = "--sharing") -> tuple[str, ...]:
     if len(set(names)) != len(names):
         raise UsageError(f"{option} {text}: names a mode twice")
     order = list(MODES)
-    return tuple(sorted(names, key=lambda n: (order.index(n.partition(":")[0]), -int(n.partition(":")[2] or 100))))
+
+    def rank(name: str) -> tuple:
+        mode, _, kind = name.partition("+")
+        base, _, pct = mode.partition(":")
+        return order.index(base), -int(pct or 100), list(KINDS).index(kind) if kind else -1
+
+    return tuple(sorted(names, key=rank))
 
 
 def make(names: tuple[str, ...]) -> list[Mode]:
@@ -52,11 +64,13 @@ def make(names: tuple[str, ...]) -> list[Mode]:
     made: list[Mode] = []
     daemon_owner: Mps | None = None
     for name in names:
-        base, _, pct = name.partition(":")
+        mode_name, _, kind = name.partition("+")
+        base, _, pct = mode_name.partition(":")
+        mode: Mode
         if base == Mps.name:
-            mps_mode = Mps(int(pct or 100), shares=daemon_owner)
-            daemon_owner = daemon_owner or mps_mode
-            made.append(mps_mode)
+            mode = Mps(int(pct or 100), shares=daemon_owner)
+            daemon_owner = daemon_owner or mode
         else:
-            made.append(MODES[base]())
+            mode = MODES[base]()
+        made.append(Neighbour(mode, kind) if kind else mode)
     return made

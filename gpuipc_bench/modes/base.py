@@ -20,6 +20,10 @@ class Mode:
     def facts(self) -> dict[str, str]:
         return {}
 
+    def leave(self) -> list[str]:
+        """The run moves on to another mode (this one's scenarios are done); what it did, for the notes."""
+        return []
+
     def stop(self) -> list[str]:
         """After the last worker; never raises. What it had to do, for the notes."""
         return []

@@ -1,0 +1,154 @@
+"""The busy neighbour (issue 22): a sharing mode with a third process keeping the pair's GPU busy.
+On CPUs: the option's grammar, the modes it makes, the neighbour's life (started, said ready,
+ended when the run leaves the mode, ended with a killed parent), and its start failing in one line
+where there is no GPU (the real neighbour, up to its first CUDA call)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import gpu_count
+from gpuipc_bench import modes
+from gpuipc_bench.errors import BenchError, UsageError
+from gpuipc_bench.modes import neighbour
+from gpuipc_bench.modes.neighbour import Neighbour, end_neighbour, start_neighbour
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _gone(pid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not _alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def spinning(kind, device, env, conn):  # a neighbour without a GPU: ready at once, then busy on the CPU
+    conn.send(("ready", f"{kind} on {device}, {env.get('X', '')}"))
+    conn.close()
+    while True:
+        time.sleep(0.01)
+
+
+def refusing(kind, device, env, conn):
+    conn.send(("error", "cudaErrorNoDevice: no CUDA-capable device is detected"))
+    conn.close()
+    os._exit(1)
+
+
+def test_the_option_names_a_neighbour_after_a_mode():
+    assert modes.parse("mps+copy,time-sliced+compute,mps,time-sliced") == (
+        "time-sliced", "time-sliced+compute", "mps", "mps+copy")
+    with pytest.raises(UsageError, match=r"--sharing mps\+heat: mps\+heat: a busy neighbour is \+compute or \+copy"):
+        modes.parse("mps+heat")
+    with pytest.raises(UsageError, match="unknown sharing mode"):
+        modes.parse("exclusive+copy")
+
+
+def test_the_modes_it_makes_share_one_mps_daemon():
+    made = modes.make(modes.parse("time-sliced,time-sliced+compute,mps,mps+copy,mps:25+compute"))
+    assert [m.name for m in made] == ["time-sliced", "time-sliced+compute", "mps", "mps+copy", "mps:25+compute"]
+    assert isinstance(made[3], Neighbour) and made[3].base.owner is made[2] and made[4].base.owner is made[2]
+    assert made[4].scenarios == made[4].base.scenarios  # the thread percentage's scenarios
+
+
+def test_a_neighbour_starts_says_ready_and_ends():
+    process, said = start_neighbour("copy", 3, {"X": "env"}, target=spinning)
+    try:
+        assert process.is_alive() and said == "copy on 3, env"
+    finally:
+        assert end_neighbour(process, "time-sliced+copy") == []
+    assert not process.is_alive()
+
+
+def test_a_neighbour_that_cannot_start_fails_in_one_line():
+    with pytest.raises(BenchError, match="the busy neighbour \\(compute\\) could not start: cudaErrorNoDevice"):
+        start_neighbour("compute", 0, {}, target=refusing)
+
+
+def test_the_real_neighbour_without_a_gpu_fails_in_one_line():
+    if gpu_count() > 0:
+        pytest.skip("a GPU is here: the neighbour starts (tested by the GPU test below)")
+    with pytest.raises(BenchError) as caught:
+        start_neighbour("compute", 0, {})
+    assert "could not start" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_mode_starts_its_neighbour_once_and_ends_it_when_the_run_leaves(monkeypatch):
+    monkeypatch.setattr(neighbour, "_busy", spinning)
+    mode = modes.make(("time-sliced+compute",))[0]
+    mode.device = 1
+    mode.start()
+    first = mode.process.pid
+    mode.start()  # each scenario of the mode asks: one neighbour
+    assert mode.process.pid == first
+    assert "a third process (pid" in mode.facts()["sharing.time-sliced+compute"]
+    assert mode.env() == mode.base.env() and mode.env()  # the base mode's: a private MPS pipe folder
+    assert mode.leave() == [] and _gone(first)
+    mode.start()  # back in the mode: a new neighbour
+    second = mode.process.pid
+    assert second != first
+    mode.stop()
+    assert _gone(second) and not mode.base.pipe_dir
+
+
+def test_a_neighbour_that_died_on_its_own_is_said(monkeypatch):
+    monkeypatch.setattr(neighbour, "_busy", spinning)
+    mode = modes.make(("time-sliced+copy",))[0]
+    mode.start()
+    os.kill(mode.process.pid, signal.SIGKILL)
+    mode.process.join()
+    assert mode.leave() == ["the busy neighbour of time-sliced+copy had ended on its own (exit code -9)"]
+    mode.stop()
+
+
+def test_the_neighbour_dies_with_a_killed_parent(tmp_path):
+    script = textwrap.dedent("""
+        import sys, time
+        from gpuipc_bench.launcher import _die_with_parent
+        from gpuipc_bench.modes.neighbour import start_neighbour
+
+        def spin(kind, device, env, conn):
+            _die_with_parent()
+            conn.send(("ready", "")); conn.close()
+            while True:
+                time.sleep(0.01)
+
+        process, _ = start_neighbour("compute", 0, {}, target=spin)
+        print(process.pid, flush=True)
+        time.sleep(60)
+    """)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    pid = int(parent.stdout.readline())
+    assert _alive(pid)
+    parent.kill()
+    parent.wait()
+    assert _gone(pid)
+
+
+@pytest.mark.gpu
+def test_the_real_neighbours_run_on_a_gpu():
+    if gpu_count() < 1:
+        pytest.skip("needs 1 GPU")
+    for kind in ("compute", "copy"):
+        process, said = start_neighbour(kind, 0, {})
+        try:
+            assert process.is_alive() and "first round took" in said
+        finally:
+            end_neighbour(process, kind)
+        assert not process.is_alive()

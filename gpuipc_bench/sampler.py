@@ -13,7 +13,10 @@ The sampler does the rest, the same way for every path:
     otherwise hold the run for 20 samples: its interval is still reported);
   - the transfers per sample: a group starts at its `reps` and, after the warm-up, the
     timing worker lowers it so that a sample takes about TARGET_SAMPLE_S (a time-sliced
-    hand-over of ~0.3 ms would otherwise make a 128-transfer sample last 40 ms);
+    hand-over of ~0.3 ms would otherwise make a 128-transfer sample last 40 ms); the warm-up
+    itself takes no more transfers than the same measurement's calibrated count at the size
+    before (every worker remembers it from the decisions it saw), so it lasts about one
+    calibrated sample, not `reps` transfers, while the calibration's cap stays `reps`;
   - agreement: the timing worker publishes (sample, reps, stop) in the mailbox after every
     sample and the others wait for it, so every worker runs the same samples;
   - a new seed for every sample (both workers derive it from the same sequence number);
@@ -82,6 +85,9 @@ class Sampler:
         self.solo_seq = 0  # samples of groups this worker takes alone (its own count: seeds apart)
         self.samples = 0  # timed samples this worker recorded (for the note at the end)
         self.group_clock = math.nan  # the SM clock (MHz) as the current group started timing
+        # (path, variant, measure, metric, src, dst, solo) -> the transfers per sample the last
+        # group of that measurement settled on: the next size's warm-up takes no more
+        self.settled: dict[tuple, int] = {}
 
     def run(self, group: dict, take: Callable[[Trial], Sample | None], *, timer: bool, reps: int = 1,
             solo: bool = False, calibrate: bool = True, min_reps: int = 1, phase: str = "sample",
@@ -97,6 +103,11 @@ class Sampler:
         timed = 0.0  # seconds of timed transfers so far (the group's budget)
         index = 0
         warm_left = counts.warmup
+        cap = reps  # the calibration's ceiling: the group's own count
+        memory = (group.get("path"), group.get("variant"), group.get("measure"), group.get("metric"),
+                  str(group.get("src")), str(group.get("dst")), solo)
+        if calibrate and warm_left and memory in self.settled:
+            reps = max(min(min_reps, cap), min(cap, self.settled[memory]))
         self.group_clock = math.nan
         while True:
             warm = warm_left > 0
@@ -115,7 +126,7 @@ class Sampler:
                 if warm:
                     warm_left -= 1
                     if calibrate and warm_left == 0:
-                        reps = calibrated(sample, reps, min_reps)
+                        reps = calibrated(sample, cap, min_reps)
                 else:
                     clock = getattr(self.ctx, "clock", None)
                     if not values and clock is not None:  # the SM clock once a group, as it starts timing
@@ -137,6 +148,8 @@ class Sampler:
                 raise ValueError("a solo group is taken by its timing worker")
             index += 1
             if stop:
+                if calibrate:
+                    self.settled[memory] = reps  # the same in every worker: from the decision words
                 return
 
     def row(self, group: dict, sample: Sample, iteration: int) -> dict:

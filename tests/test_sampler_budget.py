@@ -36,3 +36,64 @@ def test_a_group_between_stops_when_its_budget_is_spent():
 
 def test_a_fast_noisy_group_still_goes_to_max_samples():
     assert _samples(1e-5) == 20
+
+
+# --------------------------------------------------------------------------- warm-ups sized from the size before
+
+
+def _ctx(words=None):
+    stored: list[int] = []
+    feed = iter(words or [])
+    return SimpleNamespace(row_fields={"scenario": "ipc", "workers": 2, "sharing": "time-sliced"}, clock=None,
+                           phase=lambda *a, **k: None, spec=None, store=lambda name, word: stored.append(word),
+                           wait=lambda *a, **k: None, load=lambda name: next(feed), stored=stored)
+
+
+def _group(nbytes, variant="ce"):
+    return dict(path="ipc", variant=variant, measure="handoff", metric="bandwidth", src="0", dst="0", bytes=nbytes,
+                ceiling="d2d@0")
+
+
+def _sizes(sampler, per_transfer, timer=True, variant="ce"):
+    """The transfers of each trial, per size (4 KiB then 64 KiB), and the rows' batches."""
+    trials: dict[int, list[tuple[bool, int]]] = {}
+    batches = []
+    for nbytes in (4096, 65536):
+        def take(trial, n=nbytes):
+            trials.setdefault(n, []).append((trial.warm, trial.reps))
+            return Sample(per_transfer, trial.reps) if timer else None
+        batches += [r["batch"] for r in sampler.run(_group(nbytes, variant), take, timer=timer, reps=64)]
+    return trials, batches
+
+
+def test_the_next_size_warms_up_at_the_count_the_last_one_settled_on():
+    sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6))
+    trials, batches = _sizes(sampler, 3e-4)  # a time-sliced hand-over: 0.3 ms a transfer
+    settled = int(0.005 / 3e-4)  # 16 transfers make a 5 ms sample
+    assert trials[4096][0] == (True, 64)  # the first size: the group's own count
+    assert trials[65536][0] == (True, settled)  # the next: what the first settled on, not 64 again
+    assert set(batches) == {settled}  # the timed samples as before: calibrated against the group's own cap
+
+
+def test_the_calibration_may_still_rise_to_the_groups_own_count():
+    sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6))
+    sampler.settled[("ipc", "ce", "handoff", "bandwidth", "0", "0", False)] = 4
+    trials, batches = _sizes(sampler, 1e-5)  # fast: 64 transfers are within 5 ms
+    assert trials[4096][0] == (True, 4) and set(batches) == {64}
+
+
+def test_another_measurement_keeps_its_own_count():
+    sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6))
+    _sizes(sampler, 3e-4, variant="sm")
+    trials, _ = _sizes(sampler, 3e-4, variant="push")
+    assert trials[4096][0] == (True, 64)
+
+
+def test_every_worker_sizes_the_warm_up_alike():
+    """The other worker learns the counts from the timing worker's decision words only: it must
+    take the same transfers in every trial, warm-ups included."""
+    timer = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6))
+    timed, _ = _sizes(timer, 3e-4)
+    other = Sampler(_ctx(timer.ctx.stored), Counts(warmup=1, min_samples=6, max_samples=6))
+    followed, _ = _sizes(other, 3e-4, timer=False)
+    assert followed == timed and other.settled == timer.settled

@@ -152,3 +152,47 @@ def test_the_real_neighbours_run_on_a_gpu():
         finally:
             end_neighbour(process, kind)
         assert not process.is_alive()
+
+
+def _with_neighbour(slower: float):
+    """The committed H100 run, with a 'time-sliced+compute' copy of three paths' time-sliced rows
+    made `slower` (a crafted neighbour, for the summary)."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from gpuipc_bench.results import read_results
+
+    frame, meta = read_results(Path(__file__).resolve().parents[1] / "results" / "h100-default-modes.csv")
+    extra = frame[(frame["sharing"] == "time-sliced") & frame["scenario"].isin(["ipc", "staging", "mmap"])].copy()
+    extra["sharing"] = "time-sliced+compute"
+    extra["seconds"] *= slower
+    extra["bandwidth_gbps"] /= slower
+    return pd.concat([frame, extra], ignore_index=True), meta
+
+
+def test_the_summary_says_what_the_neighbour_costs():
+    from gpuipc_bench.analysis.handover import neighbour_costs
+    from gpuipc_bench.analysis.model import analyse
+    from gpuipc_bench.report.answer import summary_lines
+
+    frame, meta = _with_neighbour(1.5)
+    costs = neighbour_costs(analyse(frame, meta).summary)
+    assert [(c.mode, c.base, c.measure, c.nbytes) for c in costs] == [
+        ("time-sliced+compute", "time-sliced", "handoff", 4096), ("time-sliced+compute", "time-sliced", "stream",
+                                                                  256 << 20)]
+    assert all(abs(c.ratio - 1.5) < 0.01 for c in costs)
+    text = " ".join(" ".join(t for t, _ in summary_lines(analyse(frame, meta), "run.csv", 80)).split())
+    assert "BUSY NEIGHBOUR (time-sliced+compute against time-sliced): hand-off 4 KiB" in text
+    assert "(1.50×)" in text and "(0.67×)" in text
+
+
+def test_without_a_neighbour_no_such_line():
+    from pathlib import Path
+
+    from gpuipc_bench.analysis.handover import neighbour_costs
+    from gpuipc_bench.analysis.model import analyse
+    from gpuipc_bench.results import read_results
+
+    frame, meta = read_results(Path(__file__).resolve().parents[1] / "results" / "h100-default-modes.csv")
+    assert neighbour_costs(analyse(frame, meta).summary) == []

@@ -30,7 +30,7 @@ import numpy as np
 from gpuipc_bench.analysis.transport import worst_per_scenario
 from gpuipc_bench.analysis.conditions import is_gpu
 from gpuipc_bench.analysis.mechanisms import mechanism
-from gpuipc_bench.analysis.handover import Handover
+from gpuipc_bench.analysis.handover import Handover, NeighbourCost, neighbour_costs
 from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, range_coverage
 from gpuipc_bench.analysis.verdict import Decision
@@ -456,6 +456,7 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             lines += differ_lines(band, section.measure, HANG - 2)
     if answer.handover:
         lines.append(handover_line(answer.handover))
+    lines += neighbour_lines(neighbour_costs(analysis.summary))
     lines += fallback_lines(analysis) + [Line("! " + x, 2, "bold yellow") for x in [refused_line(analysis.meta)] if x]
     lines += [x for x in (setup_line(answer.setup, _named(answer.sections)), confidence_line(answer.decisions, width),
                           warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
@@ -467,6 +468,29 @@ def fallback_lines(analysis: RunAnalysis) -> list[Line]:
     """A line per scenario whose library fell back to a slow transport (numbers held to their units)."""
     return [Line("! " + re.sub(r"(\d) (GB/s|B|KiB|MiB|GiB)\b", "\\1" + NBSP + "\\2", wording.fallback_text(f, n)),
                  2, "bold yellow") for f, n in worst_per_scenario(analysis.fallbacks)]
+
+
+def neighbour_lines(found: Sequence[NeighbourCost]) -> list[Line]:
+    """Per mode with a busy neighbour: what it costs the pair's hand-off and stream, each figure
+    with its interval, the same path without the neighbour first."""
+    out = []
+    for mode in dict.fromkeys(c.mode for c in found):
+        parts = []
+        for c in (c for c in found if c.mode == mode):
+            if c.measure == "handoff":
+                parts.append(f"hand-off {wording.format_size(c.nbytes)} {c.label} "
+                             f"{fmt_time(c.without.median_s)} [{time_span([c.without.lo_s, c.without.hi_s])}] → "
+                             f"{fmt_time(c.beside.median_s)} [{time_span([c.beside.lo_s, c.beside.hi_s])}] "
+                             f"({c.ratio:.2f}×)")
+            else:
+                def gbps(seconds: float, n: int = c.nbytes) -> str:
+                    return fmt_num(n / seconds / 1e9)
+                parts.append(f"stream {wording.format_size(c.nbytes)} {c.label} {gbps(c.without.median_s)} "
+                             f"[{gbps(c.without.hi_s)}–{gbps(c.without.lo_s)}] → {gbps(c.beside.median_s)} "
+                             f"[{gbps(c.beside.hi_s)}–{gbps(c.beside.lo_s)}]{NBSP}GB/s ({1 / c.ratio:.2f}×)")
+        base = next(c.base for c in found if c.mode == mode)
+        out.append(Line(f"BUSY NEIGHBOUR ({mode} against {base}): " + " · ".join(parts), 2))
+    return out
 
 
 def handover_line(found: Sequence[Handover]) -> Line:

@@ -24,7 +24,8 @@ from gpuipc_bench.results import read_results
 REPO = Path(__file__).resolve().parent.parent
 REFERENCES = [REPO / "results" / f for f in ("h100-default-modes.csv", "h100-default.csv",
                                              "h100x2-nvlink-default.csv", "h100x2-nvlink-pairs-all.csv",
-                                             "h200-default.csv")]
+                                             "h200-default.csv", "h200x2-nixl-default.csv", "h200x2-nixl-pair.csv",
+                                             "h200x2-nvshmem-pair.csv")]
 H100 = "NVIDIA H100 80GB HBM3, PCIe Gen5 x16"
 H100_FACTS = {"gpu_count": "1", "gpu.0.name": "NVIDIA H100 80GB HBM3", "gpu.0.pcie": "Gen5 x16 (max Gen5 x16)",
               "cpu": "Some CPU"}
@@ -161,7 +162,10 @@ def test_the_shipped_references_are_learned_from_results():
     assert "h100-default-modes.csv" in h2d.sources and "h100-default.csv" in h2d.older
     peer = learned.get(H100 + ", link NV18", "peer")
     assert peer.hosts == 1 and not peer.band and 390 < peer.low < 400
-    assert learned.get("NVIDIA H200, PCIe Gen5 x16", "d2d").hosts == 1
+    assert learned.get("NVIDIA H200, PCIe Gen5 x16", "d2d").hosts == 2  # two H200 nodes
+    nixl = learned.get("NVIDIA H200, PCIe Gen5 x16", "nixl-read")  # NIXL's READ on one H200, UCX's cuda_ipc
+    assert nixl.hosts == 1 and 800 < nixl.low < 870 and 0.35 < nixl.of_ceiling < 0.45
+    assert learned.get("NVIDIA H200, PCIe Gen5 x16, link NV18", "peer").hosts == 1
     assert "vmm" in learned.paths["NVIDIA H100 80GB HBM3 x1"] and "peer" in learned.paths["NVIDIA H100 80GB HBM3 x2"]
 
 

@@ -88,8 +88,6 @@ def plan_mig(plan: Iterable[tuple], config, machine) -> tuple[list[tuple], dict[
     """(scenario, specs) for each one-GPU pair scenario of the plan on each GPU with MIG on: a
     pair within its first instance, and one from its first instance to its second; and the
     notes (header key -> text) of GPUs with MIG on where no pair across instances can be planned."""
-    from gpuipc_bench.scenario import gpu_cpus
-
     scenarios = list(dict.fromkeys(s for s, _ in plan if s.pairable and s.gpus_needed < 2))
     found = instances(machine)
     out: list[tuple] = []
@@ -109,7 +107,7 @@ def plan_mig(plan: Iterable[tuple], config, machine) -> tuple[list[tuple], dict[
             for a, b in pairs:
                 specs = scenario.workers(dataclasses.replace(config, devices=(0, 0)), None)
                 out.append((scenario, [dataclasses.replace(s, device=0, mig=(a if s.rank == 0 else b).uuid,
-                                                           cpus=gpu_cpus(machine, gpu.index)) for s in specs]))
+                                                           cpus=tuple(gpu.cpus)) for s in specs]))
     return out, notes
 
 

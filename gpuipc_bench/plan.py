@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+from typing import TYPE_CHECKING
 
 from gpuipc_bench.errors import UsageError
+
+if TYPE_CHECKING:
+    from gpuipc_bench.config import RunConfig
+    from gpuipc_bench.machine import Machine
+    from gpuipc_bench.scenario import Scenario, WorkerSpec
 
 
 def registry():
@@ -149,3 +155,33 @@ def mpi_reason(scenario, job) -> str | None:
         return (f"its workers meet in a shared-memory segment, and the MPI job spans hosts {hosts}: "
                 "no path across nodes is measured yet")
     return scenario.mpi_waiver or None
+
+
+def check_memory(plan: "list[tuple[Scenario, list[WorkerSpec]]]", config: "RunConfig", machine: "Machine",
+                 host_available: int | None = None) -> None:
+    """Refuse, before any work, a largest size whose buffers cannot fit in host memory
+    (what is available now) or on a GPU (its whole memory), per Scenario.memory_needed."""
+    from gpuipc_bench import config as run_config
+    from gpuipc_bench.sizes import format_size
+
+    if host_available is None:
+        host_available = run_config.available_host_memory()
+    gpu_memory = {gpu.index: gpu.memory_bytes for gpu in machine.gpus}
+    for scenario, specs in plan:
+        host_bytes, gpu_bytes = scenario.memory_needed(config, specs)
+        largest = max(scenario.sizes(config))
+        if config.sizes is not None:
+            what = f"--sizes: the largest size, {format_size(largest)},"
+        else:
+            what = f"--sizes (not given): the default sweep of {scenario.name} reaches {format_size(largest)}, which"
+        if host_available and host_bytes > host_available:
+            raise UsageError(
+                f"{what} needs about {format_size(host_bytes)} of host memory in scenario {scenario.name}, "
+                f"and {format_size(host_available)} is available; give a smaller --sizes")
+        devices = sorted({spec.device for spec in specs if spec.device is not None})
+        for device in devices if gpu_bytes else ():
+            total = gpu_memory.get(device)
+            if total and gpu_bytes > total:
+                raise UsageError(
+                    f"{what} needs about {format_size(gpu_bytes)} on GPU {device} in scenario "
+                    f"{scenario.name}, and GPU {device} has {format_size(total)}; give a smaller --sizes")

@@ -56,24 +56,9 @@ from gpuipc_bench.patterns import pattern_bytes
 from gpuipc_bench.sampler import Sample
 from gpuipc_bench.scenario import WorkerSpec
 from gpuipc_bench.scenarios.nixl_support import (  # noqa: F401 - MODULES, INSTALL: the path's facts, for its users
-    BOX_BYTES, INSTALL, MODULES, GpuBuffer, HostBuffer, NixlShared, api, flush_c_streams, missing, nixl_error,
-    stderr_kept, user_ucx_settings,
+    BLOCKS, BLOCKS_FROM, BOX_BYTES, FORCED, HOST_BATCH_BYTES, INSTALL, MIN_BLOCK, MODULES, GpuBuffer, HostBuffer,
+    NixlShared, api, flush_c_streams, missing, nixl_error, stderr_kept, user_ucx_settings,
 )
-
-HOST_BATCH_BYTES = 16 << 20  # a host sample moves about this much (pattern filling and checking is numpy)
-BLOCKS = (16, 256, 4096)  # descriptors per request in the blocks study
-BLOCKS_FROM = 1 << 20
-MIN_BLOCK = 64  # bytes per descriptor at least
-FORCED = {  # scenario: (UCX variables, variant suffix)
-    "nixl-host": ({}, ""),
-    "nixl-host-tcp": ({"UCX_TLS": "tcp"}, ":tcp"),
-    "nixl": ({}, ""),
-    "nixl-read": ({}, ""),
-    "nixl-host-read": ({}, ""),
-    "nixl-cuda-copy": ({"UCX_TLS": "cuda_copy,tcp"}, ":cuda_copy"),
-    "nixl-tcp": ({"UCX_TLS": "tcp"}, ":tcp"),
-}
-
 
 class NixlWorker(PairWorker):
     path = "nixl"

@@ -29,6 +29,20 @@ INSTALL = ('pip install --no-deps "nixl-cu12==1.5.1" (nixl-cu13 for CUDA 13; --n
 BOX_BYTES = 1 << 20  # each worker's half of the metadata channel
 
 
+HOST_BATCH_BYTES = 16 << 20  # a host sample moves about this much (pattern filling and checking is numpy)
+BLOCKS = (16, 256, 4096)  # descriptors per request in the blocks study
+BLOCKS_FROM = 1 << 20
+MIN_BLOCK = 64  # bytes per descriptor at least
+FORCED = {  # scenario: (UCX variables, variant suffix)
+    "nixl-host": ({}, ""),
+    "nixl-host-tcp": ({"UCX_TLS": "tcp"}, ":tcp"),
+    "nixl": ({}, ""),
+    "nixl-read": ({}, ""),
+    "nixl-host-read": ({}, ""),
+    "nixl-cuda-copy": ({"UCX_TLS": "cuda_copy,tcp"}, ":cuda_copy"),
+    "nixl-tcp": ({"UCX_TLS": "tcp"}, ":tcp"),
+}
+
 def missing() -> str | None:
     """Why NIXL cannot be used here (None when a wheel is installed)."""
     if any(importlib.util.find_spec(m) is not None for m in MODULES):

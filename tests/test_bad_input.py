@@ -15,7 +15,8 @@ from gpuipc_bench.sizes import format_size
 
 from conftest import assert_refused, invoke
 from gpuipc_bench import config as config_mod
-from gpuipc_bench.config import RunConfig, check_memory
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.plan import check_memory
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.machine import GpuInfo, Machine
 from gpuipc_bench.scenarios import SCENARIOS

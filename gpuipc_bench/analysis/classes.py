@@ -22,14 +22,24 @@ import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+import numpy as np
 
 from gpuipc_bench.analysis import stats
 from gpuipc_bench.analysis.conditions import ceiling_base
 from gpuipc_bench.analysis.mechanisms import mechanism
 
-if TYPE_CHECKING:
-    from gpuipc_bench.analysis.verdict import Figure
+@dataclasses.dataclass(frozen=True)
+class Figure:
+    """One candidate at one size: its label, summary row and samples."""
+
+    label: str
+    row: object
+    samples: np.ndarray
+
+    @property
+    def median_s(self) -> float:
+        return float(self.row.median_s)
+
 
 SAME_COPY_FRACTION = 0.9  # a figure this close to its ceiling is the ceiling's copy, with little else in it
 

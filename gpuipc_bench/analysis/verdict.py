@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from gpuipc_bench.analysis import classes, stats
+from gpuipc_bench.analysis.classes import Figure
 from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, condition, label
 from gpuipc_bench.analysis.mechanisms import gpu_signalled, mechanism
 from gpuipc_bench.paths import PathInfo
@@ -69,19 +70,6 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
 def _labelled(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(label=[label(p, v) for p, v in zip(rows["path"], rows["variant"])],
                        condition=[condition(r) for r in rows.itertuples(index=False)])
-
-
-@dataclasses.dataclass(frozen=True)
-class Figure:
-    """One candidate at one size: its label, summary row and samples."""
-
-    label: str
-    row: object
-    samples: np.ndarray
-
-    @property
-    def median_s(self) -> float:
-        return float(self.row.median_s)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,9 +19,11 @@ from rich.markup import escape
 from gpuipc_bench import __version__
 from gpuipc_bench.cli.console import signal_name, stderr_console, stdout_console
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
-from gpuipc_bench.config import RunConfig, check_memory, check_writable
+from gpuipc_bench.config import RunConfig, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
-from gpuipc_bench.plan import modes_for, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry, resolve_names
+from gpuipc_bench.plan import (
+    check_memory, modes_for, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry, resolve_names,
+)
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,

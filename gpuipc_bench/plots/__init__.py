@@ -24,29 +24,14 @@ figure there and the others beside it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-import pandas as pd
-
-
-def analysed_summary(df: pd.DataFrame, meta: Mapping[str, str]) -> pd.DataFrame:
-    """The run's summary, from its one analysis (for a caller that has none at hand)."""
-    from gpuipc_bench.analysis.model import analyse
-
-    return analyse(df, meta).summary
-
-
-from gpuipc_bench.plots.bandwidth import plot_bandwidth  # noqa: E402
-from gpuipc_bench.plots.latency import plot_latency  # noqa: E402
-from gpuipc_bench.plots.matrix import plot_matrix  # noqa: E402
-from gpuipc_bench.plots.setup import plot_setup, plot_setup_size, sized_setup  # noqa: E402
-from gpuipc_bench.plots.style import _pyplot, machine_title  # noqa: E402
-
-PLOTTERS = {"bandwidth": plot_bandwidth, "latency": plot_latency, "setup": plot_setup,
-            "setup-size": plot_setup_size, "matrix": plot_matrix}
-
-from gpuipc_bench.plots.files import (  # noqa: E402
-    FORMATS, KINDS, check_plot_dest, check_plot_targets, plot_targets, save_plots)
+from gpuipc_bench.plots.bandwidth import plot_bandwidth
+from gpuipc_bench.plots.files import (
+    FORMATS, KINDS, PLOTTERS, check_plot_dest, check_plot_targets, plot_targets, save_plots)
+from gpuipc_bench.plots.latency import plot_latency
+from gpuipc_bench.plots.matrix import plot_matrix
+from gpuipc_bench.plots.setup import plot_setup, plot_setup_size, sized_setup
+from gpuipc_bench.plots.style import _pyplot, machine_title
+from gpuipc_bench.plots.summary import analysed_summary
 
 __all__ = ["FORMATS", "KINDS", "PLOTTERS", "_pyplot", "analysed_summary", "check_plot_dest", "check_plot_targets",
            "machine_title", "plot_bandwidth", "plot_latency", "plot_matrix", "plot_setup", "plot_setup_size",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from gpuipc_bench.paths import from_metadata
-from gpuipc_bench.plots import facets
+from gpuipc_bench.plots import facets  # the module
 from gpuipc_bench.plots.style import (CEILING_STYLES, Legend, _pyplot, colour, figure_size, finish, grid, hide_rest,
                                       marker, size_axis, suptitle, value_axis)
 
@@ -61,7 +61,7 @@ def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFr
     mode, one line per path (the best variant at each size; GPU pairs of one class: the
     median across the pairs, shaded from the lowest to the highest pair's interval), the
     link's ceilings dashed, one legend under the panels."""
-    from gpuipc_bench.plots import analysed_summary
+    from gpuipc_bench.plots.summary import analysed_summary
 
     plt = _pyplot()
     facts = from_metadata(meta)

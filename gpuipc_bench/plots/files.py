@@ -10,14 +10,19 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.plots.matrix import has_pairs
-from gpuipc_bench.plots.setup import sized_setup
+from gpuipc_bench.plots.bandwidth import plot_bandwidth
+from gpuipc_bench.plots.latency import plot_latency
+from gpuipc_bench.plots.matrix import has_pairs, plot_matrix
+from gpuipc_bench.plots.setup import plot_setup, plot_setup_size, sized_setup
 from gpuipc_bench.plots.style import DPI, _pyplot
+from gpuipc_bench.plots.summary import analysed_summary
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 FORMATS = ("png", "svg")
+PLOTTERS = {"bandwidth": plot_bandwidth, "latency": plot_latency, "setup": plot_setup,
+            "setup-size": plot_setup_size, "matrix": plot_matrix}
 KINDS = ("bandwidth", "latency", "setup", "setup-size", "matrix")
 
 
@@ -69,8 +74,6 @@ def save_plots(df: pd.DataFrame, meta: Mapping[str, str], dest: Path, stem: str,
     """Draw the figures of one run and write them; returns the files written. A run without
     setup rows gets no setup figure. `summary`: the run's analysed summary (analysis.model:
     with its `candidate` column), analysed here when not given."""
-    from gpuipc_bench.plots import PLOTTERS, analysed_summary
-
     plt = _pyplot()
     targets = plot_targets(dest, stem, fmt, several)
     summary = analysed_summary(df, meta) if summary is None else summary

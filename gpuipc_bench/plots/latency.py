@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from gpuipc_bench.paths import from_metadata
-from gpuipc_bench.plots import facets
+from gpuipc_bench.plots import facets  # the module
 from gpuipc_bench.plots.bandwidth import MAX_COLUMNS, draw_ceilings, draw_line, grid_of
 from gpuipc_bench.plots.style import (MARKERS, Legend, _pyplot, colour, figure_size, finish, grid, hide_rest, marker,
                                       size_axis, suptitle, value_axis)
@@ -32,7 +32,7 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
     (side by side), one line per path/variant, GPU-initiated dashed; ceilings dashed grey;
     the no-payload host round trip dotted. A run without latency rows shows the time per
     transfer of its hand-off rows instead (the best variant per path)."""
-    from gpuipc_bench.plots import analysed_summary
+    from gpuipc_bench.plots.summary import analysed_summary
 
     plt = _pyplot()
     facts = from_metadata(meta)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from gpuipc_bench.paths import from_metadata, path_order
-from gpuipc_bench.plots import facets
+from gpuipc_bench.plots import facets  # the module
 from gpuipc_bench.plots.bandwidth import grid_of
 from gpuipc_bench.plots.style import _pyplot, finish, suptitle
 from gpuipc_bench.report.matrix import HANDOFF_BYTES, link_matrix
@@ -137,7 +137,7 @@ def plot_matrix(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame
     """Heatmaps of every path measured on two GPU pairs or more, and the links, one figure."""
     from matplotlib.colors import LogNorm
 
-    from gpuipc_bench.plots import analysed_summary
+    from gpuipc_bench.plots.summary import analysed_summary
 
     plt = _pyplot()
     summary = analysed_summary(df, meta) if summary is None else summary

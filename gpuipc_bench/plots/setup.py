@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from gpuipc_bench.paths import from_metadata
-from gpuipc_bench.plots import facets
+from gpuipc_bench.plots import facets  # the module
 from gpuipc_bench.plots.bandwidth import draw_line
 from gpuipc_bench.plots.facets import values
 from gpuipc_bench.plots.style import (Legend, _pyplot, colour, finish, formatter, grid, plain_number, size_axis,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame | None = None) -> Figure:
     """One horizontal bar per one-time operation (median ms, log scale), coloured by path;
     an operation measured at many sizes (host_register) at a few representative ones."""
-    from gpuipc_bench.plots import analysed_summary
+    from gpuipc_bench.plots.summary import analysed_summary
 
     plt = _pyplot()
     facts = from_metadata(meta)
@@ -101,7 +101,7 @@ def plot_setup_size(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataF
     """Set-up cost against the allocation's size: one line per operation (median ms, its 95%
     interval shaded), a panel per path; the operations a path pays before its first
     transfer drawn solid, the others dashed."""
-    from gpuipc_bench.plots import analysed_summary
+    from gpuipc_bench.plots.summary import analysed_summary
 
     plt = _pyplot()
     facts = from_metadata(meta)

@@ -19,24 +19,24 @@ is a time per transfer ("call-bound"), never GB/s or a fraction of the ceiling.
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import re
-import textwrap
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from gpuipc_bench.analysis.transport import worst_per_scenario
 from gpuipc_bench.analysis.conditions import is_gpu
 from gpuipc_bench.analysis.mechanisms import mechanism
-from gpuipc_bench.analysis.handover import Handover, NeighbourCost, neighbour_costs
+from gpuipc_bench.analysis.handover import neighbour_costs
 from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, range_coverage
 from gpuipc_bench.analysis.verdict import Decision
 from gpuipc_bench.analysis.warnings import StabilityWarning
 from gpuipc_bench.mig import heading as mig_heading, is_mig, refused_line
 from gpuipc_bench.report import wording
+from gpuipc_bench.report.findings import fallback_lines, handover_line, neighbour_lines  # noqa: F401 - re-exported
+from gpuipc_bench.report.lines import (  # noqa: F401 - re-exported: the formatting the report modules share
+    NBSP, Line, _nb, _size, _span, _time_parts, fmt_time, sizes_text, time_span, wrap,
+)
 from gpuipc_bench.report.wording import fmt_num, link
 
 MEASURE_TITLES = {
@@ -47,83 +47,6 @@ MEASURE_TITLES = {
 SIZE_WIDTH = 13  # the sizes column of a band's lines
 HANG = 6  # the indent of a band's continuation lines in the summary
 MAX_WARNINGS_LISTED = 2
-
-
-@dataclasses.dataclass(frozen=True)
-class Line:
-    """One logical line: its text, how far its continuation lines are indented, its style."""
-
-    text: str
-    indent: int = 0
-    style: str = ""
-    long_words: bool = False  # a word longer than the line (a file's path) may be broken
-
-
-def wrap(lines: Sequence[Line], width: int) -> list[tuple[str, str]]:
-    """(text, style) of every screen line: each logical line wrapped at `width` between words
-    (never inside one), continuation lines indented by its `indent`."""
-    out = []
-    for line in lines:  # textwrap breaks at ASCII whitespace only: NBSP holds a number to its unit
-        parts = textwrap.wrap(line.text, width=width, subsequent_indent=" " * line.indent,
-                              break_long_words=line.long_words, break_on_hyphens=False,
-                              drop_whitespace=True) or [""]
-        lead = len(line.text) - len(line.text.lstrip(" "))
-        if lead and not parts[0].startswith(" "):
-            parts[0] = " " * lead + parts[0]
-        out += [(p.replace(NBSP, " "), line.style) for p in parts]
-    return out
-
-
-# --------------------------------------------------------------------------- figures
-
-
-NBSP = "\u00a0"  # joins a number to its unit: wrap() never breaks there, and prints a space
-
-
-def fmt_time(seconds: float) -> str:
-    """1.9e-06 -> '1.90 µs', 3.4e-4 -> '340 µs', 2.9e-3 -> '2.90 ms' (number and unit joined by NBSP)."""
-    number, unit = _time_parts(seconds)
-    return f"{number}{NBSP}{unit}" if unit else number
-
-
-def _time_parts(seconds: float) -> tuple[str, str]:
-    if not (seconds > 0):
-        return wording.DASH, ""
-    if seconds >= 1:
-        return fmt_num(seconds), "s"
-    if seconds >= 1e-3:
-        return fmt_num(seconds * 1e3), "ms"
-    return fmt_num(seconds * 1e6), "µs"
-
-
-def time_span(values: Sequence[float]) -> str:
-    """'1.86–3.33 µs' (one unit where both ends share it), '180 µs–1.20 ms'."""
-    (lo, lu), (hi, hu) = _time_parts(min(values)), _time_parts(max(values))
-    if lo == hi and lu == hu:
-        return f"{lo}{NBSP}{lu}"
-    return f"{lo}–{hi}{NBSP}{hu}" if lu == hu else f"{lo}{NBSP}{lu}–{hi}{NBSP}{hu}"
-
-
-def _span(values: Sequence[float], fmt) -> str:
-    lo, hi = fmt(min(values)), fmt(max(values))
-    return lo if lo == hi else f"{lo}–{hi}"
-
-
-def sizes_text(lo: int, hi: int) -> str:
-    """'4 B–4 MiB', '64–256 MiB', '16 MiB' (each number joined to its unit by NBSP)."""
-    a, b = wording.format_size(lo), wording.format_size(hi)
-    if lo == hi:
-        return _nb(a)
-    (na, ua), (nb, ub) = a.split(" "), b.split(" ")
-    return _nb(f"{na}–{nb} {ub}" if ua == ub else f"{a}–{b}")
-
-
-def _nb(text: str) -> str:
-    return text.replace(" ", NBSP)
-
-
-def _size(nbytes: int) -> str:
-    return _nb(wording.format_size(nbytes))
 
 
 def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]] = ()) -> str:
@@ -462,45 +385,6 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
                           warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)
-
-
-def fallback_lines(analysis: RunAnalysis) -> list[Line]:
-    """A line per scenario whose library fell back to a slow transport (numbers held to their units)."""
-    return [Line("! " + re.sub(r"(\d) (GB/s|B|KiB|MiB|GiB)\b", "\\1" + NBSP + "\\2", wording.fallback_text(f, n)),
-                 2, "bold yellow") for f, n in worst_per_scenario(analysis.fallbacks)]
-
-
-def neighbour_lines(found: Sequence[NeighbourCost]) -> list[Line]:
-    """Per mode with a busy neighbour: what it costs the pair's hand-off and stream, each figure
-    with its interval, the same path without the neighbour first."""
-    out = []
-    for mode in dict.fromkeys(c.mode for c in found):
-        parts = []
-        for c in (c for c in found if c.mode == mode):
-            if c.measure == "handoff":
-                parts.append(f"hand-off {wording.format_size(c.nbytes)} {c.label} "
-                             f"{fmt_time(c.without.median_s)} [{time_span([c.without.lo_s, c.without.hi_s])}] → "
-                             f"{fmt_time(c.beside.median_s)} [{time_span([c.beside.lo_s, c.beside.hi_s])}] "
-                             f"({c.ratio:.2f}×)")
-            else:
-                def gbps(seconds: float, n: int = c.nbytes) -> str:
-                    return fmt_num(n / seconds / 1e9)
-                parts.append(f"stream {wording.format_size(c.nbytes)} {c.label} {gbps(c.without.median_s)} "
-                             f"[{gbps(c.without.hi_s)}–{gbps(c.without.lo_s)}] → {gbps(c.beside.median_s)} "
-                             f"[{gbps(c.beside.hi_s)}–{gbps(c.beside.lo_s)}]{NBSP}GB/s ({1 / c.ratio:.2f}×)")
-        base = next(c.base for c in found if c.mode == mode)
-        out.append(Line(f"BUSY NEIGHBOUR ({mode} against {base}): " + " · ".join(parts), 2))
-    return out
-
-
-def handover_line(found: Sequence[Handover]) -> Line:
-    """Why the sharing mode flips the small-message answer: the GPU-ordered hand-over's cost per mode."""
-    first, parts = found[0], []
-    for h in found:
-        why = " (a context switch)" if h.sharing == "time-sliced" else ""
-        path = "" if h.label == first.label else f", {h.label}"
-        parts.append(f"{fmt_time(h.median_s)} [{time_span([h.lo_s, h.hi_s])}] {h.sharing}{why}{path}")
-    return Line(f"HAND-OVER on one GPU, 4 KiB ({first.label}): " + " · ".join(parts), 2)
 
 
 def _named(found: Sequence[Section]) -> set[str]:

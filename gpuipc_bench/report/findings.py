@@ -1,0 +1,53 @@
+"""The answer's one-line findings under its decisions: the hand-over cost per sharing mode, what a
+busy neighbour costs, and a library that fell back to a slow transport."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from gpuipc_bench.analysis.handover import Handover, NeighbourCost
+from gpuipc_bench.analysis.model import RunAnalysis
+from gpuipc_bench.analysis.transport import worst_per_scenario
+from gpuipc_bench.report import wording
+from gpuipc_bench.report.lines import NBSP, Line, fmt_time, time_span
+from gpuipc_bench.report.wording import fmt_num
+
+
+def fallback_lines(analysis: RunAnalysis) -> list[Line]:
+    """A line per scenario whose library fell back to a slow transport (numbers held to their units)."""
+    return [Line("! " + re.sub(r"(\d) (GB/s|B|KiB|MiB|GiB)\b", "\\1" + NBSP + "\\2", wording.fallback_text(f, n)),
+                 2, "bold yellow") for f, n in worst_per_scenario(analysis.fallbacks)]
+
+
+def neighbour_lines(found: Sequence[NeighbourCost]) -> list[Line]:
+    """Per mode with a busy neighbour: what it costs the pair's hand-off and stream, each figure
+    with its interval, the same path without the neighbour first."""
+    out = []
+    for mode in dict.fromkeys(c.mode for c in found):
+        parts = []
+        for c in (c for c in found if c.mode == mode):
+            if c.measure == "handoff":
+                parts.append(f"hand-off {wording.format_size(c.nbytes)} {c.label} "
+                             f"{fmt_time(c.without.median_s)} [{time_span([c.without.lo_s, c.without.hi_s])}] → "
+                             f"{fmt_time(c.beside.median_s)} [{time_span([c.beside.lo_s, c.beside.hi_s])}] "
+                             f"({c.ratio:.2f}×)")
+            else:
+                def gbps(seconds: float, n: int = c.nbytes) -> str:
+                    return fmt_num(n / seconds / 1e9)
+                parts.append(f"stream {wording.format_size(c.nbytes)} {c.label} {gbps(c.without.median_s)} "
+                             f"[{gbps(c.without.hi_s)}–{gbps(c.without.lo_s)}] → {gbps(c.beside.median_s)} "
+                             f"[{gbps(c.beside.hi_s)}–{gbps(c.beside.lo_s)}]{NBSP}GB/s ({1 / c.ratio:.2f}×)")
+        base = next(c.base for c in found if c.mode == mode)
+        out.append(Line(f"BUSY NEIGHBOUR ({mode} against {base}): " + " · ".join(parts), 2))
+    return out
+
+
+def handover_line(found: Sequence[Handover]) -> Line:
+    """Why the sharing mode flips the small-message answer: the GPU-ordered hand-over's cost per mode."""
+    first, parts = found[0], []
+    for h in found:
+        why = " (a context switch)" if h.sharing == "time-sliced" else ""
+        path = "" if h.label == first.label else f", {h.label}"
+        parts.append(f"{fmt_time(h.median_s)} [{time_span([h.lo_s, h.hi_s])}] {h.sharing}{why}{path}")
+    return Line(f"HAND-OVER on one GPU, 4 KiB ({first.label}): " + " · ".join(parts), 2)

@@ -118,6 +118,7 @@ FAKE_NVCC = """#!/bin/sh
 echo "$@" >> "$NVCC_LOG"
 case "$1" in --version) echo "Cuda compilation tools, release ${NVCC_RELEASE:-12.9}"; exit 0;; esac
 [ -n "$NVCC_FAIL" ] && { echo "fatal: $NVCC_FAIL" >&2; exit 1; }
+[ -n "$NVCC_SLEEP" ] && sleep "$NVCC_SLEEP"
 while [ $# -gt 0 ]; do [ "$1" = "-o" ] && { echo built > "$2"; }; shift; done
 """
 
@@ -161,6 +162,25 @@ def test_the_device_kernel_is_built_once_and_kept_between_runs(fake_toolchain, m
     monkeypatch.setenv("NVCC_RELEASE", "13.0")
     monkeypatch.setattr(path, "_BUILT", {})
     assert path.putsig_for_run() not in (first, second) and builds() == 6
+
+
+def test_the_kernel_is_built_in_the_background_while_other_paths_run(fake_toolchain, monkeypatch):
+    """prebuild() starts nvcc in a thread of the parent; the scenario's own ask waits for it and
+    builds nothing twice."""
+    tmp_path, _, builds = fake_toolchain
+    monkeypatch.setenv("NVCC_SLEEP", "0.5")
+    thread = path.NvshmemScenario().prebuild()
+    assert thread.is_alive()  # still building: the run goes on meanwhile
+    cubin = path.putsig_for_run()  # what prepare() asks: waits for the thread's build
+    thread.join(5)
+    assert not thread.is_alive() and builds() == 2 and open(cubin).read() == "built\n"
+
+
+def test_a_failed_background_build_is_said_by_the_scenario(fake_toolchain, monkeypatch):
+    monkeypatch.setenv("NVCC_FAIL", "unsupported gpu architecture")
+    path.NvshmemScenario().prebuild().join(5)  # fails quietly in its thread
+    with pytest.raises(BenchError, match="unsupported gpu architecture"):
+        path.putsig_for_run()
 
 
 def test_a_failed_build_leaves_no_cache_entry_and_says_why(fake_toolchain, monkeypatch):

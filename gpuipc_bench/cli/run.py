@@ -230,6 +230,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
                 err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
 
+        for scenario in dict.fromkeys(s for s, _ in plan):  # nvcc builds while the first paths run
+            getattr(scenario, "prebuild", lambda: None)()
         try:
             _run_plan(plan, config, machine, out, err, quiet, verbose, job, modes, mig_notes)
         except BenchError:

@@ -108,14 +108,18 @@ static struct {
     unsigned long bcasts, barriers;
 } shim = {0, 0, 0, 1, 0, 60.0, "", 0, 0};
 
-static void say(const char *fmt, ...) {
-    va_list ap;
-    fprintf(stderr, "[mpi-shim %d/%d pid %d] ", shim.rank, shim.size, (int)getpid());
-    va_start(ap, fmt);
+static void vsay(const char *what, const char *fmt, va_list ap) {
+    fprintf(stderr, "[mpi-shim %d/%d pid %d] %s", shim.rank, shim.size, (int)getpid(), what);
     vfprintf(stderr, fmt, ap);
-    va_end(ap);
     fputc('\n', stderr);
     fflush(stderr);
+}
+
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsay("", fmt, ap);
+    va_end(ap);
 }
 
 #define TRACE(...) \
@@ -125,12 +129,9 @@ static void say(const char *fmt, ...) {
 
 __attribute__((noreturn)) static void fatal(const char *fmt, ...) {
     va_list ap;
-    fprintf(stderr, "[mpi-shim %d/%d pid %d] FATAL: ", shim.rank, shim.size, (int)getpid());
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    vsay("FATAL: ", fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
-    fflush(stderr);
     _exit(1);
 }
 

@@ -135,18 +135,8 @@ def _start_worker(scenario, spec, specs, config, segment, shared, env) -> _Worke
 
 
 def _worker_main(scenario, spec, specs, config, segment, shared, conn, env=None) -> None:
-    # Ctrl-C and a hang-up reach the whole process group; the parent decides and ends us.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent()
-    if config.worker_log:
-        _output_to(config.worker_log)
-    os.environ.update(worker_env(spec, env))  # before anything initialises CUDA
-    where = "CPU" if spec.device is None else f"MIG {spec.mig[4:12]}" if spec.mig else f"GPU{spec.device}"
-    same_role = sum(1 for other in specs if other.role == spec.role)
-    set_process_title(f"gpuipc-bench: {scenario.name} {spec.role}{f' {spec.rank}' if same_role > 1 else ''} {where}",
-                      f"{scenario.name[:6]} {spec.role[:4]}{spec.rank}")
+    enter_worker(spec, env, config.worker_log)
+    name_worker(scenario, spec, specs)
     code = 1
     try:
         code = run_worker(scenario, spec, specs, config, segment, shared, conn.send)
@@ -156,6 +146,27 @@ def _worker_main(scenario, spec, specs, config, segment, shared, conn, env=None)
         finally:
             # Skip atexit handlers and finalizers inherited from the parent.
             os._exit(code)
+
+
+def enter_worker(spec: WorkerSpec, env: dict[str, str] | None, worker_log: str = "") -> None:
+    """What every forked worker does first, persistent or not: signals left to the parent, gone
+    with the parent, its output to the run's worker log, its environment before CUDA starts."""
+    # Ctrl-C and a hang-up reach the whole process group; the parent decides and ends us.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent()
+    if worker_log:
+        _output_to(worker_log)
+    os.environ.update(worker_env(spec, env))  # before anything initialises CUDA
+
+
+def name_worker(scenario, spec: WorkerSpec, specs, suffix: str = "") -> None:
+    """The worker's process title for the scenario it runs now ('gpuipc-bench: ipc producer GPU0')."""
+    where = "CPU" if spec.device is None else f"MIG {spec.mig[4:12]}" if spec.mig else f"GPU{spec.device}"
+    same_role = sum(1 for other in specs if other.role == spec.role)
+    set_process_title(f"gpuipc-bench: {scenario.name} {spec.role}{f' {spec.rank}' if same_role > 1 else ''} "
+                      f"{where}{suffix}", f"{scenario.name[:6]} {spec.role[:4]}{spec.rank}")
 
 
 def worker_env(spec: WorkerSpec, env: dict[str, str] | None = None) -> dict[str, str]:

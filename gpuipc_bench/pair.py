@@ -189,10 +189,10 @@ class PairWorker:
         sharing = str(self.ctx.row_fields.get("sharing", ""))
         held = _MEASURED.get((key, nbytes, sharing))
         if held is not None and held != self.scenario.name:
-            self.ceilings_from.setdefault(sharing, [])
-            if held not in self.ceilings_from[sharing]:
-                self.ceilings_from[sharing].append(held)
-                self.ctx.note(f"ceilings_from.{sharing}", ",".join(self.ceilings_from[sharing]))
+            sources = self.ceilings_from.setdefault(sharing, [])
+            if held not in sources:
+                sources.append(held)
+                self.ctx.note(f"ceilings_from.{sharing}", ",".join(sources))
             return
         yield from self._measure_ceiling(key, nbytes)
         _MEASURED[(key, nbytes, sharing)] = self.scenario.name

@@ -173,13 +173,7 @@ class WorkerSets:
 
 def _set_main(tasks, conn, spec, env, worker_log) -> None:
     """One persistent worker: the fork launcher's set-up once, then every task it is sent."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    launcher._die_with_parent()
-    if worker_log:
-        launcher._output_to(worker_log)
-    os.environ.update(launcher.worker_env(spec, env))  # before anything initialises CUDA
+    launcher.enter_worker(spec, env, worker_log)
     code = 0
     try:
         while code == 0:
@@ -190,9 +184,7 @@ def _set_main(tasks, conn, spec, env, worker_log) -> None:
             if task is None:
                 break
             scenario, spec, specs, config, segment, shared, fault = task
-            where = "CPU" if spec.device is None else f"GPU{spec.device}"
-            launcher.set_process_title(f"gpuipc-bench: {scenario.name} {spec.role} {where} (persistent)",
-                                       f"{scenario.name[:6]} {spec.role[:4]}{spec.rank}")
+            launcher.name_worker(scenario, spec, specs, " (persistent)")
             os.environ["GPUIPC_BENCH_FAULT"] = fault
             try:
                 code = launcher.run_worker(scenario, spec, specs, config, segment, shared, conn.send)

@@ -37,10 +37,9 @@ def handovers(summary: pd.DataFrame) -> list[Handover]:
     out = []
     for sharing, part in rows.groupby("sharing", sort=False):
         best = part.sort_values("median_s").iloc[0]
-        lo, hi = float(best.get("ci_lo_s", math.nan)), float(best.get("ci_hi_s", math.nan))
-        if not (math.isfinite(lo) and math.isfinite(hi)):
-            lo, hi = float(best.get("min_s", math.nan)), float(best.get("max_s", math.nan))
-        out.append(Handover(str(sharing), f"{best['path']}/{best['variant']}", float(best["median_s"]), lo, hi))
+        figure = _figure(best, "")
+        out.append(Handover(str(sharing), f"{best['path']}/{best['variant']}", figure.median_s, figure.lo_s,
+                            figure.hi_s))
     order = {"time-sliced": 0, "mps": 1}
     out.sort(key=lambda h: order.get(h.sharing, 2))
     return out if len(out) > 1 else []
@@ -108,6 +107,8 @@ def neighbour_costs(summary: pd.DataFrame) -> list[NeighbourCost]:
 
 
 def _figure(row, suffix: str) -> Figure:
+    """A summary row's median and its 95% interval, or the samples' range where it has none
+    (`suffix`: the columns of the other side of a merge)."""
     lo, hi = float(row.get("ci_lo_s" + suffix, math.nan)), float(row.get("ci_hi_s" + suffix, math.nan))
     if not (math.isfinite(lo) and math.isfinite(hi)):
         lo, hi = float(row.get("min_s" + suffix, math.nan)), float(row.get("max_s" + suffix, math.nan))

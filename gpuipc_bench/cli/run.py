@@ -328,15 +328,11 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from gpuipc_bench import mig
-    from gpuipc_bench.launcher import run_scenario
-    from gpuipc_bench.results import ResultsFile
-
     from gpuipc_bench.pool import WorkerSets
+    from gpuipc_bench.results import ResultsFile
 
     # the persistent workers (the fork launcher's; --launcher fork-fresh: none, every scenario its own)
     sets = WorkerSets(config.worker_log or "", persistent=config.launcher == "fork")
-    if job is not None:
-        run_scenario = job.run_scenario  # noqa: F811 - the ranks are the workers
     launched = job.metadata() if job else {"launcher": config.launcher}
     results = ResultsFile(out, {**_metadata(config, machine), **launched,
                                 **{f"note.{key}": text for key, text in (notes or {}).items()}})
@@ -379,8 +375,8 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                     on_status=lambda text, task=task: progress.update(task, doing=_fit(text, 34)),
                     on_note=lambda key, text: results.set_meta(f"note.{key}", text),
                 )
-                if job is not None:
-                    outcome = run_scenario(scenario, config, specs, **callbacks)
+                if job is not None:  # the ranks are the workers
+                    outcome = job.run_scenario(scenario, config, specs, **callbacks)
                 else:
                     outcome = sets.run(scenario, config, specs, mode_name=mode.name if mode is not None else None,
                                        env=env, **callbacks)

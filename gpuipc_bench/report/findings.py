@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from gpuipc_bench.analysis.handover import Handover, NeighbourCost
+from gpuipc_bench.analysis.handover import Figure, Handover, NeighbourCost
 from gpuipc_bench.analysis.model import RunAnalysis
 from gpuipc_bench.analysis.transport import worst_per_scenario
 from gpuipc_bench.report import wording
@@ -25,22 +25,29 @@ def neighbour_lines(found: Sequence[NeighbourCost]) -> list[Line]:
     with its interval, the same path without the neighbour first."""
     out = []
     for mode in dict.fromkeys(c.mode for c in found):
+        mine = [c for c in found if c.mode == mode]
         parts = []
-        for c in (c for c in found if c.mode == mode):
+        for c in mine:
             if c.measure == "handoff":
-                parts.append(f"hand-off {wording.format_size(c.nbytes)} {c.label} "
-                             f"{fmt_time(c.without.median_s)} [{time_span([c.without.lo_s, c.without.hi_s])}] → "
-                             f"{fmt_time(c.beside.median_s)} [{time_span([c.beside.lo_s, c.beside.hi_s])}] "
-                             f"({c.ratio:.2f}×)")
+                parts.append(f"hand-off {wording.format_size(c.nbytes)} {c.label} {_time(c.without)} → "
+                             f"{_time(c.beside)} ({c.ratio:.2f}×)")
             else:
-                def gbps(seconds: float, n: int = c.nbytes) -> str:
-                    return fmt_num(n / seconds / 1e9)
-                parts.append(f"stream {wording.format_size(c.nbytes)} {c.label} {gbps(c.without.median_s)} "
-                             f"[{gbps(c.without.hi_s)}–{gbps(c.without.lo_s)}] → {gbps(c.beside.median_s)} "
-                             f"[{gbps(c.beside.hi_s)}–{gbps(c.beside.lo_s)}]{NBSP}GB/s ({1 / c.ratio:.2f}×)")
-        base = next(c.base for c in found if c.mode == mode)
-        out.append(Line(f"BUSY NEIGHBOUR ({mode} against {base}): " + " · ".join(parts), 2))
+                parts.append(f"stream {wording.format_size(c.nbytes)} {c.label} {_gbps(c.without, c.nbytes)} → "
+                             f"{_gbps(c.beside, c.nbytes)}{NBSP}GB/s ({1 / c.ratio:.2f}×)")
+        out.append(Line(f"BUSY NEIGHBOUR ({mode} against {mine[0].base}): " + " · ".join(parts), 2))
     return out
+
+
+def _time(f: Figure) -> str:
+    """'273 µs [272–273 µs]': a time per transfer and its interval."""
+    return f"{fmt_time(f.median_s)} [{time_span([f.lo_s, f.hi_s])}]"
+
+
+def _gbps(f: Figure, nbytes: int) -> str:
+    """'1,487 [1,479–1,495]': the same figure as GB/s (its slower end first)."""
+    def rate(seconds: float) -> str:
+        return fmt_num(nbytes / seconds / 1e9)
+    return f"{rate(f.median_s)} [{rate(f.hi_s)}–{rate(f.lo_s)}]"
 
 
 def handover_line(found: Sequence[Handover]) -> Line:

@@ -126,3 +126,57 @@ def test_fork_fresh_gives_every_scenario_its_own_processes(tmp_path):
     assert result.exit_code == 0, result.output
     frame, meta = read_results(out)
     assert meta["worker_sets"] == "0" and meta["launcher"] == "fork-fresh" and len(frame) > 0
+
+
+# --------------------------------------------------------------------------- on a GPU
+
+GPU_SET_PATHS = ["ipc", "staging", "vmm", "mempool", "mmap"]
+
+
+def _gpu_run(sets, name, **config):
+    scenario = SCENARIOS[name]
+    run_config = RunConfig(scenarios=(name,), sizes=(4096, 4 << 20), iterations=2, warmup=1, timeout=30, **config)
+    rows: list[dict] = []
+    outcome = sets.run(scenario, run_config, scenario.workers(run_config, None), mode_name="time-sliced",
+                       on_row=rows.append)
+    return outcome, rows
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_one_set_times_every_path_with_verified_data(sets, machine):
+    from test_faults import assert_gpu_memory_back, gpu_memory_used
+
+    before = gpu_memory_used(machine)
+    pids = None
+    for name in GPU_SET_PATHS:
+        outcome, rows = _gpu_run(sets, name)
+        assert outcome.ok, f"{name}: {outcome.error}"
+        measured = [r for r in rows if r["path"] == name and r["metric"] in ("bandwidth", "latency")]
+        assert {r["bytes"] for r in measured} == {4096, 4 << 20}, name
+        assert all(r["verified"] is not False for r in rows), name
+        (only,) = sets.sets.values()
+        pids = pids or only.pids
+        assert only.pids == pids, f"{name} ran in new processes"
+    assert sets.started == 1 and list(sets.sets.values())[0].scenarios == len(GPU_SET_PATHS)
+    sets.close()
+    assert _gone(pids)
+    assert_gpu_memory_back(machine, before)
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_a_worker_killed_mid_path_ends_its_set_and_the_next_path_runs_fresh(sets, machine, monkeypatch):
+    from test_faults import assert_gpu_memory_back, gpu_memory_used
+
+    before = gpu_memory_used(machine)
+    assert _gpu_run(sets, "staging")[0].ok
+    (old,) = sets.sets.values()
+    monkeypatch.setenv(FAULT_ENV, "kill:1:sample:2")
+    broken, rows = _gpu_run(sets, "ipc")
+    assert not broken.ok and "worker 1 (consumer, GPU 0) was killed by SIGKILL" in str(broken.error)
+    assert broken.rows == len(rows) and sets.sets == {} and _gone(old.pids)
+    monkeypatch.delenv(FAULT_ENV)
+    after, rows = _gpu_run(sets, "ipc")
+    assert after.ok and any(r["path"] == "ipc" and r["metric"] == "bandwidth" for r in rows)
+    assert sets.started == 2
+    sets.close()
+    assert_gpu_memory_back(machine, before)

@@ -36,6 +36,7 @@ from gpuipc_bench.barrier import Barrier
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import BarrierAborted, BenchError, Interrupted, WorkerFailed
 from gpuipc_bench.faults import FaultPlan
+from gpuipc_bench.profiling import profiled
 from gpuipc_bench.scenario import Scenario, WorkerContext, WorkerSpec
 from gpuipc_bench.segment import Segment
 
@@ -210,8 +211,9 @@ def run_worker(scenario, spec, specs, config, segment, shared, post: Callable[[t
 
         ctx = WorkerContext(spec, specs, config, segment, barrier, shared, send, faults)
         ctx.phase("setup")
-        for row in scenario.run(ctx):
-            send(("row", row))
+        with profiled(scenario.name, rank):
+            for row in scenario.run(ctx):
+                send(("row", row))
         if segment.phase(spec.rank)[0] != "teardown":
             ctx.phase("teardown")  # the scenario did not say; from here on only goodbyes
         ctx.phase("done")

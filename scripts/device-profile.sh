@@ -13,16 +13,16 @@ python3 -m pip install -q --no-deps --no-build-isolation -e . >"$W/pip.log" 2>&1
   done
   start=$(date +%s%N); nvidia-smi compute-policy -l >/dev/null 2>&1; echo "compute-policy: $(( ($(date +%s%N)-start)/1000000 )) ms"
 } >"$W/startup.txt" 2>&1; cat "$W/startup.txt"
-timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_pool.py tests/test_modes.py \
+[ -n "${PROFILE_ONLY:-}" ] || timeout 200 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_pool.py tests/test_modes.py \
   tests/test_neighbour.py >"$W/pytest.log" 2>&1; tail -3 "$W/pytest.log"
 export XDG_CACHE_HOME=$W/cache
 start=$(date +%s%N)
-COLUMNS=80 GPUIPC_BENCH_PROFILE=$W/prof timeout -s INT 150 python3 -m cProfile -o "$W/parent.prof" \
-  -m gpuipc_bench.cli run -s ipc -s staging -s mmap -s torch -o "$W/$prefix-profiled.csv" --force \
+# (the parent is not profiled: a forked worker cannot start a profiler while its parent's is active)
+COLUMNS=80 GPUIPC_BENCH_PROFILE=$W/prof timeout -s INT 150 \
+  gpuipc-bench run ${PROFILED:--s ipc -s staging -s mmap -s torch} -o "$W/$prefix-profiled.csv" --force \
   >"$W/$prefix-profiled.out" 2>"$W/$prefix-profiled.err"
 echo "== profiled: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms; $(grep -h '^# seconds' "$W/$prefix-profiled.csv" | tr '\n' ' ')"
 python3 scripts/profile_summary.py "$W/prof" 25 >"$W/profile.txt" 2>&1
-python3 -c "import pstats; pstats.Stats('$W/parent.prof').sort_stats('cumulative').print_stats(40)" >"$W/parent.txt" 2>&1
 rm -rf "$W/prof"
 run() {  # NAME SECONDS ARGS...
   local name=$1 limit=$2; shift 2; local start=$(date +%s%N)
@@ -32,8 +32,7 @@ run() {  # NAME SECONDS ARGS...
     "$(grep -h '^# seconds.total\|^# worker_sets' "$W/$prefix-$name.csv" | tr '\n' ' ')"
   tail -n 1 "$W/$prefix-$name.err"
 }
-run default-5ms 120
-GPUIPC_BENCH_SAMPLE_S=0.002 run default-2ms 120
+[ -n "${PROFILE_ONLY:-}" ] || { run default-5ms 120; GPUIPC_BENCH_SAMPLE_S=0.002 run default-2ms 120; }
 pgrep -a nvidia-cuda-mps || echo "no MPS daemon left"
 rm -rf "$W/cache"
 tar -C "$W" -czf "$OUT/profile-$prefix.tgz" .

@@ -91,10 +91,14 @@ def format_size(nbytes: int) -> str:
 
 
 def describe_sizes(sizes: tuple[int, ...]) -> str:
-    """A sweep in words, for help texts: '4 B..256 MiB in steps of x4', or a list '4 KiB, 1 MiB'."""
+    """A sweep in words, for help texts: '4 B..256 MiB in steps of x4', a list '4 KiB, 1 MiB', or
+    both: '4 B, 256 B, 4 KiB..256 MiB in steps of x4'."""
     sizes = tuple(sorted(sizes))
-    ratios = {b / a for a, b in zip(sizes, sizes[1:])}
-    if len(sizes) > 3 and len(ratios) == 1:
-        return f"{format_size(sizes[0])}..{format_size(sizes[-1])} in steps of x{ratios.pop():g}"
+    for start in range(len(sizes) - 3):  # the longest tail of one ratio, of 4 sizes at least
+        tail = sizes[start:]
+        ratios = {b / a for a, b in zip(tail, tail[1:])}
+        if len(ratios) == 1:
+            head = "".join(f"{format_size(s)}, " for s in sizes[:start])
+            return f"{head}{format_size(tail[0])}..{format_size(tail[-1])} in steps of x{ratios.pop():g}"
     return ", ".join(format_size(s) for s in sizes)
 

@@ -50,6 +50,7 @@ class LatencyScenario(Scenario):
     gpus_needed = 1
     pairable = True
     sharing_modes = True
+    persistent_workers = True  # its kernels, events and mappings end with it, as a pair path's do
     min_workers = max_workers = default_workers = 2
 
     def default_sizes(self, preset=""):

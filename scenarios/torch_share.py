@@ -1,7 +1,7 @@
 """torch: CUDA tensors through a torch.multiprocessing queue, as PyTorch programs share GPU memory.
 
-The parent makes one queue of the spawn context (what torch.multiprocessing.get_context('spawn')
-.Queue() is); the producer puts CUDA tensors on it and the consumer gets them and reads them.
+The parent makes one queue of the forkserver context (what torch.multiprocessing.get_context(
+'forkserver').Queue() is); the producer puts CUDA tensors on it and the consumer gets them and reads them.
 torch's reductions pickle a CUDA tensor as the IPC handle of its allocation, an interprocess
 event and a reference count; a consumer's first receipt of an allocation opens it
 (_new_shared_cuda), later ones find it open in torch's cache. Two allocator variants, each on
@@ -40,8 +40,10 @@ opens the handle or imports and maps the fds), <v>_release (consumer: dropping i
 closes or unmaps it). The torch-sizes study times them from 1 MiB up to a quarter of the
 GPU (pytorch/pytorch#161481: _new_shared_cuda taking hundreds of ms).
 
-PyTorch asks for spawned workers (start_method 'spawn'); the run's notes say how they were
-started. The timed parts keep the tool's own barrier and mailbox. A get gives up once the
+PyTorch asks for workers that did not inherit a CUDA state: spawned, or forked by a fork server
+(start_method 'forkserver', which the run starts at its beginning with torch and CuPy imported, so
+that the import of seconds overlaps the paths measured before torch); the run's notes say how they
+were started. The timed parts keep the tool's own barrier and mailbox. A get gives up once the
 producer has been silent for --timeout, and at once when the run is aborted.
 """
 
@@ -69,6 +71,9 @@ from gpuipc_bench.sizes import format_size
 VARIANTS = ("caching", "expandable")
 HANDOFF_REPS = 64  # tensors per handoff sample before calibration (each is a host round trip)
 SHM = "/dev/shm"
+# torch.multiprocessing allows 'spawn' and 'forkserver' for CUDA; the fork server imports torch once, for
+# every worker of the run, while the paths before torch are measured (a spawned interpreter takes 3-5 s to)
+START_METHOD = "forkserver"
 SETUP_SEEDS = 0x70C4E5ED  # the fresh tensors' seeds differ from the samples'
 
 
@@ -96,10 +101,10 @@ def remove_torch_files(pid: int, folder: str | None = None) -> None:
 
 
 class TorchShared:
-    """What the parent makes for the workers (picklable for spawned ones): the queue, and a
+    """What the parent makes for the workers (picklable for the fork server's): the queue, and a
     word per worker for its pid (close() removes the files torch left under it).
 
-    The queue of the spawn context holds three named semaphores (/dev/shm/sem.mp-*) and each
+    The queue of the forkserver context holds three named semaphores (/dev/shm/sem.mp-*) and each
     worker leaves torch's files: if the parent is killed (SIGKILL: no clean-up of its own), a
     janitor forked here removes the files and the semaphores once the workers are gone (else
     the files stay, and multiprocessing's resource tracker warns of "leaked semaphore
@@ -110,9 +115,9 @@ class TorchShared:
 
         from gpuipc_bench.janitor import Janitor
 
-        spawn = multiprocessing.get_context("spawn")
-        self.queue = spawn.Queue()
-        self.pids = spawn.RawArray("q", nworkers)
+        context = multiprocessing.get_context(START_METHOD)
+        self.queue = context.Queue()
+        self.pids = context.RawArray("q", nworkers)
         self.janitor: Janitor | None = Janitor(self._after_parent_death, pids=lambda: list(self.pids),
                                                title="gpuipc-bench: torch janitor")
 
@@ -357,12 +362,13 @@ class TorchSizesWorker(TorchWorker):
 
 
 class TorchScenario(PairScenario):
-    persistent_workers = False  # spawned interpreters of its own
+    persistent_workers = False  # processes of its own, forked by the fork server that imported torch
     name = "torch"
     mpi_waiver = "shares tensors through a torch.multiprocessing queue, which reaches only the processes it starts"
-    summary = "PyTorch: CUDA tensors through a torch.multiprocessing queue (caching, expandable); spawned workers"
+    summary = "PyTorch: CUDA tensors through a torch.multiprocessing queue (caching, expandable); forkserver workers"
     worker_class: type[PairWorker] = TorchWorker
-    start_method = "spawn"
+    start_method = START_METHOD
+    preload = ("torch", "torch.multiprocessing", "cupy", "gpuipc_bench.scenarios.torch_share")
     paths: tuple[PathInfo, ...] = (PathInfo("torch", colour="#ff7f0e", setup=("caching_receive_cold",)),)
 
     def waive_reason(self, machine):

@@ -50,14 +50,19 @@ def _torch_version() -> str:
 
 def how_started() -> str:
     """'spawned' in a process that multiprocessing spawned (a fresh interpreter, started with
-    --multiprocessing-fork; it sets sys.argv to its parent's, but not sys.orig_argv), else 'forked'."""
-    return "spawned" if "--multiprocessing-fork" in getattr(sys, "orig_argv", ()) else "forked"
+    --multiprocessing-fork; it sets sys.argv to its parent's, but not sys.orig_argv),
+    'forkserver' in one forked by multiprocessing's fork server (its argv is the server's), else
+    'forked'."""
+    argv = " ".join(getattr(sys, "orig_argv", ()))
+    return "spawned" if "--multiprocessing-fork" in argv else "forkserver" if "forkserver" in argv else "forked"
 
 
 def workers_note(started: str) -> str:
-    """The run's note on how the workers were started ('spawned' or 'forked')."""
-    how = "a fresh interpreter each, as torch.multiprocessing asks" if started == "spawned" else \
-        "before any CUDA call; not spawned"
+    """The run's note on how the workers were started ('spawned', 'forkserver' or 'forked')."""
+    how = {"spawned": "a fresh interpreter each, as torch.multiprocessing asks",
+           "forkserver": "forked by multiprocessing's fork server, which imported torch and CuPy once and "
+                         "never touches CUDA, as torch.multiprocessing allows"}.get(
+                             started, "before any CUDA call; not spawned")
     return f"{started} ({how}); the timed parts keep the tool's barrier"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import ctypes
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import pickle
 import time
@@ -120,15 +121,16 @@ def semaphores() -> set[str]:
 # --------------------------------------------------------------------------- registry, waive reasons
 
 
-def test_torch_is_registered_with_its_facts_and_asks_for_spawned_workers():
+def test_torch_is_registered_with_its_facts_and_asks_for_fork_server_workers():
     from gpuipc_bench.plan import resolve_names
 
     scenario = SCENARIOS["torch"]
-    assert scenario.start_method == "spawn" and "spawned" in scenario.summary
+    assert scenario.start_method == "forkserver" and "forkserver" in scenario.summary
+    assert "torch" in scenario.preload and not scenario.persistent_workers
     [info] = scenario.paths
     assert info.name == "torch" and info.ranked and info.setup == ("caching_receive_cold",)
     study = SCENARIOS["torch-sizes"]
-    assert study.start_method == "spawn" and not study.in_default_run
+    assert study.start_method == "forkserver" and not study.in_default_run
     assert "torch" in resolve_names((), SCENARIOS) and "torch-sizes" not in resolve_names((), SCENARIOS)
 
 
@@ -232,15 +234,18 @@ def _spawned_child(shared, rank):
     shared.queue.put((torch_share.how_started(), b"x" * 100))
 
 
-def test_the_shared_queue_and_pids_reach_spawned_workers_and_release_cleans_up(tmp_path, monkeypatch):
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_the_shared_queue_and_pids_reach_the_workers_and_release_cleans_up(tmp_path, monkeypatch, method):
     shared = torch_share.TorchShared(2)
-    pickle.dumps(torch_share.TorchScenario())  # a spawned worker gets the scenario pickled too
-    child = multiprocessing.get_context("spawn").Process(target=_spawned_child, args=(shared, 1))
+    pickle.dumps(torch_share.TorchScenario())  # such a worker gets the scenario pickled too
+    child = multiprocessing.get_context(method).Process(target=_spawned_child, args=(shared, 1))
     child.start()
     try:
-        assert shared.queue.get(timeout=60) == ("spawned", b"x" * 100)
+        assert shared.queue.get(timeout=60) == ({"spawn": "spawned"}.get(method, method), b"x" * 100)
     finally:
         child.join(30)
+        if method == "forkserver":
+            multiprocessing.forkserver._forkserver._stop()
     assert shared.pids[1] == child.pid and shared.pids[0] == 0
     # torch's reference-count files of a worker that ended without torch's exit handlers
     monkeypatch.setattr(torch_share, "SHM", str(tmp_path))
@@ -253,6 +258,7 @@ def test_the_shared_queue_and_pids_reach_spawned_workers_and_release_cleans_up(t
 def test_forked_processes_say_so():
     assert torch_share.how_started() == "forked"  # pytest is no spawned child
     assert torch_share.workers_note("spawned").startswith("spawned (a fresh interpreter each")
+    assert torch_share.workers_note("forkserver").startswith("forkserver (forked by multiprocessing's fork server")
 
 
 def test_a_get_gives_up_when_the_producer_is_silent():

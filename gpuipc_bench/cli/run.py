@@ -346,6 +346,8 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                         console=err, disable=quiet, transient=False)
     current = None  # the mode of the scenario before: a mode left behind ends its busy neighbour
     try:
+        if job is None:
+            sets.prestart(dict.fromkeys(s for s, _ in plan))
         with progress:
             for scenario, specs, mode in plan_runs(plan, list(modes)):
                 if mode is not current:
@@ -412,7 +414,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
         results.close()
         raise
     finally:
-        sets.close()  # every persistent worker ends with the run, under every fault
+        sets.end()  # every persistent worker (and the fork server) ends with the run, under every fault
     results.set_meta("worker_sets", str(sets.started))
     results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
     results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")

@@ -196,3 +196,34 @@ def test_without_a_neighbour_no_such_line():
 
     frame, meta = read_results(Path(__file__).resolve().parents[1] / "results" / "h100-default-modes.csv")
     assert neighbour_costs(analyse(frame, meta).summary) == []
+
+
+def test_at_the_run_s_end_every_neighbour_ends_before_the_mps_daemon(monkeypatch):
+    from gpuipc_bench.cli.run import end_modes
+
+    made = modes.make(modes.parse("time-sliced,mps,mps+copy"))
+    owner, busy = made[1], made[2]
+    order: list[str] = []
+
+    class Process:  # a neighbour still running at the end
+        pid, exitcode = 4242, None
+
+        def is_alive(self):
+            return "neighbour ended" not in order
+
+        def terminate(self):
+            order.append("neighbour ended")
+
+        kill = terminate
+
+        def join(self, timeout=None):
+            pass
+
+    class Daemon:
+        def stop(self):
+            order.append("daemon stopped")
+            return []
+
+    busy.process, owner.daemon = Process(), Daemon()
+    end_modes(made)
+    assert order == ["neighbour ended", "daemon stopped"]

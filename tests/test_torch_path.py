@@ -332,7 +332,7 @@ def test_gpu_torch_moves_verified_tensors_with_both_allocators(no_leaks):
     assert all(r["verified"] is True and r["seconds"] > 0 for r in data)
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
     assert setup == {(f"{v}_{op}",): SETUP_REPEATS for v in variants for op in SETUP_OPS}
-    assert notes["torch.workers"].startswith(("spawned", "forked"))
+    assert notes["torch.workers"].startswith(("forkserver", "spawned", "forked"))
     # after import, a copy out of the producer's tensor runs at device-copy speed, not at a fraction of it
     ceiling = min(r["seconds"] for r in rows if r["path"] == "ceiling" and r["bytes"] == 8 << 20)
     stream = [r["seconds"] for r in data if r["measure"] == "stream" and r["bytes"] == 8 << 20]

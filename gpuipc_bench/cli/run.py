@@ -3,6 +3,7 @@ appended to the results file as each size completes; progress on stderr, summary
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import os
@@ -239,8 +240,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
             raise
         finally:
-            for mode in modes:  # the MPS daemon goes with the run, whatever happened
-                mode.stop()
+            end_modes(modes)
             _drop_if_empty(config.worker_log)
         if plot is not None:
             _plot_run(out, plot, err, quiet)
@@ -322,6 +322,17 @@ def path_facts() -> dict[str, str]:
     from gpuipc_bench.paths import CEILING, to_metadata
 
     return to_metadata([p for s in registry().values() for p in s.paths] + [CEILING])
+
+
+def end_modes(modes) -> None:
+    """The modes go with the run, whatever happened: every busy neighbour first (none may outlive
+    the MPS daemon it is a client of), then the daemons, the modes that share one (whose owner is
+    the first of them) last made first."""
+    for mode in modes:
+        with contextlib.suppress(Exception):
+            mode.leave()
+    for mode in reversed(list(modes)):
+        mode.stop()
 
 
 def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(), notes=None):

@@ -162,7 +162,7 @@ class Sampler:
         fields = {**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
                   "seconds": sample.seconds, "verified": sample.verified, "seq": next(_SEQ),
                   "sm_clock_mhz": self.group_clock if group.get("metric") != "setup" else math.nan}
-        if fields.get("sharing") != "mps":  # a row of the group's own kind (a CPU-only flag ping-pong: 'none')
+        if str(fields.get("sharing")).partition("+")[0] != "mps":  # a row of the group's own kind ('none': CPU only)
             fields.pop("mps_thread_pct", None)
         if callable(fields.get("l2_resident")):
             fields["l2_resident"] = fields["l2_resident"](sample.batch)

@@ -166,6 +166,8 @@ class Scenario:
 
 
 MPS_THREAD_PCT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+# A mode that adds to its base (a busy neighbour: 'mps+copy') names itself here; the rows carry that name
+SHARING_LABEL_ENV = "GPUIPC_BENCH_SHARING"
 
 
 def sharing_mode(devices: list[int | None]) -> str:
@@ -242,8 +244,11 @@ class WorkerContext:
                 pass  # a restricted cpuset: run where we are allowed to
         if sharing is None:  # a pair on MIG instances is 'mig', within one instance or across two
             sharing = "mig" if any(s.mig for s in self.specs) else sharing_mode([s.device for s in self.specs])
+            label = os.environ.get(SHARING_LABEL_ENV, "")
+            if label.partition("+")[0] == sharing:  # the same base, and a busy neighbour beside it
+                sharing = label
         self.row_fields.update(scenario=scenario, workers=self.nworkers, sharing=sharing)
-        if sharing == "mps":  # the share of the SMs this client may use (MPS's default: all of them)
+        if sharing.partition("+")[0] == "mps":  # the share of the SMs this client may use (MPS's default: all)
             self.row_fields["mps_thread_pct"] = int(os.environ.get(MPS_THREAD_PCT_ENV) or 100)
 
     def sync(self) -> None:

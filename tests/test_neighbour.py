@@ -227,3 +227,23 @@ def test_at_the_run_s_end_every_neighbour_ends_before_the_mps_daemon(monkeypatch
     busy.process, owner.daemon = Process(), Daemon()
     end_modes(made)
     assert order == ["neighbour ended", "daemon stopped"]
+
+
+@pytest.mark.parametrize("base, served, label", [
+    ("time-sliced", False, "time-sliced+compute"), ("mps", True, "mps+copy"),
+    ("mps", False, "time-sliced"),  # a label of another base is not believed: what the worker sees wins
+])
+def test_a_neighbour_mode_s_rows_carry_its_name(monkeypatch, base, served, label):
+    import gpuipc_bench.mps
+    from gpuipc_bench.config import RunConfig
+    from gpuipc_bench.scenario import SHARING_LABEL_ENV, WorkerContext, WorkerSpec
+
+    mode = modes.make(modes.parse(f"{base}+{'copy' if base == 'mps' else 'compute'}"))[-1]
+    assert mode.env()[SHARING_LABEL_ENV] == mode.name
+    monkeypatch.setenv(SHARING_LABEL_ENV, mode.name)
+    monkeypatch.setattr(gpuipc_bench.mps, "serves_this_process", lambda: served)
+    specs = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 0)]
+    ctx = WorkerContext(specs[0], specs, RunConfig(scenarios=("ipc",)), None, None, None, lambda m: None)
+    ctx.begin("ipc")
+    assert ctx.row_fields["sharing"] == label
+    assert ("mps_thread_pct" in ctx.row_fields) == served

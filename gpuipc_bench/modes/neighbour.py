@@ -59,7 +59,9 @@ class Neighbour(Mode):
         self.process, self.said = start_neighbour(self.kind, self.device or 0, self.base.env())
 
     def env(self) -> dict[str, str]:
-        return self.base.env()
+        from gpuipc_bench.scenario import SHARING_LABEL_ENV
+
+        return {**self.base.env(), SHARING_LABEL_ENV: self.name}  # the rows say 'mps+copy', not 'mps'
 
     def facts(self) -> dict[str, str]:
         facts = dict(self.base.facts())

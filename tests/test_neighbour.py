@@ -98,7 +98,8 @@ def test_the_mode_starts_its_neighbour_once_and_ends_it_when_the_run_leaves(monk
     mode.start()  # each scenario of the mode asks: one neighbour
     assert mode.process.pid == first
     assert "a third process (pid" in mode.facts()["sharing.time-sliced+compute"]
-    assert mode.env() == mode.base.env() and mode.env()  # the base mode's: a private MPS pipe folder
+    # the base mode's (a private MPS pipe folder), and the name the rows carry
+    assert mode.env() == {**mode.base.env(), "GPUIPC_BENCH_SHARING": "time-sliced+compute"} and mode.base.env()
     assert mode.leave() == [] and _gone(first)
     mode.start()  # back in the mode: a new neighbour
     second = mode.process.pid

@@ -248,3 +248,8 @@ def test_a_neighbour_mode_s_rows_carry_its_name(monkeypatch, base, served, label
     ctx.begin("ipc")
     assert ctx.row_fields["sharing"] == label
     assert ("mps_thread_pct" in ctx.row_fields) == served
+    from gpuipc_bench.results import new_row
+
+    row = new_row(**ctx.row_fields, path="ipc", variant="ce", measure="handoff", metric="bandwidth", src=0, dst=0,
+                  bytes=4096, iteration=0, batch=1, seconds=1e-5, verified=True)  # a valid row of schema 3
+    assert row["sharing"] == label

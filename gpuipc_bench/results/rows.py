@@ -122,7 +122,7 @@ def new_row(**fields: Any) -> dict[str, Any]:
         pct = _as_int("mps_thread_pct", pct)
         if not 1 <= pct <= 100:
             raise ValueError(f"mps_thread_pct must be 1 to 100, not {pct}")
-        if row["sharing"] != "mps":
+        if str(row["sharing"]).partition("+")[0] != "mps":  # MPS, with a busy neighbour or not
             raise ValueError(f"mps_thread_pct is only for rows shared under MPS, not {row['sharing']!r}")
         row["mps_thread_pct"] = pct
     else:

@@ -4,21 +4,11 @@
 # its MPS half (no daemon, no memory, no process left); a busy neighbour; MPS at 25% of the SMs.
 # One tar under $OUT.  Usage: bash scripts/device-issue22b.sh [PREFIX]
 set -uo pipefail
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 prefix=${1:-h100}
-OUT=${OUT:-/tmp/gpuipc-out}; W=$(mktemp -d); mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$W/pip.log" 2>&1 || { cat "$W/pip.log"; exit 1; }
+. scripts/device-lib.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.used --format=csv >"$W/smi-before.txt"
 timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_pool.py tests/test_torch_path.py \
   >"$W/pytest.log" 2>&1; tail -2 "$W/pytest.log"
-run() {  # NAME SECONDS ARGS...
-  local name=$1 limit=$2; shift 2; local start=$(date +%s%N)
-  COLUMNS=80 timeout -s INT "$limit" gpuipc-bench run -o "$W/$prefix-$name.csv" --force "$@" \
-    >"$W/$prefix-$name.out" 2>"$W/$prefix-$name.err"
-  echo "== $name: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms;" \
-    "$(grep -h '^# seconds\|^# worker_sets' "$W/$prefix-$name.csv" | sed 's/^# seconds.//' | tr '\n' ' ')"
-  tail -n 1 "$W/$prefix-$name.err"
-}
 export XDG_CACHE_HOME=$W/cache
 run quick-cold 60 --quick
 run quick-warm 60 --quick

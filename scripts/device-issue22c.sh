@@ -3,20 +3,10 @@
 # path (nvshmem included), persistent (--launcher fork) then fresh processes (fork-fresh), a busy
 # neighbour and MPS at 25% of the SMs. One tar under $OUT.  Usage: bash ... [PREFIX]
 set -uo pipefail
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 prefix=${1:-h100}
-OUT=${OUT:-/tmp/gpuipc-out}; W=$(mktemp -d); mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$W/pip.log" 2>&1 || { cat "$W/pip.log"; exit 1; }
+. scripts/device-lib.sh
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1 \
   && export PYTHONPATH=/tmp/site
-run() {  # NAME SECONDS ARGS...
-  local name=$1 limit=$2; shift 2; local start=$(date +%s%N)
-  COLUMNS=80 timeout -s INT "$limit" gpuipc-bench run -o "$W/$prefix-$name.csv" --force "$@" \
-    >"$W/$prefix-$name.out" 2>"$W/$prefix-$name.err"
-  echo "== $name: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms;" \
-    "$(grep -h '^# seconds\|^# worker_sets' "$W/$prefix-$name.csv" | sed 's/^# seconds.//' | tr '\n' ' ')"
-  tail -n 1 "$W/$prefix-$name.err"
-}
 export XDG_CACHE_HOME=$W/cache
 run quick-cold 60 --quick
 run quick 60 --quick

@@ -3,10 +3,8 @@
 # persistent-set GPU tests; ipc, staging, mmap and torch under GPUIPC_BENCH_PROFILE (workers) and
 # cProfile (parent); the default run at 5 ms and at 2 ms samples. One tar under $OUT.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 prefix=${1:-h100}
-OUT=${OUT:-/tmp/gpuipc-out}; W=$(mktemp -d); mkdir -p "$OUT"
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$W/pip.log" 2>&1 || { cat "$W/pip.log"; exit 1; }
+. scripts/device-lib.sh
 {
   for m in cupy torch pandas "cupy; cupy.cuda.runtime.getDeviceCount(); cupy.zeros(1)"; do
     python3 -c "import time; t=time.perf_counter(); import $m; print(f'import $m: {time.perf_counter()-t:.2f} s')"
@@ -24,14 +22,6 @@ COLUMNS=80 GPUIPC_BENCH_PROFILE=$W/prof timeout -s INT 150 \
 echo "== profiled: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms; $(grep -h '^# seconds' "$W/$prefix-profiled.csv" | tr '\n' ' ')"
 python3 scripts/profile_summary.py "$W/prof" 25 >"$W/profile.txt" 2>&1
 rm -rf "$W/prof"
-run() {  # NAME SECONDS ARGS...
-  local name=$1 limit=$2; shift 2; local start=$(date +%s%N)
-  COLUMNS=80 timeout -s INT "$limit" gpuipc-bench run -o "$W/$prefix-$name.csv" --force "$@" \
-    >"$W/$prefix-$name.out" 2>"$W/$prefix-$name.err"
-  echo "== $name: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms;" \
-    "$(grep -h '^# seconds.total\|^# worker_sets' "$W/$prefix-$name.csv" | tr '\n' ' ')"
-  tail -n 1 "$W/$prefix-$name.err"
-}
 [ -n "${PROFILE_ONLY:-}" ] || { run default-5ms 120; GPUIPC_BENCH_SAMPLE_S=0.002 run default-2ms 120; }
 pgrep -a nvidia-cuda-mps || echo "no MPS daemon left"
 rm -rf "$W/cache"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a lent one-GPU machine (issue 22), after the default sweep's choices: GPU tests of the
 # persistent sets and torch; --quick cold and warm; the default run; SIGKILL of the parent in
-# its MPS half (no daemon, no memory, no process left); a busy neighbour; MPS at 25% of the SMs.
+# its MPS half (no daemon, no memory, no process left). (A busy neighbour and MPS at 25%: device-issue22c.sh.)
 # One tar under $OUT.  Usage: bash scripts/device-issue22b.sh [PREFIX]
 set -uo pipefail
 prefix=${1:-h100}
@@ -23,9 +23,6 @@ sleep 3; kill -9 $pid; sleep 6
   nvidia-smi --query-gpu=memory.used --format=csv,noheader
   nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader; ls /dev/shm | grep -c gpuipc; } \
   >"$W/killed.txt" 2>&1; cat "$W/killed.txt"
-run neighbour 120 -s ipc -s staging --sizes 4K,64M \
-  --sharing time-sliced,mps,time-sliced+compute,mps+compute,time-sliced+copy,mps+copy
-run mps25 90 -s ipc -s mmap -s latency --quick --sharing mps,mps:25
 pgrep -a nvidia-cuda-mps || echo "no MPS daemon left at the end"
 rm -rf "$W/cache"
 tar -C "$W" -czf "$OUT/issue22b-$prefix.tgz" .

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # On a lent one-GPU machine (issue 22): where a run's time goes. Import and start-up costs; the
-# persistent-set GPU tests; ipc, staging, mmap and torch under GPUIPC_BENCH_PROFILE (workers) and
-# cProfile (parent); the default run at 5 ms and at 2 ms samples. One tar under $OUT.
+# persistent-set GPU tests; ipc, staging, mmap and torch under GPUIPC_BENCH_PROFILE (the workers); the default run at 5 ms and at 2 ms samples. One tar under $OUT.
 set -uo pipefail
 prefix=${1:-h100}
 . scripts/device-lib.sh

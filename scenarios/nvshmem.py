@@ -1,7 +1,8 @@
 """nvshmem: host-initiated put and get on NVSHMEM symmetric memory, two PEs, through nvshmem4py.
 
 Two processes (PE 0, the producer, and PE 1, the consumer; both on one GPU unless --devices
-names two) initialise NVSHMEM by unique id: the producer makes it (get_unique_id) and hands
+names two; forked by the run's fork server, which imported nvshmem4py once, not by the parent)
+initialise NVSHMEM by unique id: the producer makes it (get_unique_id) and hands
 its bytes over through the tool's own handle table; both then call init() with it (UID
 bootstrap over loopback; NVSHMEM_DISABLE_NVLS=1 always). Each allocates one symmetric ring
 (nvshmem_malloc, a collective) and a symmetric scratch buffer.
@@ -399,6 +400,10 @@ class NvshmemWorker(PairWorker):
 
 class NvshmemScenario(PairScenario):
     persistent_workers = False  # NVSHMEM initialises once per process
+    # Its processes are forked by the run's fork server, which imported nvshmem4py once: that import
+    # takes 3.3 s on an H100 node (it imports torch where torch is installed), per process and mode.
+    start_method = "forkserver"
+    preload = ("cupy", "cuda.core", "nvshmem.core", "nvshmem.bindings")
     name = "nvshmem"
     summary = "NVSHMEM (nvshmem4py): host-initiated put/get on symmetric memory, two PEs; small-put cost"
     worker_class = NvshmemWorker

@@ -200,8 +200,6 @@ def test_without_a_neighbour_no_such_line():
 
 
 def test_at_the_run_s_end_every_neighbour_ends_before_the_mps_daemon(monkeypatch):
-    from gpuipc_bench.cli.run import end_modes
-
     made = modes.make(modes.parse("time-sliced,mps,mps+copy"))
     owner, busy = made[1], made[2]
     order: list[str] = []
@@ -226,7 +224,7 @@ def test_at_the_run_s_end_every_neighbour_ends_before_the_mps_daemon(monkeypatch
             return []
 
     busy.process, owner.daemon = Process(), Daemon()
-    end_modes(made)
+    modes.end_all(made)
     assert order == ["neighbour ended", "daemon stopped"]
 
 

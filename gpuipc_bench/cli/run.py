@@ -3,7 +3,6 @@ appended to the results file as each size completes; progress on stderr, summary
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime
 import os
@@ -22,6 +21,7 @@ from gpuipc_bench.cli.console import signal_name, stderr_console, stdout_console
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
+from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.plan import (
     check_memory, modes_for, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry, resolve_names,
 )
@@ -322,17 +322,6 @@ def path_facts() -> dict[str, str]:
     from gpuipc_bench.paths import CEILING, to_metadata
 
     return to_metadata([p for s in registry().values() for p in s.paths] + [CEILING])
-
-
-def end_modes(modes) -> None:
-    """The modes go with the run, whatever happened: every busy neighbour first (none may outlive
-    the MPS daemon it is a client of), then the daemons, the modes that share one (whose owner is
-    the first of them) last made first."""
-    for mode in modes:
-        with contextlib.suppress(Exception):
-            mode.leave()
-    for mode in reversed(list(modes)):
-        mode.stop()
 
 
 def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(), notes=None):

@@ -17,6 +17,8 @@ neighbour ('time-sliced+compute', 'mps+copy': modes/neighbour.py) wraps one of t
 
 from __future__ import annotations
 
+import contextlib
+
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.modes.base import Mode
 from gpuipc_bench.modes.mps import Mps
@@ -74,3 +76,14 @@ def make(names: tuple[str, ...]) -> list[Mode]:
             mode = MODES[base]()
         made.append(Neighbour(mode, kind) if kind else mode)
     return made
+
+
+def end_all(modes) -> None:
+    """The modes go with the run, whatever happened: every busy neighbour first (none may outlive
+    the MPS daemon it is a client of), then the daemons, the modes that share one (whose owner is
+    the first of them) last made first."""
+    for mode in modes:
+        with contextlib.suppress(Exception):
+            mode.leave()
+    for mode in reversed(list(modes)):
+        mode.stop()

@@ -361,10 +361,13 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
         lines.append(Line("Fastest mechanism per size; ≈ the same, ≈? undecided"
                           + (", * partly L2-resident." if l2 else "."), 0, "dim"))
     setup = {c.path: c for c in answer.setup}
-    bands = [b for section in answer.sections for b in section.bands]
+    # A mode with a busy neighbour ('mps+copy') is summed up by its BUSY NEIGHBOUR line: its own
+    # decisions are in the report, not on this screen
+    sections = [section for section in answer.sections if "+" not in section.sharing]
+    bands = [b for section in sections for b in section.bands]
     column = max([SIZE_WIDTH] + [len(sizes_text(b.lo, b.hi)) + 4 for b in bands])
     heading, mentioned = None, set()
-    for section in answer.sections:
+    for section in sections:
         here = link_heading(section, analysis.meta)
         if here != heading:  # a heading per link or class of GPU pairs, with its first title where it fits
             combined = f"{here} · {section_subtitle(section)}"
@@ -377,11 +380,12 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             head, rest = band_lines(band, section.measure, setup, column, mentioned, section.links)
             lines.append(Line(head.text + " " + rest.text.strip(), HANG))
             lines += differ_lines(band, section.measure, HANG - 2)
-    if answer.handover:
-        lines.append(handover_line(answer.handover))
+    handover = [h for h in answer.handover if "+" not in h.sharing]
+    if handover:
+        lines.append(handover_line(handover))
     lines += neighbour_lines(neighbour_costs(analysis.summary))
     lines += fallback_lines(analysis) + [Line("! " + x, 2, "bold yellow") for x in [refused_line(analysis.meta)] if x]
-    lines += [x for x in (setup_line(answer.setup, _named(answer.sections)), confidence_line(answer.decisions, width),
+    lines += [x for x in (setup_line(answer.setup, _named(sections)), confidence_line(answer.decisions, width),
                           warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)

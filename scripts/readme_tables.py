@@ -16,8 +16,8 @@ from readme_figures import (
 H100, H200 = "h100-default.csv", "h200-default.csv"
 MODES = "h100-default-modes.csv"
 BOTH = "h100-both-modes-default.csv"  # this version's default run (persistent sets, the sweep's choices)
-FRESH = "h100-both-modes-fork-fresh.csv"
 QUICK = "h100-both-modes-quick.csv"
+FORK, FRESH = "h100-fork-vs-fresh-fork.csv", "h100-fork-vs-fresh-fresh.csv"  # one call, the two launchers
 PAIRS = "h100x2-nvlink-pairs-all.csv"
 PAIRS_DEFAULT = "h100x2-nvlink-default.csv"
 FORCED = "h100x2-nvlink-nccl-forced.csv"
@@ -44,15 +44,16 @@ def size(nbytes: int) -> str:
 
 
 def runtime(runs: Runs) -> str:
-    both, fresh, quick, modes, h100 = runs[BOTH], runs[FRESH], runs[QUICK], runs[MODES], runs[H100]
+    both, fork, fresh, quick, modes, h100 = runs[BOTH], runs[FORK], runs[FRESH], runs[QUICK], runs[MODES], runs[H100]
     seconds = {k.split(".", 1)[1]: float(v) for k, v in both.meta.items() if k.startswith("seconds.")}
     top = sorted(((v, k) for k, v in seconds.items() if k != "total"), reverse=True)[:4]
     return (f"On one H100 the default run, every path (nvshmem and torch included) time-sliced and under "
             f"the run's own MPS daemon, took **{num(seconds['total'])} s** (`seconds.total` of `results/{BOTH}`; "
-            f"most of it {', '.join(f'{k} {num(v)} s' for v, k in top)}); the same run with a fresh pair of "
-            f"processes for every scenario (`--launcher fork-fresh`, `results/{FRESH}`, same machine) "
-            f"{num(float(fresh.meta['seconds.total']))} s, and `--quick` {num(float(quick.meta['seconds.total']))} s "
-            f"(`results/{QUICK}`, nvshmem {num(float(quick.meta['seconds.nvshmem']))} s of it). The previous "
+            f"most of it {', '.join(f'{k} {num(v)} s' for v, k in top)}) and `--quick` "
+            f"{num(float(quick.meta['seconds.total']))} s (`results/{QUICK}`). In one call of an earlier "
+            f"build, the run with persistent process sets took {num(float(fork.meta['seconds.total']))} s and "
+            f"with fresh processes for every scenario (`--launcher fork-fresh`) "
+            f"{num(float(fresh.meta['seconds.total']))} s (`results/{FORK}`, `{FRESH}`). The previous "
             f"version's default run took {num(float(modes.meta['seconds.total']))} s with both modes "
             f"(`results/{MODES}`) and {num(h100.scenario_seconds())} s of scenarios time-sliced only "
             f"(`results/{H100}`).")

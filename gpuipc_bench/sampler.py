@@ -31,6 +31,7 @@ import dataclasses
 import itertools
 import math
 import os
+import random
 from typing import Callable, Iterator
 
 from gpuipc_bench import robust
@@ -87,86 +88,128 @@ class Sampler:
         self.seq = 0  # samples so far, the same in every worker
         self.solo_seq = 0  # samples of groups this worker takes alone (its own count: seeds apart)
         self.samples = 0  # timed samples this worker recorded (for the note at the end)
-        self.group_clock = math.nan  # the SM clock (MHz) as the current group started timing
         # (path, variant, measure, metric, src, dst, solo) -> the transfers per sample the last
         # group of that measurement settled on: the next size's warm-up takes no more
         self.settled: dict[tuple, int] = {}
 
     def run(self, group: dict, take: Callable[[Trial], Sample | None], *, timer: bool, reps: int = 1,
             solo: bool = False, calibrate: bool = True, min_reps: int = 1, phase: str = "sample",
-            counts: Counts | None = None) -> Iterator[dict]:
-        """Warm up, then sample until the stop rule says enough; yield one row per timed sample
-        (from the timing worker). `solo`: only this worker takes part (a ceiling measured alone)."""
-        counts = counts or self.counts
-        nbytes = int(group.get("bytes", 0))
-        # What the progress line and a hang report name: the ceiling, or path/variant measure.
-        label = str(group.get("variant", "")) if phase == "ceiling" else \
-            f"{group.get('path', '')}/{group.get('variant', '')} {group.get('measure', '')}".strip()
-        values: list[float] = []
-        timed = 0.0  # seconds of timed transfers so far (the group's budget)
-        index = 0
-        warm_left = counts.warmup
-        cap = reps  # the calibration's ceiling: the group's own count
-        memory = (group.get("path"), group.get("variant"), group.get("measure"), group.get("metric"),
-                  str(group.get("src")), str(group.get("dst")), solo)
-        if calibrate and warm_left and memory in self.settled:
-            reps = max(min(min_reps, cap), min(cap, self.settled[memory]))
-        self.group_clock = math.nan
-        while True:
-            warm = warm_left > 0
-            self.ctx.phase("warmup" if warm else phase, nbytes, index, label=label)
-            if solo:
-                self.solo_seq += 1
-                trial = Trial(self.solo_seq, seed_for(self.solo_seq) ^ SOLO_SEEDS, reps, index, warm)
-            else:
-                self.seq += 1
-                trial = Trial(self.seq, seed_for(self.seq), reps, index, warm)
-            sample = take(trial)
-            stop = False
-            if timer:
-                if sample is None:
-                    raise RuntimeError("the timing worker's take() returned no sample")
-                if warm:
-                    warm_left -= 1
-                    if calibrate and warm_left == 0:
-                        reps = calibrated(sample, cap, min_reps)
-                else:
-                    clock = getattr(self.ctx, "clock", None)
-                    if not values and clock is not None:  # the SM clock once a group, as it starts timing
-                        self.group_clock = clock()
-                    values.append(sample.seconds)
-                    timed += sample.seconds * sample.batch
-                    stop = robust.enough(values, counts.min_samples, counts.max_samples) or (
-                        len(values) >= counts.min_samples and timed >= GROUP_BUDGET_S)
-                    self.samples += 1
-                    yield self.row(group, sample, len(values) - 1)
-                if not solo:
-                    self.ctx.store("sampler", (self.seq << _REPS_BITS) | (reps << 1) | int(stop))
-            elif not solo:
-                self.ctx.wait("sampler", self.seq << _REPS_BITS, what="the timing worker's decision")
-                word = self.ctx.load("sampler")
-                reps, stop = (word >> 1) & ((1 << (_REPS_BITS - 1)) - 1), bool(word & 1)
-                warm_left = max(0, warm_left - 1) if warm else warm_left
-            else:
-                raise ValueError("a solo group is taken by its timing worker")
-            index += 1
-            if stop:
-                if calibrate:
-                    self.settled[memory] = reps  # the same in every worker: from the decision words
-                return
+            counts: Counts | None = None) -> "Group":
+        """One group: warm up, then sample until the stop rule says enough; iterating it yields one
+        row per timed sample (from the timing worker), as it runs alone; interleave() runs several
+        together. `solo`: only this worker takes part (a ceiling measured alone)."""
+        return Group(self, group, take, timer=timer, reps=reps, solo=solo, calibrate=calibrate, min_reps=min_reps,
+                     phase=phase, counts=counts or self.counts)
 
-    def row(self, group: dict, sample: Sample, iteration: int) -> dict:
+    def interleave(self, groups: "list[Group]", key: object = "") -> Iterator[dict]:
+        """The groups of the paths (or variants) compared at one size, sampled in turn rather than
+        one after another, so that a drift over the run (clock, temperature, a neighbour) falls on
+        every group alike instead of on whichever ran last: each group's warm-up first, then rounds
+        of one sample of every group still going, in an order shuffled per round from the run's
+        --order-seed and `key` (the same in every worker: both take the same samples in the same
+        order). Without a seed, the order declared."""
+        for state in groups:
+            while state.warm_left > 0 and not state.done:
+                yield from state.step()
+        seed = getattr(getattr(self.ctx, "config", None), "order_seed", None)
+        shuffle = random.Random(f"{seed}:{key}").shuffle if seed is not None else None
+        while True:
+            live = [state for state in groups if not state.done]
+            if not live:
+                return
+            if shuffle is not None:
+                shuffle(live)
+            for state in live:
+                yield from state.step()
+
+    def row(self, group: dict, sample: Sample, iteration: int, clock: float = math.nan) -> dict:
         """The row of one timed sample. A group's `l2_resident` may be a function of the
         sample's batch (gpu.memory.L2Check): each row then says whether its own ring could stay
         in L2, from the transfers this sample really timed (after calibration)."""
         fields = {**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
                   "seconds": sample.seconds, "verified": sample.verified, "seq": next(_SEQ),
-                  "sm_clock_mhz": self.group_clock if group.get("metric") != "setup" else math.nan}
+                  "sm_clock_mhz": clock if group.get("metric") != "setup" else math.nan}
         if str(fields.get("sharing")).partition("+")[0] != "mps":  # a row of the group's own kind ('none': CPU only)
             fields.pop("mps_thread_pct", None)
         if callable(fields.get("l2_resident")):
             fields["l2_resident"] = fields["l2_resident"](sample.batch)
         return new_row(**label_ends(fields, getattr(self.ctx, "spec", None)))
+
+
+class Group:
+    """One group's samples, taken a step (one sample) at a time: Sampler.run alone, or in turn with
+    the other groups of one size (Sampler.interleave). Every worker steps the same groups in the
+    same order; the timing worker decides each group's reps and its stop, the others read it."""
+
+    def __init__(self, sampler: Sampler, group: dict, take: Callable[[Trial], Sample | None], *, timer: bool,
+                 reps: int, solo: bool, calibrate: bool, min_reps: int, phase: str, counts: Counts):
+        self.sampler, self.group, self.take, self.timer, self.solo = sampler, group, take, timer, solo
+        self.calibrate, self.min_reps, self.phase, self.counts = calibrate, min_reps, phase, counts
+        self.nbytes = int(group.get("bytes", 0))
+        # What the progress line and a hang report name: the ceiling, or path/variant measure.
+        self.label = str(group.get("variant", "")) if phase == "ceiling" else \
+            f"{group.get('path', '')}/{group.get('variant', '')} {group.get('measure', '')}".strip()
+        self.values: list[float] = []
+        self.timed = 0.0  # seconds of timed transfers so far (the group's budget)
+        self.index = 0
+        self.warm_left = counts.warmup
+        self.cap = reps  # the calibration's ceiling: the group's own count
+        self.memory = (group.get("path"), group.get("variant"), group.get("measure"), group.get("metric"),
+                       str(group.get("src")), str(group.get("dst")), solo)
+        if calibrate and self.warm_left and self.memory in sampler.settled:
+            reps = max(min(min_reps, self.cap), min(self.cap, sampler.settled[self.memory]))
+        self.reps = reps
+        self.clock = math.nan  # the SM clock (MHz) as the group started timing
+        self.done = False
+
+    def __iter__(self) -> Iterator[dict]:
+        while not self.done:
+            yield from self.step()
+
+    def step(self) -> Iterator[dict]:
+        """One sample, warm-up or timed: its row (from the timing worker, if timed)."""
+        sampler, ctx, counts = self.sampler, self.sampler.ctx, self.counts
+        warm = self.warm_left > 0
+        ctx.phase("warmup" if warm else self.phase, self.nbytes, self.index, label=self.label)
+        if self.solo:
+            sampler.solo_seq += 1
+            trial = Trial(sampler.solo_seq, seed_for(sampler.solo_seq) ^ SOLO_SEEDS, self.reps, self.index, warm)
+        else:
+            sampler.seq += 1
+            trial = Trial(sampler.seq, seed_for(sampler.seq), self.reps, self.index, warm)
+        sample = self.take(trial)
+        stop = False
+        if self.timer:
+            if sample is None:
+                raise RuntimeError("the timing worker's take() returned no sample")
+            if warm:
+                self.warm_left -= 1
+                if self.calibrate and self.warm_left == 0:
+                    self.reps = calibrated(sample, self.cap, self.min_reps)
+            else:
+                clock = getattr(ctx, "clock", None)
+                if not self.values and clock is not None:  # the SM clock once a group, as it starts timing
+                    self.clock = clock()
+                self.values.append(sample.seconds)
+                self.timed += sample.seconds * sample.batch
+                stop = robust.enough(self.values, counts.min_samples, counts.max_samples) or (
+                    len(self.values) >= counts.min_samples and self.timed >= GROUP_BUDGET_S)
+                sampler.samples += 1
+                yield sampler.row(self.group, sample, len(self.values) - 1, self.clock)
+            if not self.solo:
+                ctx.store("sampler", (sampler.seq << _REPS_BITS) | (self.reps << 1) | int(stop))
+        elif not self.solo:
+            ctx.wait("sampler", sampler.seq << _REPS_BITS, what="the timing worker's decision")
+            word = ctx.load("sampler")
+            self.reps, stop = (word >> 1) & ((1 << (_REPS_BITS - 1)) - 1), bool(word & 1)
+            self.warm_left = max(0, self.warm_left - 1) if warm else self.warm_left
+        else:
+            raise ValueError("a solo group is taken by its timing worker")
+        self.index += 1
+        if stop:
+            if self.calibrate:
+                sampler.settled[self.memory] = self.reps  # the same in every worker: from the decision words
+            self.done = True
 
 
 _SEQ = itertools.count()  # rows in the order this process took them (the CSV's `seq`: drift over a run)

@@ -37,7 +37,7 @@ from gpuipc_bench.gpu.memory import DeviceBuffer, IpcEvent, MappedBuffer, Ring, 
 from gpuipc_bench.gpu.timing import time_setup
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import SETUP_REPEATS, Sample
+from gpuipc_bench.sampler import Group, SETUP_REPEATS, Sample
 from gpuipc_bench.signal import Signal
 
 VARIANTS = ("ce", "sm", "push")
@@ -127,9 +127,7 @@ class IpcWorker(PairWorker):
     # ------------------------------------------------------------------ measuring
 
     def measure(self, nbytes: int) -> Iterator[dict]:
-        for variant in VARIANTS:
-            for measure in MEASURES:
-                yield from self.bandwidth(variant, measure, nbytes)
+        yield from self.sampler.interleave([self.bandwidth(v, m, nbytes) for v in VARIANTS for m in MEASURES], nbytes)
         yield from self.in_turn(lambda: self.ceiling_samples(nbytes))
         if nbytes in PINGPONG_SIZES:
             yield from self.pingpong(nbytes)
@@ -147,7 +145,7 @@ class IpcWorker(PairWorker):
         for key in dict.fromkeys(self.ceiling_for(v) for v in VARIANTS):
             yield from self.ceiling_rows(key, nbytes)
 
-    def bandwidth(self, variant: str, measure: str, nbytes: int) -> Iterator[dict]:
+    def bandwidth(self, variant: str, measure: str, nbytes: int) -> Group:
         push = variant == "push"
         src, dst = (self.cdev, self.pdev) if push else (self.pdev, self.cdev)
         if measure == "stream":
@@ -158,7 +156,7 @@ class IpcWorker(PairWorker):
             timer = self.ctx.rank == (PRODUCER if push else CONSUMER)
             take = self.push_handoff if push else self.pull_handoff
         group = self.group(variant, measure, nbytes, src, dst, self.ceiling_for(variant), reps)
-        yield from self.sampler.run(group, lambda trial: take(variant, nbytes, trial), timer=timer, reps=reps)
+        return self.sampler.run(group, lambda trial: take(variant, nbytes, trial), timer=timer, reps=reps)
 
     def pull_stream(self, variant, nbytes, trial) -> Sample | None:
         gpu, ring = self.gpu, Ring.for_size(nbytes, trial.reps)

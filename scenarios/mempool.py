@@ -174,13 +174,15 @@ class HostPoolWorker(StagingWorker):
         ctx.sync()
 
     def measure(self, nbytes):
+        groups = []
         for measure in MEASURES:
             handoff = measure == "handoff"
             reps = min(reps_for(nbytes), max_transfers(1, handoff))
             group = self.group("host-pool", measure, nbytes, self.pdev, self.cdev,
                                self.two_hops("host-pool", measure), reps)
             take = lambda trial, h=handoff: self.gpu_ordered("host-pool", nbytes, nbytes, 1, h, trial)  # noqa: E731
-            yield from self.sampler.run(group, take, timer=not self.producer, reps=reps)
+            groups.append(self.sampler.run(group, take, timer=not self.producer, reps=reps))
+        yield from self.sampler.interleave(groups, nbytes)
         yield from self.in_turn(lambda: self.ceiling_rows(
             f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}", nbytes))
 

@@ -89,6 +89,7 @@ class MmapWorker(StagingWorker):
         return self.ctx.shared.region
 
     def measure(self, nbytes):
+        groups = []
         for variant, engine in VARIANTS.items() if not self.events_refused else ():
             for measure in MEASURES:
                 handoff = measure == "handoff"
@@ -97,7 +98,8 @@ class MmapWorker(StagingWorker):
                                    self.two_hops(variant, measure, "-sm" if engine == "sm" else ""), reps)
                 take = lambda trial, e=engine, v=variant, h=handoff: self.gpu_ordered(  # noqa: E731
                     v, nbytes, nbytes, 1, h, trial, e)
-                yield from self.sampler.run(group, take, timer=not self.producer, reps=reps)
+                groups.append(self.sampler.run(group, take, timer=not self.producer, reps=reps))
+        yield from self.sampler.interleave(groups, nbytes)
         yield from self.in_turn(lambda: self.my_ceilings(nbytes))
 
     def my_ceilings(self, nbytes):

@@ -169,11 +169,11 @@ class StagingWorker(PairWorker):
         return f"d2h{sm}@{self.pdev}{joint}h2d{sm}@{self.cdev}"
 
     def measure(self, nbytes):
-        for variant in VARIANTS:
-            if self.events_refused and variant in self.event_variants:
-                continue  # across MIG instances, the driver refused the events (see open_events)
-            for measure in MEASURES if variant in GPU_ORDERED else ("handoff",):
-                yield from self.bandwidth(variant, measure, nbytes)
+        yield from self.sampler.interleave([
+            self.bandwidth(variant, measure, nbytes) for variant in VARIANTS
+            # across MIG instances, the driver may refuse the events (see open_events)
+            if not (self.events_refused and variant in self.event_variants)
+            for measure in (MEASURES if variant in GPU_ORDERED else ("handoff",))], nbytes)
         yield from self.in_turn(lambda: self.ceiling_rows(
             f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}", nbytes))
         if nbytes in PINGPONG_SIZES:
@@ -189,7 +189,7 @@ class StagingWorker(PairWorker):
             reps = host_ordered_reps(nbytes)
             take = lambda trial: self.host_ordered(variant, nbytes, trial)  # noqa: E731
         group = self.group(variant, measure, nbytes, self.pdev, self.cdev, self.two_hops(variant, measure), reps)
-        yield from self.sampler.run(group, take, timer=not self.producer, reps=reps)
+        return self.sampler.run(group, take, timer=not self.producer, reps=reps)
 
     def gpu_ordered(self, variant, nbytes, chunk, units, handoff, trial, engine="ce"):
         """One GPU-ordered batch through the host ring: the producer's hop (D2H, or a kernel

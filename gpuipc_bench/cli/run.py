@@ -6,18 +6,17 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import os
-import shlex
+import random
 import signal
 import socket
-import sys
 import time
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
-from gpuipc_bench import __version__
 from gpuipc_bench.cli.console import signal_name, stderr_console, stdout_console
+from gpuipc_bench.cli.header import run_header
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
@@ -104,8 +103,12 @@ def _samples_text(preset: str) -> str:
                    "(they are the ranks of `mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per "
                    "rank, so N must be what a scenario takes, 2 for the GPU pairs). Default: mpi when started "
                    "by mpirun or srun, else fork.")
+@click.option("--order-seed", type=click.IntRange(0, 2**31 - 1), default=None,
+              help="Seed of the order in which the variants of a path are sampled in turn at each size (they "
+                   "are interleaved, so that a drift over the run falls on all of them). Default: a new one "
+                   "per run, written in the CSV header (order_seed): pass it to repeat a run's order.")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
-        force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None):
+        force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None, order_seed=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -127,7 +130,8 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
     code = None
     try:
         _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
-             force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing, fresh=launcher == "fork-fresh")
+             force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing, fresh=launcher == "fork-fresh",
+             order_seed=random.randrange(2**31) if order_seed is None else order_seed)
         code = 0
     except click.exceptions.Exit as exc:
         code = exc.exit_code
@@ -150,7 +154,7 @@ def _select_by_uuid(devices):
 
 
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
-         force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False):
+         force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False, order_seed=None):
     from gpuipc_bench.machine import probe
 
     if pairs is not None and devices:
@@ -171,7 +175,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             scenarios=tuple(names), sizes=sizes, iterations=iterations, preset=preset or "",
             **_sample_counts(preset, min_samples, max_samples, warmup),
             devices=devices, workers=workers, timeout=timeout,
-            launcher="mpi" if job else "fork-fresh" if fresh else "fork",
+            launcher="mpi" if job else "fork-fresh" if fresh else "fork", order_seed=order_seed,
             **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
         )
         out = out or _default_out()
@@ -295,35 +299,6 @@ def _default_out() -> Path:
     return Path("results") / f"{stamp}-{socket.gethostname()}.csv"
 
 
-def _metadata(config: RunConfig, machine) -> dict[str, str]:
-    from gpuipc_bench.results import SCHEMA_VERSION
-
-    meta = {
-        "tool_version": __version__,
-        "schema_version": str(SCHEMA_VERSION),
-        "created_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "command": "gpuipc-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-        "scenarios": ",".join(config.scenarios),
-        "min_samples": str(config.min_samples),
-        "max_samples": str(config.max_samples),
-        "warmup": str(config.warmup),
-        "chunk_bytes": str(config.chunk_bytes),
-        "timeout": f"{config.timeout:g}",
-    }
-    if config.sharing:
-        meta["sharing.modes"] = ",".join(config.sharing)  # each same-GPU pair scenario ran once per mode
-    meta.update(machine.metadata())
-    meta.update(path_facts())
-    return meta
-
-
-def path_facts() -> dict[str, str]:
-    """The facts of every path the registry knows, for the CSV header (gpuipc_bench.paths)."""
-    from gpuipc_bench.paths import CEILING, to_metadata
-
-    return to_metadata([p for s in registry().values() for p in s.paths] + [CEILING])
-
-
 def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(), notes=None):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
@@ -334,7 +309,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
     # the persistent workers (the fork launcher's; --launcher fork-fresh: none, every scenario its own)
     sets = WorkerSets(config.worker_log or "", persistent=config.launcher == "fork")
     launched = job.metadata() if job else {"launcher": config.launcher}
-    results = ResultsFile(out, {**_metadata(config, machine), **launched,
+    results = ResultsFile(out, {**run_header(config, machine), **launched,
                                 **{f"note.{key}": text for key, text in (notes or {}).items()}})
     results.write(partial=True, status="running")
     run_started = time.monotonic()

@@ -1,0 +1,85 @@
+"""Interleaved sampling (issue 21): the groups compared at one size are sampled in turn, each
+group's warm-up first, then rounds of one sample of every group still going, in an order shuffled
+per round from the run's --order-seed; every worker takes the same samples in the same order (the
+others learn each group's reps and stop from the timing worker's decision words only)."""
+
+from __future__ import annotations
+
+import itertools
+from types import SimpleNamespace
+
+from click.testing import CliRunner
+
+from gpuipc_bench.sampler import Counts, Sample, Sampler
+
+
+def _ctx(words=None, seed=None):
+    stored: list[int] = []
+    feed = iter(words or [])
+    return SimpleNamespace(row_fields={"scenario": "ipc", "workers": 2, "sharing": "time-sliced"}, clock=None,
+                           phase=lambda *a, **k: None, spec=None, store=lambda name, word: stored.append(word),
+                           wait=lambda *a, **k: None, load=lambda name: next(feed), stored=stored,
+                           config=SimpleNamespace(order_seed=seed))
+
+
+def _run(sampler, timer=True, noisy=("push",), max_samples=12):
+    """ce, push and sm at one size; push's samples never settle (it goes to the cap), the others do."""
+    taken: list[tuple[str, bool, int]] = []
+    noise = itertools.cycle((1.0, 1.3, 0.8, 1.2))
+    groups = []
+    for variant in ("ce", "push", "sm"):
+        def take(trial, v=variant):
+            taken.append((v, trial.warm, trial.seq))
+            if not timer:
+                return None
+            return Sample(1e-5 * (next(noise) if v in noisy else 1.0), trial.reps)
+        group = dict(path="ipc", variant=variant, measure="stream", metric="bandwidth", src="0", dst="0",
+                     bytes=4096, ceiling="d2d@0")
+        groups.append(sampler.run(group, take, timer=timer, reps=64))
+    rows = list(sampler.interleave(groups, 4096))
+    return taken, rows
+
+
+def test_warm_ups_first_then_one_sample_of_each_group_in_turn():
+    sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=12))
+    taken, rows = _run(sampler)
+    assert [(v, w) for v, w, _ in taken[:3]] == [("ce", True), ("push", True), ("sm", True)]
+    timed = [v for v, w, _ in taken if not w]
+    assert timed[:18] == ["ce", "push", "sm"] * 6  # rounds while every group goes on
+    assert timed[18:] == ["push"] * 6  # the settled ones stopped at 6, the noisy one to the cap
+    assert [r["iteration"] for r in rows if r["variant"] == "push"] == list(range(12))
+    assert [r["seq"] for r in rows] == sorted(r["seq"] for r in rows)
+
+
+def test_a_seed_shuffles_each_round_and_the_other_worker_follows():
+    timer = Sampler(_ctx(seed=1234), Counts(warmup=1, min_samples=6, max_samples=12))
+    timed, _ = _run(timer)
+    rounds = [tuple(v for v, _, _ in timed[3 + 3 * k: 6 + 3 * k]) for k in range(6)]
+    assert all(sorted(r) == ["ce", "push", "sm"] for r in rounds) and len(set(rounds)) > 1  # shuffled per round
+    other = Sampler(_ctx(timer.ctx.stored, seed=1234), Counts(warmup=1, min_samples=6, max_samples=12))
+    followed, rows = _run(other, timer=False)
+    assert followed == timed and rows == []  # the same samples in the same order; rows come from the timer
+    again = Sampler(_ctx(seed=1234), Counts(warmup=1, min_samples=6, max_samples=12))
+    assert _run(again)[0] == timed  # the seed repeats the order
+
+
+def test_one_group_alone_runs_as_before():
+    sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=12))
+    group = dict(path="ipc", variant="ce", measure="stream", metric="bandwidth", src="0", dst="0", bytes=4096)
+    rows = list(sampler.run(group, lambda trial: Sample(1e-5, trial.reps), timer=True, reps=64))
+    assert len(rows) == 6 and sampler.samples == 6
+
+
+def test_the_run_records_its_order_seed_and_takes_one(tmp_path):
+    from gpuipc_bench.cli import cli
+    from gpuipc_bench.results import read_results
+
+    out = tmp_path / "r.csv"
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "64", "-n", "3", "--order-seed", "77",
+                                      "-o", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert read_results(out)[1]["order_seed"] == "77"
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "64", "-n", "3", "-o", str(out), "--force", "-q"])
+    assert result.exit_code == 0 and read_results(out)[1]["order_seed"].isdigit()  # a new one, written down
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "--order-seed", "-1", "-o", str(out), "--force"])
+    assert result.exit_code == 2 and "--order-seed" in result.output

@@ -19,6 +19,7 @@ from gpuipc_bench import mps
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import BarrierAborted, WorkerFailed
 from gpuipc_bench.launcher import run_scenario
+from gpuipc_bench.sampler import SETUP_REPEATS
 from gpuipc_bench.scenarios import SCENARIOS
 from gpuipc_bench.scenarios.latency import LatencyScenario, LatencyWorker
 
@@ -361,9 +362,9 @@ def test_handles_times_opens_against_size(monkeypatch, no_leaks):
     got = groups(rows, "path", "variant")
     for key in (("ipc", "ipc_open_cold"), ("vmm", "vmm_import"), ("vmm", "vmm_map"), ("mempool", "pool_import"),
                 ("mempool", "ptr_import_first")):
-        assert got[key] == 12, key  # 6 at each of the two sizes
+        assert got[key] == 2 * SETUP_REPEATS, key  # at each of the two sizes
     for key in (("ipc", "ipc_open_suballoc"), ("mempool", "pool_import_full"), ("mempool", "ptr_import_full")):
-        assert got[key] == 6, key
+        assert got[key] == SETUP_REPEATS, key
     big = {r["bytes"] for r in rows if r["variant"] == "pool_import_full"}
     assert len(big) == 1 and big.pop() > 64 * MiB  # most of the GPU
     assert all(r["metric"] == "setup" and r["seconds"] > 0 for r in rows)

@@ -102,17 +102,31 @@ class Sampler:
                      phase=phase, counts=counts or self.counts)
 
     def interleave(self, groups: "list[Group]", key: object = "") -> Iterator[dict]:
-        """The groups of the paths (or variants) compared at one size, sampled in turn rather than
-        one after another, so that a drift over the run (clock, temperature, a neighbour) falls on
-        every group alike instead of on whichever ran last: each group's warm-up first, then rounds
-        of one sample of every group still going, in an order shuffled per round from the run's
-        --order-seed and `key` (the same in every worker: both take the same samples in the same
-        order). Without a seed, the order declared."""
+        """The groups of the variants compared at one size, in the run's --sample-order (the same in
+        every worker: both take the same samples in the same order):
+
+          shuffled     each group whole (warm-up, then its samples back to back: the steady state a
+                       program that repeats one operation sees), the groups in an order shuffled per
+                       size from --order-seed and `key`, so that a drift over the run does not fall
+                       on the same variant at every size;
+          interleaved  each group's warm-up, then rounds of one sample of every group still going,
+                       shuffled per round: drift falls on every group alike, but each sample follows
+                       another variant's (on a time-sliced GPU that changes a hand-off's figure:
+                       see the README);
+          declared     each group whole, in the order the scenario declares them (as before)."""
+        config = getattr(self.ctx, "config", None)
+        order, seed = getattr(config, "sample_order", "declared"), getattr(config, "order_seed", None)
+        shuffle = random.Random(f"{seed}:{key}").shuffle if seed is not None and order != "declared" else None
+        groups = list(groups)
+        if order != "interleaved":
+            if shuffle is not None:
+                shuffle(groups)
+            for state in groups:
+                yield from state
+            return
         for state in groups:
             while state.warm_left > 0 and not state.done:
                 yield from state.step()
-        seed = getattr(getattr(self.ctx, "config", None), "order_seed", None)
-        shuffle = random.Random(f"{seed}:{key}").shuffle if seed is not None else None
         while True:
             live = [state for state in groups if not state.done]
             if not live:

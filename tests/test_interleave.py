@@ -1,7 +1,8 @@
-"""Interleaved sampling (issue 21): the groups compared at one size are sampled in turn, each
-group's warm-up first, then rounds of one sample of every group still going, in an order shuffled
-per round from the run's --order-seed; every worker takes the same samples in the same order (the
-others learn each group's reps and stop from the timing worker's decision words only)."""
+"""The order of the variants sampled at one size (issue 21, --sample-order): 'shuffled' (each
+variant's samples back to back, the variants in a seeded order per size), 'interleaved' (each
+group's warm-up, then rounds of one sample of every group still going, shuffled per round) or
+'declared'; every worker takes the same samples in the same order (the others learn each group's
+reps and stop from the timing worker's decision words only)."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from click.testing import CliRunner
 from gpuipc_bench.sampler import Counts, Sample, Sampler
 
 
-def _ctx(words=None, seed=None):
+def _ctx(words=None, seed=None, order="interleaved"):
     stored: list[int] = []
     feed = iter(words or [])
     return SimpleNamespace(row_fields={"scenario": "ipc", "workers": 2, "sharing": "time-sliced"}, clock=None,
                            phase=lambda *a, **k: None, spec=None, store=lambda name, word: stored.append(word),
                            wait=lambda *a, **k: None, load=lambda name: next(feed), stored=stored,
-                           config=SimpleNamespace(order_seed=seed))
+                           config=SimpleNamespace(order_seed=seed, sample_order=order))
 
 
 def _run(sampler, timer=True, noisy=("push",), max_samples=12):
@@ -63,6 +64,29 @@ def test_a_seed_shuffles_each_round_and_the_other_worker_follows():
     assert _run(again)[0] == timed  # the seed repeats the order
 
 
+def _blocks(taken):
+    return [v for v, _ in itertools.groupby(v for v, _, _ in taken)]
+
+
+def test_shuffled_takes_each_variant_whole_in_a_seeded_order_per_size():
+    orders = set()
+    for seed in range(6):
+        timer = Sampler(_ctx(seed=seed, order="shuffled"), Counts(warmup=1, min_samples=6, max_samples=12))
+        taken, _ = _run(timer)
+        blocks = _blocks(taken)
+        assert sorted(blocks) == ["ce", "push", "sm"]  # each whole: warm-up and samples back to back
+        orders.add(tuple(blocks))
+        other = Sampler(_ctx(timer.ctx.stored, seed=seed, order="shuffled"), Counts(warmup=1, min_samples=6,
+                                                                                     max_samples=12))
+        assert _run(other, timer=False)[0] == taken
+    assert len(orders) > 1  # the seed decides
+
+
+def test_declared_keeps_the_scenario_s_order():
+    taken, _ = _run(Sampler(_ctx(seed=5, order="declared"), Counts(warmup=1, min_samples=6, max_samples=12)))
+    assert _blocks(taken) == ["ce", "push", "sm"]
+
+
 def test_one_group_alone_runs_as_before():
     sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=12))
     group = dict(path="ipc", variant="ce", measure="stream", metric="bandwidth", src="0", dst="0", bytes=4096)
@@ -78,7 +102,8 @@ def test_the_run_records_its_order_seed_and_takes_one(tmp_path):
     result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "64", "-n", "3", "--order-seed", "77",
                                       "-o", str(out), "-q"])
     assert result.exit_code == 0, result.output
-    assert read_results(out)[1]["order_seed"] == "77"
+    meta = read_results(out)[1]
+    assert meta["order_seed"] == "77" and meta["sample_order"] == "shuffled"
     result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "64", "-n", "3", "-o", str(out), "--force", "-q"])
     assert result.exit_code == 0 and read_results(out)[1]["order_seed"].isdigit()  # a new one, written down
     result = CliRunner().invoke(cli, ["run", "-s", "host", "--order-seed", "-1", "-o", str(out), "--force"])

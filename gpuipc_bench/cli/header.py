@@ -26,8 +26,9 @@ def run_header(config: RunConfig, machine) -> dict[str, str]:
         "chunk_bytes": str(config.chunk_bytes),
         "timeout": f"{config.timeout:g}",
     }
+    meta["sample_order"] = config.sample_order  # the variants' order at each size (Sampler.interleave)
     if config.order_seed is not None:
-        meta["order_seed"] = str(config.order_seed)  # the interleaved groups' order (Sampler.interleave)
+        meta["order_seed"] = str(config.order_seed)
     if config.sharing:
         meta["sharing.modes"] = ",".join(config.sharing)  # each same-GPU pair scenario ran once per mode
     meta.update(machine.metadata())

@@ -103,12 +103,17 @@ def _samples_text(preset: str) -> str:
                    "(they are the ranks of `mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per "
                    "rank, so N must be what a scenario takes, 2 for the GPU pairs). Default: mpi when started "
                    "by mpirun or srun, else fork.")
+@click.option("--sample-order", type=click.Choice(["shuffled", "interleaved", "declared"]), default="shuffled",
+              show_default=True,
+              help="How the variants of a path are sampled at each size: 'shuffled' (each variant's samples "
+                   "back to back, the variants in a seeded random order per size), 'interleaved' (one sample "
+                   "of each in turn: each then follows another variant's, which on a time-sliced GPU changes "
+                   "a hand-off's figure) or 'declared' (back to back, in the scenario's order).")
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1), default=None,
-              help="Seed of the order in which the variants of a path are sampled in turn at each size (they "
-                   "are interleaved, so that a drift over the run falls on all of them). Default: a new one "
-                   "per run, written in the CSV header (order_seed): pass it to repeat a run's order.")
+              help="Seed of that order. Default: a new one per run, written in the CSV header (order_seed).")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
-        force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None, order_seed=None):
+        force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None,
+        sample_order="shuffled", order_seed=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -131,7 +136,7 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
     try:
         _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
              force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing, fresh=launcher == "fork-fresh",
-             order_seed=random.randrange(2**31) if order_seed is None else order_seed)
+             order=(sample_order, random.randrange(2**31) if order_seed is None else order_seed))
         code = 0
     except click.exceptions.Exit as exc:
         code = exc.exit_code
@@ -154,7 +159,8 @@ def _select_by_uuid(devices):
 
 
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
-         force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False, order_seed=None):
+         force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False,
+         order=("declared", None)):
     from gpuipc_bench.machine import probe
 
     if pairs is not None and devices:
@@ -175,7 +181,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             scenarios=tuple(names), sizes=sizes, iterations=iterations, preset=preset or "",
             **_sample_counts(preset, min_samples, max_samples, warmup),
             devices=devices, workers=workers, timeout=timeout,
-            launcher="mpi" if job else "fork-fresh" if fresh else "fork", order_seed=order_seed,
+            launcher="mpi" if job else "fork-fresh" if fresh else "fork", sample_order=order[0], order_seed=order[1],
             **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
         )
         out = out or _default_out()

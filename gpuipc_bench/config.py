@@ -59,7 +59,7 @@ class RunConfig:
     sharing: tuple[str, ...] = ()  # the sharing modes same-GPU pairs run in (gpuipc_bench.modes); () none chosen
     worker_log: str = ""  # a file that takes the workers' own stdout and stderr (libraries' output); '': the terminal
     order_seed: int | None = None  # the shuffled order of the variants measured at one size (Sampler.interleave)
-    sample_order: str = "declared"  # 'shuffled', 'interleaved' or 'declared' (the CLI's default: shuffled)
+    sample_order: str = "declared"  # 'interleaved', 'shuffled' or 'declared' (the CLI's default: interleaved)
 
     def __post_init__(self):
         if self.iterations is not None:

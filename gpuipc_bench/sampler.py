@@ -105,14 +105,14 @@ class Sampler:
         """The groups of the variants compared at one size, in the run's --sample-order (the same in
         every worker: both take the same samples in the same order):
 
-          shuffled     each group whole (warm-up, then its samples back to back: the steady state a
-                       program that repeats one operation sees), the groups in an order shuffled per
-                       size from --order-seed and `key`, so that a drift over the run does not fall
-                       on the same variant at every size;
           interleaved  each group's warm-up, then rounds of one sample of every group still going,
-                       shuffled per round: drift falls on every group alike, but each sample follows
-                       another variant's (on a time-sliced GPU that changes a hand-off's figure:
-                       see the README);
+                       shuffled per round from --order-seed and `key`: a drift over the run, or a
+                       state of the GPU that lasts, falls on every group alike. On a time-sliced H100
+                       a 256 MiB hand-off has states that last for many samples (push: 336, 835 or
+                       922 us, set by what ran before): back to back, each variant tends to stay in
+                       one, and the comparison ranks states, not variants;
+          shuffled     each group whole (warm-up, then its samples back to back), the groups in an
+                       order shuffled per size;
           declared     each group whole, in the order the scenario declares them (as before)."""
         config = getattr(self.ctx, "config", None)
         order, seed = getattr(config, "sample_order", "declared"), getattr(config, "order_seed", None)

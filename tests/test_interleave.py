@@ -103,7 +103,7 @@ def test_the_run_records_its_order_seed_and_takes_one(tmp_path):
                                       "-o", str(out), "-q"])
     assert result.exit_code == 0, result.output
     meta = read_results(out)[1]
-    assert meta["order_seed"] == "77" and meta["sample_order"] == "shuffled"
+    assert meta["order_seed"] == "77" and meta["sample_order"] == "interleaved"
     result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "64", "-n", "3", "-o", str(out), "--force", "-q"])
     assert result.exit_code == 0 and read_results(out)[1]["order_seed"].isdigit()  # a new one, written down
     result = CliRunner().invoke(cli, ["run", "-s", "host", "--order-seed", "-1", "-o", str(out), "--force"])

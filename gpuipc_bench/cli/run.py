@@ -103,17 +103,17 @@ def _samples_text(preset: str) -> str:
                    "(they are the ranks of `mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per "
                    "rank, so N must be what a scenario takes, 2 for the GPU pairs). Default: mpi when started "
                    "by mpirun or srun, else fork.")
-@click.option("--sample-order", type=click.Choice(["shuffled", "interleaved", "declared"]), default="shuffled",
+@click.option("--sample-order", type=click.Choice(["interleaved", "shuffled", "declared"]), default="interleaved",
               show_default=True,
-              help="How the variants of a path are sampled at each size: 'shuffled' (each variant's samples "
-                   "back to back, the variants in a seeded random order per size), 'interleaved' (one sample "
-                   "of each in turn: each then follows another variant's, which on a time-sliced GPU changes "
-                   "a hand-off's figure) or 'declared' (back to back, in the scenario's order).")
+              help="How the variants of a path are sampled at each size: 'interleaved' (one sample of each "
+                   "in turn, shuffled per round: a drift, or a state of the GPU that lasts, falls on all of "
+                   "them alike), 'shuffled' (each variant's samples back to back, the variants in a seeded "
+                   "order per size) or 'declared' (back to back, in the scenario's order).")
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1), default=None,
               help="Seed of that order. Default: a new one per run, written in the CSV header (order_seed).")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
         force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None,
-        sample_order="shuffled", order_seed=None):
+        sample_order="interleaved", order_seed=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host

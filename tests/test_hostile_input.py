@@ -72,6 +72,9 @@ CASES: list[tuple[list[str], list[str]]] = [
     ([*RUN, "--sharing", "mps,mps"], ["--sharing mps,mps", "names a mode twice"]),
     ([*RUN, "--sharing", ","], ["--sharing", "give one or more of"]),
     ([*RUN, "--launcher", "ssh"], ["--launcher", "'ssh' is not one of"]),
+    ([*RUN, "--sample-order", "random"], ["--sample-order", "'random' is not one of"]),
+    ([*RUN, "--order-seed", "-1"], ["--order-seed", "-1"]),
+    ([*RUN, "--order-seed", "x"], ["--order-seed", "'x' is not a valid integer"]),
     # ---- report
     (["report"], ["Missing argument 'FILES...'"]),
     (["report", "missing.csv"], ["missing.csv", "no such file"]),

@@ -294,7 +294,7 @@ def test_only_a_cuda_error_across_instances_is_a_refusal():
 def test_the_summary_heads_mig_pairs_by_profile_and_letter(monkeypatch, tmp_path, no_leaks):
     from rich.console import Console
 
-    from gpuipc_bench.cli.run import path_facts
+    from gpuipc_bench.cli.header import path_facts
     from gpuipc_bench.report import render_run_summary
     from gpuipc_bench.results import ResultsFile, read_results
 

@@ -43,6 +43,8 @@ from gpuipc_bench.results import new_row
 # the developers' comparison of sample lengths (the figure is per transfer; the length is a method parameter).
 TARGET_SAMPLE_S = float(os.environ.get("GPUIPC_BENCH_SAMPLE_S", "") or 0.005)
 GROUP_BUDGET_S = 2.0  # timed seconds after which a group stops once it has --min-samples
+BEATEN_BY = 0.02  # a group whose every sample is slower than every sample of a rival (and its median by more
+#                   than this) has its answer, slower: it stops at --min-samples (the verdict's own effect size)
 SETUP_REPEATS = 9  # every setup operation is timed this many times, each on fresh objects (9: a 95% interval
 #                     that is not the range of the samples, x(2)..x(8))
 _REPS_BITS = 20  # the decision word: sample number << 20 | reps << 1 | stop
@@ -118,6 +120,9 @@ class Sampler:
         order, seed = getattr(config, "sample_order", "declared"), getattr(config, "order_seed", None)
         shuffle = random.Random(f"{seed}:{key}").shuffle if seed is not None and order != "declared" else None
         groups = list(groups)
+        for state in groups:  # the groups of one decision: the same measure and metric, at this size
+            state.rivals = [g for g in groups if g is not state and g.timer and (g.group.get("measure"),
+                            g.group.get("metric")) == (state.group.get("measure"), state.group.get("metric"))]
         if order != "interleaved":
             if shuffle is not None:
                 shuffle(groups)
@@ -175,10 +180,19 @@ class Group:
         self.reps = reps
         self.clock = math.nan  # the SM clock (MHz) as the group started timing
         self.done = False
+        self.rivals: list[Group] = []  # the groups it is compared with, timed in this worker (interleave)
 
     def __iter__(self) -> Iterator[dict]:
         while not self.done:
             yield from self.step()
+
+    def beaten(self) -> bool:
+        """Decided slower than a rival, which has its --min-samples too: every sample of this group
+        slower than every sample of the rival, the medians more than BEATEN_BY apart. More samples
+        would not change the decision (it cannot be the fastest), only narrow its interval."""
+        need = self.counts.min_samples
+        return any(len(r.values) >= need and min(self.values) > max(r.values)
+                   and robust.median(self.values) > robust.median(r.values) * (1 + BEATEN_BY) for r in self.rivals)
 
     def step(self) -> Iterator[dict]:
         """One sample, warm-up or timed: its row (from the timing worker, if timed)."""
@@ -207,7 +221,7 @@ class Group:
                 self.values.append(sample.seconds)
                 self.timed += sample.seconds * sample.batch
                 stop = robust.enough(self.values, counts.min_samples, counts.max_samples) or (
-                    len(self.values) >= counts.min_samples and self.timed >= GROUP_BUDGET_S)
+                    len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or self.beaten()))
                 sampler.samples += 1
                 yield sampler.row(self.group, sample, len(self.values) - 1, self.clock)
             if not self.solo:

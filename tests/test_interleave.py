@@ -108,3 +108,23 @@ def test_the_run_records_its_order_seed_and_takes_one(tmp_path):
     assert result.exit_code == 0 and read_results(out)[1]["order_seed"].isdigit()  # a new one, written down
     result = CliRunner().invoke(cli, ["run", "-s", "host", "--order-seed", "-1", "-o", str(out), "--force"])
     assert result.exit_code == 2 and "--order-seed" in result.output
+
+
+def test_a_group_decided_slower_than_a_rival_stops_at_min_samples_an_undecided_one_goes_on():
+    """sm: every sample twice ce's or more (noisy, it would go on to the cap); push: as noisy, but
+    around ce, so undecided against it: it goes on."""
+    sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=12))
+    noise = itertools.cycle((1.0, 1.3, 0.8, 1.2))
+    scale = {"ce": 0.0, "push": 1.0, "sm": 2.0}
+    groups = []
+    for variant in ("ce", "push", "sm"):
+        def take(trial, v=variant):
+            factor = 1.0 if v == "ce" else scale[v] * next(noise)
+            return Sample(1e-5 * factor, trial.reps)
+        groups.append(sampler.run(dict(path="ipc", variant=variant, measure="stream", metric="bandwidth", src="0",
+                                       dst="0", bytes=4096), take, timer=True, reps=64))
+    handoff = sampler.run(dict(path="ipc", variant="slow", measure="handoff", metric="bandwidth", src="0", dst="0",
+                               bytes=4096), lambda trial: Sample(3e-5 * next(noise), trial.reps), timer=True, reps=64)
+    rows = list(sampler.interleave(groups + [handoff], 4096))
+    count = {v: sum(1 for r in rows if r["variant"] == v) for v in ("ce", "push", "sm", "slow")}
+    assert count == {"ce": 6, "push": 12, "sm": 6, "slow": 12}  # another measure is no rival

@@ -58,8 +58,9 @@ def _samples_text(preset: str) -> str:
               help="Exactly N timed samples per group (turns the adaptive count off).")
 @click.option("--min-samples", type=Bounded("min_samples"), default=None,
               help=f"Timed samples per group at least; more are taken until the median's {CONFIDENCE:.0%} interval "
-                   f"is within +-{PRECISION:.0%} ({WIDE_MIN_SAMPLES} when the spread is wide), up to --max-samples. "
-                   f"[default: {DEFAULT_SAMPLES[0]}]")
+                   f"is within +-{PRECISION:.0%} ({WIDE_MIN_SAMPLES} when the spread is wide), up to --max-samples, "
+                   "unless every sample is slower than every sample of another variant of the path at that size "
+                   f"(the decision is made). [default: {DEFAULT_SAMPLES[0]}]")
 @click.option("--max-samples", type=Bounded("max_samples"), default=None,
               help=f"Timed samples per group at most. [default: {DEFAULT_SAMPLES[1]}]")
 @click.option("--warmup", type=Bounded("warmup"), default=None,

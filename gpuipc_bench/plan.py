@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import random
 from typing import TYPE_CHECKING
 
 from gpuipc_bench.errors import UsageError
@@ -146,6 +147,34 @@ def plan_runs(plan, modes: list) -> list:
     for mode in modes:
         runs += [(s, w, mode) for s, w in plan if mode in modes_for(s, w, modes)[1:]]
     return runs
+
+
+def shuffle_paths(runs: list, seed: int | None) -> list:
+    """The paths that share one persistent process set (the same mode and workers, back to back in
+    `runs`) in an order shuffled from the run's --order-seed, so that a drift over the run does not
+    fall on the same path in every run; the seed is in the CSV header. Scenarios with processes of
+    their own keep their place (moving them would end and restart the sets)."""
+    if seed is None:
+        return list(runs)
+    out, block = [], []
+
+    def shared(run) -> bool:
+        scenario = run[0]
+        return bool(getattr(scenario, "persistent_workers", False)) and scenario.start_method == "fork"
+
+    def flush() -> None:
+        if block:
+            first = block[0]
+            random.Random(f"{seed}:{getattr(first[2], 'name', '')}:{len(out)}").shuffle(block)
+            out.extend(block)
+            block.clear()
+
+    for run in runs:
+        if not (shared(run) and (not block or (run[1], run[2]) == (block[0][1], block[0][2]))):
+            flush()
+        (block if shared(run) else out).append(run)
+    flush()
+    return out
 
 
 def mpi_reason(scenario, job) -> str | None:

@@ -17,11 +17,11 @@ _ORDER: list[Scenario] = [
     mempool.MempoolScenario(),
     mempool.HostPoolScenario(),
     mmap.MmapScenario(),
+    latency.LatencyScenario(),  # in the paths' process set (before torch's own processes end it)
     peer.PeerScenario(),
     nccl.NcclScenario(),
     torch_share.TorchScenario(),
     nvshmem.NvshmemScenario(),
-    latency.LatencyScenario(),
     sharing.SharingScenario(),
     host.HostScenario(),
     barrier.BarrierScenario(),

@@ -128,3 +128,27 @@ def test_a_group_decided_slower_than_a_rival_stops_at_min_samples_an_undecided_o
     rows = list(sampler.interleave(groups + [handoff], 4096))
     count = {v: sum(1 for r in rows if r["variant"] == v) for v in ("ce", "push", "sm", "slow")}
     assert count == {"ce": 6, "push": 12, "sm": 6, "slow": 12}  # another measure is no rival
+
+
+def test_the_paths_of_one_process_set_run_in_a_seeded_order_the_others_keep_their_place():
+    from gpuipc_bench.plan import shuffle_paths
+
+    def scenario(name, persistent=True, method="fork"):
+        return SimpleNamespace(name=name, persistent_workers=persistent, start_method=method)
+
+    ts, mps = SimpleNamespace(name="time-sliced"), SimpleNamespace(name="mps")
+    pair, cpu = ("pair",), ("cpu",)
+    paths = [scenario(n) for n in ("staging", "ipc", "vmm", "mempool", "mmap")]
+    torch, host = scenario("torch", False, "forkserver"), scenario("host")
+    runs = ([(s, pair, ts) for s in paths] + [(torch, pair, ts), (host, cpu, None)]
+            + [(s, pair, mps) for s in paths] + [(torch, pair, mps)])
+    assert shuffle_paths(runs, None) == runs
+    orders = set()
+    for seed in range(5):
+        out = shuffle_paths(runs, seed)
+        assert sorted(map(id, out)) == sorted(map(id, runs)) and shuffle_paths(runs, seed) == out
+        names = [(r[0].name, getattr(r[2], "name", None)) for r in out]
+        assert names[5:7] == [("torch", "time-sliced"), ("host", None)] and names[12] == ("torch", "mps")
+        assert {n for n, _ in names[:5]} == {s.name for s in paths} and {m for _, m in names[7:12]} == {"mps"}
+        orders.add(tuple(n for n, _ in names[:5]))
+    assert len(orders) > 1

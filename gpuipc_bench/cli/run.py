@@ -22,7 +22,7 @@ from gpuipc_bench.config import RunConfig, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
 from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.plan import (
-    check_memory, modes_for, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry, resolve_names,
+    check_memory, modes_for, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry, resolve_names, shuffle_paths,
 )
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.scenario import (
@@ -331,7 +331,9 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
         if job is None:
             sets.prestart(dict.fromkeys(s for s, _ in plan))
         with progress:
-            for scenario, specs, mode in plan_runs(plan, list(modes)):
+            runs = plan_runs(plan, list(modes))  # the paths of one process set in a seeded order, unless declared
+            for scenario, specs, mode in shuffle_paths(runs, None if config.sample_order == "declared"
+                                                       else config.order_seed):
                 if mode is not current:
                     if current is not None:
                         for note in current.leave():

@@ -109,7 +109,8 @@ def _samples_text(preset: str) -> str:
               help="How the variants of a path are sampled at each size: 'interleaved' (one sample of each "
                    "in turn, shuffled per round: a drift, or a state of the GPU that lasts, falls on all of "
                    "them alike), 'shuffled' (each variant's samples back to back, the variants in a seeded "
-                   "order per size) or 'declared' (back to back, in the scenario's order).")
+                   "order per size, and the paths that share processes in a seeded order too) or 'declared' "
+                   "(back to back, in the scenario's order).")
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1), default=None,
               help="Seed of that order. Default: a new one per run, written in the CSV header (order_seed).")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
@@ -331,9 +332,9 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
         if job is None:
             sets.prestart(dict.fromkeys(s for s, _ in plan))
         with progress:
-            runs = plan_runs(plan, list(modes))  # the paths of one process set in a seeded order, unless declared
-            for scenario, specs, mode in shuffle_paths(runs, None if config.sample_order == "declared"
-                                                       else config.order_seed):
+            runs = plan_runs(plan, list(modes))  # --sample-order shuffled: the paths of a process set shuffled too
+            for scenario, specs, mode in shuffle_paths(runs, config.order_seed if config.sample_order == "shuffled"
+                                                       else None):
                 if mode is not current:
                     if current is not None:
                         for note in current.leave():

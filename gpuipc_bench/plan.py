@@ -156,7 +156,8 @@ def shuffle_paths(runs: list, seed: int | None) -> list:
     their own keep their place (moving them would end and restart the sets)."""
     if seed is None:
         return list(runs)
-    out, block = [], []
+    out: list = []
+    block: list = []
 
     def shared(run) -> bool:
         scenario = run[0]

@@ -251,3 +251,23 @@ def test_a_neighbour_mode_s_rows_carry_its_name(monkeypatch, base, served, label
     row = new_row(**ctx.row_fields, path="ipc", variant="ce", measure="handoff", metric="bandwidth", src=0, dst=0,
                   bytes=4096, iteration=0, batch=1, seconds=1e-5, verified=True)  # a valid row of schema 3
     assert row["sharing"] == label
+
+
+def test_beside_a_neighbour_a_figure_is_judged_against_the_ceiling_measured_without_it():
+    """On an H100 the ceiling measured beside a compute neighbour under MPS was lower than the
+    link's, so the pair's 64 MiB stream read 110% of it: the bound is the base mode's ceiling."""
+    from pathlib import Path
+
+    from gpuipc_bench.analysis import analyse
+    from gpuipc_bench.results import read_results
+
+    path = Path(__file__).resolve().parent.parent / "results" / "h100-busy-neighbour.csv"
+    if not path.exists():
+        pytest.skip("reference runs not in this checkout")
+    summary = analyse(*read_results(path)).summary
+    busy = summary[summary["sharing"].str.contains("+", regex=False) & summary["fraction_of_ceiling"].notna()]
+    base = summary[summary["sharing"] == "mps"]
+    row = busy[(busy["sharing"] == "mps+compute") & (busy["variant"] == "push") & (busy["measure"] == "stream")
+               & (busy["bytes"] == 64 << 20)].iloc[0]
+    ceiling = base[(base["variant"] == "push") & (base["measure"] == "stream") & (base["bytes"] == 64 << 20)].iloc[0]
+    assert row["ceiling_gbps"] == ceiling["ceiling_gbps"] and row["fraction_of_ceiling"] < 1.0

@@ -306,7 +306,14 @@ def _ceiling_for(ceilings: dict[tuple, float], scenario: str, sharing: str, vari
                  sources: Mapping[tuple[str, str], tuple[str, ...]] | None = None) -> float:
     """The ceiling `variant` at `nbytes`. Two hops (device to host, host to device): 'a+b' when
     they run in sequence (one whole message in flight), bounded by 1 / (1/a + 1/b); 'a|b' when
-    they may overlap (chunks, or several messages in flight), bounded by the slower hop."""
+    they may overlap (chunks, or several messages in flight), bounded by the slower hop. Beside a
+    busy neighbour (sharing 'mps+copy'), the ceiling its base mode measured without the neighbour:
+    the link's bound (the one measured beside the neighbour moves with the neighbour)."""
+    base = sharing.partition("+")[0]
+    if base != sharing:
+        found = _ceiling_for(ceilings, scenario, base, variant, nbytes, sources)
+        if not math.isnan(found):
+            return found
     for joint in ("+", "|"):
         if joint in variant:
             a, b = (_ceiling_for(ceilings, scenario, sharing, part, nbytes, sources) for part in variant.split(joint))

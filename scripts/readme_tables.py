@@ -18,6 +18,7 @@ MODES = "h100-default-modes.csv"
 BOTH = "h100-both-modes-default.csv"  # this version's default run (persistent sets, the sweep's choices)
 QUICK = "h100-both-modes-quick.csv"
 FORK, FRESH = "h100-fork-vs-fresh-fork.csv", "h100-fork-vs-fresh-fresh.csv"  # one call, the two launchers
+NEIGHBOUR = "h100-busy-neighbour.csv"
 PAIRS = "h100x2-nvlink-pairs-all.csv"
 PAIRS_DEFAULT = "h100x2-nvlink-default.csv"
 FORCED = "h100x2-nvlink-nccl-forced.csv"
@@ -57,6 +58,31 @@ def runtime(runs: Runs) -> str:
             f"version's default run took {num(float(modes.meta['seconds.total']))} s with both modes "
             f"(`results/{MODES}`) and {num(h100.scenario_seconds())} s of scenarios time-sliced only "
             f"(`results/{H100}`).")
+
+
+def neighbour(runs: Runs) -> str:
+    run = runs[NEIGHBOUR]
+    modes = [("mps", "MPS"), ("mps+compute", "MPS, a compute-bound neighbour"),
+             ("mps+copy", "MPS, a copying neighbour"), ("time-sliced", "time-sliced"),
+             ("time-sliced+compute", "time-sliced, a compute-bound neighbour"),
+             ("time-sliced+copy", "time-sliced, a copying neighbour")]
+    keys = dict(scenario="ipc", path="ipc", variant="push", metric="bandwidth")
+    rows = []
+    for sharing, label in modes:
+        hand = run.fig(**keys, sharing=sharing, measure="handoff", bytes=4 * KIB)
+        stream = run.fig(**keys, sharing=sharing, measure="stream", bytes=64 * MIB)
+        base = sharing.partition("+")[0]
+        if base != sharing:
+            b_hand = run.fig(**keys, sharing=base, measure="handoff", bytes=4 * KIB)
+            b_stream = run.fig(**keys, sharing=base, measure="stream", bytes=64 * MIB)
+            ratios = (f" ({hand['median_s'] / b_hand['median_s']:.1f}×)",
+                      f" ({stream['median_gbps'] / b_stream['median_gbps']:.2f}×)")
+        else:
+            ratios = ("", "")
+        scale = 1e3 if hand["median_s"] >= 1e-3 else 1e6
+        rows.append([label, f"{seconds(hand, scale)} {'ms' if scale == 1e3 else 'µs'}{ratios[0]}",
+                     f"{gbps(stream)} GB/s{ratios[1]}"])
+    return table(["ipc/push, one H100", "4 KiB hand-off", "64 MiB stream"], rows) + "\n\n" + source(NEIGHBOUR)
 
 
 BULK_ROWS = [
@@ -318,6 +344,7 @@ from readme_nvshmem import NVSHMEM_RENDERERS  # noqa: E402
 
 RENDERERS: dict[str, Callable[[Runs], str]] = {
     "runtime": runtime,
+    "neighbour": neighbour,
     "bulk-256": bulk_256,
     "bounds": bounds,
     "setup": setup_table,

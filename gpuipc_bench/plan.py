@@ -149,6 +149,24 @@ def plan_runs(plan, modes: list) -> list:
     return runs
 
 
+# Seconds a GPU pair took with every pairable scenario: two H100s at the default sizes
+# (results/h100x2-nvlink-pairs-all.csv), four H200s with --quick (results/h200x4-pairs-all-quick.csv)
+PAIR_SECONDS = {"": 100.0, "quick": 17.0}
+
+
+def pairs_estimate(plan, preset: str = "") -> str | None:
+    """What a run over several GPU pairs is about to cost, said before it starts; None for one pair."""
+    cross = [(s, w) for s, w in plan if s.pairable and w[0].device != w[-1].device]
+    ordered = {(w[0].device, w[-1].device) for _, w in cross}
+    if len(ordered) < 2:
+        return None
+    per = PAIR_SECONDS.get(preset)
+    about = f"about {per * len(ordered) / 60:.0f} min " if per else ""
+    return (f"{len(cross)} scenario runs across {len(ordered)} ordered GPU pairs: {about}(the count grows as "
+            f"N(N-1) with N GPUs; a pair took about {PAIR_SECONDS['']:.0f} s at the default sizes on two "
+            f"H100s, {PAIR_SECONDS['quick']:.0f} s with --quick on four H200s)")
+
+
 def shuffle_paths(runs: list, seed: int | None) -> list:
     """The paths that share one persistent process set (the same mode and workers, back to back in
     `runs`) in an order shuffled from the run's --order-seed, so that a drift over the run does not

@@ -251,3 +251,24 @@ def test_pairs_all_on_a_machine_without_two_gpus_says_so(tmp_path):
 
     result = CliRunner().invoke(cli, ["run", "-s", "host", "--pairs", "all", "-o", str(tmp_path / "x.csv")])
     assert result.exit_code == 2 and "--pairs all: this machine has 0 GPU(s), no pair of two" in result.output
+
+
+def test_a_run_over_several_gpu_pairs_says_what_it_will_cost_before_it_starts():
+    from types import SimpleNamespace
+
+    from gpuipc_bench.plan import PAIR_SECONDS, pairs_estimate
+
+    def spec(device):
+        return SimpleNamespace(device=device)
+
+    pairable = SimpleNamespace(pairable=True)
+    same = SimpleNamespace(pairable=False)
+    twelve = [(pairable, [spec(a), spec(b)]) for a in range(4) for b in range(4) if a != b]
+    plan = twelve * 2 + [(same, [spec(0), spec(0)])]
+    said = pairs_estimate(plan, "quick")
+    minutes = PAIR_SECONDS["quick"] * 12 / 60
+    assert said.startswith(f"24 scenario runs across 12 ordered GPU pairs: about {minutes:.0f} min")
+    assert "N(N-1)" in said and "four H200s" in said
+    assert "about 20 min" in pairs_estimate(plan, "")  # 12 pairs at about 100 s
+    assert "about" not in pairs_estimate(plan, "thorough").split("(")[0]  # no figure for --thorough: none said
+    assert pairs_estimate(twelve[:1]) is None  # one pair: nothing to warn about

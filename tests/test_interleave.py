@@ -152,3 +152,4 @@ def test_the_paths_of_one_process_set_run_in_a_seeded_order_the_others_keep_thei
         assert {n for n, _ in names[:5]} == {s.name for s in paths} and {m for _, m in names[7:12]} == {"mps"}
         orders.add(tuple(n for n, _ in names[:5]))
     assert len(orders) > 1
+

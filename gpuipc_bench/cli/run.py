@@ -22,7 +22,8 @@ from gpuipc_bench.config import RunConfig, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
 from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.plan import (
-    check_memory, modes_for, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry, resolve_names, shuffle_paths,
+    check_memory, modes_for, pairs_estimate, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry,
+    resolve_names, shuffle_paths,
 )
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.scenario import (
@@ -211,13 +212,9 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             pairs = "default"  # a plain run on a node of several GPUs answers across one pair too
         if pairs is not None:
             plan = plan_pairs(plan, config, machine, pairs)
-            ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
-            if len(ordered) > 1 and not quiet:  # a long run: say how long it grows before it starts
-                runs = sum(1 for s, w in plan if s.pairable and w[0].device != w[-1].device)
-                stderr_console().print(
-                    f"{runs} scenario runs across {len(ordered)} ordered GPU pairs (the count grows as N(N-1) "
-                    f"with N GPUs; two H100s took about 100 s a pair at the default sizes, --quick far less)",
-                    soft_wrap=True)
+            said = pairs_estimate(plan, config.preset)
+            if said and not quiet:  # a long run: say how long it grows before it starts
+                stderr_console().print(said, soft_wrap=True)
         mig_notes: dict[str, str] = {}
         if job is None and not devices:  # each GPU with MIG on: pairs within an instance and across two
             from gpuipc_bench.mig import plan_mig

@@ -26,6 +26,6 @@ def answer(name: str) -> Callable[[Runs], str]:
 
 
 SUMMARY_RENDERERS: dict[str, Callable[[Runs], str]] = {
-    "answer-h100-modes": answer("h100-default-modes.csv"),
+    "answer-h100-modes": answer("h100-both-modes-default.csv"),
     "answer-h100x2-pairs": answer("h100x2-nvlink-pairs-all.csv"),
 }

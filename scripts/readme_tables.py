@@ -119,7 +119,7 @@ def bounds(runs: Runs) -> str:
     from check_reference import bound
 
     parts = []
-    for name in (H100, H200, MODES):
+    for name in (H100, H200, MODES, BOTH):
         df = runs[name].frame
         best = df[(df["path"] == "ceiling") & (df["metric"] == "bandwidth")].groupby(["variant", "bytes"])[
             "bandwidth_gbps"].max().to_dict()

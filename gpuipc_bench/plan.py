@@ -10,6 +10,7 @@ import random
 from typing import TYPE_CHECKING
 
 from gpuipc_bench.errors import UsageError
+from gpuipc_bench.scenario import shares_processes
 
 if TYPE_CHECKING:
     from gpuipc_bench.config import RunConfig
@@ -177,10 +178,6 @@ def shuffle_paths(runs: list, seed: int | None) -> list:
     out: list = []
     block: list = []
 
-    def shared(run) -> bool:
-        scenario = run[0]
-        return bool(getattr(scenario, "persistent_workers", False)) and scenario.start_method == "fork"
-
     def flush() -> None:
         if block:
             first = block[0]
@@ -189,9 +186,10 @@ def shuffle_paths(runs: list, seed: int | None) -> list:
             block.clear()
 
     for run in runs:
-        if not (shared(run) and (not block or (run[1], run[2]) == (block[0][1], block[0][2]))):
+        shared = shares_processes(run[0])
+        if not (shared and (not block or (run[1], run[2]) == (block[0][1], block[0][2]))):
             flush()
-        (block if shared(run) else out).append(run)
+        (block if shared else out).append(run)
     flush()
     return out
 

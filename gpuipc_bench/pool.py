@@ -28,6 +28,7 @@ from typing import Any, Callable
 from gpuipc_bench import launcher
 from gpuipc_bench.errors import Interrupted
 from gpuipc_bench.launcher import FORK, Outcome
+from gpuipc_bench.scenario import shares_processes
 from gpuipc_bench.segment import Segment
 
 LEAVE_S = 2.0  # how long a set's workers get to leave on their own at its end
@@ -160,7 +161,7 @@ class WorkerSets:
             **callbacks) -> Outcome:
         """Run `scenario` in its set where it declares persistent_workers, else in fresh workers."""
         env = env or {}
-        if not (self.persistent and getattr(scenario, "persistent_workers", False)) or scenario.start_method != "fork":
+        if not (self.persistent and shares_processes(scenario)):
             self.close()  # no idle context of the run beside a scenario of its own processes
             return launcher.run_scenario(scenario, config, specs, env=env, **callbacks)
         key = set_key(specs, mode_name, env)

@@ -37,7 +37,7 @@ from typing import Callable, Iterator
 from gpuipc_bench import robust
 from gpuipc_bench.mig import label_ends
 from gpuipc_bench.patterns import seed_for
-from gpuipc_bench.results import new_row
+from gpuipc_bench.results import base_mode, new_row
 
 # A sample of many transfers lasts about this long once calibrated. GPUIPC_BENCH_SAMPLE_S changes it for
 # the developers' comparison of sample lengths (the figure is per transfer; the length is a method parameter).
@@ -148,7 +148,7 @@ class Sampler:
         fields = {**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
                   "seconds": sample.seconds, "verified": sample.verified, "seq": next(_SEQ),
                   "sm_clock_mhz": clock if group.get("metric") != "setup" else math.nan}
-        if str(fields.get("sharing")).partition("+")[0] != "mps":  # a row of the group's own kind ('none': CPU only)
+        if base_mode(fields.get("sharing")) != "mps":  # a row of the group's own kind ('none': CPU only)
             fields.pop("mps_thread_pct", None)
         if callable(fields.get("l2_resident")):
             fields["l2_resident"] = fields["l2_resident"](sample.batch)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from gpuipc_bench.robust import MIN_SAMPLES
 from gpuipc_bench.errors import BarrierAborted
 from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.results import base_mode
 
 if TYPE_CHECKING:
     from gpuipc_bench.barrier import Barrier
@@ -166,6 +167,12 @@ class Scenario:
         raise NotImplementedError
 
 
+def shares_processes(scenario) -> bool:
+    """Whether a scenario may run in a persistent process set (gpuipc_bench.pool): it says so, and
+    its workers are forked by this process."""
+    return bool(getattr(scenario, "persistent_workers", False)) and scenario.start_method == "fork"
+
+
 MPS_THREAD_PCT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
 # A mode that adds to its base (a busy neighbour: 'mps+copy') names itself here; the rows carry that name
 SHARING_LABEL_ENV = "GPUIPC_BENCH_SHARING"
@@ -246,10 +253,10 @@ class WorkerContext:
         if sharing is None:  # a pair on MIG instances is 'mig', within one instance or across two
             sharing = "mig" if any(s.mig for s in self.specs) else sharing_mode([s.device for s in self.specs])
             label = os.environ.get(SHARING_LABEL_ENV, "")
-            if label.partition("+")[0] == sharing:  # the same base, and a busy neighbour beside it
+            if base_mode(label) == sharing:  # the same base, and a busy neighbour beside it
                 sharing = label
         self.row_fields.update(scenario=scenario, workers=self.nworkers, sharing=sharing)
-        if sharing.partition("+")[0] == "mps":  # the share of the SMs this client may use (MPS's default: all)
+        if base_mode(sharing) == "mps":  # the share of the SMs this client may use (MPS's default: all)
             self.row_fields["mps_thread_pct"] = int(os.environ.get(MPS_THREAD_PCT_ENV) or 100)
 
     def sync(self) -> None:

@@ -12,6 +12,8 @@ import math
 
 import pandas as pd
 
+from gpuipc_bench.results import base_mode
+
 HANDOVER_BYTES = 4096
 GPU_ORDERED = ("ipc", "vmm", "mempool")  # hand-overs ordered on the GPU through IPC events
 
@@ -84,8 +86,8 @@ def neighbour_costs(summary: pd.DataFrame) -> list[NeighbourCost]:
     same = summary[(summary["src"].astype(str) == summary["dst"].astype(str)) & (summary["metric"] == "bandwidth")
                    & (summary["path"] != "ceiling") & summary["median_s"].notna()]
     out = []
-    for mode in dict.fromkeys(str(s) for s in same["sharing"] if "+" in str(s)):
-        base = mode.partition("+")[0]
+    for mode in dict.fromkeys(str(s) for s in same["sharing"] if base_mode(s) != str(s)):
+        base = base_mode(mode)
         mine, theirs = same[same["sharing"] == mode], same[same["sharing"] == base]
         keys = ["path", "variant", "measure", "bytes", "src", "dst"]
         both = theirs.merge(mine, on=keys, suffixes=("", "_n"))

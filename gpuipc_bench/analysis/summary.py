@@ -31,7 +31,7 @@ from gpuipc_bench.analysis.conditions import (
     key_value,
 )
 from gpuipc_bench.paths import PathInfo, from_metadata, path_order
-from gpuipc_bench.results import METRICS
+from gpuipc_bench.results import METRICS, base_mode
 
 SUMMARY_COLUMNS: tuple[str, ...] = CONDITION_KEYS + (
     "l2_resident", "samples", "median_s", "ci_lo_s", "ci_hi_s", "min_s", "max_s", "mad_rel", "bimodal",
@@ -309,7 +309,7 @@ def _ceiling_for(ceilings: dict[tuple, float], scenario: str, sharing: str, vari
     they may overlap (chunks, or several messages in flight), bounded by the slower hop. Beside a
     busy neighbour (sharing 'mps+copy'), the ceiling its base mode measured without the neighbour:
     the link's bound (the one measured beside the neighbour moves with the neighbour)."""
-    base = sharing.partition("+")[0]
+    base = base_mode(sharing)
     if base != sharing:
         found = _ceiling_for(ceilings, scenario, base, variant, nbytes, sources)
         if not math.isnan(found):

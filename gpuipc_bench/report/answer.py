@@ -38,6 +38,7 @@ from gpuipc_bench.report.lines import (  # noqa: F401 - re-exported: the formatt
     NBSP, Line, _nb, _size, _span, _time_parts, fmt_time, sizes_text, time_span, wrap,
 )
 from gpuipc_bench.report.wording import fmt_num, link
+from gpuipc_bench.results import base_mode
 
 MEASURE_TITLES = {
     "handoff": "hand-off (one message at a time)",
@@ -363,7 +364,7 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
     setup = {c.path: c for c in answer.setup}
     # A mode with a busy neighbour ('mps+copy') is summed up by its BUSY NEIGHBOUR line: its own
     # decisions are in the report, not on this screen
-    sections = [section for section in answer.sections if "+" not in section.sharing]
+    sections = [section for section in answer.sections if base_mode(section.sharing) == section.sharing]
     bands = [b for section in sections for b in section.bands]
     column = max([SIZE_WIDTH] + [len(sizes_text(b.lo, b.hi)) + 4 for b in bands])
     heading, mentioned = None, set()
@@ -380,7 +381,7 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             head, rest = band_lines(band, section.measure, setup, column, mentioned, section.links)
             lines.append(Line(head.text + " " + rest.text.strip(), HANG))
             lines += differ_lines(band, section.measure, HANG - 2)
-    handover = [h for h in answer.handover if "+" not in h.sharing]
+    handover = [h for h in answer.handover if base_mode(h.sharing) == h.sharing]
     if handover:
         lines.append(handover_line(handover))
     lines += neighbour_lines(neighbour_costs(analysis.summary))

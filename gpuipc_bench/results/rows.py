@@ -86,6 +86,12 @@ _DEFAULTS: dict[str, Any] = {
 _CONTROL_RE = re.compile(r"[\x00-\x1f\x7f]")
 
 
+def base_mode(sharing: Any) -> str:
+    """The sharing mode a `sharing` value names without its busy neighbour: 'mps' for 'mps+copy'
+    (gpuipc_bench.modes.neighbour), the value itself otherwise."""
+    return str(sharing).partition("+")[0]
+
+
 def new_row(**fields: Any) -> dict[str, Any]:
     """One result row with every column, in COLUMNS order.
 
@@ -122,7 +128,7 @@ def new_row(**fields: Any) -> dict[str, Any]:
         pct = _as_int("mps_thread_pct", pct)
         if not 1 <= pct <= 100:
             raise ValueError(f"mps_thread_pct must be 1 to 100, not {pct}")
-        if str(row["sharing"]).partition("+")[0] != "mps":  # MPS, with a busy neighbour or not
+        if base_mode(row["sharing"]) != "mps":  # MPS, with a busy neighbour or not
             raise ValueError(f"mps_thread_pct is only for rows shared under MPS, not {row['sharing']!r}")
         row["mps_thread_pct"] = pct
     else:

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from gpuipc_bench import launcher
 from gpuipc_bench.errors import Interrupted
 from gpuipc_bench.launcher import FORK, Outcome
+from gpuipc_bench.profiling import mark
 from gpuipc_bench.scenario import shares_processes
 from gpuipc_bench.segment import Segment
 
@@ -171,6 +172,7 @@ class WorkerSets:
             workers = None
         if workers is None:
             self.end_mode_other_than(mode_name)
+            mark("set fork", scenario.name)
             workers = self.sets[key] = WorkerSet(specs, env, self.worker_log)
             self.started += 1
         outcome = workers.run(scenario, config, specs, **callbacks)

@@ -1,33 +1,71 @@
-"""Where a worker's time goes, for the developers: with GPUIPC_BENCH_PROFILE=DIR every worker
-runs each scenario under cProfile and writes DIR/<scenario>-<rank>-<pid>-<n>.prof (read them with
-`python -m pstats`, or scripts/profile_summary.py). Off unless the variable is set; a run
-under it is slower and its figures are not results."""
+"""Where a run's time goes, for the developers (off unless their variable is set; a run under
+either is slower or larger, and its figures are not results):
+
+  GPUIPC_BENCH_PROFILE=DIR  every worker runs each scenario under cProfile and writes
+                            DIR/<scenario>-<rank>-<pid>-<n>.prof (read them with `python -m pstats`,
+                            or scripts/profile_summary.py);
+  GPUIPC_BENCH_TRACE=DIR    a timeline: every worker writes each scenario's phase changes (one per
+                            sample: warm-up, sample, ceiling, set-up, teardown, with size and label)
+                            to DIR/<scenario>-<rank>-<sharing>-<pid>.jsonl, and the parent its own
+                            steps (a mode started, a process set forked, a scenario begun and ended)
+                            to DIR/parent-<pid>.jsonl; scripts/trace_summary.py reads them. Times are
+                            CLOCK_MONOTONIC seconds, one clock for every process of the machine."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import os
+import time
 from typing import Iterator
 
 ENV = "GPUIPC_BENCH_PROFILE"
+TRACE_ENV = "GPUIPC_BENCH_TRACE"
 _COUNT = itertools.count()
+_TRACE: list[tuple] | None = [] if os.environ.get(TRACE_ENV) else None
+
+
+def mark(event: str, *fields) -> None:
+    """One step of the timeline (nothing unless GPUIPC_BENCH_TRACE is set)."""
+    if _TRACE is not None:
+        _TRACE.append((time.monotonic(), event, *fields))
+
+
+def write_trace(name: str) -> None:
+    """This process's timeline since the last write, to DIR/<name>.jsonl (then forgotten)."""
+    folder = os.environ.get(TRACE_ENV)
+    if _TRACE is None or not folder:
+        return
+    with contextlib.suppress(OSError):
+        os.makedirs(folder, exist_ok=True)
+        with open(os.path.join(folder, f"{name}.jsonl"), "a") as out:
+            for entry in _TRACE:
+                out.write(json.dumps(entry) + "\n")
+    _TRACE.clear()
 
 
 @contextlib.contextmanager
 def profiled(scenario: str, rank: int) -> Iterator[None]:
+    """One worker's scenario, under cProfile and the timeline where their variables ask for them."""
+    if _TRACE is not None:
+        _TRACE.clear()  # a forked worker's copy of its parent's timeline is not its own
+        mark("begin", scenario)
     folder = os.environ.get(ENV)
-    if not folder:
-        yield
-        return
-    import cProfile
+    profile = None
+    if folder:
+        import cProfile
 
-    profile = cProfile.Profile()
-    profile.enable()
+        profile = cProfile.Profile()
+        profile.enable()
     try:
         yield
     finally:
-        profile.disable()
-        with contextlib.suppress(OSError):
-            os.makedirs(folder, exist_ok=True)
-            profile.dump_stats(os.path.join(folder, f"{scenario}-{rank}-{os.getpid()}-{next(_COUNT)}.prof"))
+        if profile is not None:
+            profile.disable()
+            with contextlib.suppress(OSError):
+                os.makedirs(folder, exist_ok=True)
+                profile.dump_stats(os.path.join(folder, f"{scenario}-{rank}-{os.getpid()}-{next(_COUNT)}.prof"))
+        mark("end", scenario)
+        sharing = os.environ.get("GPUIPC_BENCH_SHARING", "") or "none"
+        write_trace(f"{scenario}-{rank}-{sharing}-{os.getpid()}")

@@ -37,6 +37,7 @@ from typing import Callable, Iterator
 from gpuipc_bench import robust
 from gpuipc_bench.mig import label_ends
 from gpuipc_bench.patterns import seed_for
+from gpuipc_bench.profiling import mark
 from gpuipc_bench.results import base_mode, new_row
 
 # A sample of many transfers lasts about this long once calibrated. GPUIPC_BENCH_SAMPLE_S changes it for
@@ -206,6 +207,8 @@ class Group:
             sampler.seq += 1
             trial = Trial(sampler.seq, seed_for(sampler.seq), self.reps, self.index, warm)
         sample = self.take(trial)
+        if sample is not None:
+            mark("took", sample.seconds * sample.batch)
         stop = False
         if self.timer:
             if sample is None:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from gpuipc_bench.robust import MIN_SAMPLES
 from gpuipc_bench.errors import BarrierAborted
 from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.profiling import mark
 from gpuipc_bench.results import base_mode
 
 if TYPE_CHECKING:
@@ -270,6 +271,7 @@ class WorkerContext:
         reported precisely and a long phase is not taken for a hang. `label` names what the
         phase measures where the phase alone does not (a ceiling: 'd2d@0')."""
         self.segment.set_phase(self.rank, name, nbytes, iteration, label=label)
+        mark("phase", name, nbytes, label)
         if self.faults:
             self.faults.hit(name)
 

@@ -153,3 +153,19 @@ def test_the_paths_of_one_process_set_run_in_a_seeded_order_the_others_keep_thei
         orders.add(tuple(n for n, _ in names[:5]))
     assert len(orders) > 1
 
+
+
+def test_the_paths_of_a_set_are_shuffled_from_the_seed_unless_declared(tmp_path, monkeypatch):
+    """The run hands its --order-seed to the path shuffle under the default order and 'shuffled',
+    and none under 'declared' (the shuffle itself: the test above)."""
+    import gpuipc_bench.cli.run as run_module
+    from gpuipc_bench.cli import cli
+
+    seen = []
+    real = run_module.shuffle_paths
+    monkeypatch.setattr(run_module, "shuffle_paths", lambda runs, seed: seen.append(seed) or real(runs, seed))
+    for order in ("interleaved", "shuffled", "declared"):
+        result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "64", "-n", "3", "--order-seed", "5",
+                                          "--sample-order", order, "-o", str(tmp_path / "r.csv"), "--force", "-q"])
+        assert result.exit_code == 0, result.output
+    assert seen == [5, 5, None]

@@ -21,6 +21,7 @@ from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_writable
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
 from gpuipc_bench.modes import end_all as end_modes
+from gpuipc_bench.profiling import mark, write_trace
 from gpuipc_bench.plan import (
     check_memory, modes_for, pairs_estimate, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry,
     resolve_names, shuffle_paths,
@@ -110,8 +111,9 @@ def _samples_text(preset: str) -> str:
               help="How the variants of a path are sampled at each size: 'interleaved' (one sample of each "
                    "in turn, shuffled per round: a drift, or a state of the GPU that lasts, falls on all of "
                    "them alike), 'shuffled' (each variant's samples back to back, the variants in a seeded "
-                   "order per size, and the paths that share processes in a seeded order too) or 'declared' "
-                   "(back to back, in the scenario's order).")
+                   "order per size) or 'declared' (back to back, in the scenario's order). With the first "
+                   "two, the paths that share processes also run in a seeded order; 'declared' keeps the "
+                   "registry's.")
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1), default=None,
               help="Seed of that order. Default: a new one per run, written in the CSV header (order_seed).")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
@@ -125,6 +127,7 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
     """
     from gpuipc_bench import mpi_launch
 
+    mark("run command")
     if quick and thorough:
         raise UsageError("--quick and --thorough: give one of them")
     preset = "quick" if quick else "thorough" if thorough else None
@@ -318,6 +321,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                                 **{f"note.{key}": text for key, text in (notes or {}).items()}})
     results.write(partial=True, status="running")
     run_started = time.monotonic()
+    mark("header written")
     failures: list[tuple[str, BenchError, int]] = []
     done: list[str] = []
     # One line per scenario: what it is doing now, how far it is, the time spent and the time left.
@@ -329,8 +333,8 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
         if job is None:
             sets.prestart(dict.fromkeys(s for s, _ in plan))
         with progress:
-            runs = plan_runs(plan, list(modes))  # --sample-order shuffled: the paths of a process set shuffled too
-            for scenario, specs, mode in shuffle_paths(runs, config.order_seed if config.sample_order == "shuffled"
+            runs = plan_runs(plan, list(modes))  # the paths of a process set in a seeded order (not 'declared')
+            for scenario, specs, mode in shuffle_paths(runs, config.order_seed if config.sample_order != "declared"
                                                        else None):
                 if mode is not current:
                     if current is not None:
@@ -347,8 +351,10 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                     label += f" {mode.name}"
                 task = progress.add_task(label, total=scenario.progress_total(config, specs), doing="")
                 started = time.monotonic()
+                mark("scenario", scenario.name, mode.name if mode is not None else "")
                 try:
                     env = _start_mode(mode, results)
+                    mark("mode started", mode.name if mode is not None else "")
                 except BenchError as exc:  # this mode cannot run: its scenarios fail, the others go on
                     failures.append((scenario.name, exc, 0))
                     progress.update(task, description=f"[red]{label}")
@@ -375,6 +381,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                     progress.update(task, description=f"[red]{label}")
                 else:
                     done.append(scenario.name)
+                mark("scenario ended", scenario.name)
                 spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))
                 results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs and modes
                 # partial until the clean end: a run killed now (SIGKILL) must not read as complete
@@ -397,6 +404,8 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
         raise
     finally:
         sets.end()  # every persistent worker (and the fork server) ends with the run, under every fault
+        mark("sets ended")
+        write_trace(f"parent-{os.getpid()}")
     results.set_meta("worker_sets", str(sets.started))
     results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
     results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")

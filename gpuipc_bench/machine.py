@@ -17,6 +17,7 @@ CUDA_VISIBLE_DEVICES) is not the NVML order. GpuInfo.index is the CUDA index.
 from __future__ import annotations
 
 import dataclasses
+import contextlib
 import multiprocessing
 import os
 import platform
@@ -198,11 +199,23 @@ def probe(timeout: float = 60.0) -> Machine:
 
     Nothing is cached: each call forks a fresh probe child (a fraction of a second).
     """
+    import threading
+
+    # CuPy imported here, not in the child: the workers forked later need it in this process anyway
+    # (importing it starts no CUDA), and the child's own import cost ~0.5 s of every run's start.
+    with contextlib.suppress(Exception):
+        import cupy  # noqa: F401
     ctx = multiprocessing.get_context("fork")  # explicit: Python 3.14 changed the default
     receiver, sender = ctx.Pipe(duplex=False)
     child = ctx.Process(target=_probe_child, args=(sender,), name="gpuipc-bench-probe", daemon=True)
     child.start()
     sender.close()  # so that a child dying without a word reads as EOF here
+    # `nvidia-smi compute-policy` (a few tenths of a second) beside the probe, not after it; the
+    # thread starts after the fork and is joined before any other (no fork while it runs)
+    timeslices: dict[int, str] = {}
+    slices = threading.Thread(target=lambda: timeslices.update(_timeslices()), name="gpuipc-bench-timeslices",
+                              daemon=True)
+    slices.start()
     try:
         nvml = _nvml_facts()  # while the child imports CuPy
         cuda = _receive(receiver, child, timeout)
@@ -211,7 +224,8 @@ def probe(timeout: float = 60.0) -> Machine:
         if child.is_alive():
             child.kill()
         child.join()
-    return _assemble(nvml, cuda)
+        slices.join(15)
+    return _assemble(nvml, cuda, timeslices if cuda.get("devices") else {})
 
 
 def _receive(receiver, child, timeout: float) -> dict:
@@ -299,8 +313,7 @@ def _format_uuid(raw: bytes) -> str:
 # ---------------------------------------------------------------- assembly
 
 
-def _assemble(nvml: dict, cuda: dict) -> Machine:
-    timeslices = _timeslices() if cuda.get("devices") else {}
+def _assemble(nvml: dict, cuda: dict, timeslices: dict[int, str]) -> Machine:
     gpus = []
     bus_ids = []
     for index, dev in enumerate(cuda.get("devices", [])):

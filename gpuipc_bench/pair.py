@@ -32,6 +32,7 @@ class PairScenario(Scenario):
     pairable = True
     sharing_modes = True
     persistent_workers = True  # the subclasses below that cannot say so
+    last_in_set = False  # runs after the other paths of its process set, whatever their shuffled order
     min_workers = max_workers = default_workers = 2
     worker_class: type["PairWorker"]
 

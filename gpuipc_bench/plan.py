@@ -171,8 +171,9 @@ def pairs_estimate(plan, preset: str = "") -> str | None:
 def shuffle_paths(runs: list, seed: int | None) -> list:
     """The paths that share one persistent process set (the same mode and workers, back to back in
     `runs`) in an order shuffled from the run's --order-seed, so that a drift over the run does not
-    fall on the same path in every run; the seed is in the CSV header. Scenarios with processes of
-    their own keep their place (moving them would end and restart the sets)."""
+    fall on the same path in every run; the seed is in the CSV header. A path that says
+    `last_in_set` stays after the others (what it leaves in a process breaks another path). Scenarios
+    with processes of their own keep their place (moving them would end and restart the sets)."""
     if seed is None:
         return list(runs)
     out: list = []
@@ -182,7 +183,7 @@ def shuffle_paths(runs: list, seed: int | None) -> list:
         if block:
             first = block[0]
             random.Random(f"{seed}:{getattr(first[2], 'name', '')}:{len(out)}").shuffle(block)
-            out.extend(block)
+            out.extend(sorted(block, key=lambda run: bool(getattr(run[0], "last_in_set", False))))  # stable
             block.clear()
 
     for run in runs:

@@ -14,9 +14,9 @@ The sampler does the rest, the same way for every path:
   - the transfers per sample: a group starts at its `reps` and, after the warm-up, the
     timing worker lowers it so that a sample takes about TARGET_SAMPLE_S (a time-sliced
     hand-over of ~0.3 ms would otherwise make a 128-transfer sample last 40 ms); the warm-up
-    itself takes no more transfers than the same measurement's calibrated count at the size
-    before (every worker remembers it from the decisions it saw), so it lasts about one
-    calibrated sample, not `reps` transfers, while the calibration's cap stays `reps`;
+    itself moves no more bytes than one calibrated sample of the same measurement at the size
+    before (every worker remembers its count from the decisions it saw), so it lasts about one
+    calibrated sample or less, not `reps` transfers, while the calibration's cap stays `reps`;
   - agreement: the timing worker publishes (sample, reps, stop) in the mailbox after every
     sample and the others wait for it, so every worker runs the same samples;
   - a new seed for every sample (both workers derive it from the same sequence number);
@@ -91,9 +91,9 @@ class Sampler:
         self.seq = 0  # samples so far, the same in every worker
         self.solo_seq = 0  # samples of groups this worker takes alone (its own count: seeds apart)
         self.samples = 0  # timed samples this worker recorded (for the note at the end)
-        # (path, variant, measure, metric, src, dst, solo) -> the transfers per sample the last
-        # group of that measurement settled on: the next size's warm-up takes no more
-        self.settled: dict[tuple, int] = {}
+        # (path, variant, measure, metric, src, dst, solo) -> (the transfers per sample the last group
+        # of that measurement settled on, its size): the next size's warm-up takes no more (warm_reps)
+        self.settled: dict[tuple, tuple[int, int]] = {}
 
     def run(self, group: dict, take: Callable[[Trial], Sample | None], *, timer: bool, reps: int = 1,
             solo: bool = False, calibrate: bool = True, min_reps: int = 1, phase: str = "sample",
@@ -177,7 +177,8 @@ class Group:
         self.memory = (group.get("path"), group.get("variant"), group.get("measure"), group.get("metric"),
                        str(group.get("src")), str(group.get("dst")), solo)
         if calibrate and self.warm_left and self.memory in sampler.settled:
-            reps = max(min(min_reps, self.cap), min(self.cap, sampler.settled[self.memory]))
+            settled, at = sampler.settled[self.memory]
+            reps = max(min(min_reps, self.cap), min(self.cap, warm_reps(settled, at, self.nbytes)))
         self.reps = reps
         self.clock = math.nan  # the SM clock (MHz) as the group started timing
         self.done = False
@@ -239,11 +240,22 @@ class Group:
         self.index += 1
         if stop:
             if self.calibrate:
-                sampler.settled[self.memory] = self.reps  # the same in every worker: from the decision words
+                # the same in every worker: from the decision words
+                sampler.settled[self.memory] = (self.reps, self.nbytes)
             self.done = True
 
 
 _SEQ = itertools.count()  # rows in the order this process took them (the CSV's `seq`: drift over a run)
+
+
+def warm_reps(reps: int, nbytes: int, next_bytes: int) -> int:
+    """The warm-up's transfers at the next size of a measurement whose last size settled on `reps`
+    transfers of `nbytes`: as many bytes in all as that sample moved (a transfer takes at most
+    proportionally longer with its size, so the warm-up lasts at most about one calibrated
+    sample; at 4x the size it would otherwise last four)."""
+    if next_bytes <= nbytes or nbytes <= 0:
+        return reps
+    return max(1, -(-reps * nbytes // next_bytes))
 
 
 def calibrated(sample: Sample, reps: int, min_reps: int = 1) -> int:

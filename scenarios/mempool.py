@@ -191,6 +191,10 @@ class HostPoolScenario(FdScenario):
     name = "hostpool"
     summary = "a pinned host memory pool shared as an fd, the staging buffer of D2H then H2D"
     worker_class = HostPoolWorker
+    # After it, the consumer's process cannot map a VMM allocation: cuMemSetAccess returns
+    # CUDA_ERROR_ALREADY_MAPPED (an H100, driver 580.159.04; vmm after mempool, or before hostpool,
+    # is fine). So it runs last among the paths of its process set.
+    last_in_set = True
     paths = (PathInfo("hostpool", colour="#8c564b", setup=("host_pool_import", "host_ptr_import")),)
 
     def memory_needed(self, config, specs):

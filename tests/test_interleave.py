@@ -154,6 +154,22 @@ def test_the_paths_of_one_process_set_run_in_a_seeded_order_the_others_keep_thei
     assert len(orders) > 1
 
 
+def test_a_path_that_must_run_last_in_its_set_stays_last_whatever_the_seed():
+    from gpuipc_bench.plan import shuffle_paths
+
+    def scenario(name, last=False):
+        return SimpleNamespace(name=name, persistent_workers=True, start_method="fork", last_in_set=last)
+
+    mode, pair = SimpleNamespace(name="time-sliced"), ("pair",)
+    runs = [(scenario(n, n == "hostpool"), pair, mode) for n in ("staging", "hostpool", "ipc", "vmm", "mempool")]
+    firsts = set()
+    for seed in range(8):
+        names = [r[0].name for r in shuffle_paths(runs, seed)]
+        assert names[-1] == "hostpool" and sorted(names) == sorted(r[0].name for r in runs)
+        firsts.add(names[0])
+    assert len(firsts) > 1
+
+
 
 def test_the_paths_of_a_set_are_shuffled_from_the_seed_unless_declared(tmp_path, monkeypatch):
     """The run hands its --order-seed to the path shuffle under the default order and 'shuffled',

@@ -71,13 +71,22 @@ def test_the_next_size_warms_up_at_the_count_the_last_one_settled_on():
     trials, batches = _sizes(sampler, 3e-4)  # a time-sliced hand-over: 0.3 ms a transfer
     settled = int(0.005 / 3e-4)  # 16 transfers make a 5 ms sample
     assert trials[4096][0] == (True, 64)  # the first size: the group's own count
-    assert trials[65536][0] == (True, settled)  # the next: what the first settled on, not 64 again
+    # the next (16 times the bytes): the bytes of one settled sample, not 64 transfers again
+    assert trials[65536][0] == (True, 1)
     assert set(batches) == {settled}  # the timed samples as before: calibrated against the group's own cap
+
+
+def test_the_warm_up_moves_the_bytes_of_one_settled_sample_of_the_size_before():
+    from gpuipc_bench.sampler import warm_reps
+
+    assert warm_reps(16, 4096, 16384) == 4 and warm_reps(15, 4096, 16384) == 4  # rounded up
+    assert warm_reps(3, 64 << 20, 256 << 20) == 1  # never below one
+    assert warm_reps(16, 65536, 4096) == 16  # a smaller size (an order of its own): the count as it was
 
 
 def test_the_calibration_may_still_rise_to_the_groups_own_count():
     sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6))
-    sampler.settled[("ipc", "ce", "handoff", "bandwidth", "0", "0", False)] = 4
+    sampler.settled[("ipc", "ce", "handoff", "bandwidth", "0", "0", False)] = (4, 4096)
     trials, batches = _sizes(sampler, 1e-5)  # fast: 64 transfers are within 5 ms
     assert trials[4096][0] == (True, 4) and set(batches) == {64}
 

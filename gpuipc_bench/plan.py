@@ -25,14 +25,16 @@ def registry():
     return SCENARIOS
 
 
-def resolve_names(requested, registry) -> list[str]:
+def resolve_names(requested, registry, preset: str = "") -> list[str]:
     for name in requested:
         if name not in registry:
             close = difflib.get_close_matches(name.lower(), registry, n=3)
             hint = f"; did you mean {', '.join(close)}?" if close else f"; choose from {', '.join(registry)}"
             raise UsageError(f"--scenario {name}: no such scenario{hint}")
-    # With no --scenario: every scenario of the default run (a study such as 'handles' is only run by name).
-    return list(dict.fromkeys(requested)) or [name for name, s in registry.items() if s.in_default_run]
+    # With no --scenario: every scenario of the default run (a study such as 'handles' is only run by
+    # name), less those --quick leaves out (in_quick_run).
+    return list(dict.fromkeys(requested)) or [name for name, s in registry.items() if s.in_default_run
+                                              and (preset != "quick" or s.in_quick_run)]
 
 
 def plan_scenarios(config, registry, machine, explicit, job=None):

@@ -50,6 +50,7 @@ class WorkerSet:
         self.env = dict(env)
         self.broken = False
         self.scenarios = 0  # how many this set has run
+        self.leaving: float | None = None  # when the workers were told to leave (let_go)
         self.workers: list[launcher._Worker] = []
         self.tasks: list[multiprocessing.connection.Connection] = []
         for spec in self.specs:
@@ -111,19 +112,29 @@ class WorkerSet:
                 segment.close()
         return outcome
 
-    def close(self, graceful: bool = True) -> None:
-        """Tell every worker to leave (graceful: idle workers, given LEAVE_S), then terminate, kill
-        and reap; rows still in the pipes are not wanted here (a scenario's were read to its
-        'done'). Not graceful (a failure, a signal): at once, as the fork launcher ends its own."""
+    def let_go(self) -> None:
+        """Tell every (idle) worker to leave, without waiting: close() then reaps them, given
+        LEAVE_S from now (their CUDA contexts go down while the parent renders the answer)."""
         for tasks in self.tasks:
             try:
-                if graceful:
-                    tasks.send(None)
+                tasks.send(None)
             except OSError:
                 pass
             tasks.close()
         self.tasks = []
-        deadline = time.monotonic() + (LEAVE_S if graceful else 0.0)
+        if self.leaving is None:
+            self.leaving = time.monotonic()
+
+    def close(self, graceful: bool = True) -> None:
+        """Tell every worker to leave (graceful: idle workers, given LEAVE_S), then terminate, kill
+        and reap; rows still in the pipes are not wanted here (a scenario's were read to its
+        'done'). Not graceful (a failure, a signal): at once, as the fork launcher ends its own."""
+        if graceful:
+            self.let_go()
+        for tasks in self.tasks:
+            tasks.close()
+        self.tasks = []
+        deadline = (self.leaving or time.monotonic()) + LEAVE_S if graceful else time.monotonic()
         for worker in self.workers:
             worker.process.join(max(0.0, deadline - time.monotonic()))
         launcher._stop_all(self.workers)
@@ -190,6 +201,11 @@ class WorkerSets:
         for workers in self.sets.values():
             workers.close()
         self.sets = {}
+
+    def let_go(self) -> None:
+        """The run's work is done: every worker is told to leave now; end() reaps them."""
+        for workers in self.sets.values():
+            workers.let_go()
 
     def end(self) -> None:
         """The run's end: every set, and the fork server (its children are gone by now)."""

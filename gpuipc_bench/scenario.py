@@ -91,6 +91,9 @@ class Scenario:
     default_workers: int = 2
     paths: tuple[PathInfo, ...] = ()  # the paths its rows carry, with their facts
     in_default_run: bool = True  # False: run only when named with --scenario (a long study)
+    # False: --quick without --scenario leaves it out (a library or a set of processes to start: seconds
+    # before its first sample); the default run and -s keep it
+    in_quick_run: bool = True
     # How the launcher starts this scenario's workers: "fork" (the default; the parent never
     # touches CUDA) or "spawn" (a fresh interpreter, as PyTorch's CUDA sharing asks for).
     start_method: str = "fork"

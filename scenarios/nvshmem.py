@@ -405,6 +405,7 @@ class NvshmemScenario(PairScenario):
     start_method = "forkserver"
     preload = ("cupy", "cuda.core", "nvshmem.core", "nvshmem.bindings")
     name = "nvshmem"
+    in_quick_run = False  # NVSHMEM's initialisation and its processes: 1-2 s a mode
     summary = "NVSHMEM (nvshmem4py): host-initiated put/get on symmetric memory, two PEs; small-put cost"
     worker_class = NvshmemWorker
     mpi_waiver = ""

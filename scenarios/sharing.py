@@ -120,6 +120,7 @@ class _Shared:
 
 class SharingScenario(Scenario):
     name = "sharing"
+    in_quick_run = False  # up to 8 processes with a context each: about a second a mode
     mpi_waiver = "forks 1 to 8 workers on one GPU, in each sharing mode of the run: the fork launcher only"
     sharing_modes = True
     summary = ("N = 1..8 processes on one GPU (d2d and pinned h2d), time-sliced vs MPS: "

@@ -364,6 +364,7 @@ class TorchSizesWorker(TorchWorker):
 class TorchScenario(PairScenario):
     persistent_workers = False  # processes of its own, forked by the fork server that imported torch
     name = "torch"
+    in_quick_run = False  # its processes and PyTorch start in about a second a mode
     mpi_waiver = "shares tensors through a torch.multiprocessing queue, which reaches only the processes it starts"
     summary = "PyTorch: CUDA tensors through a torch.multiprocessing queue (caching, expandable); forkserver workers"
     worker_class: type[PairWorker] = TorchWorker

@@ -185,3 +185,17 @@ def test_the_paths_of_a_set_are_shuffled_from_the_seed_unless_declared(tmp_path,
                                           "--sample-order", order, "-o", str(tmp_path / "r.csv"), "--force", "-q"])
         assert result.exit_code == 0, result.output
     assert seen == [5, 5, None]
+
+
+def test_quick_leaves_out_the_scenarios_that_start_a_library_and_its_help_names_them():
+    from gpuipc_bench.cli import cli
+    from gpuipc_bench.plan import registry, resolve_names
+
+    scenarios = registry()
+    left_out = [n for n, s in scenarios.items() if s.in_default_run and not s.in_quick_run]
+    assert left_out == ["torch", "nvshmem", "sharing"]
+    quick, default = resolve_names((), scenarios, "quick"), resolve_names((), scenarios)
+    assert quick == [n for n in default if n not in left_out] and "ipc" in quick and "staging" in quick
+    assert resolve_names(("torch",), scenarios, "quick") == ["torch"]  # named: kept
+    text = " ".join(CliRunner().invoke(cli, ["run", "--help"], terminal_width=200).output.split())
+    assert "leaves out torch, nvshmem and sharing" in text

@@ -50,7 +50,9 @@ def _samples_text(preset: str) -> str:
                    f"Default: {describe_sizes(DEFAULT_GPU_SIZES)} (host: {describe_sizes(DEFAULT_HOST_SIZES)}).")
 @click.option("--quick", is_flag=True,
               help=f"A first look: {len(QUICK_GPU_SIZES)} sizes ({describe_sizes(QUICK_GPU_SIZES)}; host: "
-                   f"{describe_sizes(QUICK_HOST_SIZES)}), {_samples_text('quick')}. Every size is ranked: "
+                   f"{describe_sizes(QUICK_HOST_SIZES)}), {_samples_text('quick')}, every mechanism in both "
+                   "sharing modes; without -s it leaves out torch, nvshmem and sharing (each starts a library or "
+                   "processes of its own: name them with -s to add them). Every size is ranked: "
                    "samples of two figures that do not overlap decide (the range of 3 covers the median 75% "
                    "of the time); the rest are shown undecided.")
 @click.option("--thorough", is_flag=True,
@@ -177,7 +179,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
     try:
         scenarios = registry()
-        names = resolve_names(scenario_names, scenarios)
+        names = resolve_names(scenario_names, scenarios, preset or "")
         if job is not None:
             if workers is not None and workers != job.size:
                 raise UsageError(f"--workers {workers}: under MPI each rank is one worker, and the job has "
@@ -329,6 +331,7 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                         TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[doing]}"),
                         console=err, disable=quiet, transient=False)
     current = None  # the mode of the scenario before: a mode left behind ends its busy neighbour
+    clean_end = False
     try:
         if job is None:
             sets.prestart(dict.fromkeys(s for s, _ in plan))
@@ -386,6 +389,8 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
                 results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs and modes
                 # partial until the clean end: a run killed now (SIGKILL) must not read as complete
                 results.write(partial=True, status=_status(done, failures, running=True))
+        sets.let_go()  # their contexts go down while the answer is written and rendered (end() reaps them)
+        clean_end = True
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         where = f" during {exc.scenario}{' ' + exc.at if exc.at else ''}" if getattr(exc, "scenario", "") else ""
@@ -403,18 +408,21 @@ def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(
         results.close()
         raise
     finally:
-        sets.end()  # every persistent worker (and the fork server) ends with the run, under every fault
+        if not clean_end:
+            sets.end()  # every persistent worker (and the fork server) ends with the run, under every fault
+    try:
+        results.set_meta("worker_sets", str(sets.started))
+        results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
+        results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
+        results.close()
+        if not quiet:
+            from gpuipc_bench.report import render_run_summary
+
+            render_run_summary(results.frame, results.metadata, stdout_console(), source=out)
+    finally:
+        sets.end()  # the workers told to leave above: reaped (and the fork server stopped)
         mark("sets ended")
         write_trace(f"parent-{os.getpid()}")
-    results.set_meta("worker_sets", str(sets.started))
-    results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
-    results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
-    results.close()
-
-    if not quiet:
-        from gpuipc_bench.report import render_run_summary
-
-        render_run_summary(results.frame, results.metadata, stdout_console(), source=out)
     for name, error, rows in failures:
         err.print(f"[red]error[/] in scenario {escape(name)} ({rows} samples kept): {escape(str(error))}",
                   soft_wrap=True)

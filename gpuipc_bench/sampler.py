@@ -196,6 +196,18 @@ class Group:
         return any(len(r.values) >= need and min(self.values) > max(r.values)
                    and robust.median(self.values) > robust.median(r.values) * (1 + BEATEN_BY) for r in self.rivals)
 
+    def decided(self) -> bool:
+        """Its answer against every rival is known (each rival, with its --min-samples, is separated
+        from it as beaten() separates them, one way or the other): the leader of its size clear of
+        every other, say. More samples would narrow its interval, not change a decision."""
+        need = self.counts.min_samples
+        if not self.rivals or any(len(r.values) < need for r in self.rivals):
+            return False
+        mine = robust.median(self.values)
+        return all((min(self.values) > max(r.values) and mine > robust.median(r.values) * (1 + BEATEN_BY))
+                   or (max(self.values) < min(r.values) and robust.median(r.values) > mine * (1 + BEATEN_BY))
+                   for r in self.rivals)
+
     def step(self) -> Iterator[dict]:
         """One sample, warm-up or timed: its row (from the timing worker, if timed)."""
         sampler, ctx, counts = self.sampler, self.sampler.ctx, self.counts
@@ -225,7 +237,8 @@ class Group:
                 self.values.append(sample.seconds)
                 self.timed += sample.seconds * sample.batch
                 stop = robust.enough(self.values, counts.min_samples, counts.max_samples) or (
-                    len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or self.beaten()))
+                    len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or self.beaten()
+                                                                 or self.decided()))
                 sampler.samples += 1
                 yield sampler.row(self.group, sample, len(self.values) - 1, self.clock)
             if not self.solo:

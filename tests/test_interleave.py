@@ -174,7 +174,7 @@ def test_a_path_that_must_run_last_in_its_set_stays_last_whatever_the_seed():
 def test_the_paths_of_a_set_are_shuffled_from_the_seed_unless_declared(tmp_path, monkeypatch):
     """The run hands its --order-seed to the path shuffle under the default order and 'shuffled',
     and none under 'declared' (the shuffle itself: the test above)."""
-    import gpuipc_bench.cli.run as run_module
+    import gpuipc_bench.cli.runloop as run_module
     from gpuipc_bench.cli import cli
 
     seen = []
@@ -199,3 +199,23 @@ def test_quick_leaves_out_the_scenarios_that_start_a_library_and_its_help_names_
     assert resolve_names(("torch",), scenarios, "quick") == ["torch"]  # named: kept
     text = " ".join(CliRunner().invoke(cli, ["run", "--help"], terminal_width=200).output.split())
     assert "leaves out torch, nvshmem and sharing" in text
+
+
+def test_a_leader_clear_of_every_rival_stops_at_min_samples_though_noisy():
+    """ce: noisy (its interval alone would take it to the cap), but every sample faster than every
+    sample of push and sm: decided against both, it stops at 6 with them. Without a rival clear of
+    it (push inside its range), it goes on."""
+    def counts(push_scale):
+        sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=12))
+        noise = itertools.cycle((1.0, 1.15, 0.9, 1.1))
+        scale = {"ce": 1.0, "push": push_scale, "sm": 3.0}
+        groups = [sampler.run(dict(path="ipc", variant=v, measure="stream", metric="bandwidth", src="0", dst="0",
+                                   bytes=4096), lambda trial, v=v: Sample(1e-5 * scale[v] * next(noise), trial.reps),
+                              timer=True, reps=64) for v in ("ce", "push", "sm")]
+        rows = list(sampler.interleave(groups, 4096))
+        return {v: sum(1 for r in rows if r["variant"] == v) for v in ("ce", "push", "sm")}
+
+    decided = counts(2.0)  # ce may take one sample more: in a round before its rivals had their 6
+    assert decided["push"] == decided["sm"] == 6 and decided["ce"] in (6, 7)
+    clear = counts(1.05)
+    assert clear["ce"] == 12 and clear["push"] == 12 and clear["sm"] == 6

@@ -7,24 +7,22 @@ import dataclasses
 import datetime
 import os
 import random
-import signal
 import socket
-import time
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
-from gpuipc_bench.cli.console import signal_name, stderr_console, stdout_console
-from gpuipc_bench.cli.header import run_header
+from gpuipc_bench.cli.console import stderr_console
+from gpuipc_bench.cli.runloop import drop_if_empty, run_plan
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_writable
-from gpuipc_bench.errors import BenchError, Interrupted, UsageError, WorkerFailed
+from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.modes import end_all as end_modes
-from gpuipc_bench.profiling import mark, write_trace
+from gpuipc_bench.profiling import mark
 from gpuipc_bench.plan import (
-    check_memory, modes_for, pairs_estimate, plan_modes, plan_pairs, plan_runs, plan_scenarios, registry,
-    resolve_names, shuffle_paths,
+    check_memory, modes_for, pairs_estimate, plan_modes, plan_pairs, plan_scenarios, registry,
+    resolve_names,
 )
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.scenario import (
@@ -248,14 +246,14 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         for scenario in dict.fromkeys(s for s, _ in plan):  # nvcc builds while the first paths run
             getattr(scenario, "prebuild", lambda: None)()
         try:
-            _run_plan(plan, config, machine, out, err, quiet, verbose, job, modes, mig_notes)
+            run_plan(plan, config, machine, out, err, quiet, verbose, job, modes, mig_notes)
         except BenchError:
             if plot is not None:
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
             raise
         finally:
             end_modes(modes)
-            _drop_if_empty(config.worker_log)
+            drop_if_empty(config.worker_log)
         if plot is not None:
             _plot_run(out, plot, err, quiet)
     finally:
@@ -285,10 +283,6 @@ def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> 
         err.print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
 
 
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _sample_counts(preset, min_samples, max_samples, warmup) -> dict:
     """The sample counts: as given, else the preset's, else the defaults (6 to 20, 1 warm-up)."""
     low, high, warm = PRESETS.get(preset or "", DEFAULT_SAMPLES)
@@ -307,184 +301,6 @@ def _single_size(sizes: tuple[int, ...], option: str) -> int:
 def _default_out() -> Path:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path("results") / f"{stamp}-{socket.gethostname()}.csv"
-
-
-def _run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(), notes=None):
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    from gpuipc_bench import mig
-    from gpuipc_bench.pool import WorkerSets
-    from gpuipc_bench.results import ResultsFile
-
-    # the persistent workers (the fork launcher's; --launcher fork-fresh: none, every scenario its own)
-    sets = WorkerSets(config.worker_log or "", persistent=config.launcher == "fork")
-    launched = job.metadata() if job else {"launcher": config.launcher}
-    results = ResultsFile(out, {**run_header(config, machine), **launched,
-                                **{f"note.{key}": text for key, text in (notes or {}).items()}})
-    results.write(partial=True, status="running")
-    run_started = time.monotonic()
-    mark("header written")
-    failures: list[tuple[str, BenchError, int]] = []
-    done: list[str] = []
-    # One line per scenario: what it is doing now, how far it is, the time spent and the time left.
-    progress = Progress(TextColumn("{task.description:>8}"), BarColumn(bar_width=16), TimeElapsedColumn(),
-                        TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[doing]}"),
-                        console=err, disable=quiet, transient=False)
-    current = None  # the mode of the scenario before: a mode left behind ends its busy neighbour
-    clean_end = False
-    try:
-        if job is None:
-            sets.prestart(dict.fromkeys(s for s, _ in plan))
-        with progress:
-            runs = plan_runs(plan, list(modes))  # the paths of a process set in a seeded order (not 'declared')
-            for scenario, specs, mode in shuffle_paths(runs, config.order_seed if config.sample_order != "declared"
-                                                       else None):
-                if mode is not current:
-                    if current is not None:
-                        for note in current.leave():
-                            results.set_meta(f"note.sharing.{current.name}", note)
-                    current = mode
-                if mode is not None and hasattr(mode, "device"):
-                    mode.device = specs[0].device  # a busy neighbour goes on the pair's GPU
-                devices = {spec.device for spec in specs}
-                label = scenario.name if len(devices) < 2 else f"{scenario.name} {specs[0].device}>{specs[-1].device}"
-                if mig.is_mig_pair(specs):
-                    label = f"{scenario.name} {mig.pair_label(specs, machine)}"
-                elif mode is not None and len(modes) > 1:
-                    label += f" {mode.name}"
-                task = progress.add_task(label, total=scenario.progress_total(config, specs), doing="")
-                started = time.monotonic()
-                mark("scenario", scenario.name, mode.name if mode is not None else "")
-                try:
-                    env = _start_mode(mode, results)
-                    mark("mode started", mode.name if mode is not None else "")
-                except BenchError as exc:  # this mode cannot run: its scenarios fail, the others go on
-                    failures.append((scenario.name, exc, 0))
-                    progress.update(task, description=f"[red]{label}")
-                    continue
-                callbacks = dict(
-                    on_row=lambda row: results.add([row]),
-                    on_progress=lambda n, task=task: progress.advance(task, n),
-                    on_status=lambda text, task=task: progress.update(task, doing=_fit(text, 34)),
-                    on_note=lambda key, text: results.set_meta(f"note.{key}", text),
-                )
-                if job is not None:  # the ranks are the workers
-                    outcome = job.run_scenario(scenario, config, specs, **callbacks)
-                else:
-                    outcome = sets.run(scenario, config, specs, mode_name=mode.name if mode is not None else None,
-                                       env=env, **callbacks)
-                refused = mig.refusal(scenario.name, specs, outcome.error)
-                if refused is not None:  # across MIG instances the driver said no: its words, not a failure
-                    results.set_meta(f"note.{refused[0]}", refused[1])
-                    if not quiet:
-                        err.print(f"[yellow]note[/]: {escape(refused[1])}", soft_wrap=True)
-                    done.append(scenario.name)
-                elif outcome.error is not None:
-                    failures.append((scenario.name, outcome.error, outcome.rows))
-                    progress.update(task, description=f"[red]{label}")
-                else:
-                    done.append(scenario.name)
-                mark("scenario ended", scenario.name)
-                spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))
-                results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs and modes
-                # partial until the clean end: a run killed now (SIGKILL) must not read as complete
-                results.write(partial=True, status=_status(done, failures, running=True))
-        sets.let_go()  # their contexts go down while the answer is written and rendered (end() reaps them)
-        clean_end = True
-    except (Interrupted, KeyboardInterrupt) as exc:
-        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-        where = f" during {exc.scenario}{' ' + exc.at if exc.at else ''}" if getattr(exc, "scenario", "") else ""
-        results.write(partial=True, status=f"{signal_name(signum)}{where} ({signal.Signals(signum).name})"
-                                           + "".join(f"; {part}" for part in [_status(done, failures)] if part))
-        results.close()
-        err.print(f"[red]{signal_name(signum)}[/]{escape(where)}; {len(results)} samples kept in "
-                  f"{escape(str(out))}", soft_wrap=True)
-        if quiet:
-            print(out, flush=True)
-        raise click.exceptions.Exit(128 + signum) from None
-    except BaseException as exc:
-        parts = [str(exc)] if isinstance(exc, BenchError) else []
-        results.write(partial=True, status="failed: " + "; ".join(parts + [_status(done, failures)]).strip("; "))
-        results.close()
-        raise
-    finally:
-        if not clean_end:
-            sets.end()  # every persistent worker (and the fork server) ends with the run, under every fault
-    try:
-        results.set_meta("worker_sets", str(sets.started))
-        results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
-        results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
-        results.close()
-        if not quiet:
-            from gpuipc_bench.report import render_run_summary
-
-            render_run_summary(results.frame, results.metadata, stdout_console(), source=out)
-    finally:
-        sets.end()  # the workers told to leave above: reaped (and the fork server stopped)
-        mark("sets ended")
-        write_trace(f"parent-{os.getpid()}")
-    for name, error, rows in failures:
-        err.print(f"[red]error[/] in scenario {escape(name)} ({rows} samples kept): {escape(str(error))}",
-                  soft_wrap=True)
-        if verbose and isinstance(error, WorkerFailed) and error.traceback_text:
-            err.print(error.traceback_text, markup=False, highlight=False)
-    log = _worker_log(config, failures)
-    rows = len(results)
-    err.print(f"wrote {escape(str(out))} ({rows} rows{', partial' if failures else ''})"
-              + (f"; the workers' output and tracebacks: {escape(log)}" if log else ""), soft_wrap=True)
-    if quiet:
-        print(out, flush=True)
-    if failures:
-        raise BenchError(f"{len(failures)} of {len(plan)} scenarios failed; samples taken before "
-                         f"the failure are kept in {out}")
-
-
-def _start_mode(mode, results) -> dict[str, str]:
-    """Start a sharing mode on its first use (one MPS daemon per run); the environment its
-    workers set. BenchError when it cannot start."""
-    if mode is None:
-        return {}
-    mode.start()
-    for key, value in mode.facts().items():
-        results.set_meta(key, value)
-    return mode.env()
-
-
-def _worker_log(config, failures) -> str:
-    """The run's worker log with the failed workers' tracebacks added, or '' (and removed) when
-    nothing was written to it."""
-    path = config.worker_log
-    if not path:
-        return ""
-    try:
-        with open(path, "a") as log:
-            for name, error, _ in failures:
-                if isinstance(error, WorkerFailed) and error.traceback_text:
-                    log.write(f"--- scenario {name}: {error}\n{error.traceback_text}\n")
-    except OSError:
-        return ""
-    return "" if _drop_if_empty(path) else path
-
-
-def _drop_if_empty(path: str) -> bool:
-    """Remove the worker log when no worker wrote to it; True when it is gone."""
-    try:
-        if path and os.path.getsize(path) == 0:
-            os.unlink(path)
-    except OSError:
-        pass
-    return not path or not os.path.exists(path)
-
-
-def _status(done, failures, running=False) -> str:
-    parts = []
-    if done:
-        parts.append("completed: " + ",".join(dict.fromkeys(done)))
-    if failures:
-        parts.append("failed: " + "; ".join(f"{name} ({err})" for name, err, _ in failures))
-    if running:
-        parts.append("running")
-    return "; ".join(parts)
 
 
 def _stop_stale_mps(err) -> None:

@@ -283,7 +283,14 @@ def test_gpu_to_gpu_and_host_to_gpu_on_one_gpu(monkeypatch, no_leaks):
     # UCX's own report: on one GPU, cuda_ipc between the two processes (never guessed, never empty); from
     # host memory into the other process's GPU, software emulation (what UCX 1.5.1's NIXL did on an H200)
     assert all(r["transport"] not in ("", "not reported") for r in moved), {r["transport"] for r in moved}
-    assert {ucx_report.transport_of(r["transport"]) for r in moved if "dram" not in r["variant"]} == {"cuda_ipc"}
+    said = {r["variant"]: ucx_report.transport_of(r["transport"]) for r in moved if "dram" not in r["variant"]}
+    assert said["write"] == "cuda_ipc"
+    # READ: cuda_ipc where the GPU has an active NVLink (an H200 of an NV18 pair); on a GPU without one UCX
+    # turns cuda_ipc's get off and reads over tcp (one H100, with UCX's debug line saying why)
+    from gpuipc_bench.machine import probe
+
+    nvlink = any(str(link).startswith("NV") for link in probe().links.values())
+    assert said["read"] == ("cuda_ipc" if nvlink else "tcp"), said
 
 
 @pytest.mark.gpu2
@@ -337,6 +344,30 @@ def test_check_fails_a_library_figure_that_fell_back():
     slow_but_direct = judge.judge_figure(figure("zero-copy cma/memory", 0.6), "n1", facts, refs)
     assert slow_but_direct.status == "pass" and slow_but_direct.reason.endswith("UCX used zero-copy cma/memory")
     assert judge.judge_figure(figure("zero-copy tcp/lo", 5.0), "n1", facts, refs).status == "pass"  # 25%
+
+
+def test_a_read_that_ucx_sends_over_tcp_without_nvlink_is_said_so_and_skipped_by_check():
+    """UCX turns cuda_ipc's READ off on a GPU without an active NVLink (one H100: READ over tcp, WRITE
+    over cuda_ipc): the run's line says so instead of 'check UCX_TLS', and check skips the figure
+    there; with an NVLink in the node's facts it is a fallback, and check fails it."""
+    from gpuipc_bench.analysis.transport import Fallback, read_without_nvlink
+    from gpuipc_bench.check import expect, judge
+    from gpuipc_bench.check.figures import Figure
+    from gpuipc_bench.report.wording import fallback_text
+
+    assert read_without_nvlink("nixl", "read", "0", "0", "none", {"gpu.0.name": "H100"})
+    assert not read_without_nvlink("nixl", "read", "0", "1", "none", {"link.0-1": "NV18"})
+    assert not read_without_nvlink("nixl", "write", "0", "0", "none", {})
+    assert not read_without_nvlink("nixl", "read-from-dram", "host", "0", "none", {})
+    assert not read_without_nvlink("nixl", "read", "0", "0", "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y", {})
+    line = fallback_text(Fallback("nixl", "nixl", "read", "stream", "0", "0", "time-sliced", 1 << 20, 0.5,
+                                  "ipc/ce", 900.0, "software emulation tcp/lo", "none", no_get=True))
+    assert "UCX turns cuda_ipc's READ off where the GPU has no active NVLink" in line and "UCX_TLS" not in line
+    refs = expect.load()
+    read = Figure("nixl-read", "0", 0.5, "GB/s", ceiling=1487.0, samples=5, transport="software emulation tcp/lo")
+    skipped = judge.judge_figure(read, "n1", {"host": "n1"}, refs)
+    assert skipped.status == "skip" and "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y turns READ on" in skipped.reason
+    assert judge.judge_figure(read, "n1", {"host": "n1", "link.0-1": "NV18"}, refs).status == "fail"
 
 
 def _check(tmp_path, env):

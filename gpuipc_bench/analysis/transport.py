@@ -30,6 +30,26 @@ UCX_NO_PATH = ("UCX chose it with no UCX_ variable set: between processes, cma r
                "process's GPU")
 
 
+# UCX's own choice for a READ between two processes' GPU memory on a node whose GPU has no active
+# NVLink: its cuda_ipc transport turns get (READ) off there (uct_cuda_ipc_iface_get_max_get_zcopy,
+# "cuda-ipc get zcopy disabled as no nvlinks detected" in UCX's debug log on one H100), so READ
+# goes over tcp while WRITE takes cuda_ipc
+UCX_NO_GET = ("UCX turns cuda_ipc's READ off where the GPU has no active NVLink (UCX_CUDA_IPC_ENABLE_GET_ZCOPY "
+              "defaults to auto): READ goes over tcp and WRITE over cuda_ipc on such a node; "
+              "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y turns READ on")
+
+
+def has_nvlink(meta: dict) -> bool:
+    """Whether the run's header names an NVLink between two of its GPUs (link.I-J: NVk)."""
+    return any(str(key).startswith("link.") and str(value).startswith("NV") for key, value in meta.items())
+
+
+def read_without_nvlink(path: str, variant: str, src: str, dst: str, settings: str, meta: dict) -> bool:
+    """A NIXL READ from GPU to GPU that UCX's own rule sends over tcp (UCX_NO_GET)."""
+    return (path == "nixl" and variant.split(":")[0] == "read" and "host" not in (str(src), str(dst))
+            and "ENABLE_GET_ZCOPY" not in settings and not has_nvlink(meta))
+
+
 @dataclasses.dataclass(frozen=True)
 class Fallback:
     scenario: str
@@ -46,6 +66,7 @@ class Fallback:
     transport: str
     settings: str  # the environment the library ran under ('UCX_TLS=tcp', 'none')
     kind: str = "transport-fallback"
+    no_get: bool = False  # a READ that UCX sends over tcp by its own rule on a GPU without NVLink
 
     @property
     def fraction(self) -> float:
@@ -83,7 +104,8 @@ def fallbacks(frame: pd.DataFrame, summary: pd.DataFrame, meta: dict) -> list[Fa
         settings = meta.get(f"note.{r.scenario}.ucx_settings", "") if r.path == "nixl" else \
             meta.get(f"note.{r.scenario}.nccl_settings", "")
         out.append(Fallback(r.scenario, r.path, r.variant, r.measure, str(r.src), str(r.dst), r.sharing, int(r.bytes),
-                            float(r.median_gbps), reference, reference_gbps, transport, settings))
+                            float(r.median_gbps), reference, reference_gbps, transport, settings,
+                            no_get=read_without_nvlink(r.path, r.variant, r.src, r.dst, settings, meta)))
     return out
 
 

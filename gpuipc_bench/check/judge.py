@@ -68,6 +68,11 @@ def _judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations
     exp = expectations.get(model, figure.name)
     event = Event(PASS, node, "figure", figure.name, figure.gpus, figure.value, "", figure.unit)
     fallback = transport_fallback(figure)
+    if fallback and _read_without_nvlink(figure, facts):  # UCX's own rule for this node: not a fault of it
+        from gpuipc_bench.analysis.transport import UCX_NO_GET
+
+        event.status, event.reason = SKIP, f"{figure.text()} over {figure.transport}: {UCX_NO_GET}"
+        return event
     if fallback:  # whatever the references say: the library did not use the link
         event.status, event.reason = FAIL, fallback
         return event
@@ -90,6 +95,17 @@ def _judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations
     if found:
         event.reason += "; likely cause: " + "; ".join(dict.fromkeys(found))
     return event
+
+
+def _read_without_nvlink(figure: Figure, facts: dict[str, str]) -> bool:
+    from gpuipc_bench.analysis.transport import read_without_nvlink
+
+    import os
+
+    settings = " ".join([v for k, v in facts.items() if k.endswith(".ucx_settings")]
+                        + [f"{k}={v}" for k, v in os.environ.items() if k == "UCX_CUDA_IPC_ENABLE_GET_ZCOPY"])
+    ends = figure.gpus.split(">")
+    return figure.name == "nixl-read" and read_without_nvlink("nixl", "read", ends[0], ends[-1], settings, facts)
 
 
 def transport_fallback(figure: Figure) -> str:

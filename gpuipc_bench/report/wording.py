@@ -222,11 +222,12 @@ def fallback_text(f, figures: int = 1) -> str:
     `figures` of its scenario), its share of raw IPC, the transport and the setting to check."""
     where = f" ({link(f.src, f.dst)})" if f.src != f.dst or f.src != "host" else ""
     if f.path == "nixl":
-        from gpuipc_bench.analysis.transport import UCX_HINT, UCX_NO_PATH
+        from gpuipc_bench.analysis.transport import UCX_HINT, UCX_NO_GET, UCX_NO_PATH
 
         own = f.settings in ("", "none")
-        hint = UCX_NO_PATH if own and f.src == "host" and f.dst != "host" else UCX_HINT
-        settings = f"UCX settings: {f.settings}" if f.settings and not hint == UCX_NO_PATH else ""
+        hint = UCX_NO_PATH if own and f.src == "host" and f.dst != "host" else \
+            UCX_NO_GET if getattr(f, "no_get", False) else UCX_HINT
+        settings = f"UCX settings: {f.settings}" if f.settings and hint == UCX_HINT else ""
     else:
         hint, settings = "check NCCL_P2P_DISABLE, NCCL_SHM_DISABLE and the container's IPC namespace", f.settings
     many = f" (1 of {figures} figures)" if figures > 1 else ""

@@ -17,6 +17,11 @@ H100, H200 = "h100-default.csv", "h200-default.csv"
 MODES = "h100-default-modes.csv"
 BOTH = "h100-both-modes-default.csv"  # this version's default run (persistent sets, the sweep's choices)
 QUICK = "h100-both-modes-quick.csv"
+QUICK_COLD = "h100-both-modes-quick-cold.csv"
+# one call on one H100: the previous version (b5a794b) and this one, back to back (BOTH is this one's second)
+BEFORE_OLD = ("h100-before-after-old-1.csv", "h100-before-after-old-2.csv")
+BEFORE_NEW = "h100-before-after-new-1.csv"
+BEFORE_OLD_QUICK = "h100-before-after-old-quick.csv"
 FORK, FRESH = "h100-fork-vs-fresh-fork.csv", "h100-fork-vs-fresh-fresh.csv"  # one call, the two launchers
 NEIGHBOUR = "h100-busy-neighbour.csv"
 PAIRS = "h100x2-nvlink-pairs-all.csv"
@@ -45,19 +50,20 @@ def size(nbytes: int) -> str:
 
 
 def runtime(runs: Runs) -> str:
-    both, fork, fresh, quick, modes, h100 = runs[BOTH], runs[FORK], runs[FRESH], runs[QUICK], runs[MODES], runs[H100]
+    both, quick, cold = runs[BOTH], runs[QUICK], runs[QUICK_COLD]
+    old = [runs[name] for name in BEFORE_OLD]
+    total = lambda run: float(run.meta["seconds.total"])  # noqa: E731
     seconds = {k.split(".", 1)[1]: float(v) for k, v in both.meta.items() if k.startswith("seconds.")}
     top = sorted(((v, k) for k, v in seconds.items() if k != "total"), reverse=True)[:4]
     return (f"On one H100 the default run, every path (nvshmem and torch included) time-sliced and under "
-            f"the run's own MPS daemon, took **{num(seconds['total'])} s** (`seconds.total` of `results/{BOTH}`; "
-            f"most of it {', '.join(f'{k} {num(v)} s' for v, k in top)}) and `--quick` "
-            f"{num(float(quick.meta['seconds.total']))} s (`results/{QUICK}`). In one call of an earlier "
-            f"build, the run with persistent process sets took {num(float(fork.meta['seconds.total']))} s and "
-            f"with fresh processes for every scenario (`--launcher fork-fresh`) "
-            f"{num(float(fresh.meta['seconds.total']))} s (`results/{FORK}`, `{FRESH}`). The previous "
-            f"version's default run took {num(float(modes.meta['seconds.total']))} s with both modes "
-            f"(`results/{MODES}`) and {num(h100.scenario_seconds())} s of scenarios time-sliced only "
-            f"(`results/{H100}`).")
+            f"the run's own MPS daemon, took **{num(seconds['total'])} s** (`seconds.total` of `results/{BOTH}`, "
+            f"with `--plot`; most of it {', '.join(f'{k} {num(v)} s' for v, k in top)}; "
+            f"{num(total(runs[BEFORE_NEW]))} s in `{BEFORE_NEW}`) and `--quick` {num(total(quick))} s "
+            f"(`results/{QUICK}`; {num(total(cold))} s with a cold kernel cache, `{QUICK_COLD}`). In the same "
+            f"call on the same machine the previous version (b5a794b) took "
+            f"{' and '.join(num(total(r)) + ' s' for r in old)} "
+            f"(`{'`, `'.join(BEFORE_OLD)}`) and its `--quick` {num(total(runs[BEFORE_OLD_QUICK]))} s "
+            f"(`{BEFORE_OLD_QUICK}`, with torch, nvshmem and sharing).")
 
 
 def neighbour(runs: Runs) -> str:
@@ -118,6 +124,8 @@ def bulk_256(runs: Runs) -> str:
 def bounds(runs: Runs) -> str:
     from check_reference import bound
 
+    from gpuipc_bench.analysis.summary import CALL_BOUND
+
     parts = []
     for name in (H100, H200, MODES, BOTH):
         df = runs[name].frame
@@ -129,14 +137,22 @@ def bounds(runs: Runs) -> str:
 
         data = df[(df["metric"] == "bandwidth") & (df["path"] != "ceiling") & (df["ceiling"] != "")
                   & (df["path"] != "sharing")]
-        over = 0
+        # a ceiling's per-call floor: its shortest time per transfer (bytes / best GB/s over the sizes)
+        floors = {key: min(nbytes / gbps_ / 1e9 for (k, nbytes), gbps_ in best.items() if k == key and gbps_ > 0)
+                  for key in {k for k, _ in best}}
+        over = over_call = 0
         for (ceiling, nbytes), part in data.groupby(["ceiling", "bytes"]):
             slack = 0.02 if "-sm@" in ceiling else 0.01
-            over += int((part["bandwidth_gbps"] > bound(df, ceiling, nbytes, of, slack)).sum())
+            above = part[part["bandwidth_gbps"] > bound(df, ceiling, nbytes, of, slack)]
+            floor = min((floors.get(k, math.inf) for k in ceiling.replace("|", "+").split("+")), default=math.inf)
+            call = above["seconds"] < CALL_BOUND * floor  # where the tool shows time per transfer, not GB/s
+            over += int((~call).sum())
+            over_call += int(call.sum())
         timed = df[df["metric"] != "setup"].groupby(
             ["scenario", "path", "variant", "measure", "metric", "src", "dst", "bytes", "workers", "sharing"]).size()
-        parts.append(f"`{name}`: {over} of {len(data):,} samples above their bound, "
-                     f"{timed.mean():.1f} samples per group on average")
+        parts.append(f"`{name}`: {over} of {len(data):,} samples above their bound"
+                     + (f" ({over_call} more at call-bound sizes)" if over_call else "")
+                     + f", {timed.mean():.1f} samples per group on average")
     return ("Samples above their physical bound (`scripts/check_reference.py`'s bounds: one copy, its "
             "ceiling's best sample +1%, kernel copies +2%; two hops in sequence, 1 / (1/d2h + 1/h2d); "
             "overlapping hops, the slower hop): " + "; ".join(parts) + ".")

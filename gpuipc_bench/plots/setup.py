@@ -56,7 +56,8 @@ def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame 
         for yi, value, spread in zip(y, values, spreads):
             if spread:
                 ax.plot(spread, [yi, yi], color="#222222", linewidth=1)
-            ax.text(value * 1.08, yi, f"{_plain_ms(value)} ms", va="center", fontsize=8)
+            right = max(value, spread[1]) if spread else value  # past the interval's line, never over it
+            ax.text(right * 1.12, yi, f"{_plain_ms(value)} ms", va="center", fontsize=8)
         ax.set_yticks(y)
         ax.set_yticklabels(labels, fontsize=8.5)
         ax.set_xscale("log")

@@ -22,7 +22,8 @@ from gpuipc_bench.cli import cli
 from gpuipc_bench.results import read_results
 
 REPO = Path(__file__).resolve().parent.parent
-REFERENCES = [REPO / "results" / f for f in ("h100-default-modes.csv", "h100-default.csv",
+REFERENCES = [REPO / "results" / f for f in ("h100-default-modes.csv", "h100-both-modes-default.csv",
+                                             "h100-fork-vs-fresh-fork.csv", "h100-default.csv",
                                              "h100x2-nvlink-default.csv", "h100x2-nvlink-pairs-all.csv",
                                              "h200-default.csv", "h200x2-nixl-default.csv", "h200x2-nixl-pair.csv",
                                              "h200x2-nvshmem-pair.csv")]
@@ -158,7 +159,7 @@ def test_the_shipped_references_are_learned_from_results():
     learned = expect.learn(REFERENCES)
     assert learned.to_json() == expect.load().to_json() | {"tolerance": learned.tolerance}
     h2d = learned.get(H100, "h2d")
-    assert h2d.hosts == 3 and h2d.band and 54 < h2d.low <= h2d.high < 56  # three H100 hosts (GPU UUIDs)
+    assert h2d.hosts == 5 and h2d.band and 54 < h2d.low <= h2d.high < 56  # five H100 hosts (GPU UUIDs)
     assert "h100-default-modes.csv" in h2d.sources and "h100-default.csv" in h2d.older
     peer = learned.get(H100 + ", link NV18", "peer")
     assert peer.hosts == 1 and not peer.band and 390 < peer.low < 400
@@ -200,9 +201,9 @@ def _fig(name="h2d", value=55.0, ceiling=None, gpus="0", unit="GB/s"):
 def test_a_figure_fails_below_the_band_and_only_warns_against_one_host():
     refs = expect.load()
     ok = judge.judge_figure(_fig(value=54.0), "n1", H100_FACTS, refs)
-    assert ok.status == "pass" and ok.expected.startswith("54.8-55.1 GB/s (band of 3 hosts")
+    assert ok.status == "pass" and ok.expected.startswith("54.8-55.2 GB/s (band of 5 hosts")
     low = judge.judge_figure(_fig(value=40.0), "n1", H100_FACTS, refs)
-    assert low.status == "fail" and "40 GB/s is 27% below 54.8-55.1 GB/s" in low.reason
+    assert low.status == "fail" and "40 GB/s is 27% below 54.8-55.2 GB/s" in low.reason
     two = {**H100_FACTS, "gpu_count": "2", "gpu.1.name": H100_FACTS["gpu.0.name"], "gpu.1.pcie": "Gen5 x16",
            "link.0-1": "NV18"}
     single = judge.judge_figure(_fig("peer", 200.0, gpus="0>1"), "n1", two, refs)

@@ -445,3 +445,22 @@ def test_check_of_a_gpu_node_never_initialises_cuda_in_this_process():
     assert {"h2d", "d2h", "d2d", "ipc-ce", "ipc-handoff-4k"} <= names
     assert next(e for e in report.events if e.figure == "ipc" and e.kind == "path").status == "pass"
     assert _device_count_in_a_child() >= 1  # a child forked after the check can still use CUDA
+
+
+def test_the_terminal_output_fits_80_columns_with_each_reason_under_its_check():
+    import io
+
+    from rich.console import Console
+
+    from gpuipc_bench.check.output import render_terminal
+
+    long_reason = "UCX turns cuda_ipc's READ off where the GPU has no active NVLink " * 3
+    events = [judge.Event("fail", "n1", "figure", "h2d", "0", 31.2, "54.8-55.2 GB/s", "GB/s", "31.2 GB/s is 43% below"),
+              judge.Event("skip", "n1", "figure", "nixl-read", "0", 0.53, "", "GB/s", long_reason)]
+    out = io.StringIO()
+    render_terminal(events, Console(file=out, width=80, force_terminal=False))
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "gpuipc-bench check · node n1" and all(len(line) <= 80 for line in lines)
+    assert lines[1].startswith("fail   figure h2d GPU 0") and lines[1].endswith("31.2 GB/s")
+    assert lines[2].strip() == "expected 54.8-55.2 GB/s" and lines[3].strip() == "31.2 GB/s is 43% below"
+    assert lines[4].startswith("skip") and all(line.startswith(" " * 9) for line in lines[5:]) and len(lines) > 6

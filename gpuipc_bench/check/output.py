@@ -119,18 +119,28 @@ def to_markdown(events: list[Event]) -> str:
 
 
 def render_terminal(events: list[Event], console) -> None:
-    from rich.markup import escape
-    from rich.table import Table
+    """One line per check (status, what, GPUs, measured, expected), its reason wrapped below it at the
+    terminal's width: at 80 columns a table's last column would be a dozen characters wide."""
+    import textwrap
 
-    table = Table(title="gpuipc-bench check", title_justify="left")
-    for column in ("status", "node", "check", "GPUs", "measured", "expected", "why"):
-        table.add_column(column, overflow="fold")
-    colour = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
-    order = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
+    from rich.markup import escape
+
     from gpuipc_bench.check.figures import format_value
 
+    colour = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
+    order = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
+    nodes = sorted({e.node for e in events})
+    console.print("[bold]gpuipc-bench check[/]" + (f" · node {escape(nodes[0])}" if len(nodes) == 1 else
+                                                   f" · {len(nodes)} nodes"), soft_wrap=True)
+    width = max(40, (console.width or 80) - 1)
     for e in sorted(events, key=lambda e: (order.get(e.status, 4), e.node)):
-        table.add_row(f"[{colour.get(e.status, '')}]{e.status}[/]", escape(e.node), escape(f"{e.kind} {e.figure}"),
-                      escape(e.gpus), format_value(e.measured, e.unit) if e.measured is not None else "",
-                      escape(e.expected), escape(e.reason))
-    console.print(table)
+        what = f"{e.kind} {e.figure}" + (f" GPU {e.gpus}" if e.gpus else "")
+        if len(nodes) > 1:
+            what = f"{e.node}: {what}"
+        measured = format_value(e.measured, e.unit) if e.measured is not None else ""
+        status = f"[{colour.get(e.status, '')}]{e.status:<5}[/]"
+        console.print(f"{status}  {escape(what):<28} {escape(measured)}".rstrip(), soft_wrap=True, highlight=False)
+        detail = [f"expected {e.expected}"] if e.expected and e.expected not in e.reason else []
+        for text in detail + [e.reason.strip()]:
+            for line in textwrap.wrap(text, width - 9):
+                console.print(" " * 9 + escape(line), soft_wrap=True, highlight=False)

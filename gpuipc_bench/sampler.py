@@ -95,6 +95,12 @@ class Sampler:
         # of that measurement settled on, its size): the next size's warm-up takes no more (warm_reps)
         self.settled: dict[tuple, tuple[int, int]] = {}
 
+    @property
+    def setup_repeats(self) -> int:
+        """How many times each set-up operation is timed: SETUP_REPEATS, or the run's sample cap where
+        that is lower (--quick's 3: every figure of it is a range of 3, and so are its set-up rows)."""
+        return max(1, min(SETUP_REPEATS, self.counts.max_samples))
+
     def run(self, group: dict, take: Callable[[Trial], Sample | None], *, timer: bool, reps: int = 1,
             solo: bool = False, calibrate: bool = True, min_reps: int = 1, phase: str = "sample",
             counts: Counts | None = None) -> "Group":

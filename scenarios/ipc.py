@@ -37,7 +37,7 @@ from gpuipc_bench.gpu.memory import DeviceBuffer, IpcEvent, MappedBuffer, Ring, 
 from gpuipc_bench.gpu.timing import time_setup
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import Group, SETUP_REPEATS, Sample
+from gpuipc_bench.sampler import Group, Sample
 from gpuipc_bench.signal import Signal
 
 VARIANTS = ("ce", "sm", "push")
@@ -97,7 +97,7 @@ class IpcWorker(PairWorker):
         of `n` bytes."""
         ctx = self.ctx
         src, dst = self.pdev, self.cdev
-        for i in range(SETUP_REPEATS):
+        for i in range(self.sampler.setup_repeats):
             ctx.phase("setup", n, i)
             if self.producer:
                 buf = DeviceBuffer(n, self.device)

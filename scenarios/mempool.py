@@ -35,7 +35,7 @@ from gpuipc_bench.fdpass import channel_for
 from gpuipc_bench.gpu.memory import reps_for
 from gpuipc_bench.pair import MEASURES, PRODUCER
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import SETUP_REPEATS
+
 from gpuipc_bench.scenarios.staging import StagingScenario, StagingWorker
 from gpuipc_bench.scenarios.vmm import FdScenario, FdSharingWorker
 
@@ -92,7 +92,7 @@ class MempoolWorker(FdSharingWorker):
         allocations are `n` bytes."""
         ctx, device = self.ctx, self.device
         src, dst = self.pdev, self.cdev
-        for i in range(SETUP_REPEATS):
+        for i in range(self.sampler.setup_repeats):
             ctx.phase("setup", n, i)
             if self.producer:
                 pool, seconds = time_setup(lambda: MemPool.create(device), device)

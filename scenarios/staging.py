@@ -39,7 +39,7 @@ from gpuipc_bench.gpu.memory import HostRegistration, Ring, mmap_address, prefau
 from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import SETUP_REPEATS, Sample
+from gpuipc_bench.sampler import Sample
 from gpuipc_bench.shared import SharedPages
 
 VARIANTS = ("pinned", "pipelined", "pinned-hostsync", "pageable")
@@ -151,7 +151,7 @@ class StagingWorker(PairWorker):
         t0 = time.perf_counter()
         prefault(region)
         yield self.setup_row("host_first_touch", time.perf_counter() - t0, 0, len(region), "host", self.device)
-        for i in range(SETUP_REPEATS):
+        for i in range(self.sampler.setup_repeats):
             self.ctx.phase("setup", len(region), i)
             registration, seconds = time_setup(lambda: HostRegistration(self.host_addr, len(region), self.device),
                                                self.device)

@@ -59,7 +59,7 @@ from gpuipc_bench.gpu.memory import Ring, on_device, reps_for
 from gpuipc_bench.pair import CONSUMER, MEASURES, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.patterns import seed_for
-from gpuipc_bench.sampler import SETUP_REPEATS, Sample
+from gpuipc_bench.sampler import Sample
 from gpuipc_bench.scenario import SPIN_LIMIT_S
 from gpuipc_bench.scenarios import handles
 from gpuipc_bench.scenarios.torch_support import (  # noqa: F401  (tests reach them through this module)
@@ -204,7 +204,7 @@ class TorchWorker(PairWorker):
         The kernel's refusal of the fds ends the variant for the run, with a note."""
         ctx, side, src, dst = self.ctx, self.side, self.pdev, self.cdev
         one = Ring.for_size(nbytes, 1)
-        for i in range(SETUP_REPEATS):
+        for i in range(self.sampler.setup_repeats):
             if variant in self.refused:
                 return
             ctx.phase("setup", nbytes, i)

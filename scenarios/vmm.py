@@ -28,7 +28,7 @@ from gpuipc_bench.gpu.fdmemory import VmmMemory, vmm_size
 from gpuipc_bench.gpu.timing import time_setup
 from gpuipc_bench.pair import PRODUCER, PairScenario
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import SETUP_REPEATS
+
 from gpuipc_bench.scenarios.ipc import IpcWorker
 
 
@@ -84,7 +84,7 @@ class VmmWorker(FdSharingWorker):
         """Create and export (producer); import, map and unmap+release (consumer); fresh each time."""
         ctx, size = self.ctx, vmm_size(n, self.device)
         src, dst = self.pdev, self.cdev
-        for i in range(SETUP_REPEATS):
+        for i in range(self.sampler.setup_repeats):
             ctx.phase("setup", size, i)
             if self.producer:
                 memory, seconds = time_setup(lambda: VmmMemory.create(size, self.device), self.device)

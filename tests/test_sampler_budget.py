@@ -106,3 +106,11 @@ def test_every_worker_sizes_the_warm_up_alike():
     other = Sampler(_ctx(timer.ctx.stored), Counts(warmup=1, min_samples=6, max_samples=6))
     followed, _ = _sizes(other, 3e-4, timer=False)
     assert followed == timed and other.settled == timer.settled
+
+
+def test_set_up_operations_are_timed_as_often_as_the_runs_figures_at_most():
+    from gpuipc_bench.sampler import SETUP_REPEATS
+
+    assert Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=9)).setup_repeats == SETUP_REPEATS == 9
+    assert Sampler(_ctx(), Counts(warmup=1, min_samples=3, max_samples=3)).setup_repeats == 3  # --quick
+    assert Sampler(_ctx(), Counts(warmup=3, min_samples=20, max_samples=20)).setup_repeats == 9  # --thorough

@@ -33,6 +33,8 @@ SIZES = (4, 4099)
 REFUSE_ENV = "FAKE_TORCH_REFUSE_FDS"
 SETUP_OPS = ("send", "receive_cold", "release")
 GPU_SKIP = torch_share.missing_torch() or torch_share.torch_without_cuda()
+# These tests' runs take at most 3 samples a group, and time each set-up operation as often
+RUN_REPEATS = min(SETUP_REPEATS, 3)
 
 
 # --------------------------------------------------------------------------- the fake torch
@@ -178,7 +180,7 @@ def test_torch_protocol_both_allocators(monkeypatch, no_leaks):
     assert {r["variant"] for r in rows if r["path"] == "ceiling"} == {"d2d@0"}
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant", "bytes")
     capacity = max(n for _, n in setup)
-    assert setup == {(f"{v}_{op}", capacity): SETUP_REPEATS for v in ("caching", "expandable") for op in SETUP_OPS}
+    assert setup == {(f"{v}_{op}", capacity): RUN_REPEATS for v in ("caching", "expandable") for op in SETUP_OPS}
     assert notes == {"torch.workers": torch_share.workers_note("forked")}
     assert semaphores() == before  # the queue's locks went with it
 
@@ -222,7 +224,7 @@ def test_the_study_times_first_receipts_at_each_size(monkeypatch, no_leaks):
     assert notes["torch-sizes.skipped"] == "1 MiB: more than a quarter of GPU 0's 1 MiB"
     assert notes["torch-sizes.workers"] == torch_share.workers_note("forked")
     setup = groups(rows, "path", "variant", "bytes")
-    assert setup == {("torch", f"{v}_{op}", n): SETUP_REPEATS for v in ("caching", "expandable") for op in SETUP_OPS
+    assert setup == {("torch", f"{v}_{op}", n): RUN_REPEATS for v in ("caching", "expandable") for op in SETUP_OPS
                      for n in (4096, 65536)}
 
 
@@ -331,7 +333,7 @@ def test_gpu_torch_moves_verified_tensors_with_both_allocators(no_leaks):
         (v, m, n) for v in variants for m in ("stream", "handoff") for n in sizes}
     assert all(r["verified"] is True and r["seconds"] > 0 for r in data)
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {(f"{v}_{op}",): SETUP_REPEATS for v in variants for op in SETUP_OPS}
+    assert setup == {(f"{v}_{op}",): RUN_REPEATS for v in variants for op in SETUP_OPS}
     assert notes["torch.workers"].startswith(("forkserver", "spawned", "forked"))
     # after import, a copy out of the producer's tensor runs at device-copy speed, not at a fraction of it
     ceiling = min(r["seconds"] for r in rows if r["path"] == "ceiling" and r["bytes"] == 8 << 20)
@@ -360,5 +362,5 @@ def test_gpu_torch_handles_times_first_receipts_against_size(no_leaks):
     outcome, rows, notes = gpu_run("torch-sizes", sizes)
     assert outcome.ok, outcome.error
     setup = groups(rows, "variant", "bytes")
-    assert setup == {(f"{v}_{op}", n): SETUP_REPEATS for v in variants_run(notes) for op in SETUP_OPS for n in sizes}
+    assert setup == {(f"{v}_{op}", n): RUN_REPEATS for v in variants_run(notes) for op in SETUP_OPS for n in sizes}
     assert all(r["metric"] == "setup" and r["seconds"] > 0 for r in rows)

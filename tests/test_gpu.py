@@ -362,7 +362,7 @@ def test_handles_times_opens_against_size(monkeypatch, no_leaks):
     got = groups(rows, "path", "variant")
     for key in (("ipc", "ipc_open_cold"), ("vmm", "vmm_import"), ("vmm", "vmm_map"), ("mempool", "pool_import"),
                 ("mempool", "ptr_import_first")):
-        assert got[key] == 2 * SETUP_REPEATS, key  # at each of the two sizes
+        assert got[key] == 2 * min(SETUP_REPEATS, 3), key  # at each of the two sizes, as often as a figure (3)
     for key in (("ipc", "ipc_open_suballoc"), ("mempool", "pool_import_full"), ("mempool", "ptr_import_full")):
         assert got[key] == SETUP_REPEATS, key
     big = {r["bytes"] for r in rows if r["variant"] == "pool_import_full"}

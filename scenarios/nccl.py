@@ -60,6 +60,14 @@ ONE_GPU = ("needs 2 GPUs, one per process: NCCL refuses two ranks on one GPU (be
 _VIA = re.compile(r"\bvia (\S+)")
 
 
+def nccl_version(nccl) -> str:
+    """The NCCL library CuPy loaded, as nccl-tests prints it ('22809' is 2.28.9)."""
+    try:
+        return str(nccl.get_version())
+    except Exception as exc:  # noqa: BLE001 - a fact for the notes, never a failure
+        return f"unknown ({type(exc).__name__})"
+
+
 def chosen_transport(log: str) -> str:
     """The transports NCCL says it set up ('P2P/CUMEM/read', 'SHM/direct/direct', 'NET/Socket/0'),
     from its INFO lines ('Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read'), in order, once each."""
@@ -141,6 +149,7 @@ class NcclWorker(PairWorker):
         ctx.row_fields["transport"] = transport  # every figure from here on says what NCCL used
         if self.producer:
             ctx.note("transport", transport)
+            ctx.note("version", nccl_version(nccl))  # to compare with another tool's NCCL (nccl-tests' header)
         yield from rows
 
     def exchange(self, nbytes: int, src: int, dst: int) -> None:

@@ -61,3 +61,12 @@ def test_send_recv_moves_verified_bytes(monkeypatch, no_leaks, name):
     transports = {r["transport"] for r in data}  # what NCCL reported, on every figure
     assert len(transports) == 1 and "" not in transports
     assert name != "nccl-shm" or transports.pop().startswith("SHM")
+
+
+def test_the_run_notes_which_nccl_it_loaded_as_nccl_tests_prints_it():
+    from types import SimpleNamespace
+
+    from scenarios.nccl import nccl_version
+
+    assert nccl_version(SimpleNamespace(get_version=lambda: 22809)) == "22809"
+    assert nccl_version(SimpleNamespace()) == "unknown (AttributeError)"

@@ -6,9 +6,7 @@
 set -uo pipefail
 prefix=${1:-h100}
 . scripts/device-lib.sh
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1 \
-  && export PYTHONPATH=/tmp/site
-export XDG_CACHE_HOME=$W/cache
+wheels
 old=$(ls -d old-* | head -1)
 timed() {  # NAME SECONDS COMMAND...: a command's wall time
   local name=$1 limit=$2; shift 2; local start=$(date +%s%N)

@@ -1,6 +1,7 @@
-# Sourced by the device scripts (scripts/device-issue22*.sh, device-profile.sh): NVLink multicast
-# off, the project installed, a work folder $W, and `run NAME SECONDS ARGS...` that times one
-# `gpuipc-bench run` into $W/$prefix-NAME.{csv,out,err} and prints its seconds.
+# Sourced by the device scripts: NVLink multicast off, the project installed, a work folder $W,
+# `run NAME SECONDS ARGS...` that times one `gpuipc-bench run` into $W/$prefix-NAME.{csv,out,err}
+# and prints its seconds, `wheels` (the carried nvshmem4py and nixl wheels, where carried) and
+# `traced NAME SECONDS ARGS...` (a run with its timeline, GPUIPC_BENCH_TRACE, summarised).
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 prefix=${prefix:-h100}
 OUT=${OUT:-/tmp/gpuipc-out}; W=$(mktemp -d); mkdir -p "$OUT"
@@ -12,4 +13,16 @@ run() {
   echo "== $name: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms;" \
     "$(grep -h '^# seconds\|^# worker_sets' "$W/$prefix-$name.csv" | sed 's/^# seconds.//' | tr '\n' ' ')"
   tail -n 1 "$W/$prefix-$name.err"
+}
+wheels() {  # the carried wheels: nvshmem4py (.whl, into /tmp/site) and nixl (.whl-nixl-slim), where carried
+  ls .whl/*.whl >/dev/null 2>&1 && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site \
+    .whl/*.whl >/dev/null 2>&1 && export PYTHONPATH=/tmp/site
+  ls .whl-nixl-slim/*.whl >/dev/null 2>&1 && { python3 -m pip install -q --no-deps .whl-nixl-slim/*.whl \
+    >>"$W/pip.log" 2>&1 || echo "no nixl"; }
+  export XDG_CACHE_HOME=$W/cache
+}
+traced() {  # NAME SECONDS ARGS...: a run with its timeline, summarised into $W/trace-NAME.txt
+  local name=$1; GPUIPC_BENCH_TRACE=$W/trace-$name run "$@"
+  python3 scripts/trace_summary.py "$W/trace-$name" >"$W/trace-$name.txt" 2>&1; rm -rf "$W/trace-$name"
+  tail -n 1 "$W/trace-$name.txt"
 }

@@ -4,7 +4,7 @@
 set -uo pipefail
 prefix=${1:-h100}
 . scripts/device-lib.sh
-python3 -m pip install -q --no-deps .whl-nixl-slim/*.whl >>"$W/pip.log" 2>&1 || echo "no nixl"
+wheels
 run nixl-1gpu 200 -s nixl --sizes 4K,1M,256M --sharing time-sliced
 grep -A3 "transport fallback" "$W/$prefix-nixl-1gpu.out" | head -8
 COLUMNS=80 timeout 90 gpuipc-bench check -o "$W/$prefix-check.csv" --force >"$W/$prefix-check.out" 2>"$W/$prefix-check.err"

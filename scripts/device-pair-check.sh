@@ -6,10 +6,7 @@ set -uo pipefail
 prefix=${1:-h100x2}
 . scripts/device-lib.sh
 T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl >/dev/null 2>&1 \
-  && export PYTHONPATH=/tmp/site
-python3 -m pip install -q --no-deps .whl-nixl-slim/*.whl >>"$W/pip.log" 2>&1 || echo "no nixl"
-export XDG_CACHE_HOME=$W/cache
+wheels
 nvidia-smi topo -m >"$W/topo.txt" 2>&1; head -4 "$W/topo.txt"
 check() {  # NAME [ENV...]: gpuipc-bench check at 80 columns
   local name=$1; shift; local start=$(date +%s%N)

@@ -152,9 +152,10 @@ def plan_runs(plan, modes: list) -> list:
     return runs
 
 
-# Seconds a GPU pair took with every pairable scenario: two H100s at the default sizes
-# (results/h100x2-nvlink-pairs-all.csv), four H200s with --quick (results/h200x4-pairs-all-quick.csv)
-PAIR_SECONDS = {"": 100.0, "quick": 17.0}
+# Seconds an ordered GPU pair took with every pairable scenario: this version's default sizes on two
+# H200s over NV18 (results/h200x2-pair-default.csv, the pairable scenarios' seconds), four H200s with
+# the previous version's --quick (results/h200x4-pairs-all-quick.csv)
+PAIR_SECONDS = {"": 27.0, "quick": 17.0}
 
 
 def pairs_estimate(plan, preset: str = "") -> str | None:
@@ -167,7 +168,7 @@ def pairs_estimate(plan, preset: str = "") -> str | None:
     about = f"about {per * len(ordered) / 60:.0f} min " if per else ""
     return (f"{len(cross)} scenario runs across {len(ordered)} ordered GPU pairs: {about}(the count grows as "
             f"N(N-1) with N GPUs; a pair took about {PAIR_SECONDS['']:.0f} s at the default sizes on two "
-            f"H100s, {PAIR_SECONDS['quick']:.0f} s with --quick on four H200s)")
+            f"H200s, {PAIR_SECONDS['quick']:.0f} s with --quick on four)")
 
 
 def shuffle_paths(runs: list, seed: int | None) -> list:

@@ -268,7 +268,7 @@ def test_a_run_over_several_gpu_pairs_says_what_it_will_cost_before_it_starts():
     said = pairs_estimate(plan, "quick")
     minutes = PAIR_SECONDS["quick"] * 12 / 60
     assert said.startswith(f"24 scenario runs across 12 ordered GPU pairs: about {minutes:.0f} min")
-    assert "N(N-1)" in said and "four H200s" in said
-    assert "about 20 min" in pairs_estimate(plan, "")  # 12 pairs at about 100 s
+    assert "N(N-1)" in said and "two H200s" in said and "--quick on four" in said
+    assert "about 5 min" in pairs_estimate(plan, "")  # 12 pairs at about 27 s
     assert "about" not in pairs_estimate(plan, "thorough").split("(")[0]  # no figure for --thorough: none said
     assert pairs_estimate(twelve[:1]) is None  # one pair: nothing to warn about

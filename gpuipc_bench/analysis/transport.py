@@ -34,9 +34,8 @@ UCX_NO_PATH = ("UCX chose it with no UCX_ variable set: between processes, cma r
 # NVLink: its cuda_ipc transport turns get (READ) off there (uct_cuda_ipc_iface_get_max_get_zcopy,
 # "cuda-ipc get zcopy disabled as no nvlinks detected" in UCX's debug log on one H100), so READ
 # goes over tcp while WRITE takes cuda_ipc
-UCX_NO_GET = ("UCX turns cuda_ipc's READ off where the GPU has no active NVLink (UCX_CUDA_IPC_ENABLE_GET_ZCOPY "
-              "defaults to auto): READ goes over tcp and WRITE over cuda_ipc on such a node; "
-              "UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y turns READ on")
+UCX_NO_GET = ("UCX turns cuda_ipc's READ off where the GPU has no active NVLink "
+              "(UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y turns READ on)")
 
 
 def has_nvlink(meta: dict) -> bool:

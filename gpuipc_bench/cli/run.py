@@ -65,8 +65,7 @@ def _samples_text(preset: str) -> str:
                    "variant of the path at that size, or all slower than one's (its decision is made). "
                    f"[default: {DEFAULT_SAMPLES[0]}]")
 @click.option("--max-samples", type=Bounded("max_samples"), default=None,
-              help=f"Timed samples per group at most (12 leaves fewer comparisons undecided, in a longer "
-                   f"run). [default: {DEFAULT_SAMPLES[1]}]")
+              help=f"Timed samples per group at most. [default: {DEFAULT_SAMPLES[1]}]")
 @click.option("--warmup", type=Bounded("warmup"), default=None,
               help="Untimed samples per group before the timed ones (each also queues 2 untimed "
                    f"operations before its start event). [default: {DEFAULT_SAMPLES[2]}]")

@@ -28,6 +28,7 @@ from typing import Any, Callable
 from gpuipc_bench import launcher
 from gpuipc_bench.errors import Interrupted
 from gpuipc_bench.launcher import FORK, Outcome
+from gpuipc_bench.machine import import_cupy
 from gpuipc_bench.profiling import mark
 from gpuipc_bench.scenario import shares_processes
 from gpuipc_bench.segment import Segment
@@ -134,7 +135,9 @@ class WorkerSet:
         for tasks in self.tasks:
             tasks.close()
         self.tasks = []
-        deadline = (self.leaving or time.monotonic()) + LEAVE_S if graceful else time.monotonic()
+        deadline = time.monotonic()
+        if graceful and self.leaving is not None:  # let_go() above set it (or earlier, at the run's end)
+            deadline = self.leaving + LEAVE_S
         for worker in self.workers:
             worker.process.join(max(0.0, deadline - time.monotonic()))
         launcher._stop_all(self.workers)
@@ -167,7 +170,7 @@ class WorkerSets:
             multiprocessing.forkserver.ensure_running()
             self.forkserver = True
         if any(s.start_method == "fork" for s in scenarios):
-            _import_cupy()
+            import_cupy()
 
     def run(self, scenario, config, specs, mode_name: str | None = None, env: dict[str, str] | None = None,
             **callbacks) -> Outcome:
@@ -217,15 +220,6 @@ class WorkerSets:
             if stop is not None:
                 stop()
             self.forkserver = False
-
-
-def _import_cupy() -> None:
-    """CuPy imported once here, before any worker is forked, instead of in every forked process
-    (0.5-1.2 s each on an H100 node). Importing CuPy starts no CUDA: the forks stay safe."""
-    try:
-        import cupy  # noqa: F401
-    except Exception:  # noqa: BLE001 - no CuPy, or a broken one: the workers say so, as before
-        pass
 
 
 def _set_main(tasks, conn, spec, env, worker_log) -> None:

@@ -67,5 +67,6 @@ def profiled(scenario: str, rank: int) -> Iterator[None]:
                 os.makedirs(folder, exist_ok=True)
                 profile.dump_stats(os.path.join(folder, f"{scenario}-{rank}-{os.getpid()}-{next(_COUNT)}.prof"))
         mark("end", scenario)
+        # scenario.SHARING_LABEL_ENV, by its value: scenario imports this module, not the other way
         sharing = os.environ.get("GPUIPC_BENCH_SHARING", "") or "none"
         write_trace(f"{scenario}-{rank}-{sharing}-{os.getpid()}")

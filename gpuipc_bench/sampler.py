@@ -194,25 +194,28 @@ class Group:
         while not self.done:
             yield from self.step()
 
+    def versus(self, rival: "Group") -> int:
+        """1 if this group is decided slower than `rival` (which has its --min-samples too): every
+        sample slower than every sample of the rival, the medians more than BEATEN_BY apart; -1 if
+        decided faster the same way; 0 while undecided."""
+        if len(rival.values) < self.counts.min_samples:
+            return 0
+        mine, theirs = robust.median(self.values), robust.median(rival.values)
+        if min(self.values) > max(rival.values) and mine > theirs * (1 + BEATEN_BY):
+            return 1
+        if max(self.values) < min(rival.values) and theirs > mine * (1 + BEATEN_BY):
+            return -1
+        return 0
+
     def beaten(self) -> bool:
-        """Decided slower than a rival, which has its --min-samples too: every sample of this group
-        slower than every sample of the rival, the medians more than BEATEN_BY apart. More samples
-        would not change the decision (it cannot be the fastest), only narrow its interval."""
-        need = self.counts.min_samples
-        return any(len(r.values) >= need and min(self.values) > max(r.values)
-                   and robust.median(self.values) > robust.median(r.values) * (1 + BEATEN_BY) for r in self.rivals)
+        """Decided slower than a rival. More samples would not change the decision (it cannot be the
+        fastest), only narrow its interval."""
+        return any(self.versus(r) == 1 for r in self.rivals)
 
     def decided(self) -> bool:
-        """Its answer against every rival is known (each rival, with its --min-samples, is separated
-        from it as beaten() separates them, one way or the other): the leader of its size clear of
-        every other, say. More samples would narrow its interval, not change a decision."""
-        need = self.counts.min_samples
-        if not self.rivals or any(len(r.values) < need for r in self.rivals):
-            return False
-        mine = robust.median(self.values)
-        return all((min(self.values) > max(r.values) and mine > robust.median(r.values) * (1 + BEATEN_BY))
-                   or (max(self.values) < min(r.values) and robust.median(r.values) > mine * (1 + BEATEN_BY))
-                   for r in self.rivals)
+        """Its answer against every rival is known, one way or the other: the leader of its size
+        clear of every other, say. More samples would narrow its interval, not change a decision."""
+        return bool(self.rivals) and all(self.versus(r) != 0 for r in self.rivals)
 
     def step(self) -> Iterator[dict]:
         """One sample, warm-up or timed: its row (from the timing worker, if timed)."""

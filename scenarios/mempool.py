@@ -35,7 +35,6 @@ from gpuipc_bench.fdpass import channel_for
 from gpuipc_bench.gpu.memory import reps_for
 from gpuipc_bench.pair import MEASURES, PRODUCER
 from gpuipc_bench.paths import PathInfo
-
 from gpuipc_bench.scenarios.staging import StagingScenario, StagingWorker
 from gpuipc_bench.scenarios.vmm import FdScenario, FdSharingWorker
 

@@ -260,6 +260,7 @@ class Group:
         else:
             raise ValueError("a solo group is taken by its timing worker")
         self.index += 1
+        mark("decided")
         if stop:
             if self.calibrate:
                 # the same in every worker: from the decision words

@@ -15,6 +15,7 @@ from gpuipc_bench.gpu.memory import (
 )
 from gpuipc_bench.gpu.timing import Gate, Marks, SharedGate, SharedGatePage, time_batch
 from gpuipc_bench.patterns import expected_byte
+from gpuipc_bench.profiling import mark
 
 _PEER_ALREADY_ENABLED = "cudaErrorPeerAccessAlreadyEnabled"
 
@@ -122,6 +123,7 @@ class Gpu:
         xor_mask); VerificationError naming the slot and offset of the first bad byte.
         corrupt=True flips one byte of the last slot first (the test hook GPUIPC_BENCH_FAULT=corrupt)."""
         count = ring.slots if count is None else count
+        mark("verify")
         if corrupt and ring.nbytes > 0:
             at = ptr + (count - 1) * ring.stride + ring.nbytes // 2
             write(at, read(at, 1, self.stream, self.device) ^ 0xFF, self.stream, self.device)
@@ -132,6 +134,7 @@ class Gpu:
             want = expected_byte(offset, (seed + slot) & 0xFFFFFFFF, xor_mask)
             raise VerificationError(path, variant, ring.nbytes, offset, want, got,
                                     slot=slot if ring.slots > 1 else None)
+        mark("verified")
         return True
 
     def close(self) -> None:

@@ -10,12 +10,14 @@ Both start with common.cuh (the pattern hash and the clock), written once.
 from __future__ import annotations
 
 import dataclasses
+from ctypes import c_uint32, c_uint64
 from importlib import resources
 from typing import Callable
 
 import numpy as np
 
 from gpuipc_bench.gpu.errors import cuda_call
+from gpuipc_bench.gpu.launch import KernelLauncher
 from gpuipc_bench.gpu.memory import Ring, rt
 
 DEV_ATTR_MULTIPROCESSOR_COUNT = 16
@@ -90,21 +92,14 @@ class Kernels:
 
     def mark_launcher(self, nbytes: int, stream) -> Callable[[int, int], None]:
         """f(ptr, seed) enqueues the mark of one slot (its first min(n, 16) bytes)."""
-        fn, n = self._mark, np.uint64(nbytes)
-
-        def launch(ptr: int, seed: int) -> None:
-            fn((1,), (32,), (np.uint64(ptr), n, np.uint32(seed & 0xFFFFFFFF)), stream=stream)
-
-        return launch
+        return KernelLauncher(self._mark.kernel, (1,), (32,), (c_uint64, c_uint64, c_uint32), stream,
+                              self.device, "mark launch", constants={1: nbytes})
 
     def copy_launcher(self, nbytes: int, stream) -> Callable[[int, int], None]:
         """f(dst, src) enqueues one kernel copy of nbytes (cheap to call in a batch)."""
-        grid, fn, n = (self._grid(nbytes, per_sm=4),), self._copy, np.uint64(nbytes)
-
-        def launch(dst: int, src: int) -> None:
-            fn(grid, (512,), (np.uint64(dst), np.uint64(src), n), stream=stream)
-
-        return launch
+        return KernelLauncher(self._copy.kernel, (self._grid(nbytes, per_sm=4),), (512,),
+                              (c_uint64, c_uint64, c_uint64), stream, self.device, "sm_copy launch",
+                              constants={2: nbytes})
 
     def launch_gate(self, flag_dptr: int, target: int, err_dptr: int, stream, timeout_s: float) -> None:
         with cuda_call("gate launch", self.device):

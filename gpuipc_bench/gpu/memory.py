@@ -37,9 +37,16 @@ SLOT_ALIGN = 256  # ring slots start 256-byte aligned (16-byte vector copies, an
 
 
 def rt():
-    from cupy.cuda import runtime
+    """CuPy's CUDA runtime module (imported on first use: a process without a GPU never needs it)."""
+    global _RUNTIME
+    if _RUNTIME is None:
+        from cupy.cuda import runtime
 
-    return runtime
+        _RUNTIME = runtime
+    return _RUNTIME
+
+
+_RUNTIME = None
 
 
 # --------------------------------------------------------------------------- rings

@@ -26,6 +26,7 @@ import numpy as np
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.errors import cuda_call
 from gpuipc_bench.gpu.memory import MAX_REPS, HostRegistration, PinnedHostBuffer, mmap_address, rt
+from gpuipc_bench.profiling import mark
 
 GATE_TIMEOUT_S = 10.0
 QUEUE_OPS = 3 * MAX_REPS  # operations one stream may queue behind its gate (the launch queue blocks near 1000)
@@ -177,6 +178,7 @@ def time_batch(stream, gate: Gate, enqueue: Callable[[int], None], reps: int, *,
     released = False
     try:
         gate.arm(stream)
+        mark("enqueue")
         if warm is not None:
             for _ in range(WARMUP_OPS):
                 warm()
@@ -184,12 +186,15 @@ def time_batch(stream, gate: Gate, enqueue: Callable[[int], None], reps: int, *,
         for r in range(reps):
             enqueue(r)
         marks.mark_end()
+        mark("enqueued")
         if before_release is not None:
             before_release()
         gate.release()
         released = True
+        mark("released")
         with cuda_call("cudaStreamSynchronize", gate.device):
             stream.synchronize()
+        mark("ran")
     finally:
         if not released:
             gate.release()

@@ -1,0 +1,97 @@
+"""The batch's hot-loop plumbing without a GPU: the ctypes kernel launcher packs what the kernel
+receives (a stand-in cuLaunchKernel reads it back through the parameter array, as the driver
+does), and cuda_call translates CUDA errors only."""
+
+import ctypes
+
+import pytest
+
+from gpuipc_bench.errors import BenchError
+from gpuipc_bench.gpu import launch
+from gpuipc_bench.gpu.errors import CudaError, cuda_call
+
+LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *(ctypes.c_uint,) * 7, ctypes.c_void_p,
+                          ctypes.c_void_p, ctypes.c_void_p)
+
+
+class FakeDriver:
+    """cuLaunchKernel that records (function, grid, block, shared bytes, stream, the argument
+    values read through kernelParams) and returns `code`; cuGetErrorName for that code."""
+
+    def __init__(self, types, code=0):
+        self.calls, self.types, self.code = [], types, code
+
+        def launch_kernel(function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+            pointers = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
+            values = [kind.from_address(pointers[i]).value for i, kind in enumerate(self.types)]
+            self.calls.append((function, (gx, gy, gz), (bx, by, bz), shared, stream, values, extra))
+            return self.code
+
+        self.cuLaunchKernel = LAUNCH(launch_kernel)
+
+    def cuGetErrorName(self, code, out):
+        ctypes.cast(out, ctypes.POINTER(ctypes.c_char_p))[0] = b"CUDA_ERROR_LAUNCH_FAILED"
+        return 0
+
+
+class Handle:
+    def __init__(self, ptr):
+        self.ptr = ptr
+
+
+@pytest.fixture
+def fake_driver(monkeypatch):
+    def install(types, code=0):
+        driver = FakeDriver(types, code)
+        monkeypatch.setattr(launch, "_DRIVER", driver)
+        return driver
+    return install
+
+
+def test_launcher_passes_the_values_of_each_call_and_its_constants(fake_driver):
+    types = (ctypes.c_uint64, ctypes.c_uint64, ctypes.c_uint32)
+    driver = fake_driver(types)
+    mark = launch.KernelLauncher(Handle(0x1234), (3,), (32,), types, Handle(0x77), 0, "mark launch",
+                                 constants={1: 4096})
+    mark(0x7F00_0000_1000, 5)
+    mark(0xFFFF_FFFF_FFFF_FF00, (1 << 32) + 9)  # a seed wider than u32 is cut to it, as C would
+    assert [c[5] for c in driver.calls] == [[0x7F00_0000_1000, 4096, 5], [0xFFFF_FFFF_FFFF_FF00, 4096, 9]]
+    function, grid, block, shared, stream, _, extra = driver.calls[0]
+    assert (function, grid, block, shared, stream, extra) == (0x1234, (3, 1, 1), (32, 1, 1), 0, 0x77, None)
+
+
+def test_launcher_raises_the_drivers_error_naming_the_call_and_gpu(fake_driver):
+    types = (ctypes.c_uint64,) * 3
+    fake_driver(types, code=719)
+    copy = launch.KernelLauncher(Handle(1), (8,), (512,), types, Handle(2), 3, "sm_copy launch", constants={2: 64})
+    with pytest.raises(CudaError, match="CUDA_ERROR_LAUNCH_FAILED in sm_copy launch on GPU 3"):
+        copy(16, 32)
+
+
+class CUDARuntimeError(RuntimeError):
+    """Named as CuPy's is."""
+
+
+def test_cuda_call_translates_cuda_errors_and_lets_others_through():
+    with pytest.raises(CudaError, match="cudaErrorInvalidValue in cudaMemcpyAsync on GPU 1 .invalid argument."):
+        with cuda_call("cudaMemcpyAsync", 1):
+            raise CUDARuntimeError("cudaErrorInvalidValue: invalid argument")
+    with pytest.raises(ValueError, match="not CUDA"):
+        with cuda_call("cudaMemcpyAsync", 1):
+            raise ValueError("not CUDA")
+    mine = BenchError("already said")
+    with pytest.raises(BenchError) as caught:
+        with cuda_call("cudaMemcpyAsync", 1):
+            raise mine
+    assert caught.value is mine
+    with pytest.raises(KeyboardInterrupt):
+        with cuda_call("cudaMemcpyAsync", 1):
+            raise KeyboardInterrupt
+    with cuda_call("cudaMemcpyAsync", 1):
+        pass
+
+
+def test_cuda_call_out_of_memory_names_the_size():
+    with pytest.raises(BenchError, match="cannot allocate 1 GiB on GPU 0"):
+        with cuda_call("cudaMalloc", 0, nbytes=1 << 30):
+            raise CUDARuntimeError("cudaErrorMemoryAllocation: out of memory")

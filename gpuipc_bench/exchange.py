@@ -75,9 +75,10 @@ class Exchange:
             signal.open(gpu, imports)
 
     def run(self, gpu, transfers: int, units: int, op: Op | None, handoff: bool,
-            warm: Callable[[], None] | None = None) -> float | None:
+            warm: Callable[[], None] | None = None, transfer_bytes: int | None = None) -> float | None:
         """Queue and run one batch of `transfers` transfers of `units` units each; this side's
-        operation is op(transfer, unit) (None: only the signals). Returns the seconds per
+        operation is op(transfer, unit) (None: only the signals); warm() moves `transfer_bytes` (how many
+        warm-up operations the batch queues: gpu.timing.warmup_ops). Returns the seconds per
         transfer on the receiver, None on the sender."""
         ctx, sending = self.ctx, self.ctx.rank == self.sender
         stream = gpu.stream
@@ -105,7 +106,7 @@ class Exchange:
         ops = ops_per_transfer(units, handoff)
         marks = gpu.time_batch(enqueue_sender if sending else enqueue_receiver, transfers, warm=warm,
                                shared=True, marks=gpu.marks(self.stamps), before_release=ctx.sync,
-                               ops_per_rep=ops)
+                               ops_per_rep=ops, transfer_bytes=transfer_bytes)
         if not self.same_gpu:
             return None if sending else marks.seconds() / transfers
         start, end = marks.stamped()

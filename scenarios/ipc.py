@@ -168,7 +168,7 @@ class IpcWorker(PairWorker):
         copy = gpu.copy_launcher(nbytes, "sm" if variant == "sm" else "ce")
         mine, theirs = self.ring_buf.ptr, self.mapped.ptr
         marks = gpu.time_batch(lambda r: copy(mine + ring.offset(r), theirs + ring.offset(r)), trial.reps,
-                               warm=lambda: copy(self.scratch.ptr, theirs))
+                               warm=lambda: copy(self.scratch.ptr, theirs), transfer_bytes=nbytes)
         seconds = marks.seconds() / trial.reps
         gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
         return Sample(seconds, trial.reps)
@@ -184,7 +184,7 @@ class IpcWorker(PairWorker):
         mine, theirs = self.ring_buf.ptr, self.mapped.ptr
         gpu.fill(mine, ring, trial.seed)
         marks = gpu.time_batch(lambda r: copy(theirs + ring.offset(r), mine + ring.offset(r)), trial.reps,
-                               warm=lambda: copy(self.scratch.ptr, mine))
+                               warm=lambda: copy(self.scratch.ptr, mine), transfer_bytes=nbytes)
         seconds = marks.seconds() / trial.reps
         self.pushed.send(gpu.stream)
         self.ctx.wait("push.checked", trial.seq, what="the producer's check of the pushed bytes")
@@ -202,7 +202,7 @@ class IpcWorker(PairWorker):
             copy, theirs = gpu.copy_launcher(nbytes, "sm" if variant == "sm" else "ce"), self.mapped.ptr
             op = lambda r, i: copy(mine + ring.offset(r), theirs + ring.offset(r))  # noqa: E731
             warm = lambda: copy(self.scratch.ptr, theirs)  # noqa: E731
-        seconds = self.pull.run(gpu, trial.reps, 1, op, handoff=True, warm=warm)
+        seconds = self.pull.run(gpu, trial.reps, 1, op, handoff=True, warm=warm, transfer_bytes=nbytes)
         if self.producer:
             return None
         gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
@@ -217,7 +217,7 @@ class IpcWorker(PairWorker):
             gpu.fill(mine, ring, trial.seed)
             op = lambda r, i: copy(theirs + ring.offset(r), mine + ring.offset(r))  # noqa: E731
             warm = lambda: copy(self.scratch.ptr, mine)  # noqa: E731
-        seconds = self.push.run(gpu, trial.reps, 1, op, handoff=True, warm=warm)
+        seconds = self.push.run(gpu, trial.reps, 1, op, handoff=True, warm=warm, transfer_bytes=nbytes)
         if not self.producer:
             return None
         gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)

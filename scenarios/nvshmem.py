@@ -65,12 +65,14 @@ import shutil
 import subprocess
 import threading
 import time
+from ctypes import c_int32, c_uint64
 from typing import Iterator
 
 import numpy as np
 
 from gpuipc_bench import kernel_cache
 from gpuipc_bench.errors import BenchError
+from gpuipc_bench.gpu.launch import KernelLauncher
 from gpuipc_bench.gpu.memory import Ring, memset, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
 from gpuipc_bench.pair import PRODUCER, PairScenario, PairShared, PairWorker
@@ -276,11 +278,16 @@ class NvshmemWorker(PairWorker):
         """The device-initiated transfer as a call like putmem_on_stream's: one kernel launch,
         each block moving its share of the message."""
         (kernel, get), stream = self.device_kernels[variant], self.gpu.stream
+        launchers: dict[tuple[int, int], KernelLauncher] = {}  # (nbytes, peer) -> its launch (gpu.launch)
 
         def call(dest: int, src: int, nbytes: int, peer: int, _stream: int) -> None:
-            blocks = max(1, min(DEVICE_MAX_BLOCKS, nbytes // DEVICE_BYTES_PER_BLOCK))
-            kernel((blocks,), (DEVICE_THREADS,), (np.uint64(dest), np.uint64(src), np.uint64(nbytes),
-                                                  np.int32(peer), np.int32(get)), stream=stream)
+            launch = launchers.get((nbytes, peer))
+            if launch is None:
+                blocks = max(1, min(DEVICE_MAX_BLOCKS, nbytes // DEVICE_BYTES_PER_BLOCK))
+                launch = launchers[(nbytes, peer)] = KernelLauncher(
+                    kernel.kernel, (blocks,), (DEVICE_THREADS,), (c_uint64, c_uint64, c_uint64, c_int32, c_int32),
+                    stream, self.device, f"{variant} launch", constants={2: nbytes, 3: peer, 4: get})
+            launch(dest, src)
 
         return call
 
@@ -306,7 +313,7 @@ class NvshmemWorker(PairWorker):
                 if r == last and not device:  # completion, as NVSHMEM defines it, inside the timed interval
                     b.quiet_on_stream(stream)  # (a device-initiated transfer's kernel ends with nvshmem_quiet)
 
-            marks = gpu.time_batch(op, trial.reps, warm=warm)
+            marks = gpu.time_batch(op, trial.reps, warm=warm, transfer_bytes=nbytes)
             gpu.synchronize()
             sample = Sample(marks.seconds() / trial.reps, trial.reps)
         self.ctx.sync()  # the bytes have landed

@@ -77,7 +77,7 @@ class PeerWorker(IpcWorker):
                 (self.bidir_done.send if self.producer else self.bidir_done.receive)(gpu.stream)
 
         marks = gpu.time_batch(op, trial.reps, warm=lambda: copy(self.scratch.ptr, src), shared=True,
-                               before_release=self.ctx.sync, ops_per_rep=2)
+                               before_release=self.ctx.sync, ops_per_rep=2, transfer_bytes=nbytes)
         self.ctx.sync()  # both directions have landed
         gpu.verify(self.ring_buf.ptr, ring, theirs, self.path, "bidir", corrupt=self.ctx.corrupt)
         if self.producer:

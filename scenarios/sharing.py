@@ -324,7 +324,7 @@ class SharingWorker:
             # Every worker arms the shared gate alike (its generation counts samples), active or not.
             if active:
                 gpu.time_batch(lambda r: copy(self.dst.ptr, src), trial.reps, shared=True, marks=marks,
-                               warm=lambda: copy(self.dst.ptr, src), before_release=ctx.sync)
+                               warm=lambda: copy(self.dst.ptr, src), before_release=ctx.sync, transfer_bytes=nbytes)
                 start, end = marks.stamped()
                 ctx.store(f"start.{self.local}", start)
                 ctx.store(f"end.{self.local}", end)

@@ -213,7 +213,7 @@ class StagingWorker(PairWorker):
         else:
             warm = lambda: copies[last](self.scratch.ptr, self.host_scratch)  # noqa: E731
         op = hop
-        seconds = self.exchange.run(gpu, trial.reps, units, op, handoff, warm)
+        seconds = self.exchange.run(gpu, trial.reps, units, op, handoff, warm, transfer_bytes=last)
         if self.producer:
             return None
         gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)

@@ -281,7 +281,7 @@ class TorchWorker(PairWorker):
         # torch maps the producer's memory in the producer GPU's context: across GPUs, a peer copy
         copy = gpu.copy_launcher(nbytes) if self.same_gpu else gpu.peer_copy_launcher(nbytes, self.pdev)
         marks = gpu.time_batch(lambda r: copy(mine + ring.offset(r), theirs + ring.offset(r)), trial.reps,
-                               warm=lambda: copy(self.scratch.ptr, theirs))
+                               warm=lambda: copy(self.scratch.ptr, theirs), transfer_bytes=nbytes)
         seconds = marks.seconds() / trial.reps
         gpu.verify(mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
         return Sample(seconds, trial.reps)

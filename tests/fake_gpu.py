@@ -23,6 +23,7 @@ import numpy as np
 from gpuipc_bench.errors import VerificationError
 from gpuipc_bench.gpu import kernels as real_kernels
 from gpuipc_bench.gpu.memory import Ring
+from gpuipc_bench.gpu.timing import warmup_ops
 from gpuipc_bench.patterns import expected_byte, pattern_bytes
 
 ARENA_BYTES = 512 << 20
@@ -236,12 +237,13 @@ class FakeGpu:
     def marks(self, stamps=None):
         return FakeMarks()
 
-    def time_batch(self, enqueue, reps, *, warm=None, shared=False, marks=None, before_release=None, ops_per_rep=1):
+    def time_batch(self, enqueue, reps, *, warm=None, shared=False, marks=None, before_release=None, ops_per_rep=1,
+                   transfer_bytes=None):
         marks = marks or FakeMarks()
         marks.reps = reps
         if warm is not None:
-            warm()
-            warm()
+            for _ in range(warmup_ops(transfer_bytes)):
+                warm()
         for r in range(reps):
             enqueue(r)
         if before_release is not None:

@@ -374,7 +374,7 @@ def test_11_run_help_states_what_the_code_does_and_no_time():
     import re
 
     from gpuipc_bench import robust, scenario
-    from gpuipc_bench.gpu.timing import WARMUP_OPS
+    from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
     from gpuipc_bench.sizes import format_size
 
     text = _help("run")
@@ -391,7 +391,8 @@ def test_11_run_help_states_what_the_code_does_and_no_time():
     assert (f"within +-{robust.PRECISION:.0%} ({robust.WIDE_MIN_SAMPLES}, or --max-samples if fewer, when the "
             "spread is wide)") in text
     assert f"[default: {robust.MIN_SAMPLES}]" in text and f"at most. [default: {scenario.DEFAULT_SAMPLES[1]}]" in text
-    assert f"each also queues {WARMUP_OPS} untimed operations" in text
+    assert (f"each batch also queues {WARMUP_OPS} untimed operations before its start event, 1 for transfers of "
+            f"{format_size(LARGE_TRANSFER_BYTES)} or more") in " ".join(text.split())
 
 
 def test_the_run_writes_its_total_time_at_the_clean_end_only(tmp_path, monkeypatch):

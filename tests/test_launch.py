@@ -95,3 +95,92 @@ def test_cuda_call_out_of_memory_names_the_size():
     with pytest.raises(BenchError, match="cannot allocate 1 GiB on GPU 0"):
         with cuda_call("cudaMalloc", 0, nbytes=1 << 30):
             raise CUDARuntimeError("cudaErrorMemoryAllocation: out of memory")
+
+
+class Recorder:
+    """A stand-in gate, stream and marks for time_batch: every call in the order it came."""
+
+    def __init__(self):
+        self.calls, self.device, self.kernels = [], 0, None
+
+    def arm(self, stream):
+        self.calls.append("arm")
+
+    def release(self):
+        self.calls.append("release")
+
+    def check(self):
+        self.calls.append("check")
+
+    def synchronize(self):
+        self.calls.append("sync")
+
+    def mark_start(self):
+        self.calls.append("start")
+
+    def mark_end(self):
+        self.calls.append("end")
+
+
+@pytest.mark.parametrize("transfer_bytes, warm_ops", [(None, 2), (4, 2), ((16 << 20) - 1, 2), (16 << 20, 1),
+                                                      (256 << 20, 1)])
+def test_a_batch_queues_two_warm_up_operations_below_16_mib_and_one_from_there(transfer_bytes, warm_ops):
+    from gpuipc_bench.gpu.timing import time_batch, warmup_ops
+
+    assert warmup_ops(transfer_bytes) == warm_ops
+    rec = Recorder()
+    time_batch(rec, rec, lambda r: rec.calls.append(f"rep{r}"), 3, warm=lambda: rec.calls.append("warm"),
+               marks=rec, before_release=lambda: rec.calls.append("barrier"), transfer_bytes=transfer_bytes)
+    assert rec.calls == (["arm"] + ["warm"] * warm_ops + ["start", "rep0", "rep1", "rep2", "end", "barrier",
+                                                          "release", "sync", "check"])
+
+
+def test_a_batch_releases_its_gate_when_queueing_fails():
+    from gpuipc_bench.gpu.timing import time_batch
+
+    rec = Recorder()
+
+    def enqueue(r):
+        if r == 1:
+            raise RuntimeError("queue full")
+        rec.calls.append(f"rep{r}")
+
+    with pytest.raises(RuntimeError, match="queue full"):
+        time_batch(rec, rec, enqueue, 3, marks=rec)
+    assert rec.calls == ["arm", "start", "rep0", "release", "sync"]
+
+
+def test_an_h2d_ceiling_takes_two_host_rings_in_turn_each_filled_once_per_shape(monkeypatch):
+    """Filling a pinned source crosses the bus as the copy does: two rings, filled once per ring
+    shape with different patterns, so the destination changes from every sample to the next."""
+    import contextlib
+
+    from gpuipc_bench.gpu import ceilings
+    from gpuipc_bench.gpu.memory import Ring
+
+    class Buffer:
+        def __init__(self, dptr):
+            self.dptr = dptr
+
+    class StubGpu:
+        device, fills = 0, []
+
+        def pinned(self, nbytes):
+            return Buffer(0x2000)
+
+        def fill(self, ptr, ring, seed):
+            self.fills.append((ptr, ring.nbytes, ring.slots, seed))
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(ceilings, "on_device", lambda device: contextlib.nullcontext())
+    table = ceilings.Ceilings(StubGpu(), 1 << 20)
+    ends, first = ("h2d", "host", 0), Buffer(0x1000)
+    small, large = Ring.for_size(4096, 8), Ring.for_size(1 << 16, 4)
+    taken = [table._host_source(ends, first, small, seed) for seed in (7, 7, 9, 11, 13)]
+    assert [ptr for ptr, _ in taken] == [0x1000, 0x2000, 0x1000, 0x2000, 0x1000]
+    assert [seed for _, seed in taken] == [7, 6, 7, 6, 7]  # the second ring's pattern differs from the first's
+    assert table.gpu.fills == [(0x1000, 4096, 8, 7), (0x2000, 4096, 8, 6)]
+    ptr, seed = table._host_source(ends, first, large, 21)  # another shape: that ring is filled again
+    assert (ptr, seed) == (0x2000, 21) and table.gpu.fills[-1] == (0x2000, 1 << 16, 4, 21)

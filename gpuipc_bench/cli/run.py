@@ -18,6 +18,7 @@ from gpuipc_bench.cli.runloop import drop_if_empty, run_plan
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import RunConfig, check_writable
 from gpuipc_bench.errors import BenchError, UsageError
+from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.profiling import mark
 from gpuipc_bench.plan import (
@@ -29,7 +30,7 @@ from gpuipc_bench.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
     THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES,
 )
-from gpuipc_bench.sizes import describe_sizes
+from gpuipc_bench.sizes import describe_sizes, format_size
 
 
 def _samples_text(preset: str) -> str:
@@ -67,8 +68,9 @@ def _samples_text(preset: str) -> str:
 @click.option("--max-samples", type=Bounded("max_samples"), default=None,
               help=f"Timed samples per group at most. [default: {DEFAULT_SAMPLES[1]}]")
 @click.option("--warmup", type=Bounded("warmup"), default=None,
-              help="Untimed samples per group before the timed ones (each also queues 2 untimed "
-                   f"operations before its start event). [default: {DEFAULT_SAMPLES[2]}]")
+              help=f"Untimed samples per group before the timed ones (each batch also queues {WARMUP_OPS} "
+                   f"untimed operations before its start event, 1 for transfers of "
+                   f"{format_size(LARGE_TRANSFER_BYTES)} or more). [default: {DEFAULT_SAMPLES[2]}]")
 @click.option("--devices", type=DevicesType(), default=None,
               help="GPUs to use: CUDA indices (0 or 0,1), or GPU/MIG UUIDs as `info` lists them "
                    "(MIG-..., run with CUDA_VISIBLE_DEVICES set to them). Default: GPU 0 (and 1 for peer).")

@@ -56,6 +56,8 @@ class Ceilings:
         self.gpu, self.capacity = gpu, int(capacity)
         self._buffers: dict[tuple, tuple[Any, Any]] = {}
         self._others: dict[int, Gpu] = {}
+        self._host_sources: dict[tuple, list[list]] = {}  # (kind, src, dst) -> two [buffer, (ring, seed)]
+        self._host_turn: dict[tuple, int] = {}
 
     def gpu_for(self, device: int) -> Gpu:
         """This worker's Gpu for `device`: the main one, or one made (and owned by it) on demand."""
@@ -98,26 +100,52 @@ class Ceilings:
 
     def bandwidth(self, key: str, nbytes: int, seed: int, reps: int | None = None) -> tuple[float, int]:
         """(seconds per transfer, reps) of one verified sample: rep r copies slot r of a source ring
-        filled with seed + r into slot r of the destination ring."""
+        filled with seed + r into slot r of the destination ring (from host memory: one of two
+        rings filled once per shape, _host_source)."""
         kind, engine, src, dst, s, d = self._ends(key)
         reps = reps or reps_for(nbytes)
         ring = Ring.for_size(nbytes, reps)
         issuer = self.issuer(key)
-        filler = self.gpu if src == "host" else self.gpu_for(src)
-        sp, dp = _dptr(s), _dptr(d)
-        with on_device(filler.device):
-            filler.fill(sp, ring, seed)
-            filler.synchronize()
+        dp = _dptr(d)
+        if src == "host":
+            sp, seed = self._host_source((kind, src, dst), s, ring, seed)
+        else:
+            sp = _dptr(s)
+            filler = self.gpu_for(src)
+            with on_device(filler.device):
+                filler.fill(sp, ring, seed)
+                filler.synchronize()
         with on_device(issuer.device):
             copy = issuer.copy_launcher(nbytes, engine)
             scratch = dp + ring.offset(reps - 1)  # warm-ups land in the last slot, rewritten by its rep
             marks = issuer.time_batch(lambda r: copy(dp + ring.offset(r), sp + ring.offset(r)), reps,
-                                      warm=lambda: copy(scratch, sp))
+                                      warm=lambda: copy(scratch, sp), transfer_bytes=nbytes)
             seconds = marks.seconds() / reps
         checker = self.gpu if dst == "host" else self.gpu_for(dst)
         with on_device(checker.device):
             checker.verify(dp, ring, seed, "ceiling", key)
         return seconds, reps
+
+    def _host_source(self, ends: tuple, first, ring: Ring, seed: int) -> tuple[int, int]:
+        """(address, seed) of the pinned host ring an h2d sample copies from. Filling it crosses the
+        bus as the copy does (at 256 MiB, ~5 ms a sample, as long as the copy it is filled for), so
+        two rings (`first` and one more) are filled once per ring shape and taken in turn: the
+        destination's bytes still change from every sample to the next, and a copy that did not
+        happen still fails verification. `seed` fills a ring that holds another shape."""
+        rings = self._host_sources.get(ends)
+        if rings is None:
+            rings = self._host_sources[ends] = [[first, None], [self.gpu.pinned(self.capacity), None]]
+        turn = self._host_turn[ends] = 1 - self._host_turn.get(ends, 1)
+        buffer, held = rings[turn]
+        if held is None or held[0] != ring:
+            other = rings[1 - turn][1]
+            if other is not None and other == (ring, seed):
+                seed ^= 1
+            with on_device(self.gpu.device):
+                self.gpu.fill(_dptr(buffer), ring, seed)
+                self.gpu.synchronize()
+            rings[turn][1] = held = (ring, seed)
+        return _dptr(buffer), held[1]
 
     def latency(self, key: str, nbytes: int, seed: int, reps: int = 100) -> float:
         """Seconds of one copy + stream synchronize, host-timed, mean of `reps` (after one more),
@@ -147,4 +175,4 @@ class Ceilings:
 
 
 def _dptr(buf: Any) -> int:
-    return getattr(buf, "dptr", buf.ptr)
+    return buf.dptr if hasattr(buf, "dptr") else buf.ptr

@@ -110,12 +110,13 @@ class Gpu:
 
     def time_batch(self, enqueue: Callable[[int], None], reps: int, *, warm: Callable[[], None] | None = None,
                    shared: bool = False, marks: Marks | None = None,
-                   before_release: Callable[[], None] | None = None, ops_per_rep: int = 1) -> Marks:
+                   before_release: Callable[[], None] | None = None, ops_per_rep: int = 1,
+                   transfer_bytes: int | None = None) -> Marks:
         gate = self.shared_gate if shared else self.gate
         if gate is None:
             raise ValueError("this Gpu was made without a shared gate page")
         return time_batch(self.stream, gate, enqueue, reps, warm=warm, marks=marks,
-                          before_release=before_release, ops_per_rep=ops_per_rep)
+                          before_release=before_release, ops_per_rep=ops_per_rep, transfer_bytes=transfer_bytes)
 
     def verify(self, ptr: int, ring: Ring, seed: int, path: str, variant: str, count: int | None = None,
                xor_mask: int = 0, corrupt: bool = False) -> bool:

@@ -1,7 +1,7 @@
 """How device work is timed: the gate and the gated batch (the nvbandwidth method).
 
     stream:  [gate kernel, spinning on a flag in mapped host memory]
-             [2 untimed warm-up operations] [start] [rep 0] [rep 1] ... [rep n-1] [end]
+             [2 untimed warm-up operations (1 from 16 MiB)] [start] [rep 0] [rep 1] ... [rep n-1] [end]
     host:    enqueue all of the above, then store the flag: the gate exits and the
              reps run back to back; seconds per rep = elapsed(start, end) / reps
 
@@ -31,6 +31,18 @@ from gpuipc_bench.profiling import mark
 GATE_TIMEOUT_S = 10.0
 QUEUE_OPS = 3 * MAX_REPS  # operations one stream may queue behind its gate (the launch queue blocks near 1000)
 WARMUP_OPS = 2
+LARGE_TRANSFER_BYTES = 16 << 20  # from this size a batch queues one warm-up operation (warmup_ops)
+
+
+def warmup_ops(transfer_bytes: int | None) -> int:
+    """The untimed operations a batch queues between the gate and its start mark: WARMUP_OPS; one
+    where a transfer moves LARGE_TRANSFER_BYTES or more. One operation takes the gate's switch (a
+    few microseconds) out of the interval; at 16 MiB it lasts ~11 us even device-local on an H100
+    and ~0.3 ms over PCIe, and a second one only lengthened the run (at 256 MiB over PCIe, by ~5 ms
+    a sample: ~1.7 s of a default run)."""
+    if transfer_bytes is not None and transfer_bytes >= LARGE_TRANSFER_BYTES:
+        return 1
+    return WARMUP_OPS
 
 
 class Gate:
@@ -165,10 +177,12 @@ class Marks:
 
 def time_batch(stream, gate: Gate, enqueue: Callable[[int], None], reps: int, *,
                warm: Callable[[], None] | None = None, marks: Marks | None = None,
-               before_release: Callable[[], None] | None = None, ops_per_rep: int = 1) -> Marks:
-    """Queue `reps` calls enqueue(r) behind `gate`, after WARMUP_OPS calls of warm() (untimed),
-    between the start and end marks; release the gate (after before_release(), e.g. a barrier
-    so that other processes have queued theirs); wait for the end. Returns the marks to read.
+               before_release: Callable[[], None] | None = None, ops_per_rep: int = 1,
+               transfer_bytes: int | None = None) -> Marks:
+    """Queue `reps` calls enqueue(r) behind `gate`, after warmup_ops(transfer_bytes) calls of warm()
+    (untimed; `transfer_bytes`: what one warm() moves), between the start and end marks; release
+    the gate (after before_release(), e.g. a barrier so that other processes have queued theirs);
+    wait for the end. Returns the marks to read.
 
     The gate is always released (also when enqueue raises), so the stream never stays blocked.
     """
@@ -180,7 +194,7 @@ def time_batch(stream, gate: Gate, enqueue: Callable[[int], None], reps: int, *,
         gate.arm(stream)
         mark("enqueue")
         if warm is not None:
-            for _ in range(WARMUP_OPS):
+            for _ in range(warmup_ops(transfer_bytes)):
                 warm()
         marks.mark_start()
         for r in range(reps):

@@ -103,12 +103,15 @@ class Sampler:
 
     def run(self, group: dict, take: Callable[[Trial], Sample | None], *, timer: bool, reps: int = 1,
             solo: bool = False, calibrate: bool = True, min_reps: int = 1, phase: str = "sample",
-            counts: Counts | None = None) -> "Group":
+            counts: Counts | None = None, first_reps: int | None = None) -> "Group":
         """One group: warm up, then sample until the stop rule says enough; iterating it yields one
         row per timed sample (from the timing worker), as it runs alone; interleave() runs several
-        together. `solo`: only this worker takes part (a ceiling measured alone)."""
+        together. `solo`: only this worker takes part (a ceiling measured alone). `first_reps`: the
+        warm-up's transfers where no earlier size of the measurement settled on a count (default
+        `reps`): fewer for a measurement whose transfer may take milliseconds (a device ping-pong
+        round trip time-sliced takes two time slices, ~4 ms: 200 of them made a 0.9 s warm-up)."""
         return Group(self, group, take, timer=timer, reps=reps, solo=solo, calibrate=calibrate, min_reps=min_reps,
-                     phase=phase, counts=counts or self.counts)
+                     phase=phase, counts=counts or self.counts, first_reps=first_reps)
 
     def interleave(self, groups: "list[Group]", key: object = "") -> Iterator[dict]:
         """The groups of the variants compared at one size, in the run's --sample-order (the same in
@@ -168,7 +171,8 @@ class Group:
     same order; the timing worker decides each group's reps and its stop, the others read it."""
 
     def __init__(self, sampler: Sampler, group: dict, take: Callable[[Trial], Sample | None], *, timer: bool,
-                 reps: int, solo: bool, calibrate: bool, min_reps: int, phase: str, counts: Counts):
+                 reps: int, solo: bool, calibrate: bool, min_reps: int, phase: str, counts: Counts,
+                 first_reps: int | None = None):
         self.sampler, self.group, self.take, self.timer, self.solo = sampler, group, take, timer, solo
         self.calibrate, self.min_reps, self.phase, self.counts = calibrate, min_reps, phase, counts
         self.nbytes = int(group.get("bytes", 0))
@@ -185,6 +189,8 @@ class Group:
         if calibrate and self.warm_left and self.memory in sampler.settled:
             settled, at = sampler.settled[self.memory]
             reps = max(min(min_reps, self.cap), min(self.cap, warm_reps(settled, at, self.nbytes)))
+        elif calibrate and self.warm_left and first_reps is not None:
+            reps = max(1, min(first_reps, self.cap))
         self.reps = reps
         self.clock = math.nan  # the SM clock (MHz) as the group started timing
         self.done = False

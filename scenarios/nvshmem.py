@@ -91,6 +91,7 @@ DEVICE_MAX_BLOCKS = 32
 DEVICE_BYTES_PER_BLOCK = 64 << 10
 PUTSIG_SIZES = (4, 4096)
 PUTSIG_ROUNDS = 200  # before calibration to about 5 ms a sample
+PUTSIG_FIRST_ROUNDS = 10  # the first warm-up's: a time-sliced round trip takes ~4 ms (200: a 0.9 s warm-up)
 KERNEL = "nvshmem_putsig.cu"
 REPLY = 0x5A5A5A5A  # PE 1's payload has the pattern of seed ^ REPLY
 CEILING_SEEDS = 0xCE11  # a paired ceiling sample's seed differs from its path sample's
@@ -264,7 +265,7 @@ class NvshmemWorker(PairWorker):
             group = dict(path=self.path, variant="device-putsig", measure="pingpong", metric="latency",
                          src=self.pdev, dst=self.cdev, bytes=nbytes, ceiling="")
             yield from self.sampler.run(group, lambda trial: self.putsig_sample(nbytes, trial), timer=self.producer,
-                                        reps=PUTSIG_ROUNDS, min_reps=1, phase="latency")
+                                        reps=PUTSIG_ROUNDS, min_reps=1, phase="latency", first_reps=PUTSIG_FIRST_ROUNDS)
 
     def ceiling_for(self, variant: str) -> str:
         """The put is issued by the producer, the get by the consumer: each is bounded by the

@@ -91,6 +91,26 @@ def test_the_calibration_may_still_rise_to_the_groups_own_count():
     assert trials[4096][0] == (True, 4) and set(batches) == {64}
 
 
+def test_a_first_warm_up_may_take_fewer_transfers_and_the_calibration_still_rises_to_the_cap():
+    """A measurement whose transfer may take milliseconds (a time-sliced device ping-pong) warms up
+    at the first size with `first_reps`; the timed samples are calibrated from it, up to the cap."""
+    from gpuipc_bench.sampler import warm_reps
+
+    for per_transfer, settled in ((4e-3, 1), (1e-6, 200)):
+        sampler, trials = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6)), []
+
+        def take(trial):
+            trials.append((trial.warm, trial.reps))
+            return Sample(per_transfer, trial.reps)
+
+        rows = list(sampler.run(_group(4), take, timer=True, reps=200, first_reps=10))
+        assert trials[0] == (True, 10) and {r["batch"] for r in rows} == {settled}
+    # a later size warms up from what the first settled on (the bytes of one such sample), not first_reps
+    trials.clear()
+    list(sampler.run(_group(4096), take, timer=True, reps=200, first_reps=10))
+    assert trials[0] == (True, warm_reps(200, 4, 4096)) == (True, 1)
+
+
 def test_another_measurement_keeps_its_own_count():
     sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6))
     _sizes(sampler, 3e-4, variant="sm")

@@ -43,6 +43,7 @@ from gpuipc_bench.signal import Signal
 VARIANTS = ("ce", "sm", "push")
 PINGPONG_SIZES = (4, 4 << 10, 64 << 10, 1 << 20)
 PINGPONG_ROUNDS = 200  # before calibration to about 5 ms a sample
+PINGPONG_FIRST_ROUNDS = 20  # the first warm-up's (time-sliced, a round trip pays two context switches)
 REPLY = 0x5A5A5A5A  # the consumer answers with the pattern of seed ^ REPLY
 
 
@@ -230,7 +231,8 @@ class IpcWorker(PairWorker):
                      dst=self.cdev, bytes=nbytes, ceiling=f"d2d@{self.cdev}" if self.same_gpu else
                      f"peer@{self.pdev}>{self.cdev}")
         yield from self.sampler.run(group, lambda trial: self.pingpong_sample(nbytes, trial),
-                                    timer=self.producer, reps=PINGPONG_ROUNDS, min_reps=10, phase="latency")
+                                    timer=self.producer, reps=PINGPONG_ROUNDS, min_reps=10, phase="latency",
+                                    first_reps=PINGPONG_FIRST_ROUNDS)
         if not self.producer:
             yield from self.latency_ceiling(group["ceiling"], nbytes)
         self.ctx.sync()

@@ -49,6 +49,7 @@ HOST_ORDERED_BYTES = 64 << 20  # a host-ordered sample moves about this much ...
 HOST_ORDERED_MAX_REPS = 32  # ... in at most this many transfers
 PINGPONG_SIZES = (4, 4 << 10, 64 << 10, 1 << 20)
 PINGPONG_ROUNDS = 100
+PINGPONG_FIRST_ROUNDS = 20  # the first warm-up's (time-sliced, a round trip pays two context switches)
 REPLY = 0x5A5A5A5A
 
 
@@ -255,7 +256,8 @@ class StagingWorker(PairWorker):
         group = dict(path=self.path, variant="pinned-pingpong", measure="pingpong", metric="latency",
                      src=self.pdev, dst=self.cdev, bytes=nbytes, ceiling=f"h2d@{self.cdev}")
         yield from self.sampler.run(group, lambda trial: self.pingpong_sample(nbytes, trial), timer=self.producer,
-                                    reps=PINGPONG_ROUNDS, min_reps=10, phase="latency")
+                                    reps=PINGPONG_ROUNDS, min_reps=10, phase="latency",
+                                    first_reps=PINGPONG_FIRST_ROUNDS)
 
     def pingpong_sample(self, nbytes, trial):
         """`trial.reps` round trips through two host slots: the producer's payload D2H into slot A,

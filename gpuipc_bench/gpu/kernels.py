@@ -55,6 +55,8 @@ class Kernels:
             self.l2_bytes = rt().deviceGetAttribute(DEV_ATTR_L2_CACHE_SIZE, device)
         with cuda_call("cudaMalloc", device), cupy.cuda.Device(device):
             self._result = cupy.empty(1, dtype=cupy.uint64)  # ring_mismatch's answer
+        # (kernel, bytes, stream) -> its launcher: a batch's per-transfer kernels, made once (~20 us each)
+        self._launchers: dict[tuple, KernelLauncher] = {}
 
     def _grid(self, nbytes: int, per_sm: int = 8, slots: int = 1) -> int:
         work = nbytes // 16 + nbytes % 16
@@ -92,14 +94,20 @@ class Kernels:
 
     def mark_launcher(self, nbytes: int, stream) -> Callable[[int, int], None]:
         """f(ptr, seed) enqueues the mark of one slot (its first min(n, 16) bytes)."""
-        return KernelLauncher(self._mark.kernel, (1,), (32,), (c_uint64, c_uint64, c_uint32), stream,
-                              self.device, "mark launch", constants={1: nbytes})
+        key = ("mark", nbytes, stream.ptr)
+        if key not in self._launchers:
+            self._launchers[key] = KernelLauncher(self._mark.kernel, (1,), (32,), (c_uint64, c_uint64, c_uint32),
+                                                  stream, self.device, "mark launch", constants={1: nbytes})
+        return self._launchers[key]
 
     def copy_launcher(self, nbytes: int, stream) -> Callable[[int, int], None]:
         """f(dst, src) enqueues one kernel copy of nbytes (cheap to call in a batch)."""
-        return KernelLauncher(self._copy.kernel, (self._grid(nbytes, per_sm=4),), (512,),
-                              (c_uint64, c_uint64, c_uint64), stream, self.device, "sm_copy launch",
-                              constants={2: nbytes})
+        key = ("copy", nbytes, stream.ptr)
+        if key not in self._launchers:
+            self._launchers[key] = KernelLauncher(self._copy.kernel, (self._grid(nbytes, per_sm=4),), (512,),
+                                                  (c_uint64, c_uint64, c_uint64), stream, self.device,
+                                                  "sm_copy launch", constants={2: nbytes})
+        return self._launchers[key]
 
     def launch_gate(self, flag_dptr: int, target: int, err_dptr: int, stream, timeout_s: float) -> None:
         with cuda_call("gate launch", self.device):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On a lent one-GPU machine (carry .whl; an untracked old-<commit>/ holding that commit's
-# On a lent one-GPU machine (carry .whl; an untracked old-<commit>/ holding that commit's
 # gpuipc_bench/ and scenarios/): the GPU tests of the CUDA layer, the previous version's default
 # run, and this version's twice (the first with its timeline kept whole). One tar.
+set -uo pipefail
 prefix=${1:-h100}
 . scripts/device-lib.sh
 wheels

@@ -27,12 +27,17 @@ if TYPE_CHECKING:
     from gpuipc_bench.machine import Machine
     from gpuipc_bench.segment import Segment
 
-# Sizes swept when --sizes is not given. GPU paths: 4 B, then 4 KiB to 256 MiB in steps of 4
-# (every ceiling has plateaued by 64-256 MiB; larger sizes through --sizes). Below 4 KiB every GPU
-# path is bound by its calls or its hand-over: on an H100 the medians at 16, 64 and 256 B were those
-# at 4 B (median ratio 1.000), so one size stands for that band (256 B was a second until the
-# sharing modes doubled the run: it cost about 4 s of it).
-DEFAULT_GPU_SIZES = (4,) + tuple(4 ** k for k in range(6, 15))  # 4 B, 4 KiB .. 256 MiB
+# Sizes swept when --sizes is not given. GPU paths: 4 B, 4 KiB, 64 KiB, then 1 MiB to 256 MiB in
+# steps of 4 (every ceiling has plateaued by 256 MiB, the size of the nvbandwidth comparison; larger
+# sizes through --sizes). Below 4 KiB every GPU path is bound by its calls or its hand-over: on an
+# H100 the medians at 16, 64 and 256 B were those at 4 B (median ratio 1.000), so one size stands
+# for that band (256 B was a second until the sharing modes doubled the run: it cost about 4 s of
+# it). Below 1 MiB the sweep steps by 16: in two default runs on H100s (both modes), the fastest
+# path of every sharing mode and measure at 16 KiB and at 256 KiB was that of the sizes on either
+# side (the IPC family's ties, staging/pinned-hostsync time-sliced), each size cost about 2.5 s of
+# the run, and every choice that flips (time-sliced hand-off at 4-16 MiB, MPS at 16-256 MiB) lies
+# above 1 MiB, where the steps stay 4.
+DEFAULT_GPU_SIZES = (4, 4 << 10, 64 << 10) + tuple(4 ** k for k in range(10, 15))  # .., 1 MiB .. 256 MiB
 DEFAULT_HOST_SIZES = tuple(4 ** k for k in range(1, 13))  # 4 B .. 16 MiB
 # --quick: three sizes (latency-bound, the knee, bandwidth-bound); --thorough: up to 1 GiB.
 QUICK_GPU_SIZES = (4 << 10, 1 << 20, 64 << 20)

@@ -386,8 +386,8 @@ def test_11_run_help_states_what_the_code_does_and_no_time():
     thorough = scenario.PRESETS["thorough"]
     assert f"{format_size(max(scenario.THOROUGH_GPU_SIZES))} in steps" in text
     assert f"{thorough[0]} samples per group after {thorough[2]} warm-up samples" in text
-    assert "Default: 4 B, 4 KiB..256 MiB in steps of x4" in " ".join(text.split())
-    assert scenario.DEFAULT_GPU_SIZES == (4,) + tuple(4 ** k for k in range(6, 15))
+    assert "Default: 4 B, 4 KiB, 64 KiB, 1 MiB..256 MiB in steps of x4" in " ".join(text.split())
+    assert scenario.DEFAULT_GPU_SIZES == (4, 4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20)
     assert (f"within +-{robust.PRECISION:.0%} ({robust.WIDE_MIN_SAMPLES}, or --max-samples if fewer, when the "
             "spread is wide)") in text
     assert f"[default: {robust.MIN_SAMPLES}]" in text and f"at most. [default: {scenario.DEFAULT_SAMPLES[1]}]" in text

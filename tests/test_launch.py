@@ -184,3 +184,81 @@ def test_an_h2d_ceiling_takes_two_host_rings_in_turn_each_filled_once_per_shape(
     assert table.gpu.fills == [(0x1000, 4096, 8, 7), (0x2000, 4096, 8, 6)]
     ptr, seed = table._host_source(ends, first, large, 21)  # another shape: that ring is filled again
     assert (ptr, seed) == (0x2000, 21) and table.gpu.fills[-1] == (0x2000, 1 << 16, 4, 21)
+
+
+class StubCtx:
+    """The mailbox of two workers in one thread: what one stores, the other loads."""
+
+    def __init__(self, rank, words):
+        self.rank, self.words = rank, words
+
+    def slot(self, name):
+        return name
+
+    def handle_slot(self, name):
+        return name
+
+    def store(self, name, value):
+        self.words[name] = value
+
+    def load(self, name):
+        return self.words[name]
+
+    def sync(self):
+        pass
+
+
+class StubMarks:
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+    def stamped(self):
+        return self.start, self.end
+
+
+class StubSignal:
+    def __init__(self, calls, name):
+        self.calls, self.name = calls, name
+
+    def send(self, stream):
+        self.calls.append(f"{self.name}.send")
+
+    def receive(self, stream):
+        self.calls.append(f"{self.name}.receive")
+
+
+class StubGpu:
+    """time_batch runs the enqueue of the batch's first transfer and returns the given stamps."""
+
+    def __init__(self, start, end):
+        self.stamps, self.stream = (start, end), None
+
+    def alloc(self, nbytes):
+        return type("Buffer", (), {"ptr": 0})()
+
+    def marks(self, stamps):
+        return StubMarks(*self.stamps)
+
+    def time_batch(self, enqueue, reps, **kwargs):
+        enqueue(0)
+        return kwargs["marks"]
+
+
+def test_an_exchange_on_one_gpu_starts_its_clock_once_both_sides_have_warmed_up():
+    """The receiver's 'go' gates the sender's first operation, and the batch is timed from the
+    later of the two start stamps: a consumer's warm-up copies still running when the producer
+    started are no longer in the figure."""
+    from gpuipc_bench.exchange import Exchange
+
+    words, calls = {}, []
+    sides = {}
+    for rank in (0, 1):
+        ex = sides[rank] = Exchange(StubCtx(rank, words), "pull", 0, 1, same_gpu=True)
+        assert ex.go in ex.signals  # on one GPU too, as on two
+        ex.stamps = 0
+        ex.go, ex.filled, ex.drained = (StubSignal(calls, f"{rank}:{n}") for n in ("go", "filled", "drained"))
+    # the sender (producer) warmed up quickly and started at 100 ns; the receiver at 400 ns
+    assert sides[0].run(StubGpu(100, 900), 2, 1, None, handoff=True) is None
+    seconds = sides[1].run(StubGpu(400, 1000), 2, 1, None, handoff=True)
+    assert seconds == (1000 - 400) / 1e9 / 2
+    assert calls == ["0:go.receive", "0:filled.send", "1:go.send", "1:filled.receive", "1:drained.send"]

@@ -9,7 +9,8 @@ so the interpreter's launch overhead (~5-10 us a call) is not in the figure, sma
 sizes measure the link, and the warm-up operations take the switch from the gate
 kernel to the first copy out of the interval. Start and end are CUDA events, or
 %globaltimer stamps when the interval spans two processes on one GPU (one clock for
-every context of a GPU; the caller then takes the earliest start and the latest end).
+every context of a GPU; the caller then takes the later start and the later end, the
+start once both have warmed up: gpuipc_bench.exchange).
 
 The gate gives up after GATE_TIMEOUT_S and sets an error word, so a lost release can
 never hang the GPU; time_batch then raises.

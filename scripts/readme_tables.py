@@ -19,9 +19,8 @@ BOTH = "h100-both-modes-default.csv"  # this version's default run (persistent s
 QUICK = "h100-both-modes-quick.csv"
 QUICK_COLD = "h100-both-modes-quick-cold.csv"
 # one call on one H100: the previous version (b5a794b) and this one, back to back (BOTH is this one's second)
-BEFORE_OLD = ("h100-before-after-old-1.csv", "h100-before-after-old-2.csv")
+BEFORE_OLD = ("h100-before-after-old-1.csv",)
 BEFORE_NEW = "h100-before-after-new-1.csv"
-BEFORE_OLD_QUICK = "h100-before-after-old-quick.csv"
 FORK, FRESH = "h100-fork-vs-fresh-fork.csv", "h100-fork-vs-fresh-fresh.csv"  # one call, the two launchers
 NEIGHBOUR = "h100-busy-neighbour.csv"
 PAIRS = "h100x2-nvlink-pairs-all.csv"
@@ -60,10 +59,8 @@ def runtime(runs: Runs) -> str:
             f"with `--plot`; most of it {', '.join(f'{k} {num(v)} s' for v, k in top)}; "
             f"{num(total(runs[BEFORE_NEW]))} s in `{BEFORE_NEW}`) and `--quick` {num(total(quick))} s "
             f"(`results/{QUICK}`; {num(total(cold))} s with a cold kernel cache, `{QUICK_COLD}`). In the same "
-            f"call on the same machine the previous version (b5a794b) took "
-            f"{' and '.join(num(total(r)) + ' s' for r in old)} "
-            f"(`{'`, `'.join(BEFORE_OLD)}`) and its `--quick` {num(total(runs[BEFORE_OLD_QUICK]))} s "
-            f"(`{BEFORE_OLD_QUICK}`, with torch, nvshmem and sharing).")
+            f"call on the same machine the previous version (317af10) took "
+            f"{' and '.join(num(total(r)) + ' s' for r in old)} (`{'`, `'.join(BEFORE_OLD)}`).")
 
 
 def neighbour(runs: Runs) -> str:

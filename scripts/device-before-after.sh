@@ -7,23 +7,16 @@ set -uo pipefail
 prefix=${1:-h100}
 . scripts/device-lib.sh
 wheels
-old=$(ls -d old-* | head -1)
-timed() {  # NAME SECONDS COMMAND...: a command's wall time
-  local name=$1 limit=$2; shift 2; local start=$(date +%s%N)
-  COLUMNS=80 timeout -s INT "$limit" "$@" -o "$W/$prefix-$name.csv" --force >"$W/$prefix-$name.out" 2>"$W/$prefix-$name.err"
-  echo "== $name: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms; $(grep -h '^# seconds.total' "$W/$prefix-$name.csv")"
-}
-OLDRUN="cd $PWD/$old && env PYTHONPATH=$PWD/$old:${PYTHONPATH:-} python3 -c 'from gpuipc_bench.cli import main; main()'"
 timed quick-warmup 60 gpuipc-bench run --quick   # fills the kernel caches of both versions' kernels alike
-timed old-default 150 bash -c "$OLDRUN \"\$@\"" old run
+oldrun old-default 150
 GPUIPC_BENCH_TRACE=$W/trace-new timed new-default 150 gpuipc-bench run
 python3 scripts/trace_summary.py "$W/trace-new" >"$W/trace-new.txt" 2>&1
 python3 scripts/trace_samples.py "$W/trace-new" 14 >"$W/trace-new-samples.txt" 2>&1
-timed old-default-2 150 bash -c "$OLDRUN \"\$@\"" old run
+oldrun old-default-2 150
 timed new-default-2 150 gpuipc-bench run --plot "$W/plots"
 rm -rf "$W/cache"; timed quick-cold 60 gpuipc-bench run --quick
 timed quick 60 gpuipc-bench run --quick
-timed old-quick 60 bash -c "$OLDRUN \"\$@\"" old run --quick
+oldrun old-quick 60 --quick
 pgrep -a nvidia-cuda-mps || echo "no MPS daemon left at the end"
 timeout 300 python3 -m pytest -q -p no:cacheprovider -m gpu tests/ >"$W/pytest-gpu.log" 2>&1; tail -n 3 "$W/pytest-gpu.log"
 pgrep -a nvidia-cuda-mps || echo "no MPS daemon left after the GPU tests"

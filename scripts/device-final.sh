@@ -7,15 +7,8 @@ set -uo pipefail
 prefix=${1:-h100}
 . scripts/device-lib.sh
 wheels
-old=$(ls -d old-* | head -1)
-timed() {  # NAME SECONDS COMMAND...: a command's wall time
-  local name=$1 limit=$2; shift 2; local start=$(date +%s%N)
-  COLUMNS=80 timeout -s INT "$limit" "$@" -o "$W/$prefix-$name.csv" --force >"$W/$prefix-$name.out" 2>"$W/$prefix-$name.err"
-  echo "== $name: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms; $(grep -h '^# seconds.total' "$W/$prefix-$name.csv")"
-}
-OLDRUN="cd $PWD/$old && env PYTHONPATH=$PWD/$old:${PYTHONPATH:-} python3 -c 'from gpuipc_bench.cli import main; main()'"
 timed quick-warmup 60 gpuipc-bench run --quick
-timed old-default 150 bash -c "$OLDRUN \"\$@\"" old run
+oldrun old-default 150
 GPUIPC_BENCH_TRACE=$W/trace-new timed new-default 150 gpuipc-bench run
 python3 scripts/trace_summary.py "$W/trace-new" >"$W/trace-new.txt" 2>&1
 python3 scripts/trace_samples.py "$W/trace-new" 14 >"$W/trace-new-samples.txt" 2>&1; rm -rf "$W/trace-new"

@@ -26,3 +26,17 @@ traced() {  # NAME SECONDS ARGS...: a run with its timeline, summarised into $W/
   python3 scripts/trace_summary.py "$W/trace-$name" >"$W/trace-$name.txt" 2>&1; rm -rf "$W/trace-$name"
   tail -n 1 "$W/trace-$name.txt"
 }
+timed() {  # NAME SECONDS COMMAND...: a command's wall time and its seconds.total, into $W/$prefix-NAME.*
+  local name=$1 limit=$2; shift 2; local start=$(date +%s%N)
+  COLUMNS=80 timeout -s INT "$limit" "$@" -o "$W/$prefix-$name.csv" --force >"$W/$prefix-$name.out" 2>"$W/$prefix-$name.err"
+  echo "== $name: exit $? in $(( ($(date +%s%N) - start) / 1000000 )) ms; $(grep -h '^# seconds.total' "$W/$prefix-$name.csv")"
+}
+old_version() {  # the command that runs the untracked old-<commit>/ copy's CLI: timed NAME SECONDS $(old_version) run
+  local old; old=$(ls -d old-* | head -1)
+  OLDRUN="cd $PWD/$old && env PYTHONPATH=$PWD/$old:${PYTHONPATH:-} python3 -c 'from gpuipc_bench.cli import main; main()'"
+}
+oldrun() {  # NAME SECONDS ARGS...: the previous version's `run`, as timed does it
+  local name=$1 limit=$2; shift 2
+  old_version
+  timed "$name" "$limit" bash -c "$OLDRUN \"\$@\"" old run "$@"
+}

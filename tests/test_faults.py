@@ -292,7 +292,9 @@ class Blocked(Scenario):
     def run(self, ctx):
         ctx.phase("sample", 64, 0)  # worker 1 hangs here (the fault)
         deadline = time.monotonic() + 30
-        while ctx.segment.heartbeat(1) == 0 and time.monotonic() < deadline:
+        # until worker 1 has reached the phase it hangs in (its heartbeat alone may be its start's:
+        # under load worker 0 then went on first, and its sign of life came before worker 1's)
+        while ctx.segment.phase(1)[0] != "sample" and time.monotonic() < deadline:
             time.sleep(0.001)
         ctx.phase("sample", 64, 1)  # worker 0's last sign of life, after worker 1's
         time.sleep(3600)

@@ -211,7 +211,7 @@ def run_worker(scenario, spec, specs, config, segment, shared, post: Callable[[t
 
         ctx = WorkerContext(spec, specs, config, segment, barrier, shared, send, faults)
         ctx.phase("setup")
-        with profiled(scenario.name, rank):
+        with profiled(scenario.name, rank, lambda: str(ctx.row_fields.get("sharing", ""))):
             for row in scenario.run(ctx):
                 send(("row", row))
         if segment.phase(spec.rank)[0] != "teardown":

@@ -21,7 +21,7 @@ import itertools
 import json
 import os
 import time
-from typing import Iterator
+from typing import Callable, Iterator
 
 ENV = "GPUIPC_BENCH_PROFILE"
 TRACE_ENV = "GPUIPC_BENCH_TRACE"
@@ -49,8 +49,9 @@ def write_trace(name: str) -> None:
 
 
 @contextlib.contextmanager
-def profiled(scenario: str, rank: int) -> Iterator[None]:
-    """One worker's scenario, under cProfile and the timeline where their variables ask for them."""
+def profiled(scenario: str, rank: int, sharing: Callable[[], str] | None = None) -> Iterator[None]:
+    """One worker's scenario, under cProfile and the timeline where their variables ask for them.
+    `sharing()` names the scenario's sharing mode once it ran (its timeline's file name says it)."""
     if _TRACE is not None:
         _TRACE.clear()  # a forked worker's copy of its parent's timeline is not its own
         mark("begin", scenario)
@@ -70,6 +71,6 @@ def profiled(scenario: str, rank: int) -> Iterator[None]:
                 os.makedirs(folder, exist_ok=True)
                 profile.dump_stats(os.path.join(folder, f"{scenario}-{rank}-{os.getpid()}-{next(_COUNT)}.prof"))
         mark("end", scenario)
-        # scenario.SHARING_LABEL_ENV, by its value: scenario imports this module, not the other way
-        sharing = os.environ.get("GPUIPC_BENCH_SHARING", "") or "none"
-        write_trace(f"{scenario}-{rank}-{sharing}-{os.getpid()}")
+        # the rows' mode; else scenario.SHARING_LABEL_ENV, by its value (scenario imports this module)
+        mode = (sharing() if sharing is not None else "") or os.environ.get("GPUIPC_BENCH_SHARING", "") or "none"
+        write_trace(f"{scenario}-{rank}-{mode}-{os.getpid()}")

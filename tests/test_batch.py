@@ -1,6 +1,8 @@
-"""The batch's hot-loop plumbing without a GPU: the ctypes kernel launcher packs what the kernel
-receives (a stand-in cuLaunchKernel reads it back through the parameter array, as the driver
-does), and cuda_call translates CUDA errors only."""
+"""How a batch is queued and timed, without a GPU: the ctypes kernel launcher packs what the kernel
+receives (a stand-in cuLaunchKernel reads it back through the parameter array, as the driver does);
+cuda_call translates CUDA errors only; a batch queues two warm-up operations below 16 MiB and one
+from there; an h2d ceiling takes two host rings in turn; a two-process exchange starts its clock
+once both sides have warmed up; a traced run writes its timeline and the scripts add it up."""
 
 import ctypes
 
@@ -262,3 +264,33 @@ def test_an_exchange_on_one_gpu_starts_its_clock_once_both_sides_have_warmed_up(
     seconds = sides[1].run(StubGpu(400, 1000), 2, 1, None, handoff=True)
     assert seconds == (1000 - 400) / 1e9 / 2
     assert calls == ["0:go.receive", "0:filled.send", "1:go.send", "1:filled.receive", "1:drained.send"]
+
+
+def test_a_traced_run_writes_every_workers_timeline_and_the_scripts_add_it_up(tmp_path):
+    """GPUIPC_BENCH_TRACE: the parent's steps and each worker's phases and sample steps, one file
+    per scenario, worker and mode; scripts/trace_summary.py and trace_samples.py read them."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    trace = tmp_path / "trace"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUIPC_BENCH_")}
+    env["GPUIPC_BENCH_TRACE"] = str(trace)
+    run = subprocess.run([sys.executable, "-m", "gpuipc_bench.cli", "run", "-s", "host", "--quick", "--sizes", "4K",
+                          "-o", str(tmp_path / "r.csv")], capture_output=True, text=True, timeout=180, env=env)
+    assert run.returncode == 0, run.stderr
+    names = sorted(p.name for p in trace.glob("*.jsonl"))
+    assert [n for n in names if n.startswith("parent-")] and len([n for n in names if n.startswith("host-")]) == 2
+    for path in trace.glob("host-*.jsonl"):
+        assert path.name.split("-")[2] == "none"  # a CPU scenario's mode
+        events = [json.loads(line)[1] for line in path.read_text().splitlines()]
+        assert {"begin", "phase", "decided", "end"} <= set(events)
+    took = [json.loads(line) for p in trace.glob("host-*.jsonl") for line in p.read_text().splitlines()]
+    assert any(e[1] == "took" and e[2] > 0 for e in took)  # the timing worker's figures
+    for script in ("trace_summary.py", "trace_samples.py"):
+        out = subprocess.run([sys.executable, str(repo / "scripts" / script), str(trace)], capture_output=True,
+                             text=True, timeout=60)
+        assert out.returncode == 0 and "host" in out.stdout, out.stderr

@@ -106,6 +106,10 @@ class WorkerSet:
             if not clean:
                 self.broken = True
                 segment.abort()
+                # a signal or a failure: rows a worker sent before it stopped may still sit in its
+                # pipe, unread; they are samples already taken (as the fork launcher keeps them)
+                launcher._stop_all(self.workers)
+                launcher._salvage_rows(self.workers, deliver)
                 self.close(graceful=False)
             try:
                 scenario.release(shared)

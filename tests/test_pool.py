@@ -198,3 +198,29 @@ def test_the_fork_server_starts_with_the_run_imports_its_modules_once_and_ends_w
     assert "json" in server._preload_modules and "gpuipc_bench.launcher" in server._preload_modules
     found.end()
     assert server._forkserver_pid is None and _gone([pid])
+
+
+def test_a_signal_keeps_the_rows_still_unread_in_the_pipes(sets, monkeypatch):
+    """A signal can reach the parent after a worker sent rows but before the parent read them (the
+    host ping-pong's row, in one CI run): the set's end reads what its pipes still hold."""
+    import signal
+
+    from gpuipc_bench import launcher
+    from gpuipc_bench.errors import Interrupted
+
+    _run(sets)  # the set exists; its next scenario is interrupted before the parent reads a row
+
+    def interrupted(workers, *args, **kwargs):
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not any(w.conn.poll() for w in workers):
+            time.sleep(0.01)
+        time.sleep(0.3)  # the workers go on sending; the parent reads none of it
+        raise Interrupted(signal.SIGTERM)
+
+    monkeypatch.setattr(launcher, "_supervise", interrupted)
+    scenario = SCENARIOS["host"]
+    config = RunConfig(scenarios=("host",), sizes=(64, 4096), iterations=3, warmup=1, timeout=10)
+    rows: list[dict] = []
+    with pytest.raises(Interrupted):
+        sets.run(scenario, config, scenario.workers(config, None), on_row=rows.append)
+    assert rows and {r["scenario"] for r in rows} == {"host"}  # samples taken before the signal are kept

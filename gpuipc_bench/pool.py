@@ -106,11 +106,7 @@ class WorkerSet:
             if not clean:
                 self.broken = True
                 segment.abort()
-                # a signal or a failure: rows a worker sent before it stopped may still sit in its
-                # pipe, unread; they are samples already taken (as the fork launcher keeps them)
-                launcher._stop_all(self.workers)
-                launcher._salvage_rows(self.workers, deliver)
-                self.close(graceful=False)
+                self.close(graceful=False, deliver=deliver)
             try:
                 scenario.release(shared)
             finally:
@@ -130,10 +126,12 @@ class WorkerSet:
         if self.leaving is None:
             self.leaving = time.monotonic()
 
-    def close(self, graceful: bool = True) -> None:
+    def close(self, graceful: bool = True, deliver: Callable[[dict], None] | None = None) -> None:
         """Tell every worker to leave (graceful: idle workers, given LEAVE_S), then terminate, kill
-        and reap; rows still in the pipes are not wanted here (a scenario's were read to its
-        'done'). Not graceful (a failure, a signal): at once, as the fork launcher ends its own."""
+        and reap. Not graceful (a failure, a signal): at once, as the fork launcher ends its own.
+        `deliver`: where the rows still unread in the pipes go (a scenario cut short by a signal or
+        a failure: samples already taken); without it they are not wanted (a scenario's pipes were
+        read to its 'done')."""
         if graceful:
             self.let_go()
         for tasks in self.tasks:
@@ -145,6 +143,8 @@ class WorkerSet:
         for worker in self.workers:
             worker.process.join(max(0.0, deadline - time.monotonic()))
         launcher._stop_all(self.workers)
+        if deliver is not None:
+            launcher._salvage_rows(self.workers, deliver)
         for worker in self.workers:
             worker.conn.close()
         launcher._remove_driver_files(self.pids)

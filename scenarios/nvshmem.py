@@ -221,6 +221,7 @@ class NvshmemWorker(PairWorker):
         self.scratch = bindings.malloc(max(self.sizes) + 256)
         self.cstream = device.create_stream()
         self.putsig, self.device_kernels = None, {}
+        self.device_launchers: dict[tuple, KernelLauncher] = {}  # (variant, nbytes, peer) -> its launch
         shared = ctx.shared
         if shared.cubin:
             import cupy
@@ -279,13 +280,13 @@ class NvshmemWorker(PairWorker):
         """The device-initiated transfer as a call like putmem_on_stream's: one kernel launch,
         each block moving its share of the message."""
         (kernel, get), stream = self.device_kernels[variant], self.gpu.stream
-        launchers: dict[tuple[int, int], KernelLauncher] = {}  # (nbytes, peer) -> its launch (gpu.launch)
+        launchers = self.device_launchers  # made once per size for the worker, not per sample
 
         def call(dest: int, src: int, nbytes: int, peer: int, _stream: int) -> None:
-            launch = launchers.get((nbytes, peer))
+            launch = launchers.get((variant, nbytes, peer))
             if launch is None:
                 blocks = max(1, min(DEVICE_MAX_BLOCKS, nbytes // DEVICE_BYTES_PER_BLOCK))
-                launch = launchers[(nbytes, peer)] = KernelLauncher(
+                launch = launchers[(variant, nbytes, peer)] = KernelLauncher(
                     kernel.kernel, (blocks,), (DEVICE_THREADS,), (c_uint64, c_uint64, c_uint64, c_int32, c_int32),
                     stream, self.device, f"{variant} launch", constants={2: nbytes, 3: peer, 4: get})
             launch(dest, src)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import mmap
 from typing import Any
 
@@ -36,17 +37,12 @@ MAX_REPS = 256  # ... in at most this many transfers (the launch queue blocks ne
 SLOT_ALIGN = 256  # ring slots start 256-byte aligned (16-byte vector copies, and apart in cache lines)
 
 
+@functools.cache
 def rt():
     """CuPy's CUDA runtime module (imported on first use: a process without a GPU never needs it)."""
-    global _RUNTIME
-    if _RUNTIME is None:
-        from cupy.cuda import runtime
+    from cupy.cuda import runtime
 
-        _RUNTIME = runtime
-    return _RUNTIME
-
-
-_RUNTIME = None
+    return runtime
 
 
 # --------------------------------------------------------------------------- rings

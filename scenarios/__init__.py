@@ -4,7 +4,7 @@ An explicit registry, not discovery: an import error fails loudly, and the
 order is stable. To add a path, write a module here and add it to the list.
 """
 
-from gpuipc_bench.scenario import Scenario
+from gpuipc_bench.engine.scenario import Scenario
 from gpuipc_bench.scenarios import (
     barrier, handles, host, ipc, latency, mempool, mmap, nccl, nixl, nvshmem, peer, sharing, staging, torch_share,
     vmm,

@@ -12,8 +12,8 @@ import multiprocessing
 import time
 
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import Sample, Sampler
-from gpuipc_bench.scenario import Scenario, WorkerSpec
+from gpuipc_bench.engine.sampler import Sample, Sampler
+from gpuipc_bench.engine.scenario import Scenario, WorkerSpec
 
 CROSSINGS = 1000
 
@@ -53,7 +53,7 @@ class BarrierScenario(Scenario):
         sampler = Sampler(ctx)
         reference = ctx.shared
         if ctx.config.launcher == "mpi":
-            from gpuipc_bench.mpi_launch import mpi_world
+            from gpuipc_bench.harness.mpi_launch import mpi_world
 
             crossings = {"shm": ctx.sync, "mpi": mpi_world().Barrier}
         else:

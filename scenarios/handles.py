@@ -35,8 +35,8 @@ from typing import Iterator
 from gpuipc_bench.gpu.fdmemory import MemPool
 from gpuipc_bench.gpu.memory import DeviceBuffer, MappedBuffer
 from gpuipc_bench.gpu.timing import time_setup
-from gpuipc_bench.pair import PRODUCER
-from gpuipc_bench.sampler import SETUP_REPEATS
+from gpuipc_bench.engine.pair import PRODUCER
+from gpuipc_bench.engine.sampler import SETUP_REPEATS
 from gpuipc_bench.scenarios.ipc import IpcWorker
 from gpuipc_bench.scenarios.mempool import MempoolWorker
 from gpuipc_bench.scenarios.vmm import FdScenario, VmmWorker

@@ -23,8 +23,8 @@ import numpy as np
 from gpuipc_bench.errors import VerificationError
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.patterns import check, pattern_bytes
-from gpuipc_bench.sampler import Sample, Sampler
-from gpuipc_bench.scenario import Scenario, WorkerSpec
+from gpuipc_bench.engine.sampler import Sample, Sampler
+from gpuipc_bench.engine.scenario import Scenario, WorkerSpec
 
 PINGPONG_MAX_BYTES = 64 << 10
 BATCH_BYTES = 16 << 20  # a sample moves about this much, in at most MAX_BATCH transfers
@@ -64,7 +64,7 @@ class HostScenario(Scenario):
         return (1 + 4 * len(specs)) * max(self.sizes(config)), 0
 
     def prepare(self, config, specs):
-        from gpuipc_bench.shared import SharedPages
+        from gpuipc_bench.ipc.shared import SharedPages
 
         return SharedPages(max(self.sizes(config)))
 

@@ -7,7 +7,7 @@ the second). Variants: the consumer pulls from the producer's memory with the co
 
   stream   the producer fills its ring and signals once (an interprocess event); the
            consumer's gated batch copies slot r to slot r, back to back
-  handoff  one transfer in flight (gpuipc_bench.exchange): the producer marks slot r (a
+  handoff  one transfer in flight (gpuipc_bench.engine.exchange): the producer marks slot r (a
            one-thread kernel writes its first bytes, which the fill left wrong), signals; the
            consumer waits for the signal, copies slot r, signals back; the producer marks
            slot r + 1 after that. Push: the consumer copies, signals, the producer signals back.
@@ -32,13 +32,13 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
-from gpuipc_bench.exchange import Exchange, max_transfers
+from gpuipc_bench.engine.exchange import Exchange, max_transfers
 from gpuipc_bench.gpu.memory import DeviceBuffer, IpcEvent, MappedBuffer, Ring, reps_for
 from gpuipc_bench.gpu.timing import time_setup
-from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
+from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import Group, Sample
-from gpuipc_bench.signal import Signal
+from gpuipc_bench.engine.sampler import Group, Sample
+from gpuipc_bench.engine.gpu_signal import Signal
 
 VARIANTS = ("ce", "sm", "push")
 PINGPONG_SIZES = (4, 4 << 10, 64 << 10, 1 << 20)

@@ -5,7 +5,7 @@ second (default: the same GPU). Variants, all metric 'latency', one-way = round 
 (path 'ipc' on one GPU, 'peer' across two; 'sharing' says time-sliced, MPS or exclusive):
 
   device-pingpong, device-ll   kernels in both processes through IPC-mapped memory
-                               (gpuipc_bench.pingpong: flag + fence, or LL words)
+                               (gpuipc_bench.engine.pingpong: flag + fence, or LL words)
   host-pingpong    host-driven: the initiator's cudaMemcpyAsync into the responder's buffer,
                    an IPC event recorded after it, a mailbox flag; the responder sees the flag,
                    makes its stream wait on the event, copies the bytes back, synchronises and
@@ -26,10 +26,10 @@ from typing import Iterator
 
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.gpu.memory import IpcEvent, Ring, memset
-from gpuipc_bench.pair import PairWorker
-from gpuipc_bench.pingpong import INITIATOR, PAYLOAD_OFFSET, PROTOCOLS, RESPONDER, DevicePingPong
-from gpuipc_bench.sampler import Sample
-from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
+from gpuipc_bench.engine.pair import PairWorker
+from gpuipc_bench.engine.pingpong import INITIATOR, PAYLOAD_OFFSET, PROTOCOLS, RESPONDER, DevicePingPong
+from gpuipc_bench.engine.sampler import Sample
+from gpuipc_bench.engine.scenario import Scenario, WorkerSpec, gpu_cpus
 
 # 0 B, then the paths' own sweep up to 4 KiB, so that a GPU-signalled hand-off is a candidate
 # at every size where the host-signalled ones are measured (the answer's bands do not break)

@@ -2,7 +2,7 @@
 
 Each worker creates a pool with a shareable handle type (cuMemPoolCreate, POSIX fd), exports
 the pool once (cuMemPoolExportToShareableHandle; the fd goes to the other worker over a Unix
-socket, gpuipc_bench.fdpass), allocates its ring from it (cuMemAllocFromPoolAsync) and
+socket, gpuipc_bench.ipc.fdpass), allocates its ring from it (cuMemAllocFromPoolAsync) and
 exports that allocation as 64 bytes (cuMemPoolExportPointer, through the segment's handle
 table). The other worker imports the pool, gives its GPU access (cuMemPoolSetAccess) and
 imports the pointer (cuMemPoolImportPointer). The transfers are then the ipc scenario's
@@ -30,10 +30,10 @@ from typing import Iterator
 
 from gpuipc_bench.gpu.fdmemory import MemPool, PoolPointer
 from gpuipc_bench.gpu.timing import time_setup
-from gpuipc_bench.exchange import max_transfers
-from gpuipc_bench.fdpass import channel_for
+from gpuipc_bench.engine.exchange import max_transfers
+from gpuipc_bench.ipc.fdpass import channel_for
 from gpuipc_bench.gpu.memory import reps_for
-from gpuipc_bench.pair import MEASURES, PRODUCER
+from gpuipc_bench.engine.pair import MEASURES, PRODUCER
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.scenarios.staging import StagingScenario, StagingWorker
 from gpuipc_bench.scenarios.vmm import FdScenario, FdSharingWorker

@@ -11,7 +11,7 @@ slot r into region slot r, then into the consumer's device ring slot r:
   dma         both hops by the copy engine (cudaMemcpyAsync), as staging/pinned does through
               anonymous shared memory
 
-Measured like staging's GPU-ordered variants (stream and handoff, gpuipc_bench.exchange), and
+Measured like staging's GPU-ordered variants (stream and handoff, gpuipc_bench.engine.exchange), and
 verified slot by slot by the consumer. Set-up rows: the first touch of the region's pages
 (once), then cudaHostRegister and cudaHostUnregister of the whole region, 6 times each.
 Ceilings: the producer's d2h@GPU and d2h-sm@GPU, the consumer's h2d@GPU and h2d-sm@GPU.
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.memory import reps_for, ring_capacity
 from gpuipc_bench.gpu.timing import SharedGatePage
-from gpuipc_bench.pair import MEASURES, PairScenario
+from gpuipc_bench.engine.pair import MEASURES, PairScenario
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.scenarios.staging import StagingWorker
-from gpuipc_bench.exchange import max_transfers
-from gpuipc_bench.segment import PREFIX, _shm_dir
-from gpuipc_bench.shared import SharedPages
+from gpuipc_bench.engine.exchange import max_transfers
+from gpuipc_bench.ipc.segment import PREFIX, _shm_dir
+from gpuipc_bench.ipc.shared import SharedPages
 from gpuipc_bench.sizes import format_size
 
 VARIANTS = {"zero-copy": "sm", "dma": "ce"}  # variant: the engine of both hops

@@ -39,9 +39,9 @@ from typing import Iterator
 
 from gpuipc_bench.gpu.memory import Ring, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage
-from gpuipc_bench.pair import PRODUCER, PairScenario, PairShared, PairWorker
+from gpuipc_bench.engine.pair import PRODUCER, PairScenario, PairShared, PairWorker
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import Sample
+from gpuipc_bench.engine.sampler import Sample
 
 UID_SLOTS = 2  # ncclUniqueId is 128 bytes
 PINGPONG_SIZES = (4, 4096, 1 << 20)

@@ -22,7 +22,7 @@ memory (same GPU or across two, ceiling d2d@GPU or peer@A>B, like ipc) and host 
 GPU memory (variants '-from-dram', ceiling h2d@GPU).
 
 What UCX chose comes from UCX's own protocol report (UCX_PROTO_INFO=y, into a log file of
-the run's folder; gpuipc_bench.ucx_report): every row carries it in `transport`
+the run's folder; gpuipc_bench.scenarios.ucx_report): every row carries it in `transport`
 ('zero-copy cma/memory', 'zero-copy cuda_ipc/cuda'). UCX reads its environment once per
 process, so each forced transport is a scenario with its own workers and the variant says
 so ('write:tcp'): nixl-host-tcp (UCX_TLS=tcp: a container without ptrace gets no CMA),
@@ -47,14 +47,14 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from gpuipc_bench import ucx_report
+from gpuipc_bench.scenarios import ucx_report
 from gpuipc_bench.errors import BarrierAborted, BenchError
 from gpuipc_bench.gpu.memory import Ring, reps_for
-from gpuipc_bench.pair import CONSUMER, PRODUCER, PairScenario, PairWorker
+from gpuipc_bench.engine.pair import CONSUMER, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.patterns import pattern_bytes
-from gpuipc_bench.sampler import Sample
-from gpuipc_bench.scenario import WorkerSpec
+from gpuipc_bench.engine.sampler import Sample
+from gpuipc_bench.engine.scenario import WorkerSpec
 from gpuipc_bench.scenarios.nixl_support import (  # noqa: F401 - MODULES, INSTALL: the path's facts, for its users
     BLOCKS, BLOCKS_FROM, BOX_BYTES, FORCED, HOST_BATCH_BYTES, INSTALL, MIN_BLOCK, MODULES, GpuBuffer, HostBuffer,
     NixlShared, api, flush_c_streams, missing, nixl_error, stderr_kept, user_ucx_settings,

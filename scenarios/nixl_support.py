@@ -21,7 +21,7 @@ import numpy as np
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.memory import Ring
 from gpuipc_bench.patterns import check, pattern_bytes
-from gpuipc_bench.shared import SharedPages
+from gpuipc_bench.ipc.shared import SharedPages
 
 MODULES = ("nixl_cu13", "nixl_cu12")  # the wheels' modules (the `nixl` meta package only re-exports one)
 INSTALL = ('pip install --no-deps "nixl-cu12==1.5.1" (nixl-cu13 for CUDA 13; --no-deps: the torch it requires '

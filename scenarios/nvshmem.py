@@ -47,7 +47,7 @@ a kernel of one warp in each PE ping-pongs nvshmemx_putmem_signal_nbi_warp of it
 with the peer's signal set to the round, and nvshmem_signal_wait_until for the answer
 (gpuipc_bench/gpu/nvshmem_putsig.cu). NVSHMEM's device functions come as a device library,
 so the kernel is built by nvcc (-rdc, device-linked with libnvshmem_device) in the parent (no
-CUDA call there), once and kept on disk for the next runs (gpuipc_bench.kernel_cache: keyed by
+CUDA call there), once and kept on disk for the next runs (gpuipc_bench.gpu.kernel_cache: keyed by
 source, nvcc, the device library and the GPUs' architectures), and loaded by each PE, which
 runs nvshmemx_cumodule_init on it; without nvcc the variant is skipped with a note. One-way = round trip / 2; each PE
 verifies the peer's payload after every sample. On one time-sliced GPU each hop waits for
@@ -70,14 +70,14 @@ from typing import Iterator
 
 import numpy as np
 
-from gpuipc_bench import kernel_cache
+from gpuipc_bench.gpu import kernel_cache
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.launch import KernelLauncher
 from gpuipc_bench.gpu.memory import Ring, memset, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
-from gpuipc_bench.pair import PRODUCER, PairScenario, PairShared, PairWorker
+from gpuipc_bench.engine.pair import PRODUCER, PairScenario, PairShared, PairWorker
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import Sample
+from gpuipc_bench.engine.sampler import Sample
 
 INSTALL_HINT = "pip install -e '.[nvshmem12]' (or '.[nvshmem13]')"
 NVSHMEM_ENV = {"NVSHMEM_DISABLE_NVLS": "1"}  # NVLink multicast stays off, always
@@ -114,7 +114,7 @@ _BUILDING = threading.Lock()  # the background build (prebuild) and the scenario
 
 
 def putsig_for_run() -> str:
-    """The put+signal kernel of this run: from the on-disk cache (gpuipc_bench.kernel_cache), or
+    """The put+signal kernel of this run: from the on-disk cache (gpuipc_bench.gpu.kernel_cache), or
     built by nvcc on first use and kept there."""
     with _BUILDING:
         if "cubin" not in _BUILT:

@@ -27,12 +27,12 @@ from typing import Iterator
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.gpu.errors import cuda_call
 from gpuipc_bench.gpu.memory import Ring, on_device, reps_for, rt
-from gpuipc_bench.pair import CONSUMER, PRODUCER
+from gpuipc_bench.engine.pair import CONSUMER, PRODUCER
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import Sample
-from gpuipc_bench.scenario import WorkerSpec, gpu_cpus
+from gpuipc_bench.engine.sampler import Sample
+from gpuipc_bench.engine.scenario import WorkerSpec, gpu_cpus
 from gpuipc_bench.scenarios.ipc import REPLY, IpcScenario, IpcWorker
-from gpuipc_bench.signal import Signal
+from gpuipc_bench.engine.gpu_signal import Signal
 
 P2P_OFF_MAX_REPS = 32
 

@@ -38,16 +38,16 @@ from typing import Iterator
 
 import numpy as np
 
-from gpuipc_bench import mps
+from gpuipc_bench.modes import daemon as mps
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.ceilings import Ceilings
 from gpuipc_bench.gpu.device import Gpu
 from gpuipc_bench.gpu.memory import MAX_REPS, L2Check, Ring
 from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.pingpong import IDLE, INITIATOR, PROTOCOLS, RESPONDER, DevicePingPong
-from gpuipc_bench.sampler import Sample, Sampler
-from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
+from gpuipc_bench.engine.pingpong import IDLE, INITIATOR, PROTOCOLS, RESPONDER, DevicePingPong
+from gpuipc_bench.engine.sampler import Sample, Sampler
+from gpuipc_bench.engine.scenario import Scenario, WorkerSpec, gpu_cpus
 
 TIME_SLICED, MPS = "time-sliced", "mps"
 DEFAULT_SIZES = (64 << 20,)

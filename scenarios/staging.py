@@ -5,7 +5,7 @@ workers map the same pages; a transfer r moves slot r of the producer's device r
 r of the host ring (D2H), and that into slot r of the consumer's device ring (H2D).
 
   pinned           the host ring registered (cudaHostRegister portable|mapped) in both workers;
-                   GPU-ordered through interprocess events (gpuipc_bench.exchange)
+                   GPU-ordered through interprocess events (gpuipc_bench.engine.exchange)
   pipelined        the same, each message cut into chunks (--chunk, at most 64), so that the
                    consumer's H2D of chunk i overlaps the producer's D2H of chunk i + 1
   pinned-hostsync  the pinned ring, ordered by the host: each copy synchronised, the other
@@ -33,14 +33,14 @@ import mmap
 import time
 from dataclasses import dataclass
 
-from gpuipc_bench.exchange import Exchange, max_transfers
+from gpuipc_bench.engine.exchange import Exchange, max_transfers
 from gpuipc_bench.gpu.errors import CudaError
 from gpuipc_bench.gpu.memory import HostRegistration, Ring, mmap_address, prefault, reps_for, ring_capacity
 from gpuipc_bench.gpu.timing import SharedGatePage
-from gpuipc_bench.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
+from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.sampler import Sample
-from gpuipc_bench.shared import SharedPages
+from gpuipc_bench.engine.sampler import Sample
+from gpuipc_bench.ipc.shared import SharedPages
 
 VARIANTS = ("pinned", "pipelined", "pinned-hostsync", "pageable")
 GPU_ORDERED = ("pinned", "pipelined")
@@ -88,7 +88,7 @@ class StagingWorker(PairWorker):
         """The shared host memory both workers register: the ring, then a scratch message."""
         return self.ctx.shared.pinned
 
-    # The variants whose hand-offs go through CUDA IPC events (gpuipc_bench.exchange).
+    # The variants whose hand-offs go through CUDA IPC events (gpuipc_bench.engine.exchange).
     event_variants: tuple[str, ...] = GPU_ORDERED
 
     def setup(self):

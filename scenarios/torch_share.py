@@ -56,11 +56,11 @@ from typing import Any, Iterator
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu import timing
 from gpuipc_bench.gpu.memory import Ring, on_device, reps_for
-from gpuipc_bench.pair import CONSUMER, MEASURES, PairScenario, PairWorker
+from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.patterns import seed_for
-from gpuipc_bench.sampler import Sample
-from gpuipc_bench.scenario import SPIN_LIMIT_S
+from gpuipc_bench.engine.sampler import Sample
+from gpuipc_bench.engine.scenario import SPIN_LIMIT_S
 from gpuipc_bench.scenarios import handles
 from gpuipc_bench.scenarios.torch_support import (  # noqa: F401  (tests reach them through this module)
     EXTRA, TensorQueue, TorchSide, allow_ptrace, how_started, missing_torch, queue_semaphores, refused,
@@ -113,7 +113,7 @@ class TorchShared:
     def __init__(self, nworkers: int = 2):
         import multiprocessing
 
-        from gpuipc_bench.janitor import Janitor
+        from gpuipc_bench.ipc.janitor import Janitor
 
         context = multiprocessing.get_context(START_METHOD)
         self.queue = context.Queue()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, BenchError
-from gpuipc_bench.pair import PRODUCER
+from gpuipc_bench.engine.pair import PRODUCER
 
 EXTRA = "pip install -e '.[torch]'"
 POLL_S = 0.05  # a get looks at the abort word and the producer's silence this often

@@ -3,7 +3,7 @@
 How NCCL and PyTorch's expandable segments share memory between processes. Each worker
 makes its ring with cuMemCreate (CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), maps it, exports
 it with cuMemExportToShareableHandle and sends the fd to the other worker over a Unix socket
-(SCM_RIGHTS, gpuipc_bench.fdpass); the other imports it (cuMemImportFromShareableHandle),
+(SCM_RIGHTS, gpuipc_bench.ipc.fdpass); the other imports it (cuMemImportFromShareableHandle),
 reserves an address range, maps it and sets its GPU's access. From there on the transfers
 are exactly the ipc scenario's (pull ce/sm and push; stream and handoff; the ping-pong;
 every slot verified): the same memory, reached through another kind of handle, so at large
@@ -22,11 +22,11 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
-from gpuipc_bench.fdpass import channel_for
+from gpuipc_bench.ipc.fdpass import channel_for
 from gpuipc_bench.gpu import fdmemory
 from gpuipc_bench.gpu.fdmemory import VmmMemory, vmm_size
 from gpuipc_bench.gpu.timing import time_setup
-from gpuipc_bench.pair import PRODUCER, PairScenario
+from gpuipc_bench.engine.pair import PRODUCER, PairScenario
 from gpuipc_bench.paths import PathInfo
 
 from gpuipc_bench.scenarios.ipc import IpcWorker

@@ -1,4 +1,4 @@
-"""Where a run's wall time went, from the timeline GPUIPC_BENCH_TRACE=DIR wrote (gpuipc_bench.profiling).
+"""Where a run's wall time went, from the timeline GPUIPC_BENCH_TRACE=DIR wrote (gpuipc_bench.hooks.profiling).
 Usage: python scripts/trace_summary.py DIR
 
 Prints the parent's steps with the seconds between them, then per scenario, worker and sharing

@@ -35,13 +35,13 @@ def no_leaks():
 @pytest.fixture
 def run_scenario(monkeypatch):
     """Run a scenario through the real launcher (forked workers), with an injected fault
-    (see gpuipc_bench/faults.py) or none:
+    (see gpuipc_bench/hooks/faults.py) or none:
 
         outcome, rows, seconds = run_scenario("host", "kill:1:sample:3", sizes=(64,), timeout=5)
 
     The first argument is a registered scenario's name or a Scenario object; the keywords
     are RunConfig fields."""
-    from gpuipc_bench import launcher
+    from gpuipc_bench.harness import launcher
     from gpuipc_bench.config import RunConfig
     from gpuipc_bench.scenarios import SCENARIOS
 
@@ -67,12 +67,12 @@ def run_scenario(monkeypatch):
 @pytest.fixture
 def no_work(monkeypatch, tmp_path):
     """Fails the test if a scenario is started; checks nothing is written or left behind."""
-    import gpuipc_bench.launcher
+    import gpuipc_bench.harness.launcher
 
     def tripwire(*args, **kwargs):
         raise AssertionError("a scenario was started: bad input must be refused before any work")
 
-    monkeypatch.setattr(gpuipc_bench.launcher, "run_scenario", tripwire)
+    monkeypatch.setattr(gpuipc_bench.harness.launcher, "run_scenario", tripwire)
     monkeypatch.chdir(tmp_path)
     before = our_segments()
     yield tmp_path
@@ -180,14 +180,14 @@ class Run:
 
 
 def gpu_count() -> int:
-    from gpuipc_bench.machine import probe
+    from gpuipc_bench.machine.probe import probe
 
     return probe().gpu_count
 
 
 @pytest.fixture(scope="session")
 def machine():
-    from gpuipc_bench.machine import probe
+    from gpuipc_bench.machine.probe import probe
 
     return probe()
 
@@ -200,7 +200,7 @@ def pytest_collection_modifyitems(config, items):
     marked = [i for i in items if i.get_closest_marker("gpu") or i.get_closest_marker("gpu2")]
     if not marked:
         return
-    from gpuipc_bench.machine import probe
+    from gpuipc_bench.machine.probe import probe
 
     m = probe()
     for item in marked:
@@ -249,6 +249,6 @@ def ours(temp: Path) -> list[str]:
 
 
 def _mps():
-    from gpuipc_bench import mps
+    from gpuipc_bench.modes import daemon as mps
 
     return mps

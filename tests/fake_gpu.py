@@ -408,7 +408,7 @@ def install(monkeypatch) -> None:
     """Put the fakes where the harness and the scenarios look them up (before forking workers).
     Device ping-pongs move no bytes here, so their verification is switched off."""
     _next.value = 0  # a new run: the arena is all free again (the last run's workers are gone)
-    from gpuipc_bench import pair, pingpong, signal
+    from gpuipc_bench.engine import pair, pingpong, gpu_signal as signal
     from gpuipc_bench.gpu import ceilings, memory, timing
     from gpuipc_bench.gpu import fdmemory
     from gpuipc_bench.scenarios import handles, ipc, latency, mempool, peer, sharing, staging, vmm

@@ -16,9 +16,9 @@ from gpuipc_bench.sizes import format_size
 from conftest import assert_refused, invoke
 from gpuipc_bench import config as config_mod
 from gpuipc_bench.config import RunConfig
-from gpuipc_bench.plan import check_memory
+from gpuipc_bench.harness.plan import check_memory
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.machine import GpuInfo, Machine
+from gpuipc_bench.machine.probe import GpuInfo, Machine
 from gpuipc_bench.scenarios import SCENARIOS
 
 GiB = 1 << 30
@@ -102,12 +102,12 @@ def test_output_that_is_a_directory(no_work):
 
 def test_output_refused_before_the_machine_is_probed(no_work, monkeypatch):
     """The cheap checks come first: a bad --out costs no probe child."""
-    import gpuipc_bench.machine
+    import gpuipc_bench.machine.probe
 
     def probe(*a, **k):
         raise AssertionError("probed the machine for a run that was going to be refused")
 
-    monkeypatch.setattr(gpuipc_bench.machine, "probe", probe)
+    monkeypatch.setattr(gpuipc_bench.machine.probe, "probe", probe)
     (no_work / "r.csv").write_text("keep")
     assert_refused(*invoke(*RUN, "--sizes", "64"), "--out", "--force")
     assert (no_work / "r.csv").read_text() == "keep"
@@ -243,7 +243,7 @@ def test_memory_check_follows_the_gpu_in_use():
 
 def test_the_default_estimate():
     """Scenario.memory_needed's default, for scenarios that do not override it."""
-    from gpuipc_bench.scenario import Scenario
+    from gpuipc_bench.engine.scenario import Scenario
 
     cpu = type("Cpu", (Scenario,), {"gpus_needed": 0})()
     gpu = type("Gpu", (Scenario,), {"gpus_needed": 1})()
@@ -254,9 +254,9 @@ def test_the_default_estimate():
 
 def test_huge_size_beyond_gpu_memory_through_the_cli(no_work, monkeypatch):
     """The whole path from the command line, with a machine that has one 4 GiB GPU."""
-    import gpuipc_bench.machine
+    import gpuipc_bench.machine.probe
 
-    monkeypatch.setattr(gpuipc_bench.machine, "probe", lambda *a, **k: fake_machine((4 * GiB,)))
+    monkeypatch.setattr(gpuipc_bench.machine.probe, "probe", lambda *a, **k: fake_machine((4 * GiB,)))
     monkeypatch.setattr(config_mod, "available_host_memory", lambda: 1 << 50)
     name = next(n for n in GPU_NAMES if SCENARIOS[n].gpus_needed == 1)
     code, output = invoke("run", "-s", name, "--out", "r.csv", "--sizes", "4K..8G")

@@ -13,9 +13,9 @@ import traceback
 
 import pytest
 
-from gpuipc_bench.barrier import Barrier
+from gpuipc_bench.ipc.barrier import Barrier
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout
-from gpuipc_bench.segment import Segment
+from gpuipc_bench.ipc.segment import Segment
 
 CTX = multiprocessing.get_context("fork")
 pytestmark = pytest.mark.usefixtures("no_leaks")  # conftest: no child process, no /dev/shm file left

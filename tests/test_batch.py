@@ -250,7 +250,7 @@ def test_an_exchange_on_one_gpu_starts_its_clock_once_both_sides_have_warmed_up(
     """The receiver's 'go' gates the sender's first operation, and the batch is timed from the
     later of the two start stamps: a consumer's warm-up copies still running when the producer
     started are no longer in the figure."""
-    from gpuipc_bench.exchange import Exchange
+    from gpuipc_bench.engine.exchange import Exchange
 
     words, calls = {}, []
     sides = {}

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from gpuipc_bench import pair
+from gpuipc_bench.engine import pair
 from gpuipc_bench.analysis import summarize
 from gpuipc_bench.analysis.summary import ceiling_sources
 from gpuipc_bench.results import read_results

@@ -15,7 +15,9 @@ from xml.etree import ElementTree as ET
 import pytest
 from click.testing import CliRunner
 
-from gpuipc_bench.check import conditions, expect, judge, output, paths, plant, table
+from gpuipc_bench.check import conditions, expect, judge, output, paths, table
+
+from gpuipc_bench.hooks import plant
 from gpuipc_bench.check.figures import Figure, figures_of
 from gpuipc_bench.check.node import path_event
 from gpuipc_bench.cli import cli

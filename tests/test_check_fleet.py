@@ -16,7 +16,9 @@ from xml.etree import ElementTree as ET
 
 import pytest
 
-from gpuipc_bench.check import expect, plant
+from gpuipc_bench.check import expect
+
+from gpuipc_bench.hooks import plant
 from gpuipc_bench.results import read_results
 
 from test_mpi import HAVE_MPI

@@ -182,7 +182,7 @@ def test_devices_by_uuid_selects_that_gpu(tmp_path, machine, no_leaks):
 def test_the_no_gpu_reason_is_in_plain_words(error, driver, gpus, words):
     import dataclasses
 
-    from gpuipc_bench.machine import probe
+    from gpuipc_bench.machine.probe import probe
 
     machine = dataclasses.replace(probe(), cuda_error=error, driver_version=driver, gpus=gpus)
     assert words in machine.no_gpu_reason
@@ -192,7 +192,7 @@ def test_the_no_gpu_reason_is_in_plain_words(error, driver, gpus, words):
 
 
 def test_pairs_all_plans_each_pair_scenario_once_per_ordered_pair():
-    from gpuipc_bench.plan import plan_pairs
+    from gpuipc_bench.harness.plan import plan_pairs
     from gpuipc_bench.config import RunConfig
     from gpuipc_bench.scenarios import SCENARIOS
     from test_bad_input import fake_machine
@@ -214,7 +214,7 @@ def test_plain_run_on_several_gpus_adds_the_first_nvlink_pair():
     import dataclasses as dc
 
     from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.plan import default_pair, plan_pairs
+    from gpuipc_bench.harness.plan import default_pair, plan_pairs
     from gpuipc_bench.scenarios import SCENARIOS
     from test_bad_input import fake_machine
 
@@ -256,7 +256,7 @@ def test_pairs_all_on_a_machine_without_two_gpus_says_so(tmp_path):
 def test_a_run_over_several_gpu_pairs_says_what_it_will_cost_before_it_starts():
     from types import SimpleNamespace
 
-    from gpuipc_bench.plan import PAIR_SECONDS, pairs_estimate
+    from gpuipc_bench.harness.plan import PAIR_SECONDS, pairs_estimate
 
     def spec(device):
         return SimpleNamespace(device=device)

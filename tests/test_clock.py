@@ -7,7 +7,7 @@ import math
 from types import SimpleNamespace
 
 from gpuipc_bench.gpu.clock import SmClock
-from gpuipc_bench.sampler import Counts, Sample, Sampler
+from gpuipc_bench.engine.sampler import Counts, Sample, Sampler
 
 
 class FakeNvml:

@@ -1,6 +1,6 @@
 """The fault suite: faults, signals and hostile input in every phase; nothing lost, nothing broken.
 
-Faults are injected into real runs (GPUIPC_BENCH_FAULT, see gpuipc_bench/faults.py):
+Faults are injected into real runs (GPUIPC_BENCH_FAULT, see gpuipc_bench/hooks/faults.py):
 through the real launcher with forked workers (the `run_scenario` fixture), through
 click's CliRunner, and into `python -m gpuipc_bench.cli` as a real process (conftest's
 Run) that a 'hang' fault holds in the phase under test while a signal arrives; the test
@@ -30,7 +30,7 @@ from conftest import FAULT_ENV, Run, our_segments
 from gpuipc_bench.cli import cli
 from gpuipc_bench.errors import Interrupted, ResultsFormatError, WorkerFailed
 from gpuipc_bench.results import read_results
-from gpuipc_bench.scenario import Scenario, WorkerSpec
+from gpuipc_bench.engine.scenario import Scenario, WorkerSpec
 from gpuipc_bench.scenarios import SCENARIOS
 
 ITERATIONS, WARMUP = 3, 1
@@ -490,7 +490,7 @@ def test_interrupt_keeps_rows_still_in_the_pipes(tmp_path, monkeypatch, clean_sl
                 time.sleep(0.01)
             raise KeyboardInterrupt
 
-    from gpuipc_bench import launcher
+    from gpuipc_bench.harness import launcher
     from gpuipc_bench.config import RunConfig
 
     monkeypatch.setenv(FAULT_ENV, "hang:1:sample:3")
@@ -825,7 +825,7 @@ def test_gpu_sigint_while_measuring_the_ceiling(tmp_path, machine):
 
 def mps_daemons() -> list[int]:
     """Live processes of private MPS daemons of this tool (their environment names one of our pipe dirs)."""
-    from gpuipc_bench import mps
+    from gpuipc_bench.modes import daemon as mps
 
     found = []
     for name in os.listdir("/proc"):

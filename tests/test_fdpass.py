@@ -1,4 +1,4 @@
-"""The descriptor channel (gpuipc_bench.fdpass): real Unix sockets, real descriptors."""
+"""The descriptor channel (gpuipc_bench.ipc.fdpass): real Unix sockets, real descriptors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import time
 import pytest
 
 from gpuipc_bench.errors import BarrierAborted, BenchError
-from gpuipc_bench.fdpass import FdChannel
+from gpuipc_bench.ipc.fdpass import FdChannel
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ import traceback
 
 import pytest
 
-from gpuipc_bench import mps
+from gpuipc_bench.modes import daemon as mps
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import BarrierAborted, WorkerFailed
-from gpuipc_bench.launcher import run_scenario
-from gpuipc_bench.sampler import SETUP_REPEATS
+from gpuipc_bench.harness.launcher import run_scenario
+from gpuipc_bench.engine.sampler import SETUP_REPEATS
 from gpuipc_bench.scenarios import SCENARIOS
 from gpuipc_bench.scenarios.latency import LatencyScenario, LatencyWorker
 
@@ -275,7 +275,7 @@ def test_latency_catches_a_wrong_answer(monkeypatch, no_leaks):
 @pytest.mark.gpu
 @pytest.mark.parametrize("protocol, nbytes", [("device-pingpong", 0), ("device-ll", 4096)])
 def test_a_silent_peer_ends_the_kernel_within_the_spin_timeout(monkeypatch, no_leaks, protocol, nbytes):
-    from gpuipc_bench.pingpong import DevicePingPong
+    from gpuipc_bench.engine.pingpong import DevicePingPong
 
     class Silent(DevicePingPong):
         def launch(self, proto, n, first, rounds):

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 from click.testing import CliRunner
 
-from gpuipc_bench.sampler import Counts, Sample, Sampler
+from gpuipc_bench.engine.sampler import Counts, Sample, Sampler
 
 
 def _ctx(words=None, seed=None, order="interleaved"):
@@ -131,7 +131,7 @@ def test_a_group_decided_slower_than_a_rival_stops_at_min_samples_an_undecided_o
 
 
 def test_the_paths_of_one_process_set_run_in_a_seeded_order_the_others_keep_their_place():
-    from gpuipc_bench.plan import shuffle_paths
+    from gpuipc_bench.harness.plan import shuffle_paths
 
     def scenario(name, persistent=True, method="fork"):
         return SimpleNamespace(name=name, persistent_workers=persistent, start_method=method)
@@ -155,7 +155,7 @@ def test_the_paths_of_one_process_set_run_in_a_seeded_order_the_others_keep_thei
 
 
 def test_a_path_that_must_run_last_in_its_set_stays_last_whatever_the_seed():
-    from gpuipc_bench.plan import shuffle_paths
+    from gpuipc_bench.harness.plan import shuffle_paths
 
     def scenario(name, last=False):
         return SimpleNamespace(name=name, persistent_workers=True, start_method="fork", last_in_set=last)
@@ -189,7 +189,7 @@ def test_the_paths_of_a_set_are_shuffled_from_the_seed_unless_declared(tmp_path,
 
 def test_quick_leaves_out_the_scenarios_that_start_a_library_and_its_help_names_them():
     from gpuipc_bench.cli import cli
-    from gpuipc_bench.plan import registry, resolve_names
+    from gpuipc_bench.harness.plan import registry, resolve_names
 
     scenarios = registry()
     left_out = [n for n, s in scenarios.items() if s.in_default_run and not s.in_quick_run]

@@ -109,8 +109,8 @@ def test_3_a_closed_output_fails_nothing(tmp_path, closed):
 
 def headers_while_running(out, monkeypatch) -> list[dict]:
     """A launcher that runs nothing and reads the CSV's header each time a scenario starts."""
-    import gpuipc_bench.launcher
-    from gpuipc_bench.launcher import Outcome
+    import gpuipc_bench.harness.launcher
+    from gpuipc_bench.harness.launcher import Outcome
 
     seen: list[dict] = []
 
@@ -118,7 +118,7 @@ def headers_while_running(out, monkeypatch) -> list[dict]:
         seen.append(read_results(out)[1])
         return Outcome(scenario.name)
 
-    monkeypatch.setattr(gpuipc_bench.launcher, "run_scenario", fake_run_scenario)
+    monkeypatch.setattr(gpuipc_bench.harness.launcher, "run_scenario", fake_run_scenario)
     return seen
 
 
@@ -154,11 +154,11 @@ def test_4_sigkill_during_the_second_scenario(tmp_path):
 
 
 def test_5_info_without_cupy_keeps_the_extras_in_its_advice(monkeypatch):
-    import gpuipc_bench.machine
-    from gpuipc_bench.machine import CUPY_MISSING
+    import gpuipc_bench.machine.probe
+    from gpuipc_bench.machine.probe import CUPY_MISSING
 
     machine = dataclasses.replace(fake_machine(()), cuda_error=CUPY_MISSING, cpu_model="[bold]cpu[/]")
-    monkeypatch.setattr(gpuipc_bench.machine, "probe", lambda *a, **k: machine)
+    monkeypatch.setattr(gpuipc_bench.machine.probe, "probe", lambda *a, **k: machine)
     result = CliRunner().invoke(cli, ["info"])
     assert result.exit_code == 0
     text = " ".join(result.output.split())
@@ -188,7 +188,7 @@ def test_6_a_cpu_scenario_runs_at_its_most_workers(tmp_path, name, workers):
 def test_6_every_scenario_has_a_mailbox_slot_per_worker_at_its_most():
     """The slots a scenario may name do not shrink as its workers grow."""
     from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.scenario import MAILBOX_SLOTS
+    from gpuipc_bench.engine.scenario import MAILBOX_SLOTS
     from gpuipc_bench.scenarios import SCENARIOS
 
     for name, scenario in SCENARIOS.items():
@@ -292,7 +292,7 @@ def test_9_a_large_results_file_is_read_whole(tmp_path):
 _TORCH_PARENT = r'''
 import os, sys, time, multiprocessing
 from scenarios.torch_share import TorchShared, queue_semaphores
-from gpuipc_bench.launcher import _die_with_parent
+from gpuipc_bench.harness.launcher import _die_with_parent
 
 def worker(shared, rank, ready):
     _die_with_parent()
@@ -341,7 +341,7 @@ def test_10_sigkill_of_the_parent_leaves_no_torch_files_and_no_semaphores(tmp_pa
 
 
 def test_10_the_janitor_does_nothing_when_the_parent_cleans_up(tmp_path):
-    from gpuipc_bench.janitor import Janitor
+    from gpuipc_bench.ipc.janitor import Janitor
 
     marker = tmp_path / "cleaned"
     janitor = Janitor(lambda: marker.touch())
@@ -373,7 +373,9 @@ def test_11_top_level_help_names_every_registered_scenario():
 def test_11_run_help_states_what_the_code_does_and_no_time():
     import re
 
-    from gpuipc_bench import robust, scenario
+    from gpuipc_bench import robust
+
+    from gpuipc_bench.engine import scenario
     from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
     from gpuipc_bench.sizes import format_size
 

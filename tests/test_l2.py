@@ -13,7 +13,7 @@ import pytest
 from gpuipc_bench.analysis import summarize
 from gpuipc_bench.gpu.memory import L2Check, Ring, l2_resident_ring
 from gpuipc_bench.results import new_row, read_results, typed_frame
-from gpuipc_bench.sampler import Counts, Sample, Sampler
+from gpuipc_bench.engine.sampler import Counts, Sample, Sampler
 
 MIB = 1 << 20
 L2 = 50 * MIB  # an H100's

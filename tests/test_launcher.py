@@ -75,7 +75,7 @@ def test_corruption_is_caught(run_host, no_leaks):
 
 
 def test_driver_files_of_dead_workers_are_removed(tmp_path, monkeypatch):
-    from gpuipc_bench import launcher
+    from gpuipc_bench.harness import launcher
 
     shm = tmp_path / "shm"
     shm.mkdir()

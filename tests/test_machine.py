@@ -12,10 +12,10 @@ import time
 import pytest
 from rich.console import Console
 
-from gpuipc_bench import machine as machine_mod
+from gpuipc_bench.machine.probe import probe as machine_mod
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.machine import GpuInfo, Machine, normalise_bus_id, probe
-from gpuipc_bench.machine_info import render_info
+from gpuipc_bench.machine.probe import GpuInfo, Machine, normalise_bus_id, probe
+from gpuipc_bench.machine.info import render_info
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -92,7 +92,7 @@ def test_metadata_is_flat_strings(here):
 def test_parent_never_loads_the_cuda_driver():
     # In a fresh interpreter, so that nothing else this test session did can mask it.
     code = (
-        "from gpuipc_bench.machine import probe; m = probe(); "
+        "from gpuipc_bench.machine.probe import probe; m = probe(); "
         "print(m.gpu_count, 'libcuda.so' in open('/proc/self/maps').read())"
     )
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,

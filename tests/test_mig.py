@@ -1,4 +1,4 @@
-"""MIG on fakes (gpuipc_bench.mig): NVML's instances, the pairs a run plans on them (within one
+"""MIG on fakes (gpuipc_bench.machine.mig): NVML's instances, the pairs a run plans on them (within one
 instance, across two), the environment each worker gets, rows naming instances by UUID, the
 driver's refusal of CUDA IPC across instances (simulated in fake_gpu.py, caught and worded by the
 real code), host memory crossing, and the summary's heading. No MIG machine was at hand: nothing
@@ -12,13 +12,13 @@ import io
 import pytest
 
 import fake_gpu
-from gpuipc_bench import mig
+from gpuipc_bench.machine.probe import mig
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import WorkerFailed
-from gpuipc_bench.launcher import run_scenario, worker_env
-from gpuipc_bench.machine import GpuInfo, Machine
-from gpuipc_bench.plan import modes_for, plan_runs, plan_scenarios
-from gpuipc_bench.scenario import Scenario, WorkerSpec
+from gpuipc_bench.harness.launcher import run_scenario, worker_env
+from gpuipc_bench.machine.probe import GpuInfo, Machine
+from gpuipc_bench.harness.plan import modes_for, plan_runs, plan_scenarios
+from gpuipc_bench.engine.scenario import Scenario, WorkerSpec
 from gpuipc_bench.scenarios import SCENARIOS
 
 A = "MIG-aaaaaaaa-1111-2222-3333-444444444444"
@@ -58,7 +58,7 @@ def mig_specs(name, producer, consumer):
 def test_nvml_names_each_instance_of_a_gpu_with_mig_on(monkeypatch):
     import pynvml
 
-    from gpuipc_bench import nvml_facts
+    from gpuipc_bench.machine.probe import nvml as nvml_facts
 
     class Handle:
         def __init__(self, name):
@@ -95,7 +95,7 @@ def test_nvml_names_each_instance_of_a_gpu_with_mig_on(monkeypatch):
 
 
 def test_a_mig_profile_from_nvml_s_name():
-    from gpuipc_bench.nvml_facts import mig_profile
+    from gpuipc_bench.machine.nvml import mig_profile
 
     assert mig_profile("NVIDIA H100 80GB HBM3 MIG 1g.10gb") == "1g.10gb"
     assert mig_profile("NVIDIA A100-SXM4-40GB MIG 1g.5gb+me") == "1g.5gb+me"
@@ -157,9 +157,11 @@ def test_the_run_plans_mig_pairs_and_records_the_note(monkeypatch, tmp_path):
     whose single instance gives no pair across."""
     from click.testing import CliRunner
 
-    from gpuipc_bench import launcher, machine as machine_mod
+    from gpuipc_bench.harness import launcher
+
+    from gpuipc_bench.machine.probe import probe as machine_mod
     from gpuipc_bench.cli import cli
-    from gpuipc_bench.launcher import Outcome
+    from gpuipc_bench.harness.launcher import Outcome
     from gpuipc_bench.results import read_results
 
     started = []
@@ -294,7 +296,7 @@ def test_only_a_cuda_error_across_instances_is_a_refusal():
 def test_the_summary_heads_mig_pairs_by_profile_and_letter(monkeypatch, tmp_path, no_leaks):
     from rich.console import Console
 
-    from gpuipc_bench.cli.header import path_facts
+    from gpuipc_bench.harness.header import path_facts
     from gpuipc_bench.report import render_run_summary
     from gpuipc_bench.results import ResultsFile, read_results
 

@@ -11,11 +11,12 @@ import pytest
 
 import fake_gpu
 from conftest import ours
-from gpuipc_bench import modes, mps
+from gpuipc_bench import modes
+from gpuipc_bench.modes import daemon as mps
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.launcher import run_scenario
-from gpuipc_bench.plan import modes_for, plan_modes
+from gpuipc_bench.harness.launcher import run_scenario
+from gpuipc_bench.harness.plan import modes_for, plan_modes
 from gpuipc_bench.scenarios import SCENARIOS
 from test_bad_input import fake_machine
 
@@ -66,7 +67,7 @@ def test_only_same_gpu_pairs_of_scenarios_that_declare_it_run_per_mode():
 
 
 def test_runs_go_mode_by_mode():
-    from gpuipc_bench.plan import plan_runs
+    from gpuipc_bench.harness.plan import plan_runs
 
     machine = fake_machine((80 << 30,))
     config = RunConfig(scenarios=("ipc", "latency", "host"))
@@ -79,7 +80,7 @@ def test_runs_go_mode_by_mode():
 
 
 def test_a_thread_percentage_is_a_mode_of_its_own_on_the_sm_bound_scenarios(fake_mps):
-    from gpuipc_bench.plan import plan_runs
+    from gpuipc_bench.harness.plan import plan_runs
 
     assert modes.parse("mps:25,time-sliced,mps") == ("time-sliced", "mps", "mps:25")
     for bad, words in (("mps:0", "whole number from 1 to 99"), ("mps:100", "whole number from 1 to 99"),

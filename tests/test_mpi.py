@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from gpuipc_bench import mpi_launch
+from gpuipc_bench.harness import mpi_launch
 from gpuipc_bench.results import read_results
 
 HAVE_MPI = shutil.which("mpirun") is not None and subprocess.run(
@@ -120,7 +120,7 @@ def test_launch_detected_from_the_environment():
 
 
 def test_a_job_across_hosts_waives_every_scenario_with_the_reason():
-    from gpuipc_bench.plan import mpi_reason
+    from gpuipc_bench.harness.plan import mpi_reason
     from gpuipc_bench.scenarios import SCENARIOS
 
     job = mpi_launch.Job(comm=None, rank=0, size=2, local_ranks=[0, 0], hosts=["a", "b"])

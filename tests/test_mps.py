@@ -1,4 +1,4 @@
-"""CPU tests of the private MPS daemon (gpuipc_bench/mps.py), with a stand-in binary (the
+"""CPU tests of the private MPS daemon (gpuipc_bench/modes/daemon.py), with a stand-in binary (the
 fixtures fake_mps and no_mps are in conftest.py); the sharing scenario's use of it is in
 test_scenarios.py."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ours
-from gpuipc_bench import mps
-from gpuipc_bench.scenario import sharing_mode
+from gpuipc_bench.modes import daemon as mps
+from gpuipc_bench.engine.scenario import sharing_mode
 
 # --------------------------------------------------------------------------- commands
 
@@ -194,8 +194,8 @@ def test_serves_this_process(fake_mps, tmp_path):
 def test_info_lists_mig_instances():
     from rich.console import Console
 
-    from gpuipc_bench.machine import GpuInfo, Machine
-    from gpuipc_bench.machine_info import render_info
+    from gpuipc_bench.machine.probe import GpuInfo, Machine
+    from gpuipc_bench.machine.info import render_info
 
     gpu = GpuInfo(index=0, name="NVIDIA H100", uuid="GPU-1", pci_bus_id="0000:17:00.0", memory_bytes=80 << 30,
                   compute_capability="9.0", pcie_gen=5, pcie_width=16, pcie_max_gen=5, pcie_max_width=16,

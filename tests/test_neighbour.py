@@ -121,7 +121,7 @@ def test_a_neighbour_that_died_on_its_own_is_said(monkeypatch):
 def test_the_neighbour_dies_with_a_killed_parent(tmp_path):
     script = textwrap.dedent("""
         import sys, time
-        from gpuipc_bench.launcher import _die_with_parent
+        from gpuipc_bench.harness.launcher import _die_with_parent
         from gpuipc_bench.modes.neighbour import start_neighbour
 
         def spin(kind, device, env, conn):
@@ -233,14 +233,14 @@ def test_at_the_run_s_end_every_neighbour_ends_before_the_mps_daemon(monkeypatch
     ("mps", False, "time-sliced"),  # a label of another base is not believed: what the worker sees wins
 ])
 def test_a_neighbour_mode_s_rows_carry_its_name(monkeypatch, base, served, label):
-    import gpuipc_bench.mps
+    import gpuipc_bench.modes.daemon
     from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.scenario import SHARING_LABEL_ENV, WorkerContext, WorkerSpec
+    from gpuipc_bench.engine.scenario import SHARING_LABEL_ENV, WorkerContext, WorkerSpec
 
     mode = modes.make(modes.parse(f"{base}+{'copy' if base == 'mps' else 'compute'}"))[-1]
     assert mode.env()[SHARING_LABEL_ENV] == mode.name
     monkeypatch.setenv(SHARING_LABEL_ENV, mode.name)
-    monkeypatch.setattr(gpuipc_bench.mps, "serves_this_process", lambda: served)
+    monkeypatch.setattr(gpuipc_bench.modes.daemon, "serves_this_process", lambda: served)
     specs = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 0)]
     ctx = WorkerContext(specs[0], specs, RunConfig(scenarios=("ipc",)), None, None, None, lambda m: None)
     ctx.begin("ipc")

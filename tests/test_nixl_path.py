@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuipc_bench import ucx_report
+from gpuipc_bench.scenarios import ucx_report
 from gpuipc_bench.analysis.model import analyse
 from gpuipc_bench.analysis.transport import fallbacks
 from gpuipc_bench.report.wording import fallback_text
@@ -287,7 +287,7 @@ def test_gpu_to_gpu_and_host_to_gpu_on_one_gpu(monkeypatch, no_leaks):
     assert said["write"] == "cuda_ipc"
     # READ: cuda_ipc where the GPU has an active NVLink (an H200 of an NV18 pair); on a GPU without one UCX
     # turns cuda_ipc's get off and reads over tcp (one H100, with UCX's debug line saying why)
-    from gpuipc_bench.machine import probe
+    from gpuipc_bench.machine.probe import probe
 
     nvlink = any(str(link).startswith("NV") for link in probe().links.values())
     assert said["read"] == ("cuda_ipc" if nvlink else "tcp"), said

@@ -1,4 +1,4 @@
-"""Persistent workers (gpuipc_bench.pool): one process set serves scenario after scenario; a
+"""Persistent workers (gpuipc_bench.harness.pool): one process set serves scenario after scenario; a
 failure ends the set (named, rows kept) and the next scenario gets a fresh one; a mode's sets end
 before another mode's start; nothing is left behind. On CPUs, with the host scenario (persistent)
 and the barrier scenario (its own processes)."""
@@ -13,7 +13,7 @@ import pytest
 
 from conftest import FAULT_ENV, our_segments
 from gpuipc_bench.config import RunConfig
-from gpuipc_bench.pool import WorkerSets
+from gpuipc_bench.harness.pool import WorkerSets
 from gpuipc_bench.results import read_results
 from gpuipc_bench.scenarios import SCENARIOS
 
@@ -195,7 +195,7 @@ def test_the_fork_server_starts_with_the_run_imports_its_modules_once_and_ends_w
     found.prestart([plain, forked])
     pid = server._forkserver_pid
     assert found.forkserver and pid and _state(pid) not in ("gone", "Z")
-    assert "json" in server._preload_modules and "gpuipc_bench.launcher" in server._preload_modules
+    assert "json" in server._preload_modules and "gpuipc_bench.harness.launcher" in server._preload_modules
     found.end()
     assert server._forkserver_pid is None and _gone([pid])
 
@@ -205,7 +205,7 @@ def test_a_signal_keeps_the_rows_still_unread_in_the_pipes(sets, monkeypatch):
     host ping-pong's row, in one CI run): the set's end reads what its pipes still hold."""
     import signal
 
-    from gpuipc_bench import launcher
+    from gpuipc_bench.harness import launcher
     from gpuipc_bench.errors import Interrupted
 
     _run(sets)  # the set exists; its next scenario is interrupted before the parent reads a row

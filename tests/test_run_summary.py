@@ -243,9 +243,9 @@ def test_summary_and_report_of_the_harness_rows(monkeypatch, tmp_path, no_leaks)
     import fake_gpu
     from gpuipc_bench.scenarios import SCENARIOS
 
-    from gpuipc_bench.cli.header import path_facts
+    from gpuipc_bench.harness.header import path_facts
     from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.launcher import run_scenario
+    from gpuipc_bench.harness.launcher import run_scenario
     from gpuipc_bench.report import render_terminal
     from gpuipc_bench.results import ResultsFile
 

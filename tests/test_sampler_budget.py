@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from types import SimpleNamespace
 
-from gpuipc_bench.sampler import GROUP_BUDGET_S, Counts, Sample, Sampler
+from gpuipc_bench.engine.sampler import GROUP_BUDGET_S, Counts, Sample, Sampler
 
 
 def _samples(per_transfer: float, batch: int = 1) -> int:
@@ -77,7 +77,7 @@ def test_the_next_size_warms_up_at_the_count_the_last_one_settled_on():
 
 
 def test_the_warm_up_moves_the_bytes_of_one_settled_sample_of_the_size_before():
-    from gpuipc_bench.sampler import warm_reps
+    from gpuipc_bench.engine.sampler import warm_reps
 
     assert warm_reps(16, 4096, 16384) == 4 and warm_reps(15, 4096, 16384) == 4  # rounded up
     assert warm_reps(3, 64 << 20, 256 << 20) == 1  # never below one
@@ -94,7 +94,7 @@ def test_the_calibration_may_still_rise_to_the_groups_own_count():
 def test_a_first_warm_up_may_take_fewer_transfers_and_the_calibration_still_rises_to_the_cap():
     """A measurement whose transfer may take milliseconds (a time-sliced device ping-pong) warms up
     at the first size with `first_reps`; the timed samples are calibrated from it, up to the cap."""
-    from gpuipc_bench.sampler import warm_reps
+    from gpuipc_bench.engine.sampler import warm_reps
 
     for per_transfer, settled in ((4e-3, 1), (1e-6, 200)):
         sampler, trials = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6)), []
@@ -129,7 +129,7 @@ def test_every_worker_sizes_the_warm_up_alike():
 
 
 def test_set_up_operations_are_timed_as_often_as_the_runs_figures_at_most():
-    from gpuipc_bench.sampler import SETUP_REPEATS
+    from gpuipc_bench.engine.sampler import SETUP_REPEATS
 
     assert Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=9)).setup_repeats == SETUP_REPEATS == 9
     assert Sampler(_ctx(), Counts(warmup=1, min_samples=3, max_samples=3)).setup_repeats == 3  # --quick

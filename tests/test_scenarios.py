@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from gpuipc_bench.sampler import SETUP_REPEATS
+from gpuipc_bench.engine.sampler import SETUP_REPEATS
 
 import fake_gpu
 from conftest import ours
@@ -21,12 +21,12 @@ from gpuipc_bench import robust
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import UsageError, WorkerFailed
 from gpuipc_bench.gpu.memory import Ring, reps_for, ring_capacity
-from gpuipc_bench.launcher import run_scenario
-from gpuipc_bench.pingpong import MAX_ROUNDS, MIN_ROUNDS, Layout, rounds_for, spin_limits
+from gpuipc_bench.harness.launcher import run_scenario
+from gpuipc_bench.engine.pingpong import MAX_ROUNDS, MIN_ROUNDS, Layout, rounds_for, spin_limits
 from gpuipc_bench.gpu import kernels
-from gpuipc_bench.sampler import Sample, calibrated
+from gpuipc_bench.engine.sampler import Sample, calibrated
 from gpuipc_bench.scenarios import SCENARIOS, latency, sharing
-from gpuipc_bench.signal import Signal
+from gpuipc_bench.engine.gpu_signal import Signal
 
 SIZES = (4, 4099, 64 << 10)
 # These tests' runs take at most 3 samples a group, and time each set-up operation as often
@@ -429,7 +429,7 @@ def test_handles_times_every_paths_setup_at_each_size_and_inside_most_of_the_gpu
 
 
 def test_handles_is_not_in_the_default_run():
-    from gpuipc_bench.plan import resolve_names
+    from gpuipc_bench.harness.plan import resolve_names
 
     assert "handles" not in resolve_names((), SCENARIOS) and "vmm" in resolve_names((), SCENARIOS)
     assert resolve_names(("handles",), SCENARIOS) == ["handles"]

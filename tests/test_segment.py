@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from gpuipc_bench import segment as segment_mod
+from gpuipc_bench.ipc import segment as segment_mod
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, BenchError
-from gpuipc_bench.segment import HANDLE_SLOTS, LINE, PHASES, PREFIX, Segment
+from gpuipc_bench.ipc.segment import HANDLE_SLOTS, LINE, PHASES, PREFIX, Segment
 
 CTX = multiprocessing.get_context("fork")
 
@@ -180,8 +180,8 @@ def test_nobody_can_attach_while_a_run_is_alive():
     """Inside a live run the segment has no name: another process (any user) cannot open it;
     the workers reach it only through the mapping they inherited, shown as deleted."""
     from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.launcher import run_scenario
-    from gpuipc_bench.scenario import Scenario, WorkerSpec
+    from gpuipc_bench.harness.launcher import run_scenario
+    from gpuipc_bench.engine.scenario import Scenario, WorkerSpec
 
     scenario = type("Inspect", (_Inspect, Scenario), {})()
     specs = [WorkerSpec(0, "producer", None), WorkerSpec(1, "consumer", None)]

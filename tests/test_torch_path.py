@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from gpuipc_bench.sampler import SETUP_REPEATS
+from gpuipc_bench.engine.sampler import SETUP_REPEATS
 
 import fake_gpu
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import WorkerFailed
-from gpuipc_bench.launcher import run_scenario
+from gpuipc_bench.harness.launcher import run_scenario
 from gpuipc_bench.scenarios import SCENARIOS, torch_share, torch_support
 
 SIZES = (4, 4099)
@@ -124,7 +124,7 @@ def semaphores() -> set[str]:
 
 
 def test_torch_is_registered_with_its_facts_and_asks_for_fork_server_workers():
-    from gpuipc_bench.plan import resolve_names
+    from gpuipc_bench.harness.plan import resolve_names
 
     scenario = SCENARIOS["torch"]
     assert scenario.start_method == "forkserver" and "forkserver" in scenario.summary

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable
 
-from gpuipc_bench.nvml_facts import handles_by_bus_id, normalise_bus_id
+from gpuipc_bench.machine.nvml import handles_by_bus_id, normalise_bus_id
 
 # nvmlClocksEventReasons bits that mean the GPU was held back (not idle, not a user setting).
 THROTTLE_BITS = {

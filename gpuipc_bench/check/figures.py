@@ -25,7 +25,7 @@ import dataclasses
 import re
 from typing import Any
 
-from gpuipc_bench.check import plant
+from gpuipc_bench.hooks import plant
 
 GB, US = "GB/s", "µs"
 BIG = 256 << 20  # the GPU paths' bandwidth size

@@ -28,7 +28,9 @@ import threading
 import time
 from typing import Any, Callable
 
-from gpuipc_bench.check import judge, paths, plant
+from gpuipc_bench.check import judge, paths
+
+from gpuipc_bench.hooks import plant
 from gpuipc_bench.check.expect import Expectations, parse
 from gpuipc_bench.check.node import NodeReport, check_node
 from gpuipc_bench.errors import Interrupted
@@ -140,7 +142,7 @@ def _receive(world, inbox: queue.Queue, stop: threading.Event, expected: int) ->
 
 def _pair_job(world, pair: list[int], node: str):
     """The node's pair as an MPI job of its own (None for a node of one rank)."""
-    from gpuipc_bench.mpi_launch import Job
+    from gpuipc_bench.harness.mpi_launch import Job
 
     if len(pair) < 2:
         return None

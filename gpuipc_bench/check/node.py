@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
-from gpuipc_bench.check import conditions, figures as figs, judge, paths, plant
+from gpuipc_bench.check import conditions, figures as figs, judge, paths
+
+from gpuipc_bench.hooks import plant
 from gpuipc_bench.check.expect import Expectations, shape_of
 from gpuipc_bench.errors import BenchError, UsageError
 
@@ -43,7 +45,8 @@ Runner = Callable[..., Any]  # (scenario, config, specs, on_row) -> launcher.Out
 
 def fork_runner(scenario, config, specs, on_row):
     """Forked workers, the same-GPU pairs time-sliced (as `run --sharing time-sliced`)."""
-    from gpuipc_bench import launcher, modes
+    from gpuipc_bench import modes
+    from gpuipc_bench.harness import launcher
 
     mode = modes.make(("time-sliced",))[0]
     mode.start()
@@ -57,7 +60,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
                job=None, peer: tuple[str, str] | None = None, peer_where: str = "a forked child",
                on_row: Callable[[dict], None] | None = None, timeout: float = 60.0) -> NodeReport:
     """Check this node. `job`: the node's MPI job (its ranks are the workers), None: forked workers."""
-    from gpuipc_bench.machine import probe
+    from gpuipc_bench.machine.probe import probe
 
     machine = probe()
     facts = machine.metadata()
@@ -151,7 +154,7 @@ def _frame(rows: list[dict]):
 def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dict[str, str]:
     """Run each named scenario on the preset; scenario -> '' (ran), its error, or 'waived: why'."""
     from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.plan import plan_pairs, plan_scenarios, registry
+    from gpuipc_bench.harness.plan import plan_pairs, plan_scenarios, registry
 
     scenarios = registry()
     found: dict[str, str] = {}

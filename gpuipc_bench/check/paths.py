@@ -199,7 +199,7 @@ P2P_STATUS = {0: "OK", 1: "chipset not supported", 2: "GPU not supported", 3: "I
 
 def nvml_p2p(bus_ids: dict[int, str]) -> dict[tuple[int, int], str]:
     """NVML's peer-to-peer read status between every two GPUs (CUDA indices -> PCI bus ids)."""
-    from gpuipc_bench.nvml_facts import handles_by_bus_id, normalise_bus_id
+    from gpuipc_bench.machine.nvml import handles_by_bus_id, normalise_bus_id
 
     try:
         import pynvml
@@ -243,7 +243,7 @@ def gather(machine, peer: tuple[str, str] | None = None, peer_where: str = "a fo
            largest: int = LARGEST) -> Facts:
     """This node's facts. `peer`: the PID and network namespaces of the process this one pairs
     with (an MPI rank of the node); None: a forked child's."""
-    from gpuipc_bench import mps
+    from gpuipc_bench.modes import daemon as mps
     from gpuipc_bench.gpu.fdmemory import missing_reason
 
     pid_ns, net_ns = namespaces()

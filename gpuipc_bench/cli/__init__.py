@@ -7,7 +7,7 @@ any command at once with 130, 143 or 129, keeping what was measured.
 
 One module per command (info.py: list and info; run.py; report.py), the parameter types
 in params.py; this module holds the group, the error and signal policy and the output's
-robustness. Planning (which scenarios with which workers) is gpuipc_bench.plan.
+robustness. Planning (which scenarios with which workers) is gpuipc_bench.harness.plan.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class BenchGroup(click.Group):
     def format_help_text(self, ctx, formatter):
         """The docstring, then the scenarios as the registry lists them (never a list that drifts)."""
         super().format_help_text(ctx, formatter)
-        from gpuipc_bench.plan import registry
+        from gpuipc_bench.harness.plan import registry
 
         scenarios = registry().values()
         default = [s.name for s in scenarios if s.in_default_run]

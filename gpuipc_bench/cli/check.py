@@ -65,7 +65,7 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
     """Check this node, or every node of an MPI job: which paths work here and why not, then a
     short measurement whose headline figures are judged against their GPU model's expectations
     and, across nodes, against the fleet."""
-    from gpuipc_bench import mpi_launch
+    from gpuipc_bench.harness import mpi_launch
     from gpuipc_bench.check import expect
 
     if learn_file is not None:
@@ -117,7 +117,7 @@ def _mpi_rank() -> int:
     try:
         from mpi4py import MPI
     except ImportError as exc:
-        from gpuipc_bench.mpi_launch import INSTALL_HINT
+        from gpuipc_bench.harness.mpi_launch import INSTALL_HINT
 
         raise UsageError(f"check under MPI needs mpi4py: {INSTALL_HINT} ({exc})") from None
     return MPI.COMM_WORLD.Get_rank()
@@ -130,7 +130,8 @@ def _default_out() -> Path:
 
 def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file=None) -> int:
     from gpuipc_bench import __version__
-    from gpuipc_bench.check import fleet, judge, plant
+    from gpuipc_bench.check import fleet, judge
+    from gpuipc_bench.hooks import plant
     from gpuipc_bench.check.node import check_node
     from gpuipc_bench.results import SCHEMA_VERSION, ResultsFile
 

@@ -6,7 +6,7 @@ import click
 from rich.markup import escape
 
 from gpuipc_bench.cli.console import stdout_console
-from gpuipc_bench.plan import registry
+from gpuipc_bench.harness.plan import registry
 
 
 @click.command("list")
@@ -14,7 +14,7 @@ def list_cmd():
     """List the scenarios and whether each can run on this machine (and if not, why)."""
     from rich.table import Table
 
-    from gpuipc_bench.machine import probe
+    from gpuipc_bench.machine.probe import probe
 
     machine = probe()
     table = Table(title="scenarios", title_justify="left")
@@ -34,8 +34,8 @@ def list_cmd():
 @click.command()
 def info():
     """Describe this machine: CPU, GPUs, PCIe and NVLink topology, MIG/MPS, driver and CUDA."""
-    from gpuipc_bench.machine import probe
-    from gpuipc_bench.machine_info import render_info
+    from gpuipc_bench.machine.probe import probe
+    from gpuipc_bench.machine.info import render_info
 
     render_info(probe(), stdout_console())
 

@@ -20,13 +20,13 @@ from gpuipc_bench.config import RunConfig, check_writable
 from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.modes import end_all as end_modes
-from gpuipc_bench.profiling import mark
-from gpuipc_bench.plan import (
+from gpuipc_bench.hooks.profiling import mark
+from gpuipc_bench.harness.plan import (
     check_memory, modes_for, pairs_estimate, plan_modes, plan_pairs, plan_scenarios, registry,
     resolve_names,
 )
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
-from gpuipc_bench.scenario import (
+from gpuipc_bench.engine.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
     THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES,
 )
@@ -128,7 +128,7 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
     baseline runs. Naming a GPU scenario with --scenario on such a machine is bad
     input (exit 2).
     """
-    from gpuipc_bench import mpi_launch
+    from gpuipc_bench.harness import mpi_launch
 
     mark("run command")
     if quick and thorough:
@@ -170,7 +170,7 @@ def _select_by_uuid(devices):
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
          force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False,
          order=("declared", None)):
-    from gpuipc_bench.machine import probe
+    from gpuipc_bench.machine.probe import probe
 
     if pairs is not None and devices:
         raise UsageError("--pairs and --devices both choose the GPUs: give one of them")
@@ -223,7 +223,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
                 stderr_console().print(said, soft_wrap=True)
         mig_notes: dict[str, str] = {}
         if job is None and not devices:  # each GPU with MIG on: pairs within an instance and across two
-            from gpuipc_bench.mig import plan_mig
+            from gpuipc_bench.machine.mig import plan_mig
 
             mig_plan, mig_notes = plan_mig(plan, config, machine)
             plan = plan + mig_plan
@@ -308,7 +308,7 @@ def _default_out() -> Path:
 
 def _stop_stale_mps(err) -> None:
     """Stop any private MPS daemon an earlier run left behind (its guard was killed too), and say so."""
-    from gpuipc_bench import mps
+    from gpuipc_bench.modes import daemon as mps
 
     for note in mps.stop_stale_daemons():
         err.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)

@@ -13,11 +13,11 @@ import click
 from rich.markup import escape
 
 from gpuipc_bench.cli.console import signal_name, stdout_console
-from gpuipc_bench.cli.header import run_header
+from gpuipc_bench.harness.header import run_header
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed
 from gpuipc_bench.modes import end_all as end_modes
-from gpuipc_bench.plan import plan_runs, shuffle_paths
-from gpuipc_bench.profiling import mark, write_trace
+from gpuipc_bench.harness.plan import plan_runs, shuffle_paths
+from gpuipc_bench.hooks.profiling import mark, write_trace
 
 
 REWRITE_S = 5.0  # the results file's header is rewritten at most this often while a run goes on
@@ -30,8 +30,8 @@ def _fit(text: str, width: int) -> str:
 def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(), notes=None):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from gpuipc_bench import mig
-    from gpuipc_bench.pool import WorkerSets
+    from gpuipc_bench.machine.probe import mig
+    from gpuipc_bench.harness.pool import WorkerSets
     from gpuipc_bench.results import ResultsFile
 
     # the persistent workers (the fork launcher's; --launcher fork-fresh: none, every scenario its own)

@@ -23,7 +23,7 @@ class SmClock:
             return math.nan
         try:
             if self.handle is None:
-                from gpuipc_bench.nvml_facts import handles_by_bus_id, normalise_bus_id
+                from gpuipc_bench.machine.nvml import handles_by_bus_id, normalise_bus_id
 
                 if self.nvml is None:
                     import pynvml

@@ -15,7 +15,7 @@ from gpuipc_bench.gpu.memory import (
 )
 from gpuipc_bench.gpu.timing import Gate, Marks, SharedGate, SharedGatePage, time_batch
 from gpuipc_bench.patterns import expected_byte
-from gpuipc_bench.profiling import mark
+from gpuipc_bench.hooks.profiling import mark
 
 _PEER_ALREADY_ENABLED = "cudaErrorPeerAccessAlreadyEnabled"
 

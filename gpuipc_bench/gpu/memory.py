@@ -250,7 +250,7 @@ class IpcEvent:
 
     Record it, then publish a sequence number, then let the other side wait(): a
     cudaStreamWaitEvent captures the most recent record at the time of the call, and
-    waiting on an event that was never recorded does nothing (gpuipc_bench.signal keeps
+    waiting on an event that was never recorded does nothing (gpuipc_bench.engine.gpu_signal keeps
     that order).
     """
 

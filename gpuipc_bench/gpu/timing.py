@@ -10,7 +10,7 @@ sizes measure the link, and the warm-up operations take the switch from the gate
 kernel to the first copy out of the interval. Start and end are CUDA events, or
 %globaltimer stamps when the interval spans two processes on one GPU (one clock for
 every context of a GPU; the caller then takes the later start and the later end, the
-start once both have warmed up: gpuipc_bench.exchange).
+start once both have warmed up: gpuipc_bench.engine.exchange).
 
 The gate gives up after GATE_TIMEOUT_S and sets an error word, so a lost release can
 never hang the GPU; time_batch then raises.
@@ -27,7 +27,7 @@ import numpy as np
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.errors import cuda_call
 from gpuipc_bench.gpu.memory import MAX_REPS, HostRegistration, PinnedHostBuffer, mmap_address, rt
-from gpuipc_bench.profiling import mark
+from gpuipc_bench.hooks.profiling import mark
 
 GATE_TIMEOUT_S = 10.0
 QUEUE_OPS = 3 * MAX_REPS  # operations one stream may queue behind its gate (the launch queue blocks near 1000)
@@ -91,13 +91,13 @@ class Gate:
 
 class SharedGatePage:
     """One page of MAP_SHARED host memory, made in the parent (scenario.prepare), inherited
-    by forked workers (and reached by others: gpuipc_bench.shared). Word 0 is the release
+    by forked workers (and reached by others: gpuipc_bench.ipc.shared). Word 0 is the release
     generation of every worker's SharedGate."""
 
     SIZE = 4096
 
     def __init__(self):
-        from gpuipc_bench.shared import SharedPages
+        from gpuipc_bench.ipc.shared import SharedPages
 
         self.mm = SharedPages(self.SIZE)  # inherited by forked workers, pickled to spawned ones and MPI ranks
 

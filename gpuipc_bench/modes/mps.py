@@ -1,6 +1,6 @@
 """mps: the two processes are clients of one MPS server, whose kernels and copies run at once.
 
-One private daemon per run (gpuipc_bench.mps.MpsDaemon: its own pipe and log directories,
+One private daemon per run (gpuipc_bench.modes.daemon.MpsDaemon: its own pipe and log directories,
 stopped at the end of the run and, through its guard, when the run is killed), started
 before the first MPS worker. Where an MPS daemon already serves this process (the user runs
 one, and CUDA_MPS_PIPE_DIRECTORY points at it or it sits at the default place), it is used
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import os
 
-from gpuipc_bench import mps
+from gpuipc_bench.modes import daemon as mps
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.modes.base import Mode
-from gpuipc_bench.scenario import MPS_THREAD_PCT_ENV
+from gpuipc_bench.engine.scenario import MPS_THREAD_PCT_ENV
 
 
 class Mps(Mode):

@@ -59,7 +59,7 @@ class Neighbour(Mode):
         self.process, self.said = start_neighbour(self.kind, self.device or 0, self.base.env())
 
     def env(self) -> dict[str, str]:
-        from gpuipc_bench.scenario import SHARING_LABEL_ENV
+        from gpuipc_bench.engine.scenario import SHARING_LABEL_ENV
 
         return {**self.base.env(), SHARING_LABEL_ENV: self.name}  # the rows say 'mps+copy', not 'mps'
 
@@ -123,7 +123,7 @@ def end_neighbour(process, name: str) -> list[str]:
 
 def _busy(kind: str, device: int, env: dict[str, str], conn) -> None:
     """The neighbour: the mode's environment before CUDA, then work until ended."""
-    from gpuipc_bench.launcher import _die_with_parent, set_process_title
+    from gpuipc_bench.harness.launcher import _die_with_parent, set_process_title
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)

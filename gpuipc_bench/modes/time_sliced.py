@@ -9,7 +9,7 @@ import shutil
 import tempfile
 
 from gpuipc_bench.modes.base import Mode
-from gpuipc_bench.mps import PIPE_ENV, PREFIX
+from gpuipc_bench.modes.daemon import PIPE_ENV, PREFIX
 
 
 class TimeSliced(Mode):

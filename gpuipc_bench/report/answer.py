@@ -31,7 +31,7 @@ from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, range_coverage
 from gpuipc_bench.analysis.verdict import Decision
 from gpuipc_bench.analysis.warnings import StabilityWarning
-from gpuipc_bench.mig import heading as mig_heading, is_mig, refused_line
+from gpuipc_bench.machine.mig import heading as mig_heading, is_mig, refused_line
 from gpuipc_bench.report import wording
 from gpuipc_bench.report.findings import fallback_lines, handover_line, neighbour_lines  # noqa: F401 - re-exported
 from gpuipc_bench.report.lines import (  # noqa: F401 - re-exported: the formatting the report modules share

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Callable
 
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout
-from gpuipc_bench.segment import ABORT_INDEX, SPIN_SECONDS, YIELD_SECONDS, Segment
+from gpuipc_bench.ipc.segment import ABORT_INDEX, SPIN_SECONDS, YIELD_SECONDS, Segment
 
 
 class Barrier:

@@ -140,7 +140,7 @@ def map_shared_file(size: int, what: str, keep_fd: bool = False) -> tuple[mmap.m
     only for a moment: created exclusively (mode 0600, never following a planted link),
     unlinked at once, its pages allocated, then mapped. Returns (mapping, the name it had).
     With `keep_fd` the descriptor stays open as `mapping.kept_fd` (the caller closes it):
-    a process that was not forked reaches the file through it (gpuipc_bench.shared).
+    a process that was not forked reaches the file through it (gpuipc_bench.ipc.shared).
 
     The pages are allocated (posix_fallocate), not only sized (ftruncate): on a full
     /dev/shm a sized-only file maps fine and the first write to it is a SIGBUS."""
@@ -195,7 +195,7 @@ def _free_text(folder: str) -> str:
 
 
 def _attach_segment(pid: int, fd: int, name: str, nworkers: int, mailbox_slots: int) -> "Segment":
-    from gpuipc_bench.shared import open_foreign_fd
+    from gpuipc_bench.ipc.shared import open_foreign_fd
 
     local = open_foreign_fd(pid, fd, "shared-memory segment")
     try:

@@ -4,7 +4,7 @@ A scenario module in the top-level `scenarios/` folder defines one subclass of
 Scenario and adds it to the registry (`scenarios/__init__.py`). The parent process
 only calls `waive_reason`, `workers`, `sizes`, `memory_needed` and `prepare` (none may
 touch CUDA: the workers are forked afterwards). Each forked worker calls `run(ctx)`,
-which yields result rows as it measures, through a Sampler (gpuipc_bench.sampler).
+which yields result rows as it measures, through a Sampler (gpuipc_bench.engine.sampler).
 """
 
 from __future__ import annotations
@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from gpuipc_bench.robust import MIN_SAMPLES
 from gpuipc_bench.errors import BarrierAborted
 from gpuipc_bench.paths import PathInfo
-from gpuipc_bench.profiling import mark
+from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.results import base_mode
 
 if TYPE_CHECKING:
-    from gpuipc_bench.barrier import Barrier
+    from gpuipc_bench.ipc.barrier import Barrier
     from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.faults import FaultPlan
-    from gpuipc_bench.machine import Machine
-    from gpuipc_bench.segment import Segment
+    from gpuipc_bench.hooks.faults import FaultPlan
+    from gpuipc_bench.machine.probe import Machine
+    from gpuipc_bench.ipc.segment import Segment
 
 # Sizes swept when --sizes is not given. GPU paths: 4 B, 4 KiB, 64 KiB, then 1 MiB to 256 MiB in
 # steps of 4 (every ceiling has plateaued by 256 MiB, the size of the nvbandwidth comparison; larger
@@ -68,7 +68,7 @@ class WorkerSpec:
     device: int | None  # CUDA device index, None for CPU-only workers
     cpus: tuple[int, ...] = ()  # CPUs to pin the worker to (its GPU's NUMA-local ones); () = any
     # The MIG instance (its UUID) this worker alone sees: the launcher sets CUDA_VISIBLE_DEVICES to
-    # it before CUDA starts, and `device` is 0, its index inside (gpuipc_bench.mig). '': a whole GPU.
+    # it before CUDA starts, and `device` is 0, its index inside (gpuipc_bench.machine.mig). '': a whole GPU.
     mig: str = ""
 
     def describe(self) -> str:
@@ -106,7 +106,7 @@ class Scenario:
     # How the launcher starts this scenario's workers: "fork" (the default; the parent never
     # touches CUDA) or "spawn" (a fresh interpreter, as PyTorch's CUDA sharing asks for).
     start_method: str = "fork"
-    # Run in the run's persistent process set of these workers (gpuipc_bench.pool) rather than in
+    # Run in the run's persistent process set of these workers (gpuipc_bench.harness.pool) rather than in
     # fresh processes: only where nothing the scenario sets up outlives it in a process (a library
     # that reads its settings once per process, peer access that must start off) and its shared
     # objects travel by pickle.
@@ -181,7 +181,7 @@ class Scenario:
 
 
 def shares_processes(scenario) -> bool:
-    """Whether a scenario may run in a persistent process set (gpuipc_bench.pool): it says so, and
+    """Whether a scenario may run in a persistent process set (gpuipc_bench.harness.pool): it says so, and
     its workers are forked by this process."""
     return bool(getattr(scenario, "persistent_workers", False)) and scenario.start_method == "fork"
 
@@ -194,7 +194,7 @@ SHARING_LABEL_ENV = "GPUIPC_BENCH_SHARING"
 def sharing_mode(devices: list[int | None]) -> str:
     """How workers share their GPUs: 'time-sliced' when two processes share one GPU ('mps' when
     an MPS daemon serves this process), 'exclusive' when each has its own, 'none' without GPUs."""
-    from gpuipc_bench.mps import serves_this_process
+    from gpuipc_bench.modes.daemon import serves_this_process
 
     gpus = [d for d in devices if d is not None]
     if not gpus:
@@ -251,7 +251,7 @@ class WorkerContext:
     @property
     def corrupt(self) -> bool:
         """The test hook GPUIPC_BENCH_FAULT=corrupt: flip a received byte before verifying."""
-        from gpuipc_bench.faults import corrupt_requested
+        from gpuipc_bench.hooks.faults import corrupt_requested
 
         return corrupt_requested()
 
@@ -368,7 +368,7 @@ class WorkerContext:
 
     def handle_slot(self, name: str) -> int:
         """The handle-table slot called `name` (numbered like mailbox slots)."""
-        from gpuipc_bench.segment import HANDLE_SLOTS
+        from gpuipc_bench.ipc.segment import HANDLE_SLOTS
 
         if name not in self._handles:
             if self._locked:

@@ -1,4 +1,4 @@
-"""Test-only hooks of `check` (not user options; like GPUIPC_BENCH_FAULT in gpuipc_bench.faults).
+"""Test-only hooks of `check` (not user options; like GPUIPC_BENCH_FAULT in gpuipc_bench.hooks.faults).
 
 GPUIPC_BENCH_TEST_NODE_NAMES  'a,a,b,b,c,c': rank r of an MPI job calls its node item r of the list
                               instead of the host name, so that `mpirun -np 6` on one machine acts as

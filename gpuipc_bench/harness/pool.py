@@ -5,7 +5,7 @@ A scenario that declares `persistent_workers` runs in the process set of its wor
 (rank, role, GPU, MIG instance, CPUs) and its sharing mode's environment: the first such
 scenario forks the set, the next ones send it their task, pickled as an MPI rank gets it
 (scenario, specs, config, segment, shared: the pages travel through /proc/<pid>/fd,
-gpuipc_bench.shared). The workers keep their CUDA context, CuPy's modules and its memory pool
+gpuipc_bench.ipc.shared). The workers keep their CUDA context, CuPy's modules and its memory pool
 between scenarios; each scenario still opens and closes its own buffers, and the same two
 processes then time every path they compare. A scenario that needs a setting its library
 reads once per process (NCCL's and UCX's variables, NVSHMEM's initialisation, torch's spawned
@@ -25,13 +25,13 @@ import signal
 import time
 from typing import Any, Callable
 
-from gpuipc_bench import launcher
+from gpuipc_bench.harness import launcher
 from gpuipc_bench.errors import Interrupted
-from gpuipc_bench.launcher import FORK, Outcome
-from gpuipc_bench.machine import import_cupy
-from gpuipc_bench.profiling import mark
-from gpuipc_bench.scenario import shares_processes
-from gpuipc_bench.segment import Segment
+from gpuipc_bench.harness.launcher import FORK, Outcome
+from gpuipc_bench.machine.probe import import_cupy
+from gpuipc_bench.hooks.profiling import mark
+from gpuipc_bench.engine.scenario import shares_processes
+from gpuipc_bench.ipc.segment import Segment
 
 LEAVE_S = 2.0  # how long a set's workers get to leave on their own at its end
 
@@ -170,7 +170,8 @@ class WorkerSets:
         scenarios = list(scenarios)
         preload = sorted({m for s in scenarios if s.start_method == "forkserver" for m in getattr(s, "preload", ())})
         if preload:
-            multiprocessing.get_context("forkserver").set_forkserver_preload(["gpuipc_bench.launcher", *preload])
+            server = multiprocessing.get_context("forkserver")
+            server.set_forkserver_preload(["gpuipc_bench.harness.launcher", *preload])
             multiprocessing.forkserver.ensure_running()
             self.forkserver = True
         if any(s.start_method == "fork" for s in scenarios):

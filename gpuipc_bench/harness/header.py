@@ -8,7 +8,7 @@ import sys
 
 from gpuipc_bench import __version__
 from gpuipc_bench.config import RunConfig
-from gpuipc_bench.plan import registry
+from gpuipc_bench.harness.plan import registry
 
 
 def run_header(config: RunConfig, machine) -> dict[str, str]:

@@ -1,5 +1,5 @@
 """What NVML says about the GPUs, without a CUDA context: driver, PCI bus ids, PCIe links,
-MIG mode, clocks, the CPUs near each GPU, NVLink and PCIe topology (gpuipc_bench.machine
+MIG mode, clocks, the CPUs near each GPU, NVLink and PCIe topology (gpuipc_bench.machine.probe
 assembles them with the CUDA facts)."""
 
 from __future__ import annotations

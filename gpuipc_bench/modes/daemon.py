@@ -201,7 +201,7 @@ class MpsDaemon:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         try:
             self.guard = subprocess.Popen(
-                [sys.executable, "-m", "gpuipc_bench.mps", "guard", self.binary, self.pipe_dir, self.log_dir,
+                [sys.executable, "-m", "gpuipc_bench.modes.daemon", "guard", self.binary, self.pipe_dir, self.log_dir,
                  str(self.pid), "1" if self.owns_dirs else "0"],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 env=env, close_fds=True, start_new_session=True)

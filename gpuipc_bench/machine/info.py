@@ -1,10 +1,10 @@
-"""What `gpuipc-bench info` prints about a machine (gpuipc_bench.machine gathers the facts)."""
+"""What `gpuipc-bench info` prints about a machine (gpuipc_bench.machine.probe gathers the facts)."""
 
 from __future__ import annotations
 
 import os
 
-from gpuipc_bench.machine import Machine
+from gpuipc_bench.machine.probe import Machine
 
 
 def render_info(machine: Machine, console) -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import Callable
 
 from gpuipc_bench.gpu.timing import QUEUE_OPS
-from gpuipc_bench.signal import Signal
+from gpuipc_bench.engine.gpu_signal import Signal
 
 Op = Callable[[int, int], None]  # (transfer, unit) -> enqueue on this worker's stream
 

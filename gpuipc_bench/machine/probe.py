@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.nvml_facts import (  # noqa: F401  (the NVML facts; tests reach them through this module)
+from gpuipc_bench.machine.nvml import (  # noqa: F401  (the NVML facts; tests reach them through this module)
     _nvml_call, _nvml_facts, _nvml_links, _text, _timeslices, cpu_list_text, normalise_bus_id,
 )
 
@@ -168,7 +168,7 @@ def collect_gpus(machine: Machine, metadata: dict[str, str]) -> None:
         if gpu.mig_instances:
             metadata[f"{key}.mig_instances"] = ",".join(gpu.mig_instances)
             metadata[f"{key}.mig_profiles"] = ",".join(gpu.mig_profiles)
-    from gpuipc_bench.mig import instances
+    from gpuipc_bench.machine.mig import instances
 
     for found in instances(machine):  # the rows of MIG pairs name their instances by UUID
         metadata[f"mig.{found.uuid}"] = found.describe()

@@ -35,9 +35,9 @@ import random
 from typing import Callable, Iterator
 
 from gpuipc_bench import robust
-from gpuipc_bench.mig import label_ends
+from gpuipc_bench.machine.mig import label_ends
 from gpuipc_bench.patterns import seed_for
-from gpuipc_bench.profiling import mark
+from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.results import base_mode, new_row
 
 # A sample of many transfers lasts about this long once calibrated. GPUIPC_BENCH_SAMPLE_S changes it for

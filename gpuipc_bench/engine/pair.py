@@ -11,14 +11,14 @@ from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
 from gpuipc_bench.gpu.device import Gpu, enable_peer_access
 from gpuipc_bench.gpu.memory import L2Check, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage
-from gpuipc_bench.mig import device_of
-from gpuipc_bench.sampler import Sample, Sampler
-from gpuipc_bench.scenario import Scenario, WorkerSpec, gpu_cpus
+from gpuipc_bench.machine.mig import device_of
+from gpuipc_bench.engine.sampler import Sample, Sampler
+from gpuipc_bench.engine.scenario import Scenario, WorkerSpec, gpu_cpus
 
 PRODUCER, CONSUMER = 0, 1
 MEASURES = ("stream", "handoff")
 # The ceilings this process has measured in this run: (key, bytes, sharing) -> the scenario whose
-# rows hold them. A persistent worker (gpuipc_bench.pool) or an MPI rank runs scenario after
+# rows hold them. A persistent worker (gpuipc_bench.harness.pool) or an MPI rank runs scenario after
 # scenario: each ceiling is measured once per process and size, and a later scenario names the
 # one that holds it (`# note.<scenario>.ceilings_from.<sharing>`), where the analysis finds it.
 _MEASURED: dict[tuple[str, int, str], str] = {}
@@ -77,7 +77,7 @@ class PairWorker:
         self.producer = ctx.rank == PRODUCER
         self.other = CONSUMER if self.producer else PRODUCER
         # On MIG instances each worker sees its own instance alone, as device 0: these are 0 for
-        # CUDA and name the instance's UUID in rows (gpuipc_bench.mig.InstanceDevice). A pair
+        # CUDA and name the instance's UUID in rows (gpuipc_bench.machine.mig.InstanceDevice). A pair
         # across two instances is then "same GPU" to the code (one index, no peer access).
         self.device = device_of(ctx.spec)
         self.pdev, self.cdev = device_of(ctx.specs[PRODUCER]), device_of(ctx.specs[CONSUMER])

@@ -34,7 +34,7 @@ from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.gpu import kernels as k
 from gpuipc_bench.gpu.memory import MappedBuffer, Ring, memset, read
 from gpuipc_bench.patterns import check
-from gpuipc_bench.sampler import Counts, Sample
+from gpuipc_bench.engine.sampler import Counts, Sample
 
 INITIATOR, RESPONDER, IDLE = "initiator", "responder", "idle"
 PROTOCOLS = ("device-pingpong", "device-ll")

@@ -32,13 +32,13 @@ import time
 import traceback
 from typing import Any, Callable
 
-from gpuipc_bench.barrier import Barrier
+from gpuipc_bench.ipc.barrier import Barrier
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import BarrierAborted, BenchError, Interrupted, WorkerFailed
-from gpuipc_bench.faults import FaultPlan
-from gpuipc_bench.profiling import profiled
-from gpuipc_bench.scenario import Scenario, WorkerContext, WorkerSpec
-from gpuipc_bench.segment import Segment
+from gpuipc_bench.hooks.faults import FaultPlan
+from gpuipc_bench.hooks.profiling import profiled
+from gpuipc_bench.engine.scenario import Scenario, WorkerContext, WorkerSpec
+from gpuipc_bench.ipc.segment import Segment
 
 FORK = multiprocessing.get_context("fork")
 
@@ -121,7 +121,7 @@ class _Worker:
 
 def _start_worker(scenario, spec, specs, config, segment, shared, env) -> _Worker:
     # "spawn" (scenario.start_method): a fresh interpreter that gets the segment and the
-    # scenario's shared objects by pickle (they map the same pages again: gpuipc_bench.shared).
+    # scenario's shared objects by pickle (they map the same pages again: gpuipc_bench.ipc.shared).
     context = multiprocessing.get_context(scenario.start_method) if scenario.start_method != "fork" else FORK
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(

@@ -10,12 +10,12 @@ import random
 from typing import TYPE_CHECKING
 
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.scenario import shares_processes
+from gpuipc_bench.engine.scenario import shares_processes
 
 if TYPE_CHECKING:
     from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.machine import Machine
-    from gpuipc_bench.scenario import Scenario, WorkerSpec
+    from gpuipc_bench.machine.probe import Machine
+    from gpuipc_bench.engine.scenario import Scenario, WorkerSpec
 
 
 def registry():

@@ -7,7 +7,7 @@ job's size and the node-local rank (a COMM_TYPE_SHARED split), which picks the G
 
 For each scenario rank 0 makes the shared-memory segment and the scenario's shared objects
 (prepare()) as the fork launcher does, and sends them to the other ranks pickled: they map
-the same pages through /proc/<pid>/fd (gpuipc_bench.shared), so every path works unchanged
+the same pages through /proc/<pid>/fd (gpuipc_bench.ipc.shared), so every path works unchanged
 and the workers meet in the tool's own barrier. Rank 0's worker runs in a thread beside the
 supervisor; the other ranks send their rows, progress and notes to rank 0 as they measure
 them, so rows taken before a failure are kept (the CSV is appended to as they arrive).
@@ -144,7 +144,7 @@ class Job:
 
     def serve(self) -> int:
         """Ranks 1..n-1: run each scenario rank 0 sends, as worker `rank`, until told to stop."""
-        from gpuipc_bench.launcher import run_worker
+        from gpuipc_bench.harness.launcher import run_worker
 
         while True:
             message = self.comm.recv(source=0, tag=CONTROL)
@@ -171,8 +171,8 @@ class Job:
     def run_scenario(self, scenario, config, specs, on_row, on_progress=None, on_status=None, on_note=None):
         """launcher.run_scenario's counterpart: the same Outcome, the same messages. Raises
         RanksLost (after the scenario's rows are delivered) when a rank died or hung."""
-        from gpuipc_bench.launcher import Outcome, run_worker
-        from gpuipc_bench.segment import Segment
+        from gpuipc_bench.harness.launcher import Outcome, run_worker
+        from gpuipc_bench.ipc.segment import Segment
 
         outcome = Outcome(scenario.name)
         segment = Segment.create(len(specs), scenario.mailbox_slots(config, specs))
@@ -223,7 +223,7 @@ class _Rank:
     def alive(self) -> bool:
         if self.thread is not None:
             return self.thread.is_alive()
-        from gpuipc_bench.mps import alive
+        from gpuipc_bench.modes.daemon import alive
 
         pid = self.segment.pid(self.spec.rank)
         return not pid or alive(pid)  # no pid yet: not started
@@ -237,7 +237,7 @@ class _Supervisor:
     def run(self, on_row, on_progress, on_status, on_note) -> BenchError | None:
         from mpi4py import MPI
 
-        from gpuipc_bench import launcher
+        from gpuipc_bench.harness import launcher
 
         first: BenchError | None = None
         deadline: float | None = None

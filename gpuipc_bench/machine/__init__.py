@@ -1,0 +1,7 @@
+"""What this node is, learned without a CUDA context in the parent.
+
+  probe.py  the machine: CPU, GPUs, links, driver and library versions (Machine, probe())
+  nvml.py   what NVML says: PCI ids, PCIe and NVLink topology, MIG mode, clocks, nearby CPUs
+  mig.py    pairs of workers on the instances of a GPU in MIG mode
+  info.py   what `gpuipc-bench info` prints
+"""

@@ -12,7 +12,7 @@ import time
 import pytest
 from rich.console import Console
 
-from gpuipc_bench.machine.probe import probe as machine_mod
+from gpuipc_bench.machine import probe as machine_mod
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.machine.probe import GpuInfo, Machine, normalise_bus_id, probe
 from gpuipc_bench.machine.info import render_info

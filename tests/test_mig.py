@@ -12,7 +12,7 @@ import io
 import pytest
 
 import fake_gpu
-from gpuipc_bench.machine.probe import mig
+from gpuipc_bench.machine import mig
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import WorkerFailed
 from gpuipc_bench.harness.launcher import run_scenario, worker_env
@@ -58,7 +58,7 @@ def mig_specs(name, producer, consumer):
 def test_nvml_names_each_instance_of_a_gpu_with_mig_on(monkeypatch):
     import pynvml
 
-    from gpuipc_bench.machine.probe import nvml as nvml_facts
+    from gpuipc_bench.machine import nvml as nvml_facts
 
     class Handle:
         def __init__(self, name):
@@ -159,7 +159,7 @@ def test_the_run_plans_mig_pairs_and_records_the_note(monkeypatch, tmp_path):
 
     from gpuipc_bench.harness import launcher
 
-    from gpuipc_bench.machine.probe import probe as machine_mod
+    from gpuipc_bench.machine import probe as machine_mod
     from gpuipc_bench.cli import cli
     from gpuipc_bench.harness.launcher import Outcome
     from gpuipc_bench.results import read_results

@@ -30,7 +30,7 @@ def _fit(text: str, width: int) -> str:
 def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(), notes=None):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from gpuipc_bench.machine.probe import mig
+    from gpuipc_bench.machine import mig
     from gpuipc_bench.harness.pool import WorkerSets
     from gpuipc_bench.results import ResultsFile
 

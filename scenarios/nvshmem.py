@@ -16,7 +16,7 @@ bootstrap over loopback; NVSHMEM_DISABLE_NVLS=1 always). Each allocates one symm
 A put to a PE on the same GPU (or a peer GPU) is one copy-engine copy on the caller's stream
 (cuMemcpyDtoDAsync: a CUPTI trace shows one "Memcpy DtoD" per put, no kernel; timed back to
 back it matches a cudaMemcpyAsync into the same buffer within 0.7% at 4 B-256 MiB on an H100
-and an H200, scripts/probe_nvshmem_put.py). So
+and an H200, scripts/probes/probe_nvshmem_put.py). So
 each variant is bounded by that copy (d2d@GPU, or peer@P>C on two GPUs), measured by the
 process that issues it, on its stream, one ceiling sample right after each of its samples
 with the same transfers ('/producer' for the put, '/consumer' for the get): up to a few MiB

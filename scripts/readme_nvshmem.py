@@ -1,6 +1,6 @@
 """The README's NVSHMEM comparison (NVSHMEM_RENDERERS): the tool's nvshmem path across an NV18 pair
 beside NVIDIA's own perftests built and run on the same node in the same call
-(scripts/device-nvshmem-perftest.sh), from results/h200x2-nvshmem-pair.csv and the perftests'
+(scripts/device/nvshmem-perftest.sh), from results/h200x2-nvshmem-pair.csv and the perftests'
 output, results/h200x2-nvshmem-perftest.txt."""
 
 from __future__ import annotations

@@ -268,7 +268,7 @@ def test_an_exchange_on_one_gpu_starts_its_clock_once_both_sides_have_warmed_up(
 
 def test_a_traced_run_writes_every_workers_timeline_and_the_scripts_add_it_up(tmp_path):
     """GPUIPC_BENCH_TRACE: the parent's steps and each worker's phases and sample steps, one file
-    per scenario, worker and mode; scripts/trace_summary.py and trace_samples.py read them."""
+    per scenario, worker and mode; scripts/trace/trace_summary.py and scripts/trace/trace_samples.py read them."""
     import json
     import os
     import subprocess
@@ -290,7 +290,7 @@ def test_a_traced_run_writes_every_workers_timeline_and_the_scripts_add_it_up(tm
         assert {"begin", "phase", "decided", "end"} <= set(events)
     took = [json.loads(line) for p in trace.glob("host-*.jsonl") for line in p.read_text().splitlines()]
     assert any(e[1] == "took" and e[2] > 0 for e in took)  # the timing worker's figures
-    for script in ("trace_summary.py", "trace_samples.py"):
+    for script in ("trace/trace_summary.py", "trace/trace_samples.py"):
         out = subprocess.run([sys.executable, str(repo / "scripts" / script), str(trace)], capture_output=True,
                              text=True, timeout=60)
         assert out.returncode == 0 and "host" in out.stdout, out.stderr

@@ -14,7 +14,7 @@ measures one ceiling in both of its processes because each bounds a path that pr
 Up to a few MiB a copy costs a fixed time more than its bytes (~1.8 us on an H100), and
 that time is not the same in every process: one process's copies took 40-165 ns longer than
 the other's, 4 B to 4 MiB alike, the slower one changing from run to run
-(scripts/probe_nvshmem_put.py); a bound measured in another process is then no bound.
+(scripts/probes/probe_nvshmem_put.py); a bound measured in another process is then no bound.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ with the arguments packed once per launcher.
 A batch queues up to 256 operations one Python call at a time, behind the gate, before the
 GPU runs any of them: the host's cost per call is not in a figure, but it is in the run's
 wall time. CuPy's RawKernel call converts its arguments on every call: 9.7 us a kernel copy
-with numpy scalars on an H100 host (scripts/probe_enqueue.py). Here a call stores the new
+with numpy scalars on an H100 host (scripts/probes/probe_enqueue.py). Here a call stores the new
 argument values into their ctypes slots and calls cuLaunchKernel, the same driver call CuPy
 makes (so the GPU sees the same launch): 5.1 us there, about what cudaMemcpyAsync costs
 (4.6 us). CuPy's module still compiles and loads the kernels; only the launch of the

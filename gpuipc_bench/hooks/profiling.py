@@ -3,14 +3,14 @@ either is slower or larger, and its figures are not results):
 
   GPUIPC_BENCH_PROFILE=DIR  every worker runs each scenario under cProfile and writes
                             DIR/<scenario>-<rank>-<pid>-<n>.prof (read them with `python -m pstats`,
-                            or scripts/profile_summary.py);
+                            or scripts/trace/profile_summary.py);
   GPUIPC_BENCH_TRACE=DIR    a timeline: every worker writes each scenario's phase changes (one per
                             sample: warm-up, sample, ceiling, set-up, teardown, with size and label)
                             and each sample's steps (the batch queued, released, run; verified; its
                             figure; the stop rule's word) to DIR/<scenario>-<rank>-<sharing>-<pid>.jsonl,
                             and the parent its own steps (a mode started, a process set forked, a
                             scenario begun and ended) to DIR/parent-<pid>.jsonl;
-                            scripts/trace_summary.py adds them up per phase, scripts/trace_samples.py
+                            scripts/trace/trace_summary.py adds them up per phase, scripts/trace/trace_samples.py
                             per step of a sample. Times are CLOCK_MONOTONIC seconds, one clock for
                             every process of the machine."""
 

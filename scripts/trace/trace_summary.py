@@ -1,5 +1,5 @@
 """Where a run's wall time went, from the timeline GPUIPC_BENCH_TRACE=DIR wrote (gpuipc_bench.hooks.profiling).
-Usage: python scripts/trace_summary.py DIR
+Usage: python scripts/trace/trace_summary.py DIR
 
 Prints the parent's steps with the seconds between them, then per scenario, worker and sharing
 mode: its span, the seconds spent in each phase (a phase lasts until the next phase change:

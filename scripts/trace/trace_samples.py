@@ -1,5 +1,5 @@
 """Where a sample's wall time goes, step by step, from the timeline GPUIPC_BENCH_TRACE=DIR wrote.
-Usage: python scripts/trace_samples.py DIR [TOP]
+Usage: python scripts/trace/trace_samples.py DIR [TOP]
 
 Inside a sample the worker marks: phase (the sample begins), enqueue (the gate armed), enqueued
 (the batch queued), released (the other worker queued too: the gate let go), ran (the stream

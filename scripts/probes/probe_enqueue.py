@@ -1,5 +1,5 @@
 """What one queued operation costs the host, per kind, on a GPU (for the developers: a batch queues up
-to 256 of them one Python call at a time). Usage: python scripts/probe_enqueue.py [DEVICE]
+to 256 of them one Python call at a time). Usage: python scripts/probes/probe_enqueue.py [DEVICE]
 
 Prints the microseconds per call of: the copy engine (cudaMemcpyAsync through CuPy, as Gpu.copy_launcher
 queues it), the kernel copy (CuPy's RawKernel call against gpu.launch.KernelLauncher), a producer's mark,

@@ -4,9 +4,9 @@
 # the nvidia-nvshmem-cu13 wheel, run as two PEs (one per GPU), for comparison with the tool's
 # nvshmem scenario (device-put, device-get, device-putsig).
 #
-# Usage: bash scripts/device-nvshmem-perftest.sh               (outputs under $OUT)
-#        bash scripts/device-nvshmem-perftest.sh --shim-test   (the MPI shim's own test; gcc only)
-#        bash scripts/device-nvshmem-perftest.sh --build-only  (build, run nothing)
+# Usage: bash scripts/device/nvshmem-perftest.sh               (outputs under $OUT)
+#        bash scripts/device/nvshmem-perftest.sh --shim-test   (the MPI shim's own test; gcc only)
+#        bash scripts/device/nvshmem-perftest.sh --build-only  (build, run nothing)
 # Knobs (environment): OUT (/tmp/gpuipc-out), PERFTEST_DIR, NVSHMEM_HOME, CUDA_HOME, LIBCUDA (a
 # libcuda.so to link against), ARCH (sm_90), TIMEOUT_S (120, each run), BUDGET_S (540: no run
 # starts, and none runs, past this many seconds from the start; the device call's limit is 600),
@@ -14,7 +14,7 @@
 #
 # No MPI there: the perftests' init_wrapper() (common/utils.cu, built with NVSHMEMTEST_MPI_SUPPORT
 # as the perftest CMake does) dlopens "libmpi.so.40" only to broadcast NVSHMEM's unique id when
-# NVSHMEMTEST_USE_UID_BOOTSTRAP=1. scripts/nvshmem_perftest_mpi_shim.c stands in for it (see that
+# NVSHMEMTEST_USE_UID_BOOTSTRAP=1. scripts/device/nvshmem_perftest_mpi_shim.c stands in for it (see that
 # file): each rank gets SHIM_RANK/SHIM_SIZE/SHIM_DIR, rank 0's unique id travels through a file in
 # SHIM_DIR, and NVSHMEM then bootstraps over its own UID sockets (loopback). The same file is the
 # mpi.h that utils.h includes (Open MPI's MPI_Comm/MPI_Datatype types). NVSHMEMTEST_USE_MPI_LAUNCHER
@@ -79,7 +79,7 @@ set -uo pipefail
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1   # always: NVLink multicast stays off
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/.." && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
 SHIM_SRC=$HERE/nvshmem_perftest_mpi_shim.c
 PT=${PERFTEST_DIR:-$ROOT/.ref/nvshmem-perftest/perftest}
 OUT=${OUT:-/tmp/gpuipc-out}
@@ -272,7 +272,7 @@ if ! "$NVCC" -E "${INCS[@]}" "$BUILD/nvmlcheck.cu" -o /dev/null >>"$BUILD_LOG" 2
   # define the fabric-info types itself). NVML's functions are only ever dlsym'd from libnvidia-ml.
   say "nvml.h: not in nvcc's include path: using a minimal stand-in ($BUILD/include/nvml.h)"
   cat >"$BUILD/include/nvml.h" <<'EOF'
-/* minimal stand-in for NVIDIA's nvml.h, written by scripts/device-nvshmem-perftest.sh */
+/* minimal stand-in for NVIDIA's nvml.h, written by scripts/device/nvshmem-perftest.sh */
 #ifndef NVML_API_VERSION
 #define NVML_API_VERSION 11
 typedef enum nvmlReturn_enum { NVML_SUCCESS = 0, NVML_ERROR_UNKNOWN = 999 } nvmlReturn_t;

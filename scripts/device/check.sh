@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a lent GPU machine (no network, CuPy preinstalled): install the checkout, run the GPU
 # tests, then a short verified run of every scenario. Logs and CSVs go to $OUT.
-# Usage: bash scripts/device-check.sh [pytest args]
+# Usage: bash scripts/device/check.sh [pytest args]
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/gpuipc-out}; mkdir -p "$OUT"

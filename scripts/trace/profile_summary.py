@@ -1,6 +1,6 @@
 """Where the workers' time went: reads the .prof files GPUIPC_BENCH_PROFILE=DIR wrote and prints,
 per scenario and rank, the total and the functions with the most time of their own and in all.
-Usage: python scripts/profile_summary.py DIR [TOP]"""
+Usage: python scripts/trace/profile_summary.py DIR [TOP]"""
 
 import collections
 import pstats

@@ -2,7 +2,7 @@
 # On a lent machine of two or more GPUs: the paths across a GPU pair at the sizes that failed
 # before (NCCL, NVSHMEM, torch, device latency), NCCL's forced transports, and nccl-tests'
 # sendrecv_perf built from .ref/nccl-tests (fetched sources, never committed) for comparison.
-# Usage: bash scripts/device-pairs.sh   (outputs under $OUT)
+# Usage: bash scripts/device/pairs.sh   (outputs under $OUT)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/gpuipc-out}; mkdir -p "$OUT"

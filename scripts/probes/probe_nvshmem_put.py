@@ -4,7 +4,7 @@ Evidence for the nvshmem scenario's ceiling (issue 14): on an H100 the put ran 3
 d2d ceiling at 4 KiB-4 MiB, the ceiling then being measured by the other process. Run on a GPU
 machine with nvshmem4py (and torch, for the trace):
 
-    python3 scripts/probe_nvshmem_put.py
+    python3 scripts/probes/probe_nvshmem_put.py
 
 Two spawned PEs on GPU 0. Each in turn (the other waits) times, behind the tool's gate, the
 median time per copy over TRIALS batches of:

@@ -11,7 +11,7 @@ on its own (send_notif) once the WRITE is DONE:
   spin+nixl   the initiator spins calling get_new_notifs (which progresses its UCX worker)
 
 Prints, per case, the median of 40 transfers: the WRITE's DONE and the notification seen by
-the target, in µs from the post. Usage: python scripts/probe_nixl_notif.py [> results/...txt]
+the target, in µs from the post. Usage: python scripts/probes/probe_nixl_notif.py [> results/...txt]
 """
 
 from __future__ import annotations

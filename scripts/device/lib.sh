@@ -23,7 +23,7 @@ wheels() {  # the carried wheels: nvshmem4py (.whl, into /tmp/site) and nixl (.w
 }
 traced() {  # NAME SECONDS ARGS...: a run with its timeline, summarised into $W/trace-NAME.txt
   local name=$1; GPUIPC_BENCH_TRACE=$W/trace-$name run "$@"
-  python3 scripts/trace_summary.py "$W/trace-$name" >"$W/trace-$name.txt" 2>&1; rm -rf "$W/trace-$name"
+  python3 scripts/trace/trace_summary.py "$W/trace-$name" >"$W/trace-$name.txt" 2>&1; rm -rf "$W/trace-$name"
   tail -n 1 "$W/trace-$name.txt"
 }
 timed() {  # NAME SECONDS COMMAND...: a command's wall time and its seconds.total, into $W/$prefix-NAME.*

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a lent GPU machine: the default run (every scenario that can run, default sizes and
 # sample counts), timed, into $OUT/<name>.csv, then the reference check of it.
-# Usage: bash scripts/reference-run.sh NAME [run options]
+# Usage: bash scripts/device/reference-run.sh NAME [run options]
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 name=$1; shift

@@ -1,6 +1,6 @@
 /*
  * A stand-in for Open MPI's libmpi.so.40, just enough for NVSHMEM's perftests to bootstrap by
- * unique id on a machine that has no MPI (scripts/device-nvshmem-perftest.sh builds and uses it).
+ * unique id on a machine that has no MPI (scripts/device/nvshmem-perftest.sh builds and uses it).
  *
  * NVSHMEM's perftest/common/utils.cu, built with NVSHMEMTEST_MPI_SUPPORT and run with
  * NVSHMEMTEST_USE_UID_BOOTSTRAP=1 (and NVSHMEMTEST_USE_MPI_LAUNCHER unset), does
@@ -33,8 +33,8 @@
  * incomplete structs, so that utils.cu's (MPI_Comm)dlsym(...) casts compile).
  *
  * Build: gcc -O2 -shared -fPIC -DNVSHMEM_MPI_SHIM_IMPL -Wl,-soname,libmpi.so.40 \
- *            -o libmpi.so.40 nvshmem_perftest_mpi_shim.c
- * Test:  bash scripts/device-nvshmem-perftest.sh --shim-test   (no GPU needed)
+ *            -o libmpi.so.40 scripts/device/nvshmem_perftest_mpi_shim.c
+ * Test:  bash scripts/device/nvshmem-perftest.sh --shim-test   (no GPU needed)
  */
 #ifndef NVSHMEM_PERFTEST_MPI_SHIM_H
 #define NVSHMEM_PERFTEST_MPI_SHIM_H

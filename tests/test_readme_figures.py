@@ -1,5 +1,5 @@
 """The README's figures are the reference runs' figures: `python -m pytest` fails on drift
-(scripts/readme_figures.py renders every figure block from results/)."""
+(scripts/readme/figures.py renders every figure block from results/)."""
 
 from __future__ import annotations
 
@@ -8,23 +8,24 @@ from pathlib import Path
 
 import pytest
 
-SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
+SCRIPTS = Path(__file__).resolve().parent.parent / "scripts" / "readme"
 sys.path.insert(0, str(SCRIPTS))
 
-import readme_figures as figures  # noqa: E402
-from readme_tables import RENDERERS  # noqa: E402
+import figures  # noqa: E402
+import lib  # noqa: E402
+from tables import RENDERERS  # noqa: E402
 
 
 def test_readme_figures_match_results():
-    text = figures.README.read_text()
+    text = lib.README.read_text()
     rendered = figures.render(text, RENDERERS)
-    assert rendered == text, "README.md differs from results/: run `python scripts/readme_figures.py --check`"
-    names = {m["name"] for m in figures.BLOCK.finditer(text)}
+    assert rendered == text, "README.md differs from results/: run `python scripts/readme/figures.py --check`"
+    names = {m["name"] for m in lib.BLOCK.finditer(text)}
     assert names == set(RENDERERS), "a renderer has no block in the README, or a block no renderer"
 
 
 def test_check_fails_and_shows_a_diff_on_drift(tmp_path, capsys):
-    text = figures.README.read_text()
+    text = lib.README.read_text()
     block = "<!-- figures:runtime begin -->\n"
     assert block in text
     drifted = tmp_path / "README.md"
@@ -34,11 +35,11 @@ def test_check_fails_and_shows_a_diff_on_drift(tmp_path, capsys):
 
 
 def test_unknown_block_is_an_error():
-    with pytest.raises(figures.FigureError, match="no renderer"):
+    with pytest.raises(lib.FigureError, match="no renderer"):
         figures.render("<!-- figures:nope begin -->\n<!-- figures:nope end -->\n", RENDERERS)
 
 
 def test_number_format():
-    assert figures.with_interval(1485.3, 1478.2, 1490.0) == "1,485 [1,478–1,490]"
-    assert figures.with_interval(26.43, 26.2, 26.5, ranged=True) == "26.4 [26.2–26.5]†"
-    assert figures.num(0.8617) == "0.862"
+    assert lib.with_interval(1485.3, 1478.2, 1490.0) == "1,485 [1,478–1,490]"
+    assert lib.with_interval(26.43, 26.2, 26.5, ranged=True) == "26.4 [26.2–26.5]†"
+    assert lib.num(0.8617) == "0.862"

@@ -14,4 +14,4 @@ echo "exit $code, wall $(( ($(date +%s%N) - start) / 1000000 )) ms"
 grep "^# seconds\." "$OUT/$name.csv"
 tail -n 3 "$OUT/$name.err"
 wc -l "$OUT/$name.out"
-python3 scripts/check_reference.py "$OUT/$name.csv" --size 256MiB
+python3 scripts/readme/check_reference.py "$OUT/$name.csv" --size 256MiB

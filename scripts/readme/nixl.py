@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from readme_figures import Runs, fraction, gbps, seconds, source, table
+from lib import Runs, fraction, gbps, seconds, source, table
 
 NIXL_HOST = "cpu-nixl-host.csv"
 FALLBACK = "cpu-nixl-host-ucx-tls-tcp.csv"

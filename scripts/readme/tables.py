@@ -1,7 +1,7 @@
 """The README's figure blocks, one renderer each (RENDERERS), from the reference runs in results/.
 
-Each renderer takes the loaded runs (readme_figures.Runs) and returns the block's Markdown: a table
-(or a sentence) and the line naming its source files. readme_figures.py puts them in the README.
+Each renderer takes the loaded runs (lib.Runs) and returns the block's Markdown: a table
+(or a sentence) and the line naming its source files. figures.py puts them in the README.
 """
 
 from __future__ import annotations
@@ -9,9 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from readme_figures import (
+from lib import (
     KIB, MIB, RANGED, FigureError, Run, Runs, fraction, gbps, num, seconds, source, table, with_interval,
 )
+from nixl import NIXL_RENDERERS
+from nvshmem import NVSHMEM_RENDERERS
+from pairs import PAIR_RENDERERS
+from summaries import SUMMARY_RENDERERS
 
 H100, H200 = "h100-default.csv", "h200-default.csv"
 MODES = "h100-default-modes.csv"
@@ -150,7 +154,7 @@ def bounds(runs: Runs) -> str:
         parts.append(f"`{name}`: {over} of {len(data):,} samples above their bound"
                      + (f" ({over_call} more at call-bound sizes)" if over_call else "")
                      + f", {timed.mean():.1f} samples per group on average")
-    return ("Samples above their physical bound (`scripts/check_reference.py`'s bounds: one copy, its "
+    return ("Samples above their physical bound (`scripts/readme/check_reference.py`'s bounds: one copy, its "
             "ceiling's best sample +1%, kernel copies +2%; two hops in sequence, 1 / (1/d2h + 1/h2d); "
             "overlapping hops, the slower hop): " + "; ".join(parts) + ".")
 
@@ -350,10 +354,6 @@ def handles(runs: Runs) -> str:
 
 # --------------------------------------------------------------------------- two GPUs, MPI
 
-from readme_pairs import PAIR_RENDERERS  # noqa: E402  (it imports the helpers above)
-from readme_summaries import SUMMARY_RENDERERS  # noqa: E402
-from readme_nixl import NIXL_RENDERERS  # noqa: E402
-from readme_nvshmem import NVSHMEM_RENDERERS  # noqa: E402
 
 RENDERERS: dict[str, Callable[[Runs], str]] = {
     "runtime": runtime,

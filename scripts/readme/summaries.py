@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 
-from readme_figures import Runs
+from lib import Runs
 
 
 def answer(name: str) -> Callable[[Runs], str]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Check a reference run against its own ceilings: the figures a closing note reports.
 
-    python scripts/check_reference.py results/RUN.csv [--size 256MiB]
+    python scripts/readme/check_reference.py results/RUN.csv [--size 256MiB]
 
 Prints, per path/variant/measure at --size: the median GB/s with its 95% interval, the
 fraction of the ceiling measured in the same run, and for every group at every size the

@@ -46,6 +46,12 @@ FORK = multiprocessing.get_context("fork")
 # (they see the abort word at their next barrier or wait) before being killed.
 ABORT_GRACE_S = 2.0
 POLL_S = 0.1
+REAP_S = 10.0  # how long a killed worker may take to be gone before the run stops waiting for it
+
+
+class WorkerLost(WorkerFailed):
+    """A worker died or stopped answering: its processes can no longer be trusted, so the run
+    ends after this scenario (a worker that raised fails its scenario alone)."""
 
 
 @dataclasses.dataclass
@@ -117,6 +123,7 @@ class _Worker:
     closed: bool = False  # pipe reached EOF
     error: dict | None = None
     started: float = dataclasses.field(default_factory=time.monotonic)
+    stopped_since: float | None = None  # when it was first seen stopped (SIGSTOP, a debugger)
 
 
 def _start_worker(scenario, spec, specs, config, segment, shared, env) -> _Worker:
@@ -273,9 +280,11 @@ def _die_with_parent() -> None:
 
 
 def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda text: None,
-               on_note=lambda key, text: None, until_done: bool = False) -> BenchError | None:
+               on_note=lambda key, text: None, until_done: bool = False, idle=()) -> BenchError | None:
     """Pump messages until every worker is gone (or, `until_done`, has said it finished: a
-    persistent worker stays for the next scenario); return the first real failure."""
+    persistent worker stays for the next scenario); return the first real failure. `idle`: the
+    workers of the run's other persistent sets, waiting for their next scenario: one that dies
+    meanwhile ends this scenario too (WorkerLost)."""
     first_error: BenchError | None = None
     abort_deadline: float | None = None
     by_conn = {w.conn: w for w in workers}
@@ -285,14 +294,16 @@ def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda t
         if first_error is None:
             first_error = error
             segment.abort()
-            abort_deadline = time.monotonic() + ABORT_GRACE_S
+            # A worker lost (dead or silent): the others are stopped at once, their rows kept
+            # (a persistent set is ended anyway); after a raise they get the grace to leave.
+            abort_deadline = time.monotonic() + (0.0 if isinstance(error, WorkerLost) else ABORT_GRACE_S)
             for worker in workers:  # workers that missed a deadline will not leave on their own
                 if worker.spec.rank in stuck and worker.process.is_alive():
-                    worker.process.terminate()
+                    worker.process.kill()  # SIGTERM would wait for a stopped (SIGSTOP) one
 
     while any((w.process.is_alive() or not w.closed) and not (until_done and w.finished) for w in workers):
         waitables = [w.conn for w in workers if not w.closed]
-        waitables += [w.process.sentinel for w in workers if w.process.is_alive()]
+        waitables += [w.process.sentinel for w in [*workers, *idle] if w.process.is_alive()]
         for ready in multiprocessing.connection.wait(waitables, timeout=POLL_S):
             worker = by_conn.get(ready)
             if worker is not None:
@@ -303,13 +314,16 @@ def _supervise(workers, segment, config, on_row, on_progress, on_status=lambda t
                 _drain(worker, workers, on_row, on_progress, fail, segment, on_note)
             if not worker.process.is_alive() and worker.closed and not worker.finished:
                 worker.finished = True
-                fail(WorkerFailed(_death_message(worker, segment)))
+                fail(WorkerLost(_death_message(worker, segment)))
+        for worker in idle:
+            if not worker.process.is_alive():
+                fail(WorkerLost(idle_death_message(worker)))
         if first_error is None:
             hung = _find_hung(workers, segment, config.timeout)
             if hung is not None:
                 message, silent = hung
-                fail(WorkerFailed(message), stuck=silent)
-        if abort_deadline is not None and time.monotonic() > abort_deadline:
+                fail(WorkerLost(message), stuck=silent)
+        if abort_deadline is not None and time.monotonic() >= abort_deadline:
             break  # the rest are stuck; _stop_all kills them
     return first_error
 
@@ -349,6 +363,7 @@ def _error_from_worker(worker: _Worker, workers, info: dict, segment) -> BenchEr
         culprit = next(w for w in workers if w.spec.rank == chain[-1])
         message = (f"{_silent_worker(culprit, segment, info['timeout'])}; "
                    f"{worker.spec.describe()} waited for it at {info['where']}")
+        return WorkerLost(message, traceback_text=info["traceback"], cause_name=info["type"])
     else:
         where = _phase_text(segment, worker.spec.rank, info["phase"], info["bytes"], info["iteration"])
         cause = info["message"] if info["bench"] else f"{info['type']}: {info['message']}"
@@ -364,15 +379,38 @@ def _silent_worker(worker: _Worker, segment, timeout: float) -> str:
     return f"{worker.spec.describe()} made no progress for {timeout:g} s {where} (hung? see --timeout)"
 
 
-def _death_message(worker: _Worker, segment) -> str:
-    code = worker.process.exitcode
+def _how_it_ended(process) -> str:
+    code = process.exitcode
     if code is not None and code < 0:
         try:
-            how = f"was killed by {signal.Signals(-code).name}"
+            return f"was killed by {signal.Signals(-code).name}"
         except ValueError:
-            how = f"was killed by signal {-code}"
-    else:
-        how = f"exited with code {code} without reporting"
+            return f"was killed by signal {-code}"
+    return f"exited with code {code} without reporting"
+
+
+def idle_death_message(worker: _Worker) -> str:
+    """A persistent worker that ended while it waited for its next scenario."""
+    return f"{worker.spec.describe()} {_how_it_ended(worker.process)} while idle between scenarios"
+
+
+def _stopped_worker(worker: _Worker, segment, timeout: float) -> str:
+    phase, nbytes, iteration = segment.phase(worker.spec.rank)
+    where = _phase_text(segment, worker.spec.rank, phase, nbytes, iteration)
+    return f"{worker.spec.describe()} was stopped (SIGSTOP?) for {timeout:g} s {where} (see --timeout)"
+
+
+def process_stopped(pid: int | None) -> bool:
+    """Whether the process is stopped by a signal or a debugger (state T or t in /proc)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
+
+
+def _death_message(worker: _Worker, segment) -> str:
+    how = _how_it_ended(worker.process)
     rank = worker.spec.rank
     phase, nbytes, iteration = segment.phase(rank)
     where = _phase_text(segment, rank, phase, nbytes, iteration)
@@ -433,6 +471,13 @@ def _find_hung(workers, segment, timeout: float) -> tuple[str, list[int]] | None
     several are silent (one hangs, the others block waiting for it), the one that went
     silent first is named."""
     now = time.monotonic()
+    for worker in workers:
+        stopped = not worker.finished and process_stopped(worker.process.pid)
+        worker.stopped_since = (worker.stopped_since or now) if stopped else None
+    stopped = [w for w in workers if w.stopped_since is not None and now - w.stopped_since > timeout]
+    if stopped:  # it cannot move, whoever it waits for: no need to wait until another needs it
+        worker = min(stopped, key=lambda w: (w.stopped_since, w.spec.rank))
+        return _stopped_worker(worker, segment, timeout), [w.spec.rank for w in stopped]
     silent = [w for w in workers if not w.finished and w.process.is_alive()
               and now - max(segment.last_progress(w.spec.rank), w.started) > timeout + 1.0]
     if not silent:
@@ -471,7 +516,11 @@ def _stop_all(workers: list[_Worker]) -> None:
     for worker in workers:
         if worker.process.is_alive():
             worker.process.kill()
-        worker.process.join()
+    deadline = time.monotonic() + REAP_S
+    for worker in workers:
+        # bounded: a process the kernel holds (a GPU context being torn down) must not hold the
+        # run; it is already killed, and init reaps it once this process has gone
+        worker.process.join(max(0.0, deadline - time.monotonic()))
 
 
 def _salvage_rows(workers: list[_Worker], deliver: Callable[[dict], None]) -> None:

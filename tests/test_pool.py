@@ -205,8 +205,8 @@ def test_a_signal_keeps_the_rows_still_unread_in_the_pipes(sets, monkeypatch):
     host ping-pong's row, in one CI run): the set's end reads what its pipes still hold."""
     import signal
 
-    from gpuipc_bench.harness import launcher
     from gpuipc_bench.errors import Interrupted
+    from gpuipc_bench.harness import pool
 
     _run(sets)  # the set exists; its next scenario is interrupted before the parent reads a row
 
@@ -217,7 +217,7 @@ def test_a_signal_keeps_the_rows_still_unread_in_the_pipes(sets, monkeypatch):
         time.sleep(0.3)  # the workers go on sending; the parent reads none of it
         raise Interrupted(signal.SIGTERM)
 
-    monkeypatch.setattr(launcher, "_supervise", interrupted)
+    monkeypatch.setattr(pool, "supervise", interrupted)
     scenario = SCENARIOS["host"]
     config = RunConfig(scenarios=("host",), sizes=(64, 4096), iterations=3, warmup=1, timeout=10)
     rows: list[dict] = []
@@ -261,7 +261,7 @@ def _long_run(sets, env=None, timeout=30):
 
 
 def test_a_worker_killed_from_outside_ends_its_scenario_at_once_rows_kept(sets):
-    from gpuipc_bench.harness.launcher import WorkerLost
+    from gpuipc_bench.harness.supervision import WorkerLost
 
     sent = _signal_when_started(sets, "SIGKILL", after=0.5)
     outcome, rows, ended = _long_run(sets, timeout=30)
@@ -272,7 +272,7 @@ def test_a_worker_killed_from_outside_ends_its_scenario_at_once_rows_kept(sets):
 
 
 def test_a_stopped_worker_is_named_at_the_timeout_even_while_another_works(sets):
-    from gpuipc_bench.harness.launcher import WorkerLost
+    from gpuipc_bench.harness.supervision import WorkerLost
 
     sent = _signal_when_started(sets, "SIGSTOP", after=0.2)
     outcome, rows, ended = _long_run(sets, timeout=2)
@@ -282,7 +282,7 @@ def test_a_stopped_worker_is_named_at_the_timeout_even_while_another_works(sets)
 
 
 def test_a_worker_dead_between_scenarios_is_named_when_the_run_goes_on(sets):
-    from gpuipc_bench.harness.launcher import WorkerLost
+    from gpuipc_bench.harness.supervision import WorkerLost
 
     _run(sets)
     (idle,) = sets.sets.values()
@@ -306,7 +306,7 @@ def test_a_worker_dead_between_scenarios_is_named_before_a_scenario_of_its_own_p
 def test_a_worker_of_an_idle_set_killed_while_another_set_runs_ends_that_scenario(sets):
     """Two sets of one mode (told apart here by their environment): the idle one's death is seen
     while the other runs, not when its set is next used."""
-    from gpuipc_bench.harness.launcher import WorkerLost
+    from gpuipc_bench.harness.supervision import WorkerLost
 
     scenario = SCENARIOS["host"]
     config = RunConfig(scenarios=("host",), sizes=(64,), iterations=3, warmup=1, timeout=10)

@@ -15,7 +15,7 @@ from rich.markup import escape
 from gpuipc_bench.cli.console import signal_name, stdout_console
 from gpuipc_bench.harness.header import run_header
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed
-from gpuipc_bench.harness.launcher import WorkerLost
+from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.harness.plan import plan_runs, shuffle_paths
 from gpuipc_bench.hooks.profiling import mark, write_trace

@@ -13,7 +13,7 @@ interpreters) keeps its own fresh processes (launcher.run_scenario).
 
 Faults: a worker that fails, dies or hangs ends its scenario (named, rows kept), and its whole
 set is ended with it: a later scenario forks a fresh set, never running in a broken worker. A
-worker that dies or stops (launcher.WorkerLost) ends every set, and the run loop ends the run:
+worker that dies or stops (WorkerLost) ends every set, and the run loop ends the run:
 in its scenario, while its set is idle and another set runs (watched through `idle`), or
 between scenarios (seen before the next one starts). A mode's sets end before the next mode
 starts (no context of one mode is left on the GPU while the other runs) and every set ends with
@@ -28,13 +28,16 @@ import signal
 import time
 from typing import Any, Callable
 
-from gpuipc_bench.harness import launcher
-from gpuipc_bench.errors import Interrupted
-from gpuipc_bench.harness.launcher import FORK, Outcome
-from gpuipc_bench.machine.probe import import_cupy
-from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.engine.scenario import shares_processes
+from gpuipc_bench.errors import Interrupted, WorkerFailed
+from gpuipc_bench.harness import launcher
+from gpuipc_bench.harness.launcher import Outcome
+from gpuipc_bench.harness.supervision import (
+    Worker, WorkerLost, idle_death_message, remove_driver_files, salvage_rows, size_in_flight, stop_all, supervise)
+from gpuipc_bench.hooks.profiling import mark
+from gpuipc_bench.ipc.process import FORK, exit_worker
 from gpuipc_bench.ipc.segment import Segment
+from gpuipc_bench.machine.probe import import_cupy
 
 LEAVE_S = 2.0  # how long a set's workers get to leave on their own at its end
 
@@ -55,7 +58,7 @@ class WorkerSet:
         self.broken = False
         self.scenarios = 0  # how many this set has run
         self.leaving: float | None = None  # when the workers were told to leave (let_go)
-        self.workers: list[launcher._Worker] = []
+        self.workers: list[Worker] = []
         self.tasks: list[multiprocessing.connection.Connection] = []
         for spec in self.specs:
             reader, writer = FORK.Pipe(duplex=False)  # the worker's messages to us
@@ -65,7 +68,7 @@ class WorkerSet:
             process.start()
             writer.close()
             task_reader.close()
-            self.workers.append(launcher._Worker(spec, process, reader))
+            self.workers.append(Worker(spec, process, reader))
             self.tasks.append(task_writer)
 
     @property
@@ -81,7 +84,7 @@ class WorkerSet:
             return None
         for worker in self.workers:
             if not worker.process.is_alive():
-                return launcher.idle_death_message(worker)
+                return idle_death_message(worker)
         return None
 
     def run(self, scenario, config, specs, on_row: Callable[[dict], None],
@@ -107,16 +110,16 @@ class WorkerSet:
                 worker.started = time.monotonic()
                 tasks.send((scenario, spec, specs, config, segment, shared, fault))
             self.scenarios += 1
-            outcome.error = launcher._supervise(
+            outcome.error = supervise(
                 self.workers, segment, config, deliver, on_progress or (lambda n: None),
                 on_status or (lambda text: None), on_note or (lambda key, text: None), until_done=True,
                 idle=idle)
             clean = outcome.error is None and all(w.finished and w.error is None for w in self.workers)
         except (KeyboardInterrupt, Interrupted) as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-            raise Interrupted(signum, scenario.name, launcher._size_in_flight(segment)) from None
+            raise Interrupted(signum, scenario.name, size_in_flight(segment)) from None
         except OSError as exc:  # a task that could not be sent: a worker is gone
-            outcome.error = launcher.WorkerFailed(f"a worker of {scenario.name} could not be reached: {exc}")
+            outcome.error = WorkerFailed(f"a worker of {scenario.name} could not be reached: {exc}")
         finally:
             if not clean:
                 self.broken = True
@@ -157,12 +160,12 @@ class WorkerSet:
             deadline = self.leaving + LEAVE_S
         for worker in self.workers:
             worker.process.join(max(0.0, deadline - time.monotonic()))
-        launcher._stop_all(self.workers)
+        stop_all(self.workers)
         if deliver is not None:
-            launcher._salvage_rows(self.workers, deliver)
+            salvage_rows(self.workers, deliver)
         for worker in self.workers:
             worker.conn.close()
-        launcher._remove_driver_files(self.pids)
+        remove_driver_files(self.pids)
 
 
 class WorkerSets:
@@ -199,7 +202,7 @@ class WorkerSets:
         lost = self.idle_loss()
         if lost is not None:  # a worker died between scenarios: the run's processes are not whole
             self.close()
-            return Outcome(scenario.name, error=launcher.WorkerLost(lost))
+            return Outcome(scenario.name, error=WorkerLost(lost))
         if not (self.persistent and shares_processes(scenario)):
             self.close()  # no idle context of the run beside a scenario of its own processes
             return launcher.run_scenario(scenario, config, specs, env=env, **callbacks)
@@ -215,7 +218,7 @@ class WorkerSets:
             self.started += 1
         idle = [w for other in self.sets.values() if other is not workers for w in other.workers]
         outcome = workers.run(scenario, config, specs, idle=idle, **callbacks)
-        if isinstance(outcome.error, launcher.WorkerLost):
+        if isinstance(outcome.error, WorkerLost):
             self.close()  # every set: the run ends
         if workers.broken:
             self.sets.pop(key, None)
@@ -279,7 +282,4 @@ def _set_main(tasks, conn, spec, env, worker_log) -> None:
                         except Exception:  # noqa: BLE001 - a view still alive: it goes with the process
                             pass
     finally:
-        try:
-            conn.close()
-        finally:
-            os._exit(code)
+        exit_worker(conn, code)

@@ -330,3 +330,29 @@ def test_a_worker_of_an_idle_set_killed_while_another_set_runs_ends_that_scenari
     assert "worker 0 (producer, CPU) was killed by SIGKILL while idle between scenarios" in str(outcome.error)
     assert ended - sent[0] < 30 and outcome.rows == len(rows) > 0
     assert sets.sets == {} and _gone(idle.pids)
+
+
+PHASES = ["setup", "warmup:2", "sample:3", "latency:2", "barrier:4", "teardown"]
+
+
+@pytest.mark.parametrize("action", ["kill", "stop"])
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_worker_killed_or_stopped_in_each_phase_ends_its_set_named_rows_kept(sets, monkeypatch, action, phase):
+    """kill -9 or SIGSTOP of a persistent worker (the second scenario of its set) in each phase:
+    WorkerLost naming it, the rows before kept, the set ended (the fixture: no process, no segment)."""
+    from gpuipc_bench.harness.supervision import WorkerLost
+
+    _run(sets)
+    (old,) = sets.sets.values()
+    rank = 0 if phase.startswith("latency") else 1  # the host ping-pong's latency phase is the producer's
+    monkeypatch.setenv(FAULT_ENV, f"{action}:{rank}:{phase}")
+    scenario = SCENARIOS["host"]
+    timeout = 30 if action == "kill" else 2  # a kill is seen at once; a stop at the timeout
+    config = RunConfig(scenarios=("host",), sizes=(64, 4096), iterations=3, warmup=1, timeout=timeout)
+    rows: list[dict] = []
+    outcome = sets.run(scenario, config, scenario.workers(config, None), on_row=rows.append)
+    assert isinstance(outcome.error, WorkerLost), outcome.error
+    how = "was killed by SIGKILL" if action == "kill" else "was stopped (SIGSTOP?) for 2 s"
+    role = "producer" if rank == 0 else "consumer"
+    assert f"worker {rank} ({role}, CPU) {how}" in str(outcome.error)
+    assert outcome.rows == len(rows) and sets.sets == {} and _gone(old.pids)

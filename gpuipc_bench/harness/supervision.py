@@ -160,6 +160,10 @@ def error_from_worker(worker: Worker, workers, info: dict, segment) -> BenchErro
 
 
 def silent_worker(worker: Worker, segment, timeout: float) -> str:
+    """A worker silent for `timeout` s: stopped (SIGSTOP, a debugger) or hung, and where."""
+    process = getattr(worker, "process", None)  # an MPI rank has none here
+    if process is not None and process_stopped(process.pid):
+        return stopped_worker(worker, segment, timeout)
     phase, nbytes, iteration = segment.phase(worker.spec.rank)
     where = phase_text(segment, worker.spec.rank, phase, nbytes, iteration)
     if segment.waiting_in_barrier(worker.spec.rank) and phase != "barrier":
@@ -251,7 +255,8 @@ def find_hung(workers, segment, timeout: float) -> tuple[str, list[int]] | None:
     """A worker that has made no progress for `timeout` seconds, and waits for no one who
     has, is hung: (the message, the ranks of every worker that silent), or None. When
     several are silent (one hangs, the others block waiting for it), the one that went
-    silent first is named."""
+    silent first is named. A stopped process (SIGSTOP, a debugger) is named once it has been
+    stopped for `timeout`, or as soon as others are silent: they wait for it."""
     now = time.monotonic()
     for worker in workers:
         stopped = not worker.finished and process_stopped(worker.process.pid)
@@ -264,6 +269,10 @@ def find_hung(workers, segment, timeout: float) -> tuple[str, list[int]] | None:
               and now - max(segment.last_progress(w.spec.rank), w.started) > timeout + 1.0]
     if not silent:
         return None
+    stopped = [w for w in workers if w.stopped_since is not None]
+    if stopped:  # the others are silent because they wait for it
+        worker = min(stopped, key=lambda w: (w.stopped_since, w.spec.rank))
+        return stopped_worker(worker, segment, timeout), [w.spec.rank for w in silent + stopped]
     # heartbeats are one monotonic clock across processes: the oldest stopped first
     worker = min(silent, key=lambda w: (segment.heartbeat(w.spec.rank), w.spec.rank))
     return silent_worker(worker, segment, timeout), [w.spec.rank for w in silent]

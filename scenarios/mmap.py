@@ -31,7 +31,7 @@ from gpuipc_bench.engine.pair import MEASURES, PairScenario
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.scenarios.staging import StagingWorker
 from gpuipc_bench.engine.exchange import max_transfers
-from gpuipc_bench.ipc.segment import PREFIX, _shm_dir
+from gpuipc_bench.ipc.segment import PREFIX, shm_dir
 from gpuipc_bench.ipc.shared import SharedPages
 from gpuipc_bench.sizes import format_size
 
@@ -54,7 +54,7 @@ class _Shared:
 def shared_region(nbytes: int) -> mmap.mmap:
     """A MAP_SHARED file mapping under /dev/shm that no exit path can leave behind:
     created exclusively (never a planted file or link), mode 0600, unlinked once mapped."""
-    folder = _shm_dir()
+    folder = shm_dir()
     stat = os.statvfs(folder)
     free = stat.f_bavail * stat.f_frsize
     if free < nbytes:  # a too-small tmpfs would kill the workers with SIGBUS when they touch it

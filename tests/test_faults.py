@@ -220,13 +220,26 @@ def test_raise_in_a_worker_names_it_and_shows_the_traceback_with_verbose(tmp_pat
     assert code == 1 and "Traceback" in output and "injected fault" in output
 
 
-def test_a_failed_scenario_does_not_stop_the_next(tmp_path, clean_slate):
-    """host fails (its producer dies in the latency phase, which only host has); barrier
-    then runs in full; the run exits 1 and the CSV says which failed and which completed."""
-    code, output, _, out = cli_run(tmp_path, "kill:0:latency:2", *FAST, "-s", "barrier")
-    assert code == 1
+def test_a_killed_worker_ends_the_run(tmp_path, clean_slate):
+    """host's producer dies in the latency phase: the run ends there, its rows kept, barrier
+    never started (a process of the run died: the rest is not trusted to it)."""
+    code, output, seconds, out = cli_run(tmp_path, "kill:0:latency:2", *FAST, "-s", "barrier", "--timeout", "30")
+    assert code == 1 and seconds < 30
     assert "1 of 2 scenarios failed" in one_line(output)
     assert "error in scenario host (7 samples kept): worker 0 (producer, CPU) was killed" in one_line(output)
+    frame, meta = read_results(out)
+    assert meta["partial"] == "true" and "barrier" not in meta["status"] and "failed: host" in meta["status"]
+    assert set(frame["scenario"]) == {"host"}
+    assert keys(frame) == host_rows({64: ITERATIONS}) | {("host", "latency", 64, 0)}
+
+
+def test_a_failed_scenario_does_not_stop_the_next(tmp_path, clean_slate):
+    """host fails (its producer raises in the latency phase, which only host has); barrier
+    then runs in full; the run exits 1 and the CSV says which failed and which completed."""
+    code, output, _, out = cli_run(tmp_path, "raise:0:latency:2", *FAST, "-s", "barrier")
+    assert code == 1
+    assert "1 of 2 scenarios failed" in one_line(output)
+    assert "error in scenario host (7 samples kept): worker 0 (producer, CPU) failed" in one_line(output)
     frame, meta = read_results(out)
     assert meta["partial"] == "true"
     assert "completed: barrier" in meta["status"] and "failed: host" in meta["status"]

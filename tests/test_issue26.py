@@ -292,10 +292,10 @@ def test_9_a_large_results_file_is_read_whole(tmp_path):
 _TORCH_PARENT = r'''
 import os, sys, time, multiprocessing
 from scenarios.torch_share import TorchShared, queue_semaphores
-from gpuipc_bench.harness.launcher import _die_with_parent
+from gpuipc_bench.ipc.process import die_with_parent
 
 def worker(shared, rank, ready):
-    _die_with_parent()
+    die_with_parent()
     shared.pids[rank] = os.getpid()
     open(f"/dev/shm/torch_{os.getpid()}_7_0", "w").close()  # what torch's reference counts leave
     shared.queue.put(ready)

@@ -75,17 +75,17 @@ def test_corruption_is_caught(run_host, no_leaks):
 
 
 def test_driver_files_of_dead_workers_are_removed(tmp_path, monkeypatch):
-    from gpuipc_bench.harness import launcher
+    from gpuipc_bench.harness import supervision
 
     shm = tmp_path / "shm"
     shm.mkdir()
     for name in ("cuda.shm.0.3c2.1", "cuda.shm.0.3c3.1", "other.0.3c2.1", "cuda.shm.0.3c2"):
         (shm / name).write_text("")
     real_listdir, real_join = os.listdir, os.path.join
-    monkeypatch.setattr(launcher.os, "listdir", lambda p: real_listdir(shm if p == "/dev/shm" else p))
-    monkeypatch.setattr(launcher.os.path, "join",
+    monkeypatch.setattr(supervision.os, "listdir", lambda p: real_listdir(shm if p == "/dev/shm" else p))
+    monkeypatch.setattr(supervision.os.path, "join",
                         lambda a, *b: real_join(str(shm) if a == "/dev/shm" else a, *b))
-    launcher._remove_driver_files([0x3C2])
+    supervision.remove_driver_files([0x3C2])
     assert sorted(p.name for p in shm.iterdir()) == ["cuda.shm.0.3c2", "cuda.shm.0.3c3.1", "other.0.3c2.1"]
 
 

@@ -12,9 +12,11 @@ import time
 import pytest
 from rich.console import Console
 
+from gpuipc_bench.machine import nvml
 from gpuipc_bench.machine import probe as machine_mod
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.machine.probe import GpuInfo, Machine, normalise_bus_id, probe
+from gpuipc_bench.machine.nvml import normalise_bus_id
+from gpuipc_bench.machine.probe import GpuInfo, Machine, probe
 from gpuipc_bench.machine.info import render_info
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -156,7 +158,7 @@ def test_nvml_unsupported_calls_are_tolerated_one_by_one(monkeypatch):
     for name in ("nvmlDeviceGetUUID", "nvmlDeviceGetMigMode", "nvmlDeviceGetCurrPcieLinkWidth",
                  "nvmlDeviceGetNvLinkState", "nvmlDeviceGetTopologyCommonAncestor"):
         monkeypatch.setattr(pynvml, name, unsupported)
-    facts = machine_mod._nvml_facts()
+    facts = nvml.nvml_facts()
     assert facts["driver"] == "580.159.04"
     gpu = facts["gpus"]["0000:17:00.0"]
     assert gpu["pcie_gen"] == 5 and gpu["pcie_width"] is None
@@ -253,7 +255,7 @@ def test_nvlink_counting_through_switch_and_direct(monkeypatch):
     monkeypatch.setattr(pynvml, "nvmlDeviceGetNvLinkState", state)
     monkeypatch.setattr(pynvml, "nvmlDeviceGetNvLinkRemotePciInfo",
                         lambda h, link: type("Pci", (), {"busId": "0" * 4 + wiring[h][link]})())
-    links = machine_mod._nvml_links(pynvml, machine_mod._nvml_call(pynvml), handles)
+    links = nvml.nvml_links(pynvml, nvml.nvml_call(pynvml), handles)
     assert links[("0000:0a:00.0", "0000:0b:00.0")] == "NV6"
     assert links[("0000:0a:00.0", "0000:0c:00.0")] == "NV4"
     assert links[("0000:0c:00.0", "0000:0b:00.0")] == "NV4"

@@ -85,12 +85,12 @@ def test_nvml_names_each_instance_of_a_gpu_with_mig_on(monkeypatch):
     names = dict(zip((A, B, C), ("NVIDIA H100 80GB HBM3 MIG 1g.10gb", "NVIDIA H100 80GB HBM3 MIG 1g.10gb",
                                  "NVIDIA H100 80GB HBM3 MIG 2g.20gb")))
     monkeypatch.setattr(pynvml, "nvmlDeviceGetName", lambda h: names[h.name])
-    found = nvml_facts._nvml_facts()["gpus"]["0000:17:00.0"]
+    found = nvml_facts.nvml_facts()["gpus"]["0000:17:00.0"]
     assert found["mig_mode"] == "enabled"
     assert found["mig_instances"] == (A, B, C) and found["mig_profiles"] == PROFILES
 
     monkeypatch.setattr(pynvml, "nvmlDeviceGetMigMode", lambda h: (0, 0))  # MIG off: no instance asked for
-    found = nvml_facts._nvml_facts()["gpus"]["0000:17:00.0"]
+    found = nvml_facts.nvml_facts()["gpus"]["0000:17:00.0"]
     assert found["mig_mode"] == "disabled" and found["mig_instances"] == ()
 
 

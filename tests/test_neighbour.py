@@ -121,11 +121,11 @@ def test_a_neighbour_that_died_on_its_own_is_said(monkeypatch):
 def test_the_neighbour_dies_with_a_killed_parent(tmp_path):
     script = textwrap.dedent("""
         import sys, time
-        from gpuipc_bench.harness.launcher import _die_with_parent
+        from gpuipc_bench.ipc.process import die_with_parent
         from gpuipc_bench.modes.neighbour import start_neighbour
 
         def spin(kind, device, env, conn):
-            _die_with_parent()
+            die_with_parent()
             conn.send(("ready", "")); conn.close()
             while True:
                 time.sleep(0.01)

@@ -205,8 +205,8 @@ def test_a_signal_keeps_the_rows_still_unread_in_the_pipes(sets, monkeypatch):
     host ping-pong's row, in one CI run): the set's end reads what its pipes still hold."""
     import signal
 
-    from gpuipc_bench.harness import launcher
     from gpuipc_bench.errors import Interrupted
+    from gpuipc_bench.harness import pool
 
     _run(sets)  # the set exists; its next scenario is interrupted before the parent reads a row
 
@@ -217,10 +217,142 @@ def test_a_signal_keeps_the_rows_still_unread_in_the_pipes(sets, monkeypatch):
         time.sleep(0.3)  # the workers go on sending; the parent reads none of it
         raise Interrupted(signal.SIGTERM)
 
-    monkeypatch.setattr(launcher, "_supervise", interrupted)
+    monkeypatch.setattr(pool, "supervise", interrupted)
     scenario = SCENARIOS["host"]
     config = RunConfig(scenarios=("host",), sizes=(64, 4096), iterations=3, warmup=1, timeout=10)
     rows: list[dict] = []
     with pytest.raises(Interrupted):
         sets.run(scenario, config, scenario.workers(config, None), on_row=rows.append)
     assert rows and {r["scenario"] for r in rows} == {"host"}  # samples taken before the signal are kept
+
+
+# --------------------------------------------------------------------------- a persistent worker lost
+
+
+def _signal_when_started(sets, signum, rank=1, env=None, after=0.0):
+    """Send `signum` to worker `rank` of the set (of `env`) once it has started its scenario; the
+    monotonic time it was sent, in a list filled from a thread."""
+    import signal as signals
+    import threading
+
+    sent: list[float] = []
+
+    def send() -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            found = [s for k, s in list(sets.sets.items()) if k[1] == tuple(sorted((env or {}).items()))]
+            if found and found[0].scenarios:
+                time.sleep(after)
+                sent.append(time.monotonic())
+                os.kill(found[0].pids[rank], getattr(signals, signum))
+                return
+            time.sleep(0.01)
+
+    threading.Thread(target=send, daemon=True).start()
+    return sent
+
+
+def _long_run(sets, env=None, timeout=30):
+    scenario = SCENARIOS["host"]
+    config = RunConfig(scenarios=("host",), sizes=(64, 4096), iterations=100000, warmup=1, timeout=timeout)
+    rows: list[dict] = []
+    outcome = sets.run(scenario, config, scenario.workers(config, None), env=env, on_row=rows.append)
+    return outcome, rows, time.monotonic()
+
+
+def test_a_worker_killed_from_outside_ends_its_scenario_at_once_rows_kept(sets):
+    from gpuipc_bench.harness.supervision import WorkerLost
+
+    sent = _signal_when_started(sets, "SIGKILL", after=0.5)
+    outcome, rows, ended = _long_run(sets, timeout=30)
+    assert isinstance(outcome.error, WorkerLost) and "worker 1 (consumer, CPU) was killed by SIGKILL" in str(
+        outcome.error)
+    assert ended - sent[0] < 30, "ended by the death, not by the --timeout"
+    assert outcome.rows == len(rows) and sets.sets == {}
+
+
+def test_a_stopped_worker_is_named_at_the_timeout_even_while_another_works(sets):
+    from gpuipc_bench.harness.supervision import WorkerLost
+
+    sent = _signal_when_started(sets, "SIGSTOP", after=0.2)
+    outcome, rows, ended = _long_run(sets, timeout=2)
+    assert isinstance(outcome.error, WorkerLost), outcome.error
+    assert "worker 1 (consumer, CPU) was stopped (SIGSTOP?) for 2 s" in str(outcome.error)
+    assert ended - sent[0] >= 2 and sets.sets == {}
+
+
+def test_a_worker_dead_between_scenarios_is_named_when_the_run_goes_on(sets):
+    from gpuipc_bench.harness.supervision import WorkerLost
+
+    _run(sets)
+    (idle,) = sets.sets.values()
+    os.kill(idle.pids[0], 9)
+    assert _gone(idle.pids[:1])
+    outcome, rows = _run(sets)
+    assert isinstance(outcome.error, WorkerLost) and not rows
+    assert str(outcome.error) == "worker 0 (producer, CPU) was killed by SIGKILL while idle between scenarios"
+    assert sets.sets == {} and _gone(idle.pids)
+
+
+def test_a_worker_dead_between_scenarios_is_named_before_a_scenario_of_its_own_processes(sets):
+    _run(sets)
+    (idle,) = sets.sets.values()
+    os.kill(idle.pids[1], 9)
+    assert _gone(idle.pids[1:])
+    outcome, rows = _run(sets, name="barrier")
+    assert "worker 1 (consumer, CPU) was killed by SIGKILL while idle" in str(outcome.error) and not rows
+
+
+def test_a_worker_of_an_idle_set_killed_while_another_set_runs_ends_that_scenario(sets):
+    """Two sets of one mode (told apart here by their environment): the idle one's death is seen
+    while the other runs, not when its set is next used."""
+    from gpuipc_bench.harness.supervision import WorkerLost
+
+    scenario = SCENARIOS["host"]
+    config = RunConfig(scenarios=("host",), sizes=(64,), iterations=3, warmup=1, timeout=10)
+    first = sets.run(scenario, config, scenario.workers(config, None), env={"SET": "a"}, on_row=lambda row: None)
+    assert first.ok
+    (idle,) = sets.sets.values()
+    import threading
+
+    sent: list[float] = []
+
+    def kill_idle() -> None:
+        while len(sets.sets) < 2:
+            time.sleep(0.01)
+        time.sleep(0.5)
+        sent.append(time.monotonic())
+        os.kill(idle.pids[0], 9)
+
+    threading.Thread(target=kill_idle, daemon=True).start()
+    outcome, rows, ended = _long_run(sets, env={"SET": "b"}, timeout=30)
+    assert isinstance(outcome.error, WorkerLost)
+    assert "worker 0 (producer, CPU) was killed by SIGKILL while idle between scenarios" in str(outcome.error)
+    assert ended - sent[0] < 30 and outcome.rows == len(rows) > 0
+    assert sets.sets == {} and _gone(idle.pids)
+
+
+PHASES = ["setup", "warmup:2", "sample:3", "latency:2", "barrier:4", "teardown"]
+
+
+@pytest.mark.parametrize("action", ["kill", "stop"])
+@pytest.mark.parametrize("phase", PHASES)
+def test_a_worker_killed_or_stopped_in_each_phase_ends_its_set_named_rows_kept(sets, monkeypatch, action, phase):
+    """kill -9 or SIGSTOP of a persistent worker (the second scenario of its set) in each phase:
+    WorkerLost naming it, the rows before kept, the set ended (the fixture: no process, no segment)."""
+    from gpuipc_bench.harness.supervision import WorkerLost
+
+    _run(sets)
+    (old,) = sets.sets.values()
+    rank = 0 if phase.startswith("latency") else 1  # the host ping-pong's latency phase is the producer's
+    monkeypatch.setenv(FAULT_ENV, f"{action}:{rank}:{phase}")
+    scenario = SCENARIOS["host"]
+    timeout = 30 if action == "kill" else 2  # a kill is seen at once; a stop at the timeout
+    config = RunConfig(scenarios=("host",), sizes=(64, 4096), iterations=3, warmup=1, timeout=timeout)
+    rows: list[dict] = []
+    outcome = sets.run(scenario, config, scenario.workers(config, None), on_row=rows.append)
+    assert isinstance(outcome.error, WorkerLost), outcome.error
+    how = "was killed by SIGKILL" if action == "kill" else "was stopped (SIGSTOP?) for 2 s"
+    role = "producer" if rank == 0 else "consumer"
+    assert f"worker {rank} ({role}, CPU) {how}" in str(outcome.error)
+    assert outcome.rows == len(rows) and sets.sets == {} and _gone(old.pids)

@@ -346,7 +346,7 @@ def test_mmap_region_refuses_a_full_tmpfs(monkeypatch):
     monkeypatch.setattr(mmap_scenario.os, "statvfs", lambda path: Tiny())
     with pytest.raises(BenchError, match="needs 1 MiB in .* which has 40 KiB free"):
         mmap_scenario.shared_region(1 << 20)
-    assert not [n for n in os.listdir(mmap_scenario._shm_dir()) if "mmap-" in n]
+    assert not [n for n in os.listdir(mmap_scenario.shm_dir()) if "mmap-" in n]
 
 
 def test_prefault_touches_every_page_and_keeps_the_bytes():

@@ -18,7 +18,7 @@ CTX = multiprocessing.get_context("fork")
 
 
 def _ours() -> set[str]:
-    return set(glob.glob(os.path.join(segment_mod._shm_dir(), PREFIX + "*")))
+    return set(glob.glob(os.path.join(segment_mod.shm_dir(), PREFIX + "*")))
 
 
 # -- creation -----------------------------------------------------------------------------
@@ -61,7 +61,7 @@ def predicted(monkeypatch):
     """The path the next Segment.create() will try; removed afterwards."""
     token = "planted" + os.urandom(4).hex()
     monkeypatch.setattr(segment_mod, "_token", lambda: token)
-    path = os.path.join(segment_mod._shm_dir(), PREFIX + token)
+    path = os.path.join(segment_mod.shm_dir(), PREFIX + token)
     yield path
     if os.path.lexists(path):
         os.remove(path)
@@ -97,7 +97,7 @@ def test_planted_dangling_symlink_creates_nothing(predicted, tmp_path):
 
 
 def test_falls_back_to_temp_dir(monkeypatch, tmp_path):
-    monkeypatch.setattr(segment_mod, "_shm_dir", lambda: str(tmp_path))
+    monkeypatch.setattr(segment_mod, "shm_dir", lambda: str(tmp_path))
     with Segment.create(2) as seg:
         assert seg.name.startswith(str(tmp_path))
         assert list(tmp_path.iterdir()) == []
@@ -135,7 +135,7 @@ def test_a_failed_create_leaves_nothing(monkeypatch):
     with pytest.raises(BenchError) as info:
         Segment.create(2)
     message = str(info.value)
-    assert message.startswith(f"{segment_mod._shm_dir()} is full: the shared-memory segment needs "
+    assert message.startswith(f"{segment_mod.shm_dir()} is full: the shared-memory segment needs "
                               f"{Segment.size_for(2, 16)} bytes"), message
     assert "\n" not in message
     assert _ours() <= before

@@ -16,15 +16,12 @@ from rich.markup import escape
 from gpuipc_bench.cli.console import stderr_console
 from gpuipc_bench.cli.runloop import drop_if_empty, run_plan
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
-from gpuipc_bench.config import RunConfig, check_writable
+from gpuipc_bench.config import check_writable
 from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.hooks.profiling import mark
-from gpuipc_bench.harness.plan import (
-    check_memory, modes_for, pairs_estimate, plan_modes, plan_pairs, plan_scenarios, registry,
-    resolve_names,
-)
+from gpuipc_bench.harness.plan import PlanOptions, make_plan, run_config
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.engine.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
@@ -170,8 +167,6 @@ def _select_by_uuid(devices):
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
          force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False,
          order=("declared", None)):
-    from gpuipc_bench.machine.probe import probe
-
     if pairs is not None and devices:
         raise UsageError("--pairs and --devices both choose the GPUs: give one of them")
     devices, visible = _select_by_uuid(devices)
@@ -179,20 +174,11 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
     if visible:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
     try:
-        scenarios = registry()
-        names = resolve_names(scenario_names, scenarios, preset or "")
-        if job is not None:
-            if workers is not None and workers != job.size:
-                raise UsageError(f"--workers {workers}: under MPI each rank is one worker, and the job has "
-                                 f"{job.size} ranks")
-            workers = job.size
-        config = RunConfig(
-            scenarios=tuple(names), sizes=sizes, iterations=iterations, preset=preset or "",
-            **_sample_counts(preset, min_samples, max_samples, warmup),
-            devices=devices, workers=workers, timeout=timeout,
-            launcher="mpi" if job else "fork-fresh" if fresh else "fork", sample_order=order[0], order_seed=order[1],
-            **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
-        )
+        options = PlanOptions(scenario_names=scenario_names, sizes=sizes, preset=preset or "", iterations=iterations,
+                              min_samples=min_samples, max_samples=max_samples, warmup=warmup, devices=devices,
+                              visible=visible, workers=workers, timeout=timeout, chunk=chunk, pairs=pairs,
+                              sharing=sharing, fresh=fresh, order=order, job=job)
+        config = run_config(options)
         out = out or _default_out()
         check_writable(out, force)
         if not verbose and job is None:  # what libraries print in the workers goes beside the CSV
@@ -203,59 +189,24 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             check_plot_dest(plot)
             check_plot_targets(plot, [Path(out).stem], None, force)
 
-        machine = probe()
-        if job is not None and devices is None:
-            config = dataclasses.replace(config, devices=job.devices(machine.gpu_count))
-        _stop_stale_mps(stderr_console())
-        if visible and machine.gpu_count < len(devices):
-            raise UsageError(f"--devices {visible}: CUDA sees {machine.gpu_count} of these devices "
-                             f"({machine.cuda_error or 'one MIG instance per process at most'}); "
-                             "gpuipc-bench info lists the GPU and MIG UUIDs")
-        if devices:
-            machine.check_devices(devices)
-        plan, waived = plan_scenarios(config, scenarios, machine, explicit=bool(scenario_names), job=job)
-        if pairs is None and not devices and job is None and machine.gpu_count >= 2:
-            pairs = "default"  # a plain run on a node of several GPUs answers across one pair too
-        if pairs is not None:
-            plan = plan_pairs(plan, config, machine, pairs)
-            said = pairs_estimate(plan, config.preset)
-            if said and not quiet:  # a long run: say how long it grows before it starts
-                stderr_console().print(said, soft_wrap=True)
-        mig_notes: dict[str, str] = {}
-        if job is None and not devices:  # each GPU with MIG on: pairs within an instance and across two
-            from gpuipc_bench.machine.mig import plan_mig
-
-            mig_plan, mig_notes = plan_mig(plan, config, machine)
-            plan = plan + mig_plan
-        check_memory(plan, config, machine)
-        modes, mode_note = plan_modes(sharing, machine, job)
-        config = dataclasses.replace(config, sharing=tuple(mode.name for mode in modes))
+        planned = make_plan(options, config)
+        config = planned.config
         err = stderr_console()
-        if mode_note and not quiet and any(s.sharing_modes for s, _ in plan):
-            err.print(f"[yellow]skipped[/] {escape(mode_note)}", soft_wrap=True)
-        unmeasured = sorted({s.name for s, w in plan if not modes_for(s, w, modes)})
-        if unmeasured and not quiet:  # e.g. --sharing mps:25 alone: only the SM-bound scenarios
-            err.print(f"[yellow]skipped[/] {', '.join(unmeasured)}: no mode of --sharing "
-                      f"{escape(','.join(config.sharing))} measures them", soft_wrap=True)
-        for text in [] if quiet else mig_notes.values():  # a GPU with MIG on and no pair across instances
-            err.print(f"[yellow]note[/]: {escape(text)}", soft_wrap=True)
-        if waived and not quiet:
-            by_reason: dict[str, list[str]] = {}
-            for name, reason in waived:
-                by_reason.setdefault(reason, []).append(name)
-            for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
-                err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
+        for kind, text in planned.notes:
+            if kind == "cleanup" or not quiet:
+                err.print(_note_line(kind, text), soft_wrap=True)
 
-        for scenario in dict.fromkeys(s for s, _ in plan):  # nvcc builds while the first paths run
+        for scenario in dict.fromkeys(s for s, _ in planned.runs):  # nvcc builds while the first paths run
             getattr(scenario, "prebuild", lambda: None)()
         try:
-            run_plan(plan, config, machine, out, err, quiet, verbose, job, modes, mig_notes)
+            run_plan(planned.runs, config, planned.machine, out, err, quiet, verbose, job, planned.modes,
+                     planned.mig_notes)
         except BenchError:
             if plot is not None:
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
             raise
         finally:
-            end_modes(modes)
+            end_modes(planned.modes)
             drop_if_empty(config.worker_log)
         if plot is not None:
             _plot_run(out, plot, err, quiet)
@@ -265,6 +216,15 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
                 os.environ.pop("CUDA_VISIBLE_DEVICES", None)
             else:
                 os.environ["CUDA_VISIBLE_DEVICES"] = previous
+
+
+def _note_line(kind: str, text: str) -> str:
+    """A planning note as the terminal shows it: '[yellow]skipped[/] ...', '[yellow]note[/]: ...'."""
+    if kind == "skipped":
+        return f"[yellow]skipped[/] {escape(text)}"
+    if kind == "estimate":
+        return escape(text)
+    return f"[yellow]note[/]: {escape(text)}"
 
 
 def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> None:
@@ -286,29 +246,6 @@ def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> 
         err.print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
 
 
-def _sample_counts(preset, min_samples, max_samples, warmup) -> dict:
-    """The sample counts: as given, else the preset's, else the defaults (6 to 20, 1 warm-up)."""
-    low, high, warm = PRESETS.get(preset or "", DEFAULT_SAMPLES)
-    return dict(min_samples=low if min_samples is None else min_samples,
-                max_samples=high if max_samples is None else max_samples,
-                warmup=warm if warmup is None else warmup)
-
-
-def _single_size(sizes: tuple[int, ...], option: str) -> int:
-    if len(sizes) != 1:
-        raise UsageError(f"{option} takes one size, not a list or range")
-    return sizes[0]
-
-
-
 def _default_out() -> Path:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path("results") / f"{stamp}-{socket.gethostname()}.csv"
-
-
-def _stop_stale_mps(err) -> None:
-    """Stop any private MPS daemon an earlier run left behind (its guard was killed too), and say so."""
-    from gpuipc_bench.modes import daemon as mps
-
-    for note in mps.stop_stale_daemons():
-        err.print(f"[yellow]note[/]: {escape(note)}", soft_wrap=True)

@@ -15,6 +15,7 @@ from rich.markup import escape
 from gpuipc_bench.cli.console import signal_name, stdout_console
 from gpuipc_bench.harness.header import run_header
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed
+from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.harness.plan import plan_runs, shuffle_paths
 from gpuipc_bench.hooks.profiling import mark, write_trace
@@ -111,6 +112,8 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
                 if failures or time.monotonic() - rewritten >= REWRITE_S:
                     results.write(partial=True, status=_status(done, failures, running=True))
                     rewritten = time.monotonic()
+                if isinstance(outcome.error, WorkerLost):  # a process died or went silent: the run ends
+                    break
         sets.let_go()  # their contexts go down while the answer is written and rendered (end() reaps them)
         clean_end = True
     except (Interrupted, KeyboardInterrupt) as exc:

@@ -213,7 +213,7 @@ class RanksLost(WorkerFailed):
 
 
 class _Rank:
-    """What the supervisor knows of one worker (launcher._Worker's fields, for its messages)."""
+    """What the supervisor knows of one worker (supervision.Worker's fields, for its messages)."""
 
     def __init__(self, spec, segment, thread=None):
         self.spec, self.segment, self.thread = spec, segment, thread
@@ -237,31 +237,23 @@ class _Supervisor:
     def run(self, on_row, on_progress, on_status, on_note) -> BenchError | None:
         from mpi4py import MPI
 
-        from gpuipc_bench.harness import launcher
+        from gpuipc_bench.harness import supervision
 
         first: BenchError | None = None
         deadline: float | None = None
         status = MPI.Status()
 
-        def fail(error: BenchError) -> None:
+        def fail(error: BenchError, stuck=()) -> None:
             nonlocal first, deadline
             if first is None:
-                first, deadline = error, time.monotonic() + launcher.ABORT_GRACE_S
+                first, deadline = error, time.monotonic() + supervision.ABORT_GRACE_S
                 self.segment.abort()
 
+        handlers = {id(rank): supervision.worker_handlers(rank, self.ranks, self.segment, on_row, on_progress,
+                                                          on_note, fail) for rank in self.ranks}
+
         def handle(rank: _Rank, message: tuple) -> None:
-            kind = message[0]
-            if kind == "row":
-                on_row(message[1])
-            elif kind == "progress":
-                on_progress(message[1])
-            elif kind == "note":
-                on_note(message[1], message[2])
-            elif kind in ("done", "aborted"):
-                rank.finished = True
-            elif kind == "error":
-                rank.finished = True
-                fail(launcher._error_from_worker(rank, self.ranks, message[1], self.segment))
+            supervision.dispatch(message, handlers[id(rank)])
 
         while not all(r.finished for r in self.ranks):
             busy = False
@@ -275,14 +267,14 @@ class _Supervisor:
                 source = status.Get_source()
                 handle(self.ranks[source], self.job.comm.recv(source=source, tag=MESSAGE))
                 busy = True
-            on_status(launcher.status_text(self.segment, [_Live(r) for r in self.ranks]))
+            on_status(supervision.status_text(self.segment, [_Live(r) for r in self.ranks]))
             for rank in self.ranks:
                 if not rank.finished and not rank.alive() and rank.thread is not None:
                     while not self.local.empty():  # the thread said goodbye, then ended: read it first
                         handle(rank, self.local.get_nowait())
                 if not rank.finished and not rank.alive():
                     rank.finished = True
-                    where = launcher._phase_text(self.segment, rank.spec.rank, *self.segment.phase(rank.spec.rank))
+                    where = supervision.phase_text(self.segment, rank.spec.rank, *self.segment.phase(rank.spec.rank))
                     raise RanksLost(f"{_describe(rank.spec)} died {where}")
             if first is None:
                 silent = [r for r in self.ranks if not r.finished and time.monotonic() - max(
@@ -290,7 +282,7 @@ class _Supervisor:
                 if silent:
                     worker = min(silent, key=lambda r: (self.segment.heartbeat(r.spec.rank), r.spec.rank))
                     self.segment.abort()
-                    raise RanksLost(launcher._silent_worker(worker, self.segment, self.config.timeout)
+                    raise RanksLost(supervision.silent_worker(worker, self.segment, self.config.timeout)
                                     .replace(worker.spec.describe(), _describe(worker.spec)))
             if deadline is not None and time.monotonic() > deadline:
                 stuck = [r for r in self.ranks if not r.finished]
@@ -302,7 +294,7 @@ class _Supervisor:
 
 
 class _Live:
-    """launcher.status_text wants objects with .spec and .process.is_alive()."""
+    """supervision.status_text wants objects with .spec and .process.is_alive()."""
 
     def __init__(self, rank: _Rank):
         self.spec, self.process = rank.spec, self

@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import random
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.engine.scenario import shares_processes
@@ -235,3 +235,140 @@ def check_memory(plan: "list[tuple[Scenario, list[WorkerSpec]]]", config: "RunCo
                 raise UsageError(
                     f"{what} needs about {format_size(gpu_bytes)} on GPU {device} in scenario "
                     f"{scenario.name}, and GPU {device} has {format_size(total)}; give a smaller --sizes")
+
+
+# --------------------------------------------------------------------------- a run's plan, from its options
+
+
+@dataclasses.dataclass
+class PlanOptions:
+    """What the command line asked for, checked by click. `devices`: GPU indices (UUIDs given to
+    --devices are the caller's CUDA_VISIBLE_DEVICES, `visible`, and their indices here)."""
+    scenario_names: tuple[str, ...] = ()
+    sizes: tuple[int, ...] | None = None
+    preset: str = ""
+    iterations: int | None = None
+    min_samples: int | None = None
+    max_samples: int | None = None
+    warmup: int | None = None
+    devices: tuple | None = None
+    visible: str | None = None
+    workers: int | None = None
+    timeout: float | None = None
+    chunk: tuple[int, ...] | None = None
+    pairs: str | None = None
+    sharing: str | None = None
+    fresh: bool = False  # --launcher fork-fresh
+    order: tuple[str, int | None] = ("declared", None)  # --sample-order, --order-seed
+    job: Any = None  # the MPI job whose ranks are the workers, or None
+
+
+@dataclasses.dataclass
+class Plan:
+    """What a run will do: its configuration, the machine, each scenario with its workers, the
+    sharing modes, and what the caller should say before it starts: notes as (kind, text), kind
+    'skipped', 'note', 'estimate' or 'cleanup' (a daemon of an earlier run stopped: said even when
+    quiet)."""
+    config: "RunConfig"
+    machine: "Machine"
+    runs: list  # (scenario, specs)
+    modes: list
+    mig_notes: dict[str, str]
+    notes: list[tuple[str, str]]
+
+
+def run_config(options: PlanOptions) -> "RunConfig":
+    """The run's configuration from the options alone: bad input refused (UsageError), no work done."""
+    from gpuipc_bench.config import RunConfig
+
+    if options.pairs is not None and options.devices:
+        raise UsageError("--pairs and --devices both choose the GPUs: give one of them")
+    names = resolve_names(options.scenario_names, registry(), options.preset)
+    workers, job = options.workers, options.job
+    if job is not None:
+        if workers is not None and workers != job.size:
+            raise UsageError(f"--workers {workers}: under MPI each rank is one worker, and the job has "
+                             f"{job.size} ranks")
+        workers = job.size
+    return RunConfig(
+        scenarios=tuple(names), sizes=options.sizes, iterations=options.iterations, preset=options.preset,
+        **sample_counts(options.preset, options.min_samples, options.max_samples, options.warmup),
+        devices=options.devices, workers=workers,
+        **({"timeout": options.timeout} if options.timeout is not None else {}),
+        launcher="mpi" if job else "fork-fresh" if options.fresh else "fork", sample_order=options.order[0],
+        order_seed=options.order[1],
+        **({"chunk_bytes": single_size(options.chunk, "--chunk")} if options.chunk else {}),
+    )
+
+
+def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
+    """Probe the machine and plan the run: scenarios, GPU pairs, MIG instances, memory, sharing
+    modes. `config`: run_config(options), possibly adjusted by the caller (its worker log)."""
+    from gpuipc_bench.machine.probe import probe
+
+    config = run_config(options) if config is None else config
+    job, devices, visible = options.job, options.devices, options.visible
+    notes: list[tuple[str, str]] = []
+    machine = probe()
+    if job is not None and devices is None:
+        config = dataclasses.replace(config, devices=job.devices(machine.gpu_count))
+    notes += [("cleanup", text) for text in stop_stale_daemons()]
+    if visible and machine.gpu_count < len(devices or ()):
+        raise UsageError(f"--devices {visible}: CUDA sees {machine.gpu_count} of these devices "
+                         f"({machine.cuda_error or 'one MIG instance per process at most'}); "
+                         "gpuipc-bench info lists the GPU and MIG UUIDs")
+    if devices:
+        machine.check_devices(devices)
+    plan, waived = plan_scenarios(config, registry(), machine, explicit=bool(options.scenario_names), job=job)
+    pairs = options.pairs
+    if pairs is None and not devices and job is None and machine.gpu_count >= 2:
+        pairs = "default"  # a plain run on a node of several GPUs answers across one pair too
+    if pairs is not None:
+        plan = plan_pairs(plan, config, machine, pairs)
+        said = pairs_estimate(plan, config.preset)
+        if said:  # a long run: say how long it grows before it starts
+            notes.append(("estimate", said))
+    mig_notes: dict[str, str] = {}
+    if job is None and not devices:  # each GPU with MIG on: pairs within an instance and across two
+        from gpuipc_bench.machine.mig import plan_mig
+
+        mig_plan, mig_notes = plan_mig(plan, config, machine)
+        plan = plan + mig_plan
+    check_memory(plan, config, machine)
+    modes, mode_note = plan_modes(options.sharing, machine, job)
+    config = dataclasses.replace(config, sharing=tuple(mode.name for mode in modes))
+    if mode_note and any(s.sharing_modes for s, _ in plan):
+        notes.append(("skipped", mode_note))
+    unmeasured = sorted({s.name for s, w in plan if not modes_for(s, w, modes)})
+    if unmeasured:  # e.g. --sharing mps:25 alone: only the SM-bound scenarios
+        notes.append(("skipped", f"{', '.join(unmeasured)}: no mode of --sharing {','.join(config.sharing)} "
+                                 "measures them"))
+    notes += [("note", text) for text in mig_notes.values()]  # a GPU with MIG on and no pair across instances
+    by_reason: dict[str, list[str]] = {}
+    for name, reason in waived:
+        by_reason.setdefault(reason, []).append(name)
+    notes += [("skipped", f"{', '.join(names)}: {reason}") for reason, names in by_reason.items()]
+    return Plan(config, machine, plan, modes, mig_notes, notes)
+
+
+def stop_stale_daemons() -> list[str]:
+    """Stop any private MPS daemon an earlier run left behind (its guard was killed too); what to say."""
+    from gpuipc_bench.modes import daemon as mps
+
+    return list(mps.stop_stale_daemons())
+
+
+def sample_counts(preset, min_samples, max_samples, warmup) -> dict:
+    """The sample counts: as given, else the preset's, else the defaults (6 to 20, 1 warm-up)."""
+    from gpuipc_bench.engine.scenario import DEFAULT_SAMPLES, PRESETS
+
+    low, high, warm = PRESETS.get(preset or "", DEFAULT_SAMPLES)
+    return dict(min_samples=low if min_samples is None else min_samples,
+                max_samples=high if max_samples is None else max_samples,
+                warmup=warm if warmup is None else warmup)
+
+
+def single_size(sizes: tuple[int, ...], option: str) -> int:
+    if len(sizes) != 1:
+        raise UsageError(f"{option} takes one size, not a list or range")
+    return sizes[0]

@@ -11,10 +11,13 @@ processes then time every path they compare. A scenario that needs a setting its
 reads once per process (NCCL's and UCX's variables, NVSHMEM's initialisation, torch's spawned
 interpreters) keeps its own fresh processes (launcher.run_scenario).
 
-Faults: a worker that fails, dies or hangs ends its scenario as before (named, rows kept), and
-its whole set is ended with it: the next scenario forks a fresh set, never running in a broken
-worker. A mode's sets end before the next mode starts (no context of one mode is left on the
-GPU while the other runs) and every set ends with the run, under every fault.
+Faults: a worker that fails, dies or hangs ends its scenario (named, rows kept), and its whole
+set is ended with it: a later scenario forks a fresh set, never running in a broken worker. A
+worker that dies or stops (WorkerLost) ends every set, and the run loop ends the run:
+in its scenario, while its set is idle and another set runs (watched through `idle`), or
+between scenarios (seen before the next one starts). A mode's sets end before the next mode
+starts (no context of one mode is left on the GPU while the other runs) and every set ends with
+the run, under every fault.
 """
 
 from __future__ import annotations
@@ -25,13 +28,16 @@ import signal
 import time
 from typing import Any, Callable
 
-from gpuipc_bench.harness import launcher
-from gpuipc_bench.errors import Interrupted
-from gpuipc_bench.harness.launcher import FORK, Outcome
-from gpuipc_bench.machine.probe import import_cupy
-from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.engine.scenario import shares_processes
+from gpuipc_bench.errors import Interrupted, WorkerFailed
+from gpuipc_bench.harness import launcher
+from gpuipc_bench.harness.launcher import Outcome
+from gpuipc_bench.harness.supervision import (
+    Worker, WorkerLost, idle_death_message, remove_driver_files, salvage_rows, size_in_flight, stop_all, supervise)
+from gpuipc_bench.hooks.profiling import mark
+from gpuipc_bench.ipc.process import FORK, exit_worker
 from gpuipc_bench.ipc.segment import Segment
+from gpuipc_bench.machine.probe import import_cupy
 
 LEAVE_S = 2.0  # how long a set's workers get to leave on their own at its end
 
@@ -52,7 +58,7 @@ class WorkerSet:
         self.broken = False
         self.scenarios = 0  # how many this set has run
         self.leaving: float | None = None  # when the workers were told to leave (let_go)
-        self.workers: list[launcher._Worker] = []
+        self.workers: list[Worker] = []
         self.tasks: list[multiprocessing.connection.Connection] = []
         for spec in self.specs:
             reader, writer = FORK.Pipe(duplex=False)  # the worker's messages to us
@@ -62,7 +68,7 @@ class WorkerSet:
             process.start()
             writer.close()
             task_reader.close()
-            self.workers.append(launcher._Worker(spec, process, reader))
+            self.workers.append(Worker(spec, process, reader))
             self.tasks.append(task_writer)
 
     @property
@@ -72,11 +78,21 @@ class WorkerSet:
     def alive(self) -> bool:
         return not self.broken and all(w.process.is_alive() for w in self.workers)
 
+    def idle_loss(self) -> str | None:
+        """How a worker of this set ended while it waited for its next scenario, or None."""
+        if self.broken or self.leaving is not None:
+            return None
+        for worker in self.workers:
+            if not worker.process.is_alive():
+                return idle_death_message(worker)
+        return None
+
     def run(self, scenario, config, specs, on_row: Callable[[dict], None],
             on_progress: Callable[[int], None] | None = None, on_status: Callable[[str], None] | None = None,
-            on_note: Callable[[str, str], None] | None = None) -> Outcome:
+            on_note: Callable[[str, str], None] | None = None, idle=()) -> Outcome:
         """launcher.run_scenario's counterpart in these workers: the same Outcome and messages. A
-        failure ends the set (self.broken)."""
+        failure ends the set (self.broken). `idle`: the workers of the run's other sets, watched
+        meanwhile (one that dies ends this scenario)."""
         outcome = Outcome(scenario.name)
         segment = Segment.create(len(specs), scenario.mailbox_slots(config, specs))
         shared: Any = None
@@ -90,18 +106,20 @@ class WorkerSet:
             shared = scenario.prepare(config, specs)
             fault = os.environ.get("GPUIPC_BENCH_FAULT", "")  # the test suite's, read per scenario
             for worker, tasks, spec in zip(self.workers, self.tasks, specs):
-                worker.finished, worker.error, worker.started = False, None, time.monotonic()
+                worker.finished, worker.error, worker.stopped_since = False, None, None
+                worker.started = time.monotonic()
                 tasks.send((scenario, spec, specs, config, segment, shared, fault))
             self.scenarios += 1
-            outcome.error = launcher._supervise(
+            outcome.error = supervise(
                 self.workers, segment, config, deliver, on_progress or (lambda n: None),
-                on_status or (lambda text: None), on_note or (lambda key, text: None), until_done=True)
+                on_status or (lambda text: None), on_note or (lambda key, text: None), until_done=True,
+                idle=idle)
             clean = outcome.error is None and all(w.finished and w.error is None for w in self.workers)
         except (KeyboardInterrupt, Interrupted) as exc:
             signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-            raise Interrupted(signum, scenario.name, launcher._size_in_flight(segment)) from None
+            raise Interrupted(signum, scenario.name, size_in_flight(segment)) from None
         except OSError as exc:  # a task that could not be sent: a worker is gone
-            outcome.error = launcher.WorkerFailed(f"a worker of {scenario.name} could not be reached: {exc}")
+            outcome.error = WorkerFailed(f"a worker of {scenario.name} could not be reached: {exc}")
         finally:
             if not clean:
                 self.broken = True
@@ -142,12 +160,12 @@ class WorkerSet:
             deadline = self.leaving + LEAVE_S
         for worker in self.workers:
             worker.process.join(max(0.0, deadline - time.monotonic()))
-        launcher._stop_all(self.workers)
+        stop_all(self.workers)
         if deliver is not None:
-            launcher._salvage_rows(self.workers, deliver)
+            salvage_rows(self.workers, deliver)
         for worker in self.workers:
             worker.conn.close()
-        launcher._remove_driver_files(self.pids)
+        remove_driver_files(self.pids)
 
 
 class WorkerSets:
@@ -181,6 +199,10 @@ class WorkerSets:
             **callbacks) -> Outcome:
         """Run `scenario` in its set where it declares persistent_workers, else in fresh workers."""
         env = env or {}
+        lost = self.idle_loss()
+        if lost is not None:  # a worker died between scenarios: the run's processes are not whole
+            self.close()
+            return Outcome(scenario.name, error=WorkerLost(lost))
         if not (self.persistent and shares_processes(scenario)):
             self.close()  # no idle context of the run beside a scenario of its own processes
             return launcher.run_scenario(scenario, config, specs, env=env, **callbacks)
@@ -194,10 +216,17 @@ class WorkerSets:
             mark("set fork", scenario.name)
             workers = self.sets[key] = WorkerSet(specs, env, self.worker_log)
             self.started += 1
-        outcome = workers.run(scenario, config, specs, **callbacks)
+        idle = [w for other in self.sets.values() if other is not workers for w in other.workers]
+        outcome = workers.run(scenario, config, specs, idle=idle, **callbacks)
+        if isinstance(outcome.error, WorkerLost):
+            self.close()  # every set: the run ends
         if workers.broken:
             self.sets.pop(key, None)
         return outcome
+
+    def idle_loss(self) -> str | None:
+        """How a worker of an idle set ended while it waited, or None (every worker alive)."""
+        return next((lost for lost in (w.idle_loss() for w in self.sets.values()) if lost), None)
 
     def end_mode_other_than(self, mode_name: str | None) -> None:
         """End the sets of every other sharing mode (no context of one mode stays on the GPU while
@@ -253,7 +282,4 @@ def _set_main(tasks, conn, spec, env, worker_log) -> None:
                         except Exception:  # noqa: BLE001 - a view still alive: it goes with the process
                             pass
     finally:
-        try:
-            conn.close()
-        finally:
-            os._exit(code)
+        exit_worker(conn, code)

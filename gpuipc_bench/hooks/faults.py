@@ -3,6 +3,7 @@
 GPUIPC_BENCH_FAULT holds one fault, read by each worker:
   kill:RANK:PHASE[:N]   worker RANK sends itself SIGKILL the Nth time it enters PHASE
   hang:RANK:PHASE[:N]   ... stops (sleeps) there instead
+  stop:RANK:PHASE[:N]   ... stops itself there with SIGSTOP (a process that cannot move at all)
   raise:RANK:PHASE[:N]  ... raises RuntimeError there
   corrupt               scenarios flip one received byte before verifying it
 PHASE is a segment phase name ('setup', 'sample', 'teardown', ...) or 'barrier'.
@@ -40,7 +41,7 @@ class FaultPlan:
         self.action = None
         self.phase = ""
         parts = text.split(":")
-        if len(parts) in (3, 4) and parts[0] in ("kill", "hang", "raise") and parts[1] == str(rank):
+        if len(parts) in (3, 4) and parts[0] in ("kill", "hang", "raise", "stop") and parts[1] == str(rank):
             self.action, self.phase = parts[0], parts[2]
             self.when = int(parts[3]) if len(parts) == 4 else 1
         self.seen = 0
@@ -75,6 +76,8 @@ class FaultPlan:
                 fh.write(f"{self.action}:{self.rank}:{phase}\n")
         if self.action == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
+        elif self.action == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
         elif self.action == "hang":
             while True:
                 time.sleep(3600)

@@ -57,7 +57,7 @@ class Janitor:
 
 
 def _serve(read_end: int, cleanup: Callable[[], None], pids: Callable[[], Iterable[int]], title: str) -> int:
-    from gpuipc_bench.harness.launcher import set_process_title
+    from gpuipc_bench.ipc.process import set_process_title
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the parent decides, or dies
         signal.signal(signum, signal.SIG_IGN)

@@ -84,7 +84,7 @@ def _token() -> str:
     return secrets.token_hex(8)
 
 
-def _shm_dir() -> str:
+def shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
@@ -144,7 +144,7 @@ def map_shared_file(size: int, what: str, keep_fd: bool = False) -> tuple[mmap.m
 
     The pages are allocated (posix_fallocate), not only sized (ftruncate): on a full
     /dev/shm a sized-only file maps fine and the first write to it is a SIGBUS."""
-    folder = _shm_dir()
+    folder = shm_dir()
     path = os.path.join(folder, PREFIX + _token())
     flags = (os.O_RDWR | os.O_CREAT | os.O_EXCL
              | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))

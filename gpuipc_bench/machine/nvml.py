@@ -11,7 +11,7 @@ from typing import Any, Callable
 _TOPOLOGY_WORDS = {0: "INT", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
 
 
-def _text(value: Any) -> str:
+def decoded_text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bytes):
@@ -19,7 +19,7 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def _nvml_facts() -> dict:
+def nvml_facts() -> dict:
     """Driver version and per-GPU facts keyed by normalised PCI bus id. Empty without NVML."""
     facts: dict[str, Any] = {"driver": None, "gpus": {}, "links": {}}
     try:
@@ -29,18 +29,18 @@ def _nvml_facts() -> dict:
     except Exception:  # no library, no driver loaded, no permission: no NVML facts
         return facts
     try:
-        call = _nvml_call(pynvml)
-        facts["driver"] = _text(call(pynvml.nvmlSystemGetDriverVersion)) or None
+        call = nvml_call(pynvml)
+        facts["driver"] = decoded_text(call(pynvml.nvmlSystemGetDriverVersion)) or None
         handles = {}
         for k in range(call(pynvml.nvmlDeviceGetCount) or 0):
             handle = call(pynvml.nvmlDeviceGetHandleByIndex, k)
             pci = call(pynvml.nvmlDeviceGetPciInfo, handle) if handle is not None else None
             if pci is None:
                 continue
-            bus_id = normalise_bus_id(_text(pci.busId))
+            bus_id = normalise_bus_id(decoded_text(pci.busId))
             handles[bus_id] = handle
             facts["gpus"][bus_id] = _nvml_gpu(pynvml, call, handle)
-        facts["links"] = _nvml_links(pynvml, call, handles)
+        facts["links"] = nvml_links(pynvml, call, handles)
     finally:
         try:
             pynvml.nvmlShutdown()
@@ -49,7 +49,7 @@ def _nvml_facts() -> dict:
     return facts
 
 
-def _nvml_call(pynvml) -> Callable[..., Any]:
+def nvml_call(pynvml) -> Callable[..., Any]:
     """call(fn, *args): fn's answer, or None when this GPU or driver does not support it."""
 
     def call(fn, *args):
@@ -69,15 +69,15 @@ def _nvml_gpu(pynvml, call, handle) -> dict:
     if mig_mode == "enabled":
         for k in range(call(pynvml.nvmlDeviceGetMaxMigDeviceCount, handle) or 0):
             mig = call(pynvml.nvmlDeviceGetMigDeviceHandleByIndex, handle, k)
-            uuid = _text(call(pynvml.nvmlDeviceGetUUID, mig)) if mig is not None else ""
+            uuid = decoded_text(call(pynvml.nvmlDeviceGetUUID, mig)) if mig is not None else ""
             if uuid:
                 mig_instances.append(uuid)
-                mig_profiles.append(mig_profile(_text(call(pynvml.nvmlDeviceGetName, mig))))
+                mig_profiles.append(mig_profile(decoded_text(call(pynvml.nvmlDeviceGetName, mig))))
     return {
         "cpus": _nvml_cpus(pynvml, call, handle),
         "clocks": _nvml_clocks(pynvml, call, handle),
         "persistence": {1: "on", 0: "off"}.get(call(pynvml.nvmlDeviceGetPersistenceMode, handle), ""),
-        "uuid": _text(call(pynvml.nvmlDeviceGetUUID, handle)),
+        "uuid": decoded_text(call(pynvml.nvmlDeviceGetUUID, handle)),
         "pcie_gen": call(pynvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
         "pcie_width": call(pynvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
         "pcie_max_gen": call(pynvml.nvmlDeviceGetMaxPcieLinkGeneration, handle),
@@ -135,7 +135,7 @@ def cpu_list_text(cpus) -> str:
     return ",".join(out)
 
 
-def _timeslices() -> dict[int, str]:
+def read_timeslices() -> dict[int, str]:
     """GPU index (nvidia-smi's) -> its compute-policy time slice, read with
     `nvidia-smi compute-policy -l` (read only); {} when unavailable."""
     import shutil
@@ -156,7 +156,7 @@ def _timeslices() -> dict[int, str]:
     return found
 
 
-def _nvml_links(pynvml, call, handles: dict) -> dict[tuple[str, str], str]:
+def nvml_links(pynvml, call, handles: dict) -> dict[tuple[str, str], str]:
     """Between every pair of GPUs (by bus id): 'NV<k>' when NVLink joins them, else the PCIe level."""
     direct: dict[tuple[str, str], int] = {}  # NVLink lanes straight to another GPU
     switched: dict[str, int] = {}  # NVLink lanes to an NVSwitch (the far end is not a GPU)
@@ -166,7 +166,7 @@ def _nvml_links(pynvml, call, handles: dict) -> dict[tuple[str, str], str]:
             if state != pynvml.NVML_FEATURE_ENABLED:
                 continue  # inactive, absent, or no NVLink on this GPU
             remote = call(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
-            far = normalise_bus_id(_text(remote.busId)) if remote is not None else ""
+            far = normalise_bus_id(decoded_text(remote.busId)) if remote is not None else ""
             if far in handles:
                 direct[(bus_id, far)] = direct.get((bus_id, far), 0) + 1
             else:
@@ -206,5 +206,5 @@ def handles_by_bus_id(pynvml) -> dict[str, Any]:
     handles = {}
     for k in range(pynvml.nvmlDeviceGetCount()):
         handle = pynvml.nvmlDeviceGetHandleByIndex(k)
-        handles[normalise_bus_id(_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))] = handle
+        handles[normalise_bus_id(decoded_text(pynvml.nvmlDeviceGetPciInfo(handle).busId))] = handle
     return handles

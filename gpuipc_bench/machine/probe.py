@@ -27,9 +27,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.machine.nvml import (  # noqa: F401  (the NVML facts; tests reach them through this module)
-    _nvml_call, _nvml_facts, _nvml_links, _text, _timeslices, cpu_list_text, normalise_bus_id,
-)
+from gpuipc_bench.machine.nvml import cpu_list_text, decoded_text, nvml_facts, read_timeslices
 
 CUPY_MISSING = 'CuPy is not installed (pip install "gpuipc-bench[cuda12]", or [cuda13] for a CUDA 13 driver)'
 NO_DEVICE = "cudaErrorNoDevice: no CUDA-capable device is detected"
@@ -210,11 +208,11 @@ def probe(timeout: float = 60.0) -> Machine:
     # `nvidia-smi compute-policy` (a few tenths of a second) beside the probe, not after it; the
     # thread starts after the fork and is joined before any other (no fork while it runs)
     timeslices: dict[int, str] = {}
-    slices = threading.Thread(target=lambda: timeslices.update(_timeslices()), name="gpuipc-bench-timeslices",
+    slices = threading.Thread(target=lambda: timeslices.update(read_timeslices()), name="gpuipc-bench-timeslices",
                               daemon=True)
     slices.start()
     try:
-        nvml = _nvml_facts()  # while the child imports CuPy
+        nvml = nvml_facts()  # while the child imports CuPy
         cuda = _receive(receiver, child, timeout)
     finally:
         receiver.close()
@@ -299,7 +297,7 @@ def _device_properties(props: dict) -> dict:
     """The few cudaDeviceProp fields we use, as plain str/int."""
     uuid = props.get("uuid", b"")
     return {
-        "name": _text(props.get("name", "")),
+        "name": decoded_text(props.get("name", "")),
         "uuid": _format_uuid(uuid) if isinstance(uuid, bytes) and len(uuid) == 16 else "",
         "memory": int(props.get("totalGlobalMem", 0)),
         "cc": f"{props.get('major', 0)}.{props.get('minor', 0)}",

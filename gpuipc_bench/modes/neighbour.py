@@ -123,11 +123,11 @@ def end_neighbour(process, name: str) -> list[str]:
 
 def _busy(kind: str, device: int, env: dict[str, str], conn) -> None:
     """The neighbour: the mode's environment before CUDA, then work until ended."""
-    from gpuipc_bench.harness.launcher import _die_with_parent, set_process_title
+    from gpuipc_bench.ipc.process import die_with_parent, set_process_title
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    _die_with_parent()
+    die_with_parent()
     os.environ.update(env)
     set_process_title(f"gpuipc-bench: busy neighbour ({kind}) GPU{device}", f"neighbour {kind}"[:15])
     try:

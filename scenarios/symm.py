@@ -13,7 +13,8 @@ scenario of its own, in fresh processes, named with -s (none is in the default r
   symm-nccl     the NCCL backend (NCCL windows); two GPUs: NCCL refuses two ranks on one
 
 NVLink multicast is off in every worker (NCCL_NVLS_ENABLE=0, NVSHMEM_DISABLE_NVLS=1,
-TORCH_SYMM_MEM_DISABLE_MULTICAST=1). Variants (the backend's name, then how the consumer copies
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1), and TMPDIR is the run's folder (torch binds its socket there).
+Variants (the backend's name, then how the consumer copies
 from the peer's buffer): '<backend>-ce' (Tensor.copy_ of get_buffer's tensor into the consumer's
 own symmetric ring: cudaMemcpyAsync, the copy engine) and '<backend>-sm' (the tool's copy kernel
 on the same pointers: SM loads over the link, as ipc/sm). Measures:
@@ -93,7 +94,7 @@ class SymmWorker(PairWorker):
     def setup(self) -> Iterator[dict]:
         ctx = self.ctx
         ctx.declare("symm.signals")
-        os.environ.update(worker_environment(self.same_gpu))  # before torch starts a backend
+        os.environ.update(worker_environment(self.same_gpu, ctx.shared.folder))  # before torch starts a backend
         self.views: list[Any] = []  # tensors of the peer's memory (dropped before the peer frees)
         self.kept: list[Any] = []  # this worker's symmetric tensors and handles
         self.side = side = SymmSide(self.device, self.config.timeout)

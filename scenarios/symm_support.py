@@ -69,9 +69,11 @@ def missing_reason(backend: str, gpu_count: int) -> str | None:
     return None
 
 
-def worker_environment(same_gpu: bool) -> dict[str, str]:
-    """What a worker sets before torch starts a backend: multicast off; on one GPU, the overlap."""
-    return {**MULTICAST_OFF, **(OVERLAPPING if same_gpu else {})}
+def worker_environment(same_gpu: bool, folder: str) -> dict[str, str]:
+    """What a worker sets before torch starts a backend: multicast off; on one GPU, the overlap;
+    TMPDIR in the run's folder, where torch's CUDA backend binds its socket (symm_mem-<pid>, which a
+    killed process leaves behind: the folder goes with the run)."""
+    return {**MULTICAST_OFF, **(OVERLAPPING if same_gpu else {}), "TMPDIR": folder}
 
 
 class SymmSide:

@@ -62,13 +62,14 @@ class FakeSymmSide:
         self.rank, self.folder = -1, ""
         wanted = {**symm_support.MULTICAST_OFF, **symm_support.OVERLAPPING}
         self.env_ok = all(os.environ.get(k) == v for k, v in wanted.items())
+        self.tmpdir = os.environ.get("TMPDIR", "")
 
     def use_backend(self, backend):
         assert backend == "CUDA"
 
     def start_group(self, store_path, rank, world_size, backend):
         self.rank, self.folder = rank, os.path.dirname(store_path)
-        ENV_SEEN[rank] = 1 if self.env_ok else 2
+        ENV_SEEN[rank] = 1 if self.env_ok and self.tmpdir == self.folder else 2
         return 1e-3
 
     def empty(self, nbytes):
@@ -226,7 +227,8 @@ def test_nccl_takes_two_gpus_by_default_and_refuses_one():
 
 def test_every_worker_environment_keeps_multicast_off():
     for same_gpu in (True, False):
-        env = symm_support.worker_environment(same_gpu)
+        env = symm_support.worker_environment(same_gpu, "/tmp/run")
+        assert env["TMPDIR"] == "/tmp/run"
         assert env["NCCL_NVLS_ENABLE"] == "0" and env["NVSHMEM_DISABLE_NVLS"] == "1"
         assert env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
         assert ("TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES" in env) == same_gpu
@@ -301,7 +303,7 @@ def test_the_backend_is_set_where_torch_has_it_and_refusals_name_it(monkeypatch)
 def test_symm_protocol_rows_on_one_gpu(monkeypatch, no_leaks):
     outcome, rows, notes = run(monkeypatch)
     assert outcome.ok, outcome.error
-    assert list(ENV_SEEN) == [1, 1]  # both workers set multicast off and the overlap before torch
+    assert list(ENV_SEEN) == [1, 1]  # both set multicast off, the overlap and TMPDIR before torch
     data = [r for r in rows if r["path"] == "symm" and r["metric"] == "bandwidth"]
     got = groups(data, "variant", "measure", "bytes")
     assert set(got) == {(v, m, n) for v in ("cuda-ce", "cuda-sm") for m in ("stream", "handoff") for n in SIZES}

@@ -30,10 +30,11 @@ on the same pointers: SM loads over the link, as ipc/sm). Measures:
            context's time slice: the hand-off pays it, as a program would.
 
 The consumer verifies every slot of every sample. Set-up rows (the consumer's): pg_init (the
-process group's start), rendezvous_first (the process's first rendezvous, on a fresh 1 MiB
-buffer: the backend's own start), rendezvous (each later fresh 1 MiB buffer), rendezvous_ring
-(the ring's). A handle without put_signal/wait_signal (the NCCL backend's may refuse them) skips
-the hand-off with a note. Ceilings as ipc's: d2d@GPU and d2d-sm@GPU, or peer@A>B and peer-sm@A>B.
+process group's start), empty_first (the first symm_mem.empty, on a fresh 1 MiB buffer: NVSHMEM's
+heap starts there), rendezvous_first (the process's first rendezvous, on that buffer: the
+backend's own start), rendezvous (each later fresh 1 MiB buffer), rendezvous_ring (the ring's).
+A handle without put_signal/wait_signal (the NCCL backend's may refuse them) skips the hand-off
+with a note. Ceilings as ipc's: d2d@GPU and d2d-sm@GPU, or peer@A>B and peer-sm@A>B.
 
 Needs a CUDA build of torch: the minimum per backend is in symm_support.MIN_TORCH and
 pyproject.toml's torch extra.
@@ -105,7 +106,9 @@ class SymmWorker(PairWorker):
         rows.append(self.setup_row("pg_init", seconds, 0, 0, self.pdev, self.cdev))
         for i in range(self.sampler.setup_repeats + 1):  # the first, then the later ones
             ctx.phase("setup", SETUP_BYTES, i)
-            tensor = side.empty(SETUP_BYTES)
+            tensor, seconds = time_setup(lambda: side.empty(SETUP_BYTES), self.device)
+            if i == 0:  # the process's first symmetric allocation (NVSHMEM starts its heap here)
+                rows.append(self.setup_row("empty_first", seconds, 0, SETUP_BYTES, self.pdev, self.cdev))
             ctx.sync()
             handle, seconds = time_setup(lambda: side.rendezvous(tensor), self.device)
             self.kept += [tensor, handle]

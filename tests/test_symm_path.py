@@ -312,9 +312,10 @@ def test_symm_protocol_rows_on_one_gpu(monkeypatch, no_leaks):
     assert {(r["variant"], r["ceiling"]) for r in data} == {("cuda-ce", "d2d@0"), ("cuda-sm", "d2d-sm@0")}
     assert {r["variant"] for r in rows if r["path"] == "ceiling"} == {"d2d@0", "d2d-sm@0"}
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {("pg_init",): 1, ("rendezvous_first",): 1, ("rendezvous",): RUN_REPEATS,
+    assert setup == {("pg_init",): 1, ("empty_first",): 1, ("rendezvous_first",): 1, ("rendezvous",): RUN_REPEATS,
                      ("rendezvous_ring",): 1}
-    assert {r["bytes"] for r in rows if r["variant"] in ("rendezvous", "rendezvous_first")} == {symm.SETUP_BYTES}
+    firsts = ("rendezvous", "rendezvous_first", "empty_first")
+    assert {r["bytes"] for r in rows if r["variant"] in firsts} == {symm.SETUP_BYTES}
     assert notes == {"symm.backend": "CUDA (torch fake)"}
 
 
@@ -334,34 +335,57 @@ def test_a_corrupted_byte_is_caught(monkeypatch, no_leaks):
 # --------------------------------------------------------------------------- on a GPU
 
 
-def gpu_skip() -> str | None:
+def run_cli(tmp_path, name, devices, sharing=None):
+    """`gpuipc-bench run -s NAME` at two sizes: (rows of the symm path, the file's metadata); skips
+    with the scenario's own reason where it cannot run here, or where the sharing mode cannot."""
     from gpuipc_bench.machine.probe import probe
+    from gpuipc_bench.results.reading import read_results
 
-    machine = probe()
-    return SCENARIOS["symm"].waive_reason(machine)
+    reason = SCENARIOS[name].waive_reason(probe())
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / f"{name}.csv"
+    done = subprocess.run([sys.executable, "-m", "gpuipc_bench.cli", "run", "-s", name, "--sizes", "4K,1M",
+                           "--devices", devices, *(("--sharing", sharing) if sharing else ()), "--max-samples", "3",
+                           "-o", str(out), "-q"],
+                          capture_output=True, text=True, timeout=600)
+    if done.returncode == 2 and "--sharing" in done.stderr:
+        pytest.skip(done.stderr.strip().splitlines()[-1])
+    assert done.returncode == 0, done.stderr[-3000:]
+    table, meta = read_results(out)
+    return table[table["path"] == "symm"], meta
+
+
+def check_rows(rows, meta, name, measures=("stream", "handoff")):
+    backend = symm_support.BACKENDS[name]
+    data = rows[rows["metric"] == "bandwidth"]
+    assert {(v, m) for v, m in zip(data["variant"], data["measure"])} == \
+        {(v, m) for v in symm.variants(backend) for m in measures}
+    assert data["verified"].astype(str).eq("True").all() and (data["seconds"] > 0).all()
+    assert {"pg_init", "empty_first", "rendezvous_first", "rendezvous", "rendezvous_ring"} <= set(rows["variant"])
+    assert meta.get(f"note.{name}.backend", "").startswith(f"{backend} (torch ")
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("sharing", ["time-sliced", "mps"])
 def test_symm_on_one_gpu_moves_verified_bytes(tmp_path, sharing):
-    reason = gpu_skip()
-    if reason:
-        pytest.skip(reason)
-    from gpuipc_bench.results.reading import read_results
+    rows, meta = run_cli(tmp_path, "symm", "0", sharing)
+    check_rows(rows, meta, "symm")
+    assert set(rows["sharing"]) == {sharing}
 
-    out = tmp_path / "symm.csv"
-    done = subprocess.run([sys.executable, "-m", "gpuipc_bench.cli", "run", "-s", "symm", "--sizes", "4K,1M",
-                           "--devices", "0", "--sharing", sharing, "--max-samples", "3", "-o", str(out), "-q"],
-                          capture_output=True, text=True, timeout=600)
-    if done.returncode and "--sharing" in done.stderr and sharing == "mps":
-        pytest.skip(done.stderr.strip().splitlines()[-1])
-    assert done.returncode == 0, done.stderr[-2000:]
-    table, meta = read_results(out)
-    rows = table[table["path"] == "symm"]
-    data = rows[rows["metric"] == "bandwidth"]
-    assert {(v, m) for v, m in zip(data["variant"], data["measure"])} == \
-        {(v, m) for v in ("cuda-ce", "cuda-sm") for m in ("stream", "handoff")}
-    assert data["verified"].astype(str).eq("True").all() and (data["seconds"] > 0).all()
-    setup = set(rows[rows["metric"] == "setup"]["variant"])
-    assert {"pg_init", "rendezvous_first", "rendezvous", "rendezvous_ring"} <= setup
-    assert meta.get("note.symm.backend", "").startswith("CUDA (torch ")
+
+@pytest.mark.gpu
+def test_symm_nvshmem_on_one_gpu(tmp_path):
+    rows, meta = run_cli(tmp_path, "symm-nvshmem", "0", "time-sliced")
+    handoff = "note.symm-nvshmem.handoff" not in meta  # a backend without the handle's signals says so
+    check_rows(rows, meta, "symm-nvshmem", ("stream", "handoff") if handoff else ("stream",))
+
+
+@pytest.mark.gpu2
+@pytest.mark.parametrize("name", ["symm", "symm-nvshmem", "symm-nccl"])
+def test_symm_across_a_pair_moves_verified_bytes(tmp_path, name):
+    rows, meta = run_cli(tmp_path, name, "0,1")
+    handoff = f"note.{name}.handoff" not in meta or name == "symm"  # the CUDA backend has the signals
+    check_rows(rows, meta, name, ("stream", "handoff") if handoff else ("stream",))
+    assert set(rows["sharing"]) == {"exclusive"}
+    assert set(rows[rows["metric"] == "bandwidth"]["ceiling"]) == {"peer@0>1", "peer-sm@0>1"}

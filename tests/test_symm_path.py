@@ -332,6 +332,20 @@ def test_a_corrupted_byte_is_caught(monkeypatch, no_leaks):
     assert isinstance(outcome.error, WorkerFailed)
 
 
+@pytest.mark.parametrize("fault", ["kill:0:sample:3", "raise:0:sample:3"])
+def test_a_failed_producer_ends_the_run_promptly_leaving_nothing(monkeypatch, no_leaks, fault):
+    import glob
+    import tempfile
+
+    folders = set(glob.glob(os.path.join(tempfile.gettempdir(), "gpuipc-bench-symm-*")))
+    start = time.monotonic()
+    outcome, rows, _ = run(monkeypatch, fault=fault, sizes=(4099,), timeout=30.0)
+    assert isinstance(outcome.error, WorkerFailed) and "worker 0 (producer" in str(outcome.error)
+    assert time.monotonic() - start < 20  # the consumer was not left spinning on a signal until --timeout
+    assert [r for r in rows if r["metric"] == "setup"]  # rows taken before are kept
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "gpuipc-bench-symm-*"))) == folders
+
+
 # --------------------------------------------------------------------------- on a GPU
 
 

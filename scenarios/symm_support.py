@@ -9,7 +9,6 @@ import importlib.util
 import os
 import time
 import warnings
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Iterator
 
 from gpuipc_bench.errors import BenchError
@@ -30,6 +29,8 @@ NCCL_ONE_GPU = "needs 2 GPUs, one per rank: NCCL refuses two ranks on one GPU"
 
 def torch_version() -> tuple[int, int] | None:
     """(major, minor) of the installed torch from its metadata (no import), None if unknown."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         text = version("torch")
     except PackageNotFoundError:

@@ -6,8 +6,8 @@ order is stable. To add a path, write a module here and add it to the list.
 
 from gpuipc_bench.engine.scenario import Scenario
 from gpuipc_bench.scenarios import (
-    barrier, handles, host, ipc, latency, mempool, mmap, nccl, nixl, nvshmem, peer, sharing, staging, torch_share,
-    vmm,
+    barrier, handles, host, ipc, latency, mempool, mmap, nccl, nixl, nvshmem, peer, sharing, staging, symm,
+    torch_share, vmm,
 )
 
 _ORDER: list[Scenario] = [
@@ -33,6 +33,7 @@ _ORDER: list[Scenario] = [
     nixl.NixlReadScenario(),
     nixl.NixlHostReadScenario(),
     *nixl.FORCED_SCENARIOS,
+    *symm.SCENARIOS,  # PyTorch symmetric memory, one scenario per backend: named with -s
 ]
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in _ORDER}

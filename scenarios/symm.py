@@ -1,0 +1,313 @@
+"""symm: PyTorch's symmetric memory (torch.distributed._symmetric_memory) between two processes.
+
+Each worker starts a two-rank process group (a file store in the run's folder: gloo, or NCCL for
+the NCCL backend), allocates its ring with symm_mem.empty and calls rendezvous on it (a
+collective: every rank maps every other rank's buffer); the consumer then reads the producer's
+ring through get_buffer(PRODUCER, ...), a tensor of its own process. This is how vLLM, SGLang and
+Megatron-LM share GPU buffers on a node. The backend is set once per process, so each is a
+scenario of its own, in fresh processes, named with -s (none is in the default run):
+
+  symm          the CUDA backend (cuMem allocations shared as file descriptors); on one GPU
+                with TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1
+  symm-nvshmem  the NVSHMEM backend (the allocation comes from NVSHMEM's symmetric heap)
+  symm-nccl     the NCCL backend (NCCL windows); two GPUs: NCCL refuses two ranks on one
+
+NVLink multicast is off in every worker (NCCL_NVLS_ENABLE=0, NVSHMEM_DISABLE_NVLS=1,
+TORCH_SYMM_MEM_DISABLE_MULTICAST=1), and TMPDIR is the run's folder (torch binds its socket there).
+Variants (the backend's name, then how the consumer copies
+from the peer's buffer): '<backend>-ce' (Tensor.copy_ of get_buffer's tensor into the consumer's
+own symmetric ring: cudaMemcpyAsync, the copy engine) and '<backend>-sm' (the tool's copy kernel
+on the same pointers: SM loads over the link, as ipc/sm). Measures:
+
+  stream   the producer fills its ring and synchronises; after a barrier the consumer's gated
+           batch copies slot r to slot r, back to back (its CUDA events)
+  handoff  one transfer in flight, signalled through the handle's signal pad (put_signal /
+           wait_signal, stream-ordered kernels): the producer waits for the consumer's 'drained'
+           (r > 0), marks slot r and puts 'filled'; the consumer waits for 'filled', copies slot r
+           and puts 'drained'. Both batches go behind one shared gate; the consumer puts 'go'
+           after its start mark and the producer waits for it, so the consumer's events span
+           every transfer. On one time-sliced GPU each wait kernel spins until the other
+           context's time slice: the hand-off pays it, as a program would.
+
+The consumer verifies every slot of every sample. Set-up rows (the consumer's): pg_init (the
+process group's start), empty_first (the first symm_mem.empty, on a fresh 1 MiB buffer: NVSHMEM's
+heap starts there), rendezvous_first (the process's first rendezvous, on that buffer: the
+backend's own start), rendezvous (each later fresh 1 MiB buffer), rendezvous_ring (the ring's).
+A handle without put_signal/wait_signal (the NCCL backend's may refuse them) skips the hand-off
+with a note. Ceilings as ipc's: d2d@GPU and d2d-sm@GPU, or peer@A>B and peer-sm@A>B.
+
+Needs a CUDA build of torch: the minimum per backend is in symm_support.MIN_TORCH and
+pyproject.toml's torch extra.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+import tempfile
+from typing import Any, Iterator
+
+from gpuipc_bench.errors import UsageError
+from gpuipc_bench.gpu.memory import Ring, reps_for
+from gpuipc_bench.gpu.timing import QUEUE_OPS, SharedGatePage, time_setup
+from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairShared, PairWorker
+from gpuipc_bench.engine.sampler import Group, Sample
+from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.scenarios.symm_support import (
+    BACKENDS, NCCL_ONE_GPU, SymmSide, missing_reason, worker_environment,
+)
+
+ENGINES = ("ce", "sm")
+SETUP_BYTES = 1 << 20  # the fresh buffers whose rendezvous the set-up rows time
+FILLED, DRAINED, GO, PROBE = 0, 1, 2, 3  # signal-pad channels
+HANDOFF_OPS = 4  # operations a side queues per hand-off transfer (two signals, a mark or copy, a wait)
+MAX_HANDOFF = max(1, min(64, QUEUE_OPS // HANDOFF_OPS))
+PATH = PathInfo("symm", colour="#bcbd22", setup=("rendezvous_first",))
+
+
+def variants(backend: str) -> tuple[str, ...]:
+    """The rows' variants of `backend` ('cuda-ce', 'cuda-sm')."""
+    return tuple(f"{backend.lower()}-{engine}" for engine in ENGINES)
+
+
+class SymmShared(PairShared):
+    """The pair's gate page, and a folder for the process group's file store."""
+
+    def __init__(self):
+        super().__init__(SharedGatePage())
+        self.folder = tempfile.mkdtemp(prefix="gpuipc-bench-symm-")
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
+
+
+class SymmWorker(PairWorker):
+    path = "symm"
+
+    @property
+    def backend(self) -> str:
+        return BACKENDS[self.scenario.name]
+
+    def setup(self) -> Iterator[dict]:
+        ctx = self.ctx
+        ctx.declare("symm.signals")
+        os.environ.update(worker_environment(self.same_gpu, ctx.shared.folder))  # before torch starts a backend
+        self.views: list[Any] = []  # tensors of the peer's memory (dropped before the peer frees)
+        self.kept: list[Any] = []  # this worker's symmetric tensors and handles
+        self.side = side = SymmSide(self.device, self.config.timeout)
+        side.use_backend(self.backend)
+        ctx.sync()
+        rows = []
+        seconds = side.start_group(os.path.join(ctx.shared.folder, "store"), ctx.rank, 2, self.backend)
+        rows.append(self.setup_row("pg_init", seconds, 0, 0, self.pdev, self.cdev))
+        for i in range(self.sampler.setup_repeats + 1):  # the first, then the later ones
+            ctx.phase("setup", SETUP_BYTES, i)
+            tensor, seconds = time_setup(lambda: side.empty(SETUP_BYTES), self.device)
+            if i == 0:  # the process's first symmetric allocation (NVSHMEM starts its heap here)
+                rows.append(self.setup_row("empty_first", seconds, 0, SETUP_BYTES, self.pdev, self.cdev))
+            ctx.sync()
+            handle, seconds = time_setup(lambda: side.rendezvous(tensor), self.device)
+            self.kept += [tensor, handle]
+            rows.append(self.setup_row("rendezvous" if i else "rendezvous_first", seconds, max(0, i - 1),
+                                       SETUP_BYTES, self.pdev, self.cdev))
+        capacity = self.ring_bytes()
+        self.ring = side.empty(capacity)
+        ctx.sync()
+        self.handle, seconds = time_setup(lambda: side.rendezvous(self.ring), self.device)
+        rows.append(self.setup_row("rendezvous_ring", seconds, 0, capacity, self.pdev, self.cdev))
+        self.mine = side.ptr(self.ring)
+        self.scratch = self.gpu.alloc(max(self.sizes) + 256)  # where warm-ups land
+        if not self.producer:
+            self.theirs_tensor = side.peer_buffer(self.handle, PRODUCER, capacity)
+            self.views.append(self.theirs_tensor)
+            self.theirs = side.ptr(self.theirs_tensor)
+        self.handoff = self.probe_signals()
+        if self.producer:
+            ctx.note("backend", f"{self.backend} (torch {side.version})")
+        ctx.sync()
+        if not self.producer:
+            yield from rows
+
+    def probe_signals(self) -> bool:
+        """Whether the handle's put_signal/wait_signal work: the producer puts one signal (or says
+        why it cannot); the consumer waits for it only if it was put. The producer notes a refusal."""
+        ctx, side = self.ctx, self.side
+        if self.producer:
+            why = side.signals(self.handle)
+            if why is None:
+                try:
+                    with side.on_stream(self.gpu.stream.ptr):
+                        side.put_signal(self.handle, CONSUMER, PROBE)
+                    self.gpu.synchronize()
+                except (RuntimeError, ValueError, NotImplementedError) as exc:
+                    why = f"put_signal refused: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}"
+            ctx.store("symm.signals", 2 if why else 1)
+            if why:
+                ctx.note("handoff", f"skipped: {why}")
+            ctx.sync()
+            return why is None
+        ctx.sync()
+        if ctx.load("symm.signals") != 1:
+            return False
+        with side.on_stream(self.gpu.stream.ptr):
+            side.wait_signal(self.handle, PRODUCER, PROBE)
+        self.gpu.synchronize()
+        return True
+
+    # ------------------------------------------------------------------ measuring
+
+    def measure(self, nbytes: int) -> Iterator[dict]:
+        measures = MEASURES if self.handoff else ("stream",)
+        groups = [self.bandwidth(v, m, nbytes) for v in variants(self.backend) for m in measures]
+        yield from self.sampler.interleave(groups, nbytes)
+        yield from self.in_turn(lambda: self.ceiling_samples(nbytes))
+
+    def ceiling_for(self, variant: str) -> str:
+        sm = "-sm" if variant.endswith("-sm") else ""
+        return f"d2d{sm}@{self.cdev}" if self.same_gpu else f"peer{sm}@{self.pdev}>{self.cdev}"
+
+    def ceiling_samples(self, nbytes: int) -> Iterator[dict]:
+        if self.producer:
+            return
+        for key in dict.fromkeys(self.ceiling_for(v) for v in variants(self.backend)):
+            yield from self.ceiling_rows(key, nbytes)
+
+    def bandwidth(self, variant: str, measure: str, nbytes: int) -> Group:
+        if measure == "stream":
+            reps, take = reps_for(nbytes), self.stream_sample
+        else:
+            reps, take = min(reps_for(nbytes), MAX_HANDOFF), self.handoff_sample
+        group = self.group(variant, measure, nbytes, self.pdev, self.cdev, self.ceiling_for(variant), reps)
+        return self.sampler.run(group, lambda trial: take(variant, nbytes, trial), timer=not self.producer,
+                                reps=reps)
+
+    def copy_from_peer(self, variant: str, nbytes: int):
+        """f(dst, src) offsets: slot src of the producer's buffer into slot dst of this worker's ring."""
+        if variant.endswith("-sm"):
+            kernel, mine, theirs = self.gpu.copy_launcher(nbytes, "sm"), self.mine, self.theirs
+            return lambda dst, src: kernel(mine + dst, theirs + src)
+        return self.side.copier(self.ring, self.theirs_tensor, nbytes)
+
+    def warm_copy(self, variant: str, nbytes: int):
+        """A copy like the variant's from the peer's buffer, into the scratch buffer."""
+        if variant.endswith("-sm"):
+            kernel, theirs, scratch = self.gpu.copy_launcher(nbytes, "sm"), self.theirs, self.scratch.ptr
+            return lambda: kernel(scratch, theirs)
+        copy = self.copy_from_peer(variant, nbytes)
+        return lambda: copy(0, 0)  # slot 0 onto itself: the verified slots are copied after
+
+    def stream_sample(self, variant: str, nbytes: int, trial) -> Sample | None:
+        gpu, ring = self.gpu, Ring.for_size(nbytes, trial.reps)
+        if self.producer:
+            gpu.fill(self.mine, ring, trial.seed)
+            gpu.synchronize()
+            self.ctx.sync()  # filled
+            self.ctx.sync()  # copied: the ring may be filled again
+            return None
+        self.ctx.sync()
+        copy = self.copy_from_peer(variant, nbytes)
+        with self.side.on_stream(gpu.stream.ptr):
+            marks = gpu.time_batch(lambda r: copy(ring.offset(r), ring.offset(r)), trial.reps,
+                                   warm=self.warm_copy(variant, nbytes), transfer_bytes=nbytes)
+        self.ctx.sync()
+        gpu.verify(self.mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
+        return Sample(marks.seconds() / trial.reps, trial.reps)
+
+    def handoff_sample(self, variant: str, nbytes: int, trial) -> Sample | None:
+        gpu, side, handle, ring = self.gpu, self.side, self.handle, Ring.for_size(nbytes, trial.reps)
+        last = trial.reps - 1
+        if self.producer:
+            gpu.fill(self.mine, ring, trial.seed, poison_tag=True)  # each mark sets its slot's first bytes right
+            gpu.synchronize()
+            mark, mine, scratch = gpu.kernels.mark_launcher(nbytes, gpu.stream), self.mine, self.scratch.ptr
+
+            def op(r: int) -> None:
+                side.wait_signal(handle, CONSUMER, DRAINED if r else GO)
+                mark(mine + ring.offset(r), trial.seed + r)
+                side.put_signal(handle, CONSUMER, FILLED)
+
+            warm = lambda: mark(scratch, 0)  # noqa: E731
+        else:
+            copy = self.copy_from_peer(variant, nbytes)
+
+            def op(r: int) -> None:
+                if r == 0:
+                    side.put_signal(handle, PRODUCER, GO)  # after the start mark: the producer starts now
+                side.wait_signal(handle, PRODUCER, FILLED)
+                copy(ring.offset(r), ring.offset(r))
+                if r < last:
+                    side.put_signal(handle, PRODUCER, DRAINED)
+
+            warm = self.warm_copy(variant, nbytes)
+        with side.on_stream(gpu.stream.ptr):
+            marks = gpu.time_batch(op, trial.reps, warm=warm, shared=True, before_release=self.ctx.sync,
+                                   ops_per_rep=HANDOFF_OPS, transfer_bytes=nbytes)
+        self.ctx.sync()  # both batches done before the producer fills again
+        if self.producer:
+            return None
+        gpu.verify(self.mine, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
+        return Sample(marks.seconds() / trial.reps, trial.reps)
+
+    # ------------------------------------------------------------------ teardown
+
+    def teardown(self, clean: bool) -> None:
+        """The consumer drops its views of the producer's memory before the barrier; then each
+        frees its own and leaves the process group."""
+        self.views = []
+        self.theirs_tensor = None
+        try:
+            super().teardown(clean)  # crosses the barrier on a clean exit
+        finally:
+            side = getattr(self, "side", None)
+            self.kept, self.handle, self.ring = [], None, None
+            if side is not None and clean:
+                side.close()
+
+
+class SymmScenario(PairScenario):
+    persistent_workers = False  # the backend is set once per process, and the process group is its own
+    start_method = "forkserver"  # forked by the run's fork server, which imported torch once
+    preload = ("torch", "torch.distributed", "cupy", "gpuipc_bench.scenarios.symm")
+    in_default_run = False  # named with -s: its processes and torch start in seconds a mode
+    in_quick_run = False
+    mpi_waiver = "starts a process group of its own between the two workers it forks"
+    worker_class = SymmWorker
+    paths = (PATH,)
+    name = "symm"
+    summary = "PyTorch symmetric memory: get_buffer of the peer's buffer (ce, sm), signal-pad hand-off; CUDA backend"
+
+    @property
+    def backend(self) -> str:
+        return BACKENDS[self.name]
+
+    def waive_reason(self, machine):
+        if self.backend == "NCCL" and machine.gpu_count == 1:
+            return NCCL_ONE_GPU
+        return super().waive_reason(machine) or missing_reason(self.backend, machine.gpu_count)
+
+    def workers(self, config, machine):
+        if self.backend == "NCCL" and not config.devices:
+            config = dataclasses.replace(config, devices=(0, 1))
+        return super().workers(config, machine)
+
+    def prepare(self, config, specs):
+        if self.backend == "NCCL" and specs[0].device == specs[1].device:
+            raise UsageError(f"--devices: {NCCL_ONE_GPU}")
+        return SymmShared()
+
+
+def _backend(name: str, summary: str, gpus: int = 1) -> SymmScenario:
+    scenario = SymmScenario()
+    scenario.name, scenario.summary, scenario.gpus_needed = name, summary, gpus
+    return scenario
+
+
+SCENARIOS = (
+    SymmScenario(),
+    _backend("symm-nvshmem", "PyTorch symmetric memory as symm, NVSHMEM backend"),
+    _backend("symm-nccl", "PyTorch symmetric memory as symm, NCCL backend (two GPUs)", gpus=2),
+)

@@ -106,7 +106,7 @@ def test_a_recycled_pid_is_never_signalled(fake_mps, monkeypatch):
 def start_in_a_child(temp: Path) -> tuple[subprocess.Popen, int, int, str]:
     """A process that starts a private daemon (the fake) and then waits to be killed:
     (the process, the daemon's pid, its guard's pid, the pipe directory)."""
-    code = ("import time; from gpuipc_bench import mps; d = mps.MpsDaemon.start(); "
+    code = ("import time; from gpuipc_bench.modes import daemon as mps; d = mps.MpsDaemon.start(); "
             "print(d.pid, d.guard.pid, d.pipe_dir, flush=True); time.sleep(120)")
     env = dict(os.environ, TMPDIR=str(temp), PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     child = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)

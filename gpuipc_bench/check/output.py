@@ -16,7 +16,7 @@ from xml.etree import ElementTree as ET
 
 from gpuipc_bench.check.judge import FAIL, SKIP, WARN, Event
 
-STATUSES = ("pass", "warn", "fail", "skip")
+STATUSES = ("pass", "warn", "fail", "skip", "measured")
 
 
 def to_json_lines(events: list[Event]) -> str:
@@ -127,20 +127,20 @@ def render_terminal(events: list[Event], console) -> None:
 
     from gpuipc_bench.check.figures import format_value
 
-    colour = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
-    order = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
+    colour = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim", "measured": "cyan"}
+    order = {"fail": 0, "warn": 1, "pass": 2, "measured": 3, "skip": 4}
     nodes = sorted({e.node for e in events})
     console.print("[bold]gpuipc-bench check[/]" + (f" · node {escape(nodes[0])}" if len(nodes) == 1 else
                                                    f" · {len(nodes)} nodes"), soft_wrap=True)
     width = max(40, (console.width or 80) - 1)
     for e in sorted(events, key=lambda e: (order.get(e.status, 4), e.node)):
-        what = f"{e.kind} {e.figure}" + (f" GPU {e.gpus}" if e.gpus else "")
+        what = f"{e.kind} {e.figure}" + (" host" if e.gpus == "host" else f" GPU {e.gpus}" if e.gpus else "")
         if len(nodes) > 1:
             what = f"{e.node}: {what}"
         measured = format_value(e.measured, e.unit) if e.measured is not None else ""
-        status = f"[{colour.get(e.status, '')}]{e.status:<5}[/]"
+        status = f"[{colour.get(e.status, '')}]{e.status:<8}[/]"
         console.print(f"{status}  {escape(what):<28} {escape(measured)}".rstrip(), soft_wrap=True, highlight=False)
         detail = [f"expected {e.expected}"] if e.expected and e.expected not in e.reason else []
         for text in detail + [e.reason.strip()]:
-            for line in textwrap.wrap(text, width - 9):
-                console.print(" " * 9 + escape(line), soft_wrap=True, highlight=False)
+            for line in textwrap.wrap(text, width - 10):
+                console.print(" " * 10 + escape(line), soft_wrap=True, highlight=False)

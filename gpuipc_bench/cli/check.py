@@ -16,6 +16,7 @@ import datetime
 import io
 import math
 import shlex
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -24,9 +25,12 @@ import click
 from rich.markup import escape
 
 from gpuipc_bench.cli.console import stderr_console, stdout_console
-from gpuipc_bench.errors import UsageError
+from gpuipc_bench.errors import Interrupted, UsageError
 
 FORMATS = ("terminal", "json", "junit", "prometheus", "markdown")
+MIN_TIMEOUT_S = 1.0  # a worker's start-up alone takes longer than a shorter --timeout
+MIN_DEADLINE_S = 5.0
+MAX_SECONDS = 86400.0
 
 
 @click.command()
@@ -37,6 +41,9 @@ FORMATS = ("terminal", "json", "junit", "prometheus", "markdown")
 @click.option("--learn", "learn_file", type=click.Path(path_type=Path), default=None, metavar="FILE.json",
               help="Write expectations learned from the RUN.csv files given (a healthy fleet run of check, or "
                    "runs of `gpuipc-bench run`), then stop.")
+@click.option("--learn-partial", is_flag=True,
+              help="With --learn: also learn from a partial run, or one that lists failed nodes (from its nodes "
+                   "that passed); without it such a run is refused.")
 @click.option("--tolerance", type=float, default=None, metavar="FRACTION",
               help="How far below its expectation's band a figure may fall (above, for a latency) before it fails "
                    "or warns, and below the share of its own ceiling the references reached. Default: the "
@@ -61,7 +68,7 @@ FORMATS = ("terminal", "json", "junit", "prometheus", "markdown")
 @click.option("--launcher", type=click.Choice(["fork", "mpi"]), default=None,
               help="'mpi': every node of the MPI job (default when started by mpirun or srun); 'fork': this node.")
 def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_file, deadline, timeout,
-          launcher=None, output_file=None):
+          launcher=None, output_file=None, learn_partial=False):
     """Check this node, or every node of an MPI job: which paths work here and why not, then a
     short measurement whose headline figures are judged against their GPU model's expectations
     and, across nodes, against the fleet."""
@@ -77,7 +84,8 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
             check_writable(learn_file, force)
         except UsageError as exc:  # its words name --out
             raise UsageError(str(exc).replace(f"--out {learn_file}", f"--learn {learn_file}", 1)) from None
-        learned = expect.learn(list(csv_files), expect.TOLERANCE if tolerance is None else tolerance)
+        learned = expect.learn(list(csv_files), expect.TOLERANCE if tolerance is None else tolerance,
+                               partial=learn_partial)
         expect.save(learned, learn_file)
         stderr_console().print(f"wrote {escape(str(learn_file))}: {len(learned.entries)} expectations over "
                                f"{len({m for m, _ in learned.entries})} models", soft_wrap=True)
@@ -86,9 +94,9 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
         raise UsageError(f"{csv_files[0]}: CSV files are read by --learn only")
     if tolerance is not None and not 0 <= tolerance < 1:
         raise UsageError(f"--tolerance {tolerance:g}: must be a fraction from 0 to 1 (0.1 is 10%)")
-    for option, seconds in (("--deadline", deadline), ("--timeout", timeout)):
-        if not (math.isfinite(seconds) and seconds > 0):
-            raise UsageError(f"{option} {seconds:g}: must be a positive number of seconds")
+    for option, seconds, low in (("--deadline", deadline, MIN_DEADLINE_S), ("--timeout", timeout, MIN_TIMEOUT_S)):
+        if not (math.isfinite(seconds) and low <= seconds <= MAX_SECONDS):
+            raise UsageError(f"{option} {seconds:g}: must be from {low:g} to {MAX_SECONDS:g} seconds")
     fleet_mode = mpi_launch.resolve_launcher(launcher) == "mpi"
     if fleet_mode and _mpi_rank() != 0:  # rank 0 reads the files, sends the expectations, writes the results
         from gpuipc_bench.check import fleet
@@ -132,6 +140,7 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
     from gpuipc_bench import __version__
     from gpuipc_bench.check import fleet, judge
     from gpuipc_bench.hooks import plant
+    from gpuipc_bench.check.figures import format_value
     from gpuipc_bench.check.node import check_node
     from gpuipc_bench.results import SCHEMA_VERSION, ResultsFile
 
@@ -143,57 +152,84 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
             "check.expectations": expectations.source}
     results = ResultsFile(out, meta)
     results.write(partial=True, status="running")
-
-    nodes: list[str] = []
+    # JSON lines into --output are appended per node as its report arrives: a job its launcher ends keeps them
+    stream = _JsonLines(output_file) if fmt == "json" and output_file is not None else None
 
     def on_start(names: list[str]) -> None:
-        nodes[:] = names
         results.set_meta("check.nodes", ",".join(names))
-        results.write(partial=True, status=f"running: waiting for {','.join(names)}")
+        results.write(partial=True, status=f"running: waiting for {len(names)} node{'s' if len(names) != 1 else ''}")
 
     def on_report(report) -> None:
+        # appended, never rewritten (rank 0's work stays linear in nodes); the facts go into the final header
         for key, value in report.facts.items():
             results.set_meta(f"node.{report.node}.{key}", value)
         results.add(report.rows)
-        reported.append(report.node)
-        waiting = [n for n in nodes if n not in reported]
-        # what a job ended by its launcher leaves: the nodes that never reported are named here
-        results.write(partial=True, status=f"running: waiting for {','.join(waiting) or 'nothing'} "
-                                           f"(reported: {','.join(reported)})")
+        report.rows = []  # the rows are held once, by the results file
+        if stream is not None:
+            stream.add(report.events)
 
-    reported: list[str] = []
-
+    interrupted = None
+    floor = judge.FLEET_GAP if tolerance is None else max(tolerance, judge.FLEET_GAP)
+    first_values: dict[tuple[str, str, str], float] = {}
     if fleet_mode:
+        def again(reports: dict) -> dict[str, list[str]]:  # the fleet's outliers, measured again before they fail
+            wanted: dict[str, list[str]] = {}
+            for node, name, _ in judge.fleet_outliers({n: r[0].figures for n, r in reports.items()}, floor):
+                wanted.setdefault(node, []).append(name)
+            return {n: sorted(set(v)) for n, v in wanted.items()}
+
         outcome = fleet.run(expectations, tolerance, deadline, timeout,
-                            lambda names, facts: on_start(names), on_report)
+                            lambda names, facts: on_start(names), on_report, again)
         assert outcome is not None
-        reports, missing = outcome.reports, outcome.missing
+        reports, missing, interrupted = outcome.reports, outcome.missing, outcome.interrupted
+        first_values = _take_second(outcome.remeasured, reports, results)
     else:
         node = plant.node_name(0)
         on_start([node])
-        report = check_node(node, expectations, tolerance, timeout=timeout)
-        on_report(report)
-        reports, missing = {node: report}, {}
+        reports, missing = {}, {}
+        try:
+            report = check_node(node, expectations, tolerance, timeout=timeout,
+                                on_row=lambda row: results.add([row]))
+        except (Interrupted, KeyboardInterrupt) as exc:
+            interrupted = getattr(exc, "signum", signal.SIGINT)
+            missing[node] = f"interrupted by {signal.Signals(interrupted).name} before its check ended"
+        else:
+            report.rows = []  # already in the results file, row by row
+            on_report(report)
+            reports = {node: report}
     events = [e for r in reports.values() for e in r.events]
     by_node = {n: r.figures for n, r in reports.items() if not r.error}
     figures_at = {(n, f.name, f.gpus): f for n, fs in by_node.items() for f in fs}
-    for (node, name, gpus), why in judge.fleet_outliers(by_node).items():
+    medians = judge.fleet_medians(by_node)
+    for (node, name, gpus), why in judge.fleet_outliers(by_node, floor).items():
         f = figures_at[(node, name, gpus)]
-        events.append(judge.Event(judge.FAIL, node, "fleet", name, gpus, f.value,
-                                  "the fleet's median", f.unit, why))
+        if (node, name, gpus) in first_values:
+            why += f" (measured twice; first {format_value(first_values[(node, name, gpus)], f.unit)})"
+        events.append(judge.Event(judge.FAIL, node, "fleet", name, gpus, f.value, "the fleet's median", f.unit,
+                                  why, medians.get((name, gpus))))
     for node, why in missing.items():
         events.append(judge.Event(judge.FAIL, node, "node", "report", reason=why))
     results.set_meta("check.missing", ",".join(missing))
     failed = sorted({e.node for e in events if e.status == judge.FAIL})
     status = f"complete; failed nodes: {','.join(failed)}" if failed else "complete"
-    results.write(partial=bool(missing), status=status)
+    if interrupted is not None:
+        status = f"interrupted by {signal.Signals(interrupted).name}" + (f"; failed nodes: {','.join(failed)}"
+                                                                 if failed else "")
+    results.write(partial=bool(missing) or interrupted is not None, status=status)
     results.close()
-    _emit(events, reports, missing, fmt, table_file, output_file)
+    if stream is not None:
+        stream.add([e for e in events if id(e) not in stream.written])
+        stream.close()
+        output_file = None if fmt == "json" else output_file
+    _emit(events if stream is None else [], reports, missing, fmt, table_file, output_file,
+          quiet=stream is not None)
     for e in events:
         if e.status == judge.FAIL:  # the lines a fleet tool greps: node, GPUs, figure, measured, expected
             err.print(f"[red]FAIL[/] {escape(_fail_line(e))}", soft_wrap=True, highlight=False)
     err.print(f"wrote {escape(str(out))} ({len(results)} rows, {len(reports)} node"
               f"{'s' if len(reports) != 1 else ''}{f', {len(missing)} missing' if missing else ''})", soft_wrap=True)
+    if interrupted is not None:
+        raise Interrupted(interrupted)
     code = judge.exit_code(events)
     if fleet_mode and missing:  # ranks that hang would keep the job alive: end it as mpirun does
         sys.stdout.flush()
@@ -202,6 +238,24 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
 
         MPI.COMM_WORLD.Abort(1)
     return code
+
+
+def _take_second(remeasured: dict, reports: dict, results) -> dict[tuple[str, str, str], float]:
+    """The fleet outliers' second measurements replace their first (whose rows stay in the CSV, the
+    second's appended); returns the first values of the figures replaced."""
+    first: dict[tuple[str, str, str], float] = {}
+    for node, second in remeasured.items():
+        if second.error or node not in reports:
+            continue
+        results.add(second.rows)
+        by_key = {(f.name, f.gpus): f for f in second.figures}
+        figures = reports[node].figures
+        for k, f in enumerate(figures):
+            if (f.name, f.gpus) in by_key:
+                first[(node, f.name, f.gpus)] = f.value
+                figures[k] = by_key[(f.name, f.gpus)]
+        results.set_meta(f"node.{node}.check.fleet_remeasured", ",".join(f"{n}@{g}" for n, g in by_key))
+    return first
 
 
 def _fail_line(e) -> str:
@@ -216,7 +270,26 @@ def _fail_line(e) -> str:
     return "; ".join(parts + ([e.reason] if e.reason else []))
 
 
-def _emit(events, reports, missing, fmt, table_file, output_file=None) -> None:
+class _JsonLines:
+    """--format json into --output: each event appended (and flushed) as it is known."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "w", encoding="utf-8")
+        self.written: set[int] = set()  # the events' ids
+
+    def add(self, events) -> None:
+        from gpuipc_bench.check import output
+
+        if events:
+            self.file.write(output.to_json_lines(events))
+            self.file.flush()
+            self.written.update(id(e) for e in events)
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def _emit(events, reports, missing, fmt, table_file, output_file=None, quiet=False) -> None:
     from gpuipc_bench.check import output, table
 
     rows = table.fleet_rows({n: r.figures for n, r in reports.items() if not r.error}, events, missing)
@@ -242,7 +315,7 @@ def _emit(events, reports, missing, fmt, table_file, output_file=None) -> None:
         text = (table.to_markdown(rows) + "\n" if len(rows) > 1 else "") + output.to_markdown(events)
     if output_file is not None:
         Path(output_file).write_text(text, encoding="utf-8")
-    elif text:
+    elif text and not quiet:
         sys.stdout.write(text)
     if table_file is not None:
         table.save(rows, table_file)

@@ -212,7 +212,7 @@ def test_a_figure_fails_below_the_band_and_only_warns_against_one_host():
     single = judge.judge_figure(_fig("peer", 200.0, gpus="0>1"), "n1", two, refs)
     assert single.status == "warn" and "single-host reference" in single.reason
     unknown = judge.judge_figure(_fig(value=1.0), "n1", {**H100_FACTS, "gpu.0.name": "Other"}, refs)
-    assert unknown.status == "pass" and unknown.reason.startswith("no expectation for Other, PCIe Gen5 x16")
+    assert unknown.status == "measured" and unknown.reason.startswith("not judged: no expectation for Other, PCIe Gen5")
 
 
 def test_a_path_at_its_own_ceiling_is_not_blamed_for_a_slow_link():
@@ -568,6 +568,59 @@ def test_the_terminal_output_fits_80_columns_with_each_reason_under_its_check():
     render_terminal(events, Console(file=out, width=80, force_terminal=False))
     lines = out.getvalue().splitlines()
     assert lines[0] == "gpuipc-bench check · node n1" and all(len(line) <= 80 for line in lines)
-    assert lines[1].startswith("fail   figure h2d GPU 0") and lines[1].endswith("31.2 GB/s")
+    assert lines[1].startswith("fail      figure h2d GPU 0") and lines[1].endswith("31.2 GB/s")
     assert lines[2].strip() == "expected 54.8-55.2 GB/s" and lines[3].strip() == "31.2 GB/s is 43% below"
-    assert lines[4].startswith("skip") and all(line.startswith(" " * 9) for line in lines[5:]) and len(lines) > 6
+    assert lines[4].startswith("skip") and all(line.startswith(" " * 10) for line in lines[5:]) and len(lines) > 6
+
+
+# ---------------------------------------------------------------- the contracts of node health tools
+
+
+def test_preset_health_says_healthy_or_drains_through_scontrol_naming_the_figure(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    said = tmp_path / "scontrol.log"
+    (fake / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {said}\n')
+    (fake / "scontrol").chmod(0o755)
+    path = f"{fake}:{os.environ['PATH']}"
+    healthy = bench("check", "--preset", "health", "--drain", "-o", str(tmp_path / "h.csv"),
+                    env={"PATH": path, "SLURMD_NODENAME": "n17"})
+    assert healthy.returncode == 0 and healthy.stdout.endswith(" | Healthy\n"), healthy.stderr
+    assert not said.exists()  # nothing to drain
+    broken = bench("check", "--preset", "health", "--drain", "-o", str(tmp_path / "b.csv"),
+                   env={"PATH": path, "SLURMD_NODENAME": "n17", plant.PLANT_ENV: "fault:host:raise:1:sample:1"})
+    assert broken.returncode == 1, broken.stderr
+    line = broken.stdout.strip()
+    assert " | DRAIN: path host: " in line and len(line) <= 80 and "\n" not in line
+    assert said.read_text().startswith("update NodeName=n17 State=DRAIN Reason=gpuipc-bench: path host: ")
+    _, meta = read_results(tmp_path / "b.csv")
+    assert set(meta["check.nodes"].split(",")) == {meta["host"]}
+    nodes = read_results(tmp_path / "h.csv")[0]
+    assert set(nodes["path"]) <= {"host", "ceiling"} and "barrier" not in set(nodes["path"])  # the short preset
+
+
+def test_npd_format_exits_0_1_or_2_with_one_short_message(tmp_path):
+    ok = bench("check", "--preset", "health", "--format", "npd", "-o", str(tmp_path / "o.csv"))
+    assert ok.returncode == 0 and ok.stdout == "gpuipc-bench: healthy\n", ok.stderr
+    bad = bench("check", "--preset", "health", "--format", "npd", "-o", str(tmp_path / "b.csv"),
+                env={plant.PLANT_ENV: "fault:host:raise:1:sample:1"})
+    assert bad.returncode == 1 and bad.stdout.startswith("gpuipc-bench: path host") and len(bad.stdout) <= 81
+    (tmp_path / "dir.csv").mkdir()  # a check that cannot run (its CSV cannot be written): unknown, 2
+    unknown = bench("check", "--preset", "health", "--format", "npd", "-o", str(tmp_path / "dir.csv"), "--force")
+    assert unknown.returncode == 2, unknown.stdout + unknown.stderr
+
+
+def test_prometheus_output_is_written_atomically_with_a_timestamp(tmp_path, monkeypatch):
+    import time
+
+    event = judge.Event("pass", "n1", "figure", "h2d", "0", 55.0, "", "GB/s")
+    text = output.to_prometheus([event], now=1700000000.0)
+    assert "gpuipc_check_timestamp_seconds 1700000000.000" in text
+    target = tmp_path / "gpuipc.prom"
+    target.write_text("old\n")
+    replaced = []
+    monkeypatch.setattr(os, "replace", lambda a, b: replaced.append((a, b)) or os.rename(a, b))
+    output.write_atomically(target, text)
+    assert target.read_text() == text and replaced and Path(replaced[0][0]).name.startswith(".gpuipc.prom.")
+    assert [p.name for p in tmp_path.iterdir()] == ["gpuipc.prom"]  # no temporary file left
+    assert time.time() > 1700000000.0

@@ -186,8 +186,13 @@ def test_a_node_of_three_ranks_ends_and_its_third_rank_waits_for_nothing(tmp_pat
     """The barrier's MPI reference runs on the node's pair only: a third rank never joins it."""
     out = tmp_path / "three.csv"
     start = time.monotonic()
-    done = fleet(out, "--deadline", str(DEADLINE), "--timeout", "10", nodes="a,a,a,b,b,b")
+    done = fleet(out, "--deadline", str(DEADLINE), "--timeout", "10", "--format", "prometheus", "--output",
+                 str(tmp_path / "{node}.prom"), nodes="a,a,a,b,b,b")
     assert ended_in_time(start) and done.returncode == 0, done.stderr[-3000:]
+    for node in "ab":  # each node's leader wrote its own textfile, its own node's checks only
+        text = (tmp_path / f"{node}.prom").read_text()
+        assert "gpuipc_check_timestamp_seconds " in text and f'node="{node}"' in text
+        assert 'node="' + ("b" if node == "a" else "a") + '"' not in text
     df, meta = read_results(out)
     assert set(df["node"]) == {"a", "b"} and meta["check.missing"] == "" and meta["status"] == "complete"
     assert set(df[df["path"] == "barrier"]["variant"]) == {"shm", "mpi"}
@@ -234,4 +239,36 @@ def test_a_rank_stopped_before_start_up_is_named_and_the_others_rows_kept(tmp_pa
     lost = [json.loads(x) for x in events.read_text().splitlines() if '"kind": "node"' in x]
     assert [(e["node"], e["status"]) for e in lost] == [(node, "fail")]
     assert {json.loads(x)["node"] for x in events.read_text().splitlines()} == {"a", "b", "c"}
+    assert none_left(out)
+
+
+@needs_mpi
+def test_a_fleet_outlier_is_measured_again_before_it_fails(tmp_path):
+    """b's host-memcpy is planted at 5% on its first measurement only: an outlier, measured again
+    on b, it passes (the second figure counts; both measurements' rows are in the CSV)."""
+    out = tmp_path / "flutter.csv"
+    # --tolerance 0.5: six ranks on two shared cores make CPU figures of healthy nodes differ by up to
+    # a third; the fleet rule's floor is then 50% of the median (the plant's 5% is far beyond it)
+    done = fleet(out, "--deadline", str(DEADLINE), "--timeout", "10", "--tolerance", "0.5",
+                 plants="flutter:b:host-memcpy:0.05")
+    assert "FAIL node b host: fleet host-memcpy" not in done.stderr, done.stderr[-3000:]
+    df, meta = read_results(out)
+    assert "host-memcpy@host" in meta["node.b.check.fleet_remeasured"].split(",")
+    host = df[(df["node"] == "b") & (df["path"] == "host")]
+    assert len(host) > len(df[(df["node"] == "a") & (df["path"] == "host")])  # b's host rows twice
+    assert none_left(out)
+
+
+@needs_mpi
+def test_a_rank_killed_mid_check_is_named_when_the_launcher_keeps_the_job(tmp_path):
+    """Under the README's `--mca orte_abort_on_non_zero_status 0` the job outlives b's killed leader:
+    b is named at the deadline, a's and c's rows kept; mpirun returns the killed rank's status."""
+    out = tmp_path / "killed.csv"
+    start = time.monotonic()
+    done = fleet(out, "--deadline", str(DEADLINE), "--timeout", "10", plants="kill:b",
+                 mca=("--mca", "orte_abort_on_non_zero_status", "0"))
+    assert ended_in_time(start) and done.returncode != 0, done.stderr[-3000:]
+    assert f"FAIL node b: node report; did not report within {DEADLINE} s" in done.stderr, done.stderr[-3000:]
+    df, meta = read_results(out)
+    assert set(df["node"]) == {"a", "c"} and meta["check.missing"] == "b"
     assert none_left(out)

@@ -21,8 +21,9 @@ collective over the whole job (one stopped or dead rank would hang every other r
    died or stopped), has the fleet's outliers measured again, and returns. If a node is
    missing, the caller ends the ranks that still hang with MPI_Abort.
 
-A rank other than 0 that is still in the check at the deadline plus MEMBER_GRACE_S (rank 0
-unreachable, or its partner stopped) says so and exits 1.
+A node still measuring again at the deadline keeps its first figures, and the caller ends its
+ranks with MPI_Abort too. A rank other than 0 that is still in the check at the deadline plus
+MEMBER_GRACE_S (rank 0 unreachable, or its partner stopped) says so and exits 1.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from gpuipc_bench.errors import Interrupted
 
 HELLO, ASSIGN, REPORT, WORD = 31, 32, 33, 34
 POLL_S = 0.01
-MEMBER_GRACE_S = 15.0  # past rank 0's deadline: rank 0 names, writes and ends the job before
+MEMBER_GRACE_S = 30.0  # past rank 0's deadline: rank 0 names, writes and ends the job before
 
 
 @dataclasses.dataclass
@@ -57,6 +58,7 @@ class Fleet:
     events: list[judge.Event] = dataclasses.field(default_factory=list)
     remeasured: dict[str, NodeReport] = dataclasses.field(default_factory=dict)  # node -> its second report
     interrupted: int | None = None  # the signal that ended rank 0's wait
+    unfinished: list[str] = dataclasses.field(default_factory=list)  # nodes still measuring again at the deadline
 
 
 @dataclasses.dataclass
@@ -74,10 +76,12 @@ class Hello:
 def run(expectations: Expectations, tolerance: float | None, deadline: float, timeout: float,
         on_start: Callable[[list[str], dict[str, str]], None],
         on_report: Callable[[NodeReport], None],
-        again: Callable[[dict[str, list[NodeReport]]], dict[str, list[str]]] | None = None) -> Fleet | None:
+        again: Callable[[dict[str, list[NodeReport]]], dict[str, list[str]]] | None = None,
+        on_own_report: Callable[[NodeReport], None] | None = None) -> Fleet | None:
     """Every rank calls this; rank 0 returns the Fleet, the others None once their part is done.
     `on_start(nodes, facts)` and `on_report(report)` run on rank 0 (the CSV's header and rows);
-    `again(reports)` says which figures of which nodes to measure again (the fleet's outliers)."""
+    `again(reports)` says which figures of which nodes to measure again (the fleet's outliers);
+    `on_own_report(report)` runs on each node's leader with its own report (its own files)."""
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD  # no Dup (a collective over the whole job): the tags above are the check's own
@@ -94,11 +98,13 @@ def run(expectations: Expectations, tolerance: float | None, deadline: float, ti
             assignment = world.recv(source=0, tag=ASSIGN)
             if assignment is not None:
                 pair, expected, partner = assignment
-                _check_as_member(world, rank, node, pair, parse(expected), tolerance, timeout, partner)
+                _check_as_member(world, rank, node, pair, parse(expected), tolerance, timeout, partner,
+                                 on_own_report)
         finally:
             watchdog.cancel()
         return None
-    return _rank0(world, mine, expectations, tolerance, deadline, timeout, on_start, on_report, again)
+    return _rank0(world, mine, expectations, tolerance, deadline, timeout, on_start, on_report, again,
+                  on_own_report)
 
 
 def _give_up(mine: Hello, seconds: float) -> None:
@@ -155,7 +161,8 @@ class _Rank0:
                 self.send(None, r, ASSIGN)
 
 
-def _rank0(world, mine: Hello, expectations, tolerance, deadline, timeout, on_start, on_report, again) -> Fleet:
+def _rank0(world, mine: Hello, expectations, tolerance, deadline, timeout, on_start, on_report, again,
+           on_own_report=None) -> Fleet:
     size = world.Get_size()
     started = time.monotonic()
     state = _Rank0(world, mine, expectations, size)
@@ -182,7 +189,8 @@ def _rank0(world, mine: Hello, expectations, tolerance, deadline, timeout, on_st
         nonlocal own_thread
         partner = state.hellos[pair[1]].namespaces() if len(pair) > 1 else None
         own_thread = threading.Thread(
-            target=_check_leader, args=(world, mine.node, pair, expectations, tolerance, timeout, partner, inbox),
+            target=_check_leader, args=(world, mine.node, pair, expectations, tolerance, timeout, partner, inbox,
+                                        on_own_report),
             daemon=True, name="gpuipc-bench check of rank 0's node")
         own_thread.start()
 
@@ -291,6 +299,7 @@ def _measure_outliers(state: _Rank0, fleet: Fleet, again, inbox: queue.Queue, st
             continue
         if isinstance(item, NodeReport) and item.node in asked:
             fleet.remeasured[item.node] = item
+    fleet.unfinished = sorted(set(asked) - set(fleet.remeasured))  # their first figures count
 
 
 def _receive(world, inbox: queue.Queue, stop: threading.Event) -> None:
@@ -315,7 +324,8 @@ def _pair_job(world, pair: list[int], node: str):
     return Job(comm, me, 2, [0, 1], [node, node])
 
 
-def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, inbox=None) -> None:
+def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, inbox=None,
+                  on_own_report=None) -> None:
     """Check the node and report to rank 0 (rank 0's own node: through its inbox); then measure
     again what rank 0 asks for, until it says done."""
     if inbox is not None:
@@ -334,6 +344,12 @@ def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, 
         except Exception as exc:  # the node's failure is named at rank 0; the others go on
             deliver(NodeReport(node, {"host": node}, error=f"{type(exc).__name__}: {exc}"))
             return
+        if on_own_report is not None:
+            try:
+                on_own_report(report)
+            except Exception as exc:  # e.g. the node's textfile folder is missing: said in the report
+                report.events.append(judge.Event(judge.FAIL, node, "node", "output",
+                                                 reason=f"{type(exc).__name__}: {exc}"))
         plant.before_report(node)
         deliver(report)
         while (told := word())[0] == "again":
@@ -346,9 +362,9 @@ def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, 
             job.stop_others()
 
 
-def _check_as_member(world, rank, node, pair, expectations, tolerance, timeout, partner) -> None:
+def _check_as_member(world, rank, node, pair, expectations, tolerance, timeout, partner, on_own_report=None) -> None:
     if rank != pair[0]:
         job = _pair_job(world, pair, node)
         job.serve()  # type: ignore[union-attr]
         return
-    _check_leader(world, node, pair, expectations, tolerance, timeout, partner)
+    _check_leader(world, node, pair, expectations, tolerance, timeout, partner, None, on_own_report)

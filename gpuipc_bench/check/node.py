@@ -27,6 +27,8 @@ HOST_SIZES = (figs.SMALL, figs.HOST_BIG)
 GPU_SCENARIOS = ("staging", "ipc", "peer")
 PROOF_SCENARIOS = ("vmm", "mempool")  # a path's proof: one tiny run
 CPU_SCENARIOS = ("host", "barrier")
+# --preset health: the headline paths only (no proofs, no NIXL, no barrier), fewer samples
+HEALTH_GPU_SCENARIOS, HEALTH_CPU_SCENARIOS, HEALTH_SAMPLES = ("staging", "ipc", "peer"), ("host",), 3
 PATH_OF = {"ipc": "ipc", "vmm": "vmm", "mempool": "mempool", "peer": "peer", "host": "host"}
 
 
@@ -58,8 +60,10 @@ def fork_runner(scenario, config, specs, on_row):
 
 def check_node(node: str, expectations: Expectations, tolerance: float | None = None, runner: Runner = fork_runner,
                job=None, peer: tuple[str, str] | None = None, peer_where: str = "a forked child",
-               on_row: Callable[[dict], None] | None = None, timeout: float = 60.0) -> NodeReport:
-    """Check this node. `job`: the node's MPI job (its ranks are the workers), None: forked workers."""
+               on_row: Callable[[dict], None] | None = None, timeout: float = 60.0,
+               preset: str = "full") -> NodeReport:
+    """Check this node. `job`: the node's MPI job (its ranks are the workers), None: forked workers.
+    `preset`: 'full', or 'health' (the headline figures only, fewer samples)."""
     from gpuipc_bench.machine.probe import probe
 
     machine = probe()
@@ -78,11 +82,15 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             on_row(row)
 
     gpu = machine.gpu_count > 0
-    names = [*GPU_SCENARIOS, *PROOF_SCENARIOS] if gpu else list(CPU_SCENARIOS)
-    if nixl_installed():  # KV caches move with NIXL: did UCX use the link?
-        names.append("nixl-read" if gpu else "nixl-host-read")
+    samples = SAMPLES
+    if preset == "health":
+        names, samples = list(HEALTH_GPU_SCENARIOS if gpu else HEALTH_CPU_SCENARIOS), HEALTH_SAMPLES
+    else:
+        names = [*GPU_SCENARIOS, *PROOF_SCENARIOS] if gpu else list(CPU_SCENARIOS)
+        if nixl_installed():  # KV caches move with NIXL: did UCX use the link?
+            names.append("nixl-read" if gpu else "nixl-host-read")
     names = [n for n in names if not plant.left_out(n)]
-    outcomes = _measure(names, machine, runner, job, keep, timeout)
+    outcomes = _measure(names, machine, runner, job, keep, timeout, samples)
     for name, error in outcomes.items():
         path = PATH_OF.get(name)
         if error and path in verdicts and verdicts[path].ok is not False:
@@ -111,7 +119,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             rows.append(row)
             keep(row)
 
-        _measure(figs.scenarios_for([k[0] for k in again]), machine, runner, job, keep_again, timeout)
+        _measure(figs.scenarios_for([k[0] for k in again]), machine, runner, job, keep_again, timeout, samples)
         second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1)}
         for k in again:
             if k in second:
@@ -212,7 +220,7 @@ def _frame(rows: list[dict]):
     return typed_frame(pd.DataFrame.from_records([new_row(**r) for r in rows], columns=list(COLUMNS)))
 
 
-def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dict[str, str]:
+def _measure(names, machine, runner: Runner, job, on_row, timeout: float, samples: int = SAMPLES) -> dict[str, str]:
     """Run each named scenario on the preset; scenario -> '' (ran), its error, or 'waived: why'."""
     from gpuipc_bench.config import RunConfig
     from gpuipc_bench.harness.plan import plan_pairs, plan_scenarios, registry
@@ -228,7 +236,7 @@ def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dic
                                                                       else HOST_SIZES)
         if name == "barrier":
             sizes = None
-        config = RunConfig(scenarios=(name,), sizes=sizes, iterations=1 if proof else SAMPLES,
+        config = RunConfig(scenarios=(name,), sizes=sizes, iterations=1 if proof else samples,
                            warmup=0 if proof else WARMUP, timeout=timeout, workers=job.size if job else None,
                            launcher="mpi" if job else "fork", sharing=("time-sliced",),
                            worker_log="/dev/stderr")  # what libraries print: never into the JSON or JUnit on stdout

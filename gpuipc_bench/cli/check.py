@@ -25,12 +25,14 @@ import click
 from rich.markup import escape
 
 from gpuipc_bench.cli.console import stderr_console, stdout_console
-from gpuipc_bench.errors import Interrupted, UsageError
+from gpuipc_bench.errors import BenchError, Interrupted, UsageError
 
-FORMATS = ("terminal", "json", "junit", "prometheus", "markdown")
+FORMATS = ("terminal", "json", "junit", "prometheus", "markdown", "health", "npd")
+PRESETS = ("full", "health")
 MIN_TIMEOUT_S = 1.0  # a worker's start-up alone takes longer than a shorter --timeout
 MIN_DEADLINE_S = 5.0
 MAX_SECONDS = 86400.0
+NPD_UNKNOWN = 2  # node-problem-detector's custom plugin: 0 OK, 1 a problem, 2 unknown
 
 
 @click.command()
@@ -50,7 +52,9 @@ MAX_SECONDS = 86400.0
                    "expectations file's (0.10).")
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="terminal", show_default=True,
               help="What goes to standard output: a table, JSON lines (one event per check), JUnit XML, "
-                   "Prometheus text (a node exporter's textfile collector), or Markdown.")
+                   "Prometheus text (a node exporter's textfile collector; with --output, written atomically), "
+                   "Markdown, `NODE | Healthy` lines (health), or node-problem-detector's one message (npd: "
+                   "exit 0 OK, 1 a problem, 2 unknown).")
 @click.option("--out", "-o", type=click.Path(path_type=Path), default=None,
               help="The CSV of the measurement (every node's rows, a node column). Default: "
                    "results/check-<UTC time>-<host>.csv")
@@ -65,10 +69,17 @@ MAX_SECONDS = 86400.0
                    "by then is named as hung.")
 @click.option("--timeout", type=float, default=60.0, show_default=True,
               help="Seconds a worker may go without progress before its scenario is ended.")
+@click.option("--preset", type=click.Choice(PRESETS), default="full", show_default=True,
+              help="'health': this node only, without MPI, the headline figures with fewer samples (for Slurm's "
+                   "HealthCheckProgram or a node-problem-detector plugin); prints `NODE | Healthy` or "
+                   "`NODE | DRAIN: <reason>` unless --format says otherwise.")
+@click.option("--drain", is_flag=True,
+              help="When a check fails, drain this node: `scontrol update NodeName=NODE State=DRAIN "
+                   "Reason=...` (NODE: $SLURMD_NODENAME, else the host name). Not under MPI.")
 @click.option("--launcher", type=click.Choice(["fork", "mpi"]), default=None,
               help="'mpi': every node of the MPI job (default when started by mpirun or srun); 'fork': this node.")
 def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_file, deadline, timeout,
-          launcher=None, output_file=None, learn_partial=False):
+          launcher=None, output_file=None, learn_partial=False, preset="full", drain=False):
     """Check this node, or every node of an MPI job: which paths work here and why not, then a
     short measurement whose headline figures are judged against their GPU model's expectations
     and, across nodes, against the fleet."""
@@ -98,10 +109,21 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
         if not (math.isfinite(seconds) and low <= seconds <= MAX_SECONDS):
             raise UsageError(f"{option} {seconds:g}: must be from {low:g} to {MAX_SECONDS:g} seconds")
     fleet_mode = mpi_launch.resolve_launcher(launcher) == "mpi"
+    if fleet_mode and (preset == "health" or drain):
+        raise UsageError(f"{'--drain' if drain else '--preset health'}: checks this node alone, without MPI "
+                         "(run it on each node: Slurm's HealthCheckProgram, a DaemonSet); use --launcher fork")
+    if drain:
+        import shutil
+
+        if shutil.which("scontrol") is None:
+            raise UsageError("--drain: no scontrol on PATH (Slurm's client drains the node)")
+    if preset == "health" and fmt == "terminal":
+        fmt = "health"
     if fleet_mode and _mpi_rank() != 0:  # rank 0 reads the files, sends the expectations, writes the results
         from gpuipc_bench.check import fleet
 
-        fleet.run(expect.Expectations({}, {}), tolerance, deadline, timeout, lambda n, f: None, lambda r: None)
+        fleet.run(expect.Expectations({}, {}), tolerance, deadline, timeout, lambda n, f: None, lambda r: None,
+                  on_own_report=_node_textfile(fmt, output_file))
         mpi_launch.Job.leave_if_nixl(0)  # NIXL's libnl and Open MPI's clash at exit (see there)
         return
     expectations = expect.load(expect_file)
@@ -115,7 +137,14 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
                 check_writable(extra, force)
             except UsageError as exc:  # its words name --out
                 raise UsageError(str(exc).replace(f"--out {extra}", f"{option} {extra}", 1)) from None
-    code = _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file)
+    try:
+        code = _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file,
+                      preset, drain)
+    except BenchError as exc:
+        if fmt != "npd":
+            raise
+        sys.stdout.write(f"gpuipc-bench: unknown: {exc}"[:80] + "\n")  # the plugin's 'unknown'
+        code = NPD_UNKNOWN
     if fleet_mode:
         mpi_launch.Job.leave_if_nixl(code)
     raise click.exceptions.Exit(code)
@@ -136,7 +165,8 @@ def _default_out() -> Path:
     return Path("results") / f"check-{stamp}-{socket.gethostname()}.csv"
 
 
-def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file=None) -> int:
+def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file=None,
+           preset="full", drain=False) -> int:
     from gpuipc_bench import __version__
     from gpuipc_bench.check import fleet, judge
     from gpuipc_bench.hooks import plant
@@ -171,6 +201,7 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
     interrupted = None
     floor = judge.FLEET_GAP if tolerance is None else max(tolerance, judge.FLEET_GAP)
     first_values: dict[tuple[str, str, str], float] = {}
+    unfinished: list[str] = []  # nodes still measuring again at the deadline: their ranks are ended too
     if fleet_mode:
         def again(reports: dict) -> dict[str, list[str]]:  # the fleet's outliers, measured again before they fail
             wanted: dict[str, list[str]] = {}
@@ -179,17 +210,20 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
             return {n: sorted(set(v)) for n, v in wanted.items()}
 
         outcome = fleet.run(expectations, tolerance, deadline, timeout,
-                            lambda names, facts: on_start(names), on_report, again)
+                            lambda names, facts: on_start(names), on_report, again, _node_textfile(fmt, output_file))
+        if fmt == "prometheus":
+            output_file = None  # each node wrote its own textfile; the fleet's text goes to standard output
         assert outcome is not None
         reports, missing, interrupted = outcome.reports, outcome.missing, outcome.interrupted
         first_values = _take_second(outcome.remeasured, reports, results)
+        unfinished = outcome.unfinished
     else:
         node = plant.node_name(0)
         on_start([node])
         reports, missing = {}, {}
         try:
             report = check_node(node, expectations, tolerance, timeout=timeout,
-                                on_row=lambda row: results.add([row]))
+                                on_row=lambda row: results.add([row]), preset=preset)
         except (Interrupted, KeyboardInterrupt) as exc:
             interrupted = getattr(exc, "signum", signal.SIGINT)
             missing[node] = f"interrupted by {signal.Signals(interrupted).name} before its check ended"
@@ -223,6 +257,8 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
         output_file = None if fmt == "json" else output_file
     _emit(events if stream is None else [], reports, missing, fmt, table_file, output_file,
           quiet=stream is not None)
+    if drain and any(e.status == judge.FAIL for e in events):
+        _drain(events)
     for e in events:
         if e.status == judge.FAIL:  # the lines a fleet tool greps: node, GPUs, figure, measured, expected
             err.print(f"[red]FAIL[/] {escape(_fail_line(e))}", soft_wrap=True, highlight=False)
@@ -231,7 +267,7 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
     if interrupted is not None:
         raise Interrupted(interrupted)
     code = judge.exit_code(events)
-    if fleet_mode and missing:  # ranks that hang would keep the job alive: end it as mpirun does
+    if fleet_mode and (missing or unfinished):  # ranks that hang would keep the job alive: end it as mpirun does
         sys.stdout.flush()
         sys.stderr.flush()
         from mpi4py import MPI
@@ -256,6 +292,42 @@ def _take_second(remeasured: dict, reports: dict, results) -> dict[tuple[str, st
                 figures[k] = by_key[(f.name, f.gpus)]
         results.set_meta(f"node.{node}.check.fleet_remeasured", ",".join(f"{n}@{g}" for n, g in by_key))
     return first
+
+
+def _node_textfile(fmt: str, output_file):
+    """Under MPI with --format prometheus --output FILE: each node's leader writes its own node's
+    textfile (FILE on that node; '{node}' in FILE is replaced by the node's name), atomically."""
+    if fmt != "prometheus" or output_file is None:
+        return None
+
+    def write(report) -> None:
+        from gpuipc_bench.check import output
+
+        output.write_atomically(Path(str(output_file).replace("{node}", report.node)),
+                                output.to_prometheus(report.events))
+
+    return write
+
+
+def _drain(events) -> None:
+    """Drain this node through Slurm, the reason naming the first failure (as NHC does)."""
+    import os
+    import subprocess
+
+    from gpuipc_bench.check import output
+
+    node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+    reason = "gpuipc-bench: " + output.failure_reason(events, 200)
+    command = ["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        stderr_console().print(f"--drain: scontrol failed: {escape(str(exc))}"[:80], soft_wrap=True)
+        return
+    said = (done.stderr or done.stdout).strip().splitlines()
+    word = f"drained {node}" if done.returncode == 0 else \
+        f"--drain: scontrol said: {said[0] if said else done.returncode}"
+    stderr_console().print(escape(word[:80]), soft_wrap=True)
 
 
 def _fail_line(e) -> str:
@@ -311,10 +383,14 @@ def _emit(events, reports, missing, fmt, table_file, output_file=None, quiet=Fal
         text = output.to_junit(events)
     elif fmt == "prometheus":
         text = output.to_prometheus(events)
+    elif fmt == "health":
+        text = output.to_health(events, list(dict.fromkeys([*reports, *missing])))
+    elif fmt == "npd":
+        text = output.to_npd(events, list(dict.fromkeys([*reports, *missing])))
     else:
         text = (table.to_markdown(rows) + "\n" if len(rows) > 1 else "") + output.to_markdown(events)
-    if output_file is not None:
-        Path(output_file).write_text(text, encoding="utf-8")
+    if output_file is not None:  # atomically: a textfile collector never reads half a file
+        output.write_atomically(Path(output_file), text)
     elif text and not quiet:
         sys.stdout.write(text)
     if table_file is not None:

@@ -447,7 +447,7 @@ def test_prometheus_output_is_the_text_format():
     parser = pytest.importorskip("prometheus_client.parser")  # the dev extra: Prometheus's own parser
     families = {f.name: f for f in parser.text_string_to_metric_families(text)}
     assert set(families) == {"gpuipc_check_status", "gpuipc_check_figure", "gpuipc_check_expected",
-                             "gpuipc_check_failures"}
+                             "gpuipc_check_failures", "gpuipc_check_timestamp_seconds"}
     assert {s.labels["unit"] for s in families["gpuipc_check_figure"].samples} == {"GB/s", "us"}
 
 

@@ -5,9 +5,12 @@
     gpuipc-bench check --format junit > check.xml       for CI; json (lines), prometheus too
     gpuipc-bench check --learn fleet.json fleet.csv     expectations from a healthy fleet run
 
-Exit 0: every check passed (warnings and skipped paths included); 1: a check failed (a
-figure, a path the expectations say works on this model, a node that did not report);
-2: bad input.
+    gpuipc-bench check --preset health --drain          Slurm's HealthCheckProgram: drain on failure
+
+Exit 0: every check passed (warnings, skipped paths, figures without an expectation
+included); 1: a check failed (a figure, a path expected to work here, a scenario's error, a
+missing figure, a node that did not report); 2: bad input (with --format npd also: the check
+could not run); 128 + N: signal N ended it (the CSV says 'interrupted').
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from gpuipc_bench.errors import Interrupted
 
 HELLO, ASSIGN, REPORT, WORD = 31, 32, 33, 34
 POLL_S = 0.01
+STOP_WAIT_S = 10.0  # rank 0's own leader telling its partner to stop, at the end
 MEMBER_GRACE_S = 30.0  # past rank 0's deadline: rank 0 names, writes and ends the job before
 
 
@@ -108,8 +109,9 @@ def run(expectations: Expectations, tolerance: float | None, deadline: float, ti
 
 
 def _give_up(mine: Hello, seconds: float) -> None:
-    print(f"Error: rank {mine.rank} (node {mine.node}) was still in the check after {seconds:g} s "
-          "(rank 0 unreachable, or this node's partner rank stopped); leaving", file=sys.stderr, flush=True)
+    # rank 0 unreachable, or this node's partner stopped
+    print(f"Error: rank {mine.rank} (node {mine.node}) still in the check after {seconds:g} s; leaving"[:80],
+          file=sys.stderr, flush=True)
     os._exit(1)
 
 
@@ -271,6 +273,8 @@ def _rank0(world, mine: Hello, expectations, tolerance, deadline, timeout, on_st
                 state.send(("done",), pair[0], WORD)
         if own_thread is not None:
             _own_words.put(("done",))
+            if mine.node not in fleet.missing:  # it tells its partner to stop before this process ends
+                own_thread.join(STOP_WAIT_S)
     return fleet
 
 

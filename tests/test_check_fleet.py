@@ -53,8 +53,10 @@ def none_left(out) -> bool:
 @needs_mpi
 def test_three_nodes_write_one_fleet_csv_and_a_slow_node_is_named(tmp_path):
     out, junit, md = tmp_path / "fleet.csv", tmp_path / "fleet.xml", tmp_path / "fleet.md"
-    done = fleet(out, "--format", "junit", "--output", str(junit), "--table", str(md),
-                 plants="slow:c:host-memcpy:0.05")  # 20x: far below any noise here
+    # 20x: far below any noise here; --tolerance 0.5 (the fleet rule's floor: 50% of the median) keeps
+    # the healthy nodes' noise on two shared cores from making them outliers too
+    done = fleet(out, "--format", "junit", "--output", str(junit), "--table", str(md), "--tolerance", "0.5",
+                 plants="slow:c:host-memcpy:0.05")
     assert done.returncode != 0, done.stderr
     fails = [line for line in done.stderr.splitlines() if line.startswith("FAIL")]
     assert any(line.startswith("FAIL node c host: fleet host-memcpy; measured") and "of the fleet median" in line
@@ -98,10 +100,11 @@ def test_three_nodes_write_one_fleet_csv_and_a_slow_node_is_named(tmp_path):
 def test_a_hung_node_is_named_at_the_deadline_and_the_others_rows_kept(tmp_path):
     out, events = tmp_path / "hang.csv", tmp_path / "hang.jsonl"
     start = time.monotonic()
-    done = fleet(out, "--deadline", "30", "--format", "json", "--output", str(events), plants="hang:b")
+    done = fleet(out, "--deadline", str(DEADLINE), "--format", "json", "--output", str(events), plants="hang:b")
     assert done.returncode != 0
-    assert time.monotonic() - start < 150
-    assert "FAIL node b: node report; did not report within 30 s (hung, or a rank died or stopped)" in done.stderr
+    assert ended_in_time(start)
+    assert f"FAIL node b: node report; did not report within {DEADLINE} s (hung, or a rank died or stopped)" \
+        in done.stderr
     df, meta = read_results(out)
     assert set(df["node"]) == {"a", "c"} and meta["check.missing"] == "b" and meta["partial"] == "true"
     lost = [json.loads(x) for x in events.read_text().splitlines() if '"kind": "node"' in x]

@@ -624,3 +624,18 @@ def test_prometheus_output_is_written_atomically_with_a_timestamp(tmp_path, monk
     assert target.read_text() == text and replaced and Path(replaced[0][0]).name.startswith(".gpuipc.prom.")
     assert [p.name for p in tmp_path.iterdir()] == ["gpuipc.prom"]  # no temporary file left
     assert time.time() > 1700000000.0
+
+
+def test_a_fleet_outliers_second_measurement_replaces_its_first(tmp_path):
+    from gpuipc_bench.check.node import NodeReport
+    from gpuipc_bench.cli.check import _take_second
+    from gpuipc_bench.results import ResultsFile
+
+    reports = {n: NodeReport(n, {}, figures=[_fig(value=v)]) for n, v in (("a", 55.0), ("b", 55.2), ("c", 2.0))}
+    assert set(judge.fleet_outliers({n: r.figures for n, r in reports.items()})) == {("c", "h2d", "0")}
+    results = ResultsFile(tmp_path / "f.csv", {"host": "a"})
+    second = NodeReport("c", {}, figures=[_fig(value=54.0)])
+    first = _take_second({"c": second}, reports, results)
+    assert first == {("c", "h2d", "0"): 2.0} and reports["c"].figures[0].value == 54.0
+    assert results.metadata["node.c.check.fleet_remeasured"] == "h2d@0"
+    assert judge.fleet_outliers({n: r.figures for n, r in reports.items()}) == {}

@@ -3,7 +3,8 @@
 Every cross-process sample in this tool is bracketed by barrier crossings, so their cost
 bounds how finely the tool can synchronise workers. A sample is a batch of crossings timed
 by worker 0; seconds = batch time / crossings. Under MPI (the workers are the job's ranks) the
-reference is MPI_Barrier on COMM_WORLD instead.
+reference is MPI_Barrier on the workers' own communicator instead (under `check`, the node's
+pair: never the whole job's, which a rank outside the pair would never enter).
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from gpuipc_bench.hooks import plant
 from gpuipc_bench.check.figures import Figure, figures_of
 from gpuipc_bench.check.node import path_event
 from gpuipc_bench.cli import cli
+from gpuipc_bench.errors import UsageError
 from gpuipc_bench.results import read_results
 
 REPO = Path(__file__).resolve().parent.parent
@@ -211,7 +212,7 @@ def test_a_figure_fails_below_the_band_and_only_warns_against_one_host():
     single = judge.judge_figure(_fig("peer", 200.0, gpus="0>1"), "n1", two, refs)
     assert single.status == "warn" and "single-host reference" in single.reason
     unknown = judge.judge_figure(_fig(value=1.0), "n1", {**H100_FACTS, "gpu.0.name": "Other"}, refs)
-    assert unknown.status == "pass" and unknown.reason.startswith("no expectation for Other, PCIe Gen5 x16")
+    assert unknown.status == "measured" and unknown.reason.startswith("not judged: no expectation for Other, PCIe Gen5")
 
 
 def test_a_path_at_its_own_ceiling_is_not_blamed_for_a_slow_link():
@@ -254,26 +255,128 @@ def test_a_figure_that_passes_when_measured_again_is_flutter():
     assert still.status == "fail" and "measured twice; first 30 GB/s" in still.reason
 
 
-def test_fleet_outliers_by_mad_and_the_megatron_rule():
+def test_fleet_outliers_by_megatrons_rule_median_and_mad_with_a_10_percent_floor():
     by_node = {f"n{k}": [_fig(value=v), _fig("barrier", 1.0 + 0.01 * k, gpus="host", unit="µs")]
                for k, v in enumerate([55.0, 54.6, 55.2, 54.9, 30.0, 55.1])}
     by_node["n6"] = [_fig(value=55.0), _fig("barrier", 5.0, gpus="host", unit="µs")]
     found = judge.fleet_outliers(by_node)
     assert set(found) == {("n4", "h2d", "0"), ("n6", "barrier", "host")}
-    assert "0.55 of the fleet median" in found[("n4", "h2d", "0")] and "median absolute deviation" in \
-        found[("n4", "h2d", "0")]
+    assert "0.55 of the fleet median" in found[("n4", "h2d", "0")]
+    assert "further from it than 10% of it" in found[("n4", "h2d", "0")]
     noisy = {f"n{k}": [_fig(value=v)] for k, v in enumerate([55.0, 52.0, 53.5, 54.0])}
     assert judge.fleet_outliers(noisy) == {}  # within 10% of the median: never an outlier
+    # beyond 10% of the median but within the fleet's own spread (the MAD): not an outlier either
+    spread = {f"n{k}": [_fig(value=v)] for k, v in enumerate([48.0, 62.0, 48.0, 55.0, 65.0])}
+    assert judge.fleet_outliers(spread) == {}
+    assert judge.outside(30.0, [30.0, 55.0, 55.0]) and not judge.outside(50.0, [50.0, 55.0, 55.0])
+    # a node better than the fleet is not broken; a fleet of two has no median to be far from
+    assert judge.fleet_outliers({n: [_fig(value=v)] for n, v in (("a", 55.0), ("b", 55.0), ("c", 90.0))}) == {}
+    assert judge.fleet_outliers({n: [_fig(value=v)] for n, v in (("a", 55.0), ("b", 5.0))}) == {}
 
 
-def test_in_a_fleet_of_three_a_noisy_healthy_node_does_not_hide_a_node_far_below_half_the_median():
-    # 1.0, 0.25, 0.02: σ and the MAD are too wide for either spread rule to name the third node
-    by_node = {n: [_fig(value=v), _fig("barrier", lat, gpus="host", unit="µs")]
-               for n, v, lat in (("a", 55.0, 8.0), ("b", 13.75, 30.0), ("c", 1.1, 9.0))}
-    found = judge.fleet_outliers(by_node)
-    assert set(found) == {("c", "h2d", "0"), ("b", "barrier", "host")}
-    assert found[("c", "h2d", "0")].endswith("(outlier: under half as good as the median)")
-    assert "3.33 of the fleet median 9 µs" in found[("b", "barrier", "host")]
+def test_learn_leaves_an_outlier_host_out_of_the_band_and_refuses_unhealthy_runs(tmp_path):
+    from gpuipc_bench.results import write_results
+
+    hosts = {f"h{k}": [(_fig("barrier", v, gpus="host", unit="µs"), f"f:{k}", 3)]
+             for k, v in enumerate([1.0, 1.05, 0.98, 7.0])}
+    band = expect._expectation(("CPU x", "barrier"), hosts)
+    assert (band.low, band.high, band.hosts) == (0.98, 1.05, 3)
+    assert expect.unhealthy({"status": "complete", "partial": "false"}) == ("", set())
+    assert expect.unhealthy({"status": "complete; failed nodes: b", "partial": "false"})[1] == {"b"}
+    assert "partial run" in expect.unhealthy({"status": "running", "partial": "true", "check.missing": "c"})[0]
+    frame, meta = read_results(REPO / "results" / "h200x2-check.csv")
+    bad = tmp_path / "bad.csv"
+    write_results(bad, frame, {**meta, "status": "complete; failed nodes: vm"})
+    with pytest.raises(UsageError, match="failed nodes vm; .*--learn-partial"):
+        expect.learn([bad])
+    with pytest.raises(UsageError, match="none of the check's figures"):  # its one node failed: nothing left
+        expect.learn([bad], partial=True)
+
+
+def test_a_path_every_nvidia_node_has_fails_where_the_expectations_are_silent():
+    refs = expect.Expectations({}, {})
+    eight = {"gpu_count": "8", "gpu.0.name": "NVIDIA H100 80GB HBM3", "link.0-1": "NV18"}
+    shape = expect.shape_of(eight)
+    for name in ("ipc", "vmm", "mempool", "mmap", "peer"):
+        event = path_event(paths.PathVerdict(name, False, "broken"), "n1", shape, refs, eight)
+        assert event.status == "fail" and event.reason.startswith("broken (it works on"), name
+    pcie = {**eight, "link.0-1": "PIX"}
+    assert path_event(paths.PathVerdict("peer", False, "no P2P"), "n1", shape, refs, pcie).status == "skip"
+    assert path_event(paths.PathVerdict("mps", False, "no binary"), "n1", shape, refs, eight).status == "skip"
+    assert path_event(paths.PathVerdict("host", False, "broken"), "n1", "", refs, {}).status == "fail"
+    assert path_event(paths.PathVerdict("ipc", None, "no GPU"), "n1", "", refs, {}).status == "skip"
+
+
+def test_an_expected_figure_that_was_not_measured_fails():
+    from gpuipc_bench.check.node import missing_figures
+
+    refs = expect.load()
+    events = missing_figures("n1", H100_FACTS, refs, ["staging", "ipc"], [_fig("h2d", 55.0)])
+    names = {e.figure for e in events}
+    assert {"d2h", "d2d", "ipc-ce"} <= names and "h2d" not in names and "peer" not in names
+    assert all(e.status == "fail" and e.reason.startswith("expected on NVIDIA H100") for e in events)
+    assert missing_figures("n1", H100_FACTS, refs, [], []) == []  # scenarios not run here: nothing expected
+
+
+def test_a_figure_without_an_expectation_is_measured_not_judged_and_host_is_not_a_gpu():
+    import io
+
+    from rich.console import Console
+
+    event = judge.judge_figure(_fig("host-memcpy", 10.0, gpus="host"), "n1", {"cpu": "Nowhere CPU"},
+                               expect.Expectations({}, {}))
+    assert event.status == "measured" and event.reason == "not judged: no expectation for CPU Nowhere CPU"
+    assert judge.exit_code([event]) == 0
+    buffer = io.StringIO()
+    output.render_terminal([event], Console(file=buffer, width=80, no_color=True))
+    assert "figure host-memcpy host" in buffer.getvalue() and "GPU host" not in buffer.getvalue()
+    assert 'gpuipc_check_status{node="n1",kind="figure",check="host-memcpy",gpus="host",status="measured"} 1' in \
+        output.to_prometheus([event])
+
+
+def test_a_cpu_node_whose_every_scenario_fails_exits_1(tmp_path):
+    done = bench("check", "-o", str(tmp_path / "f.csv"), "--format", "json",
+                 env={"GPUIPC_BENCH_FAULT": "raise:1:setup:1", plant.PLANT_ENV: "without:nixl-host-read"})
+    assert done.returncode == 1, done.stderr
+    failed = {(e["kind"], e["figure"]) for e in map(json.loads, done.stdout.splitlines()) if e["status"] == "fail"}
+    assert {("path", "host"), ("scenario", "barrier"), ("node", "rows")} <= failed
+
+
+def test_a_planted_barrier_error_fails_the_node(tmp_path):
+    done = bench("check", "-o", str(tmp_path / "b.csv"), "--format", "json",
+                 env={plant.PLANT_ENV: "without:nixl-host-read;fault:barrier:raise:1:sample:1"})
+    assert done.returncode == 1, done.stderr
+    events = [json.loads(x) for x in done.stdout.splitlines()]
+    barrier = [e for e in events if e["kind"] == "scenario" and e["figure"] == "barrier"]
+    assert [e["status"] for e in barrier] == ["fail"] and "injected" in barrier[0]["reason"], done.stdout
+    assert not [e for e in events if e["status"] == "fail" and e["figure"] != "barrier"], done.stdout
+
+
+def test_an_interrupted_check_says_so_in_its_csv_and_keeps_its_rows(tmp_path):
+    import signal
+    import time
+
+    out, fired = tmp_path / "i.csv", tmp_path / "fired"
+    full = {k: v for k, v in os.environ.items() if not k.startswith("GPUIPC_BENCH_")}
+    full.update({plant.PLANT_ENV: "without:nixl-host-read;fault:barrier:hang:1:sample:1",
+                 "GPUIPC_BENCH_FAULT_FIRED": str(fired)})
+    proc = subprocess.Popen(BENCH + ["check", "-o", str(out), "--timeout", "60"], env=full,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(1200):  # the host scenario's rows are written by then; the barrier hangs
+            if fired.exists() or proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert fired.exists(), proc.communicate(timeout=60)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    df, meta = read_results(out)
+    assert meta["status"].startswith("interrupted by SIGINT") and meta["partial"] == "true"
+    assert "host" in set(df["path"])
 
 
 def test_the_fleet_table_puts_the_worst_node_first_and_draws_a_heatmap(tmp_path):
@@ -344,7 +447,7 @@ def test_prometheus_output_is_the_text_format():
     parser = pytest.importorskip("prometheus_client.parser")  # the dev extra: Prometheus's own parser
     families = {f.name: f for f in parser.text_string_to_metric_families(text)}
     assert set(families) == {"gpuipc_check_status", "gpuipc_check_figure", "gpuipc_check_expected",
-                             "gpuipc_check_failures"}
+                             "gpuipc_check_failures", "gpuipc_check_timestamp_seconds"}
     assert {s.labels["unit"] for s in families["gpuipc_check_figure"].samples} == {"GB/s", "us"}
 
 
@@ -387,6 +490,8 @@ def test_check_of_this_node_learn_and_judge_round_trip(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["check", "--tolerance", "2"], "--tolerance 2: must be a fraction from 0 to 1"),
+    (["check", "--timeout", "0.001"], "--timeout 0.001: must be from 1 to 86400 seconds"),
+    (["check", "--deadline", "1"], "--deadline 1: must be from 5 to 86400 seconds"),
     (["check", "--expect", "/nonexistent/e.json"], "--expect /nonexistent/e.json: no such file"),
     (["check", "--learn", "x.json"], "--learn FILE: give the healthy runs' CSV files"),
     (["check", "some.csv"], "some.csv: CSV files are read by --learn only"),
@@ -463,6 +568,74 @@ def test_the_terminal_output_fits_80_columns_with_each_reason_under_its_check():
     render_terminal(events, Console(file=out, width=80, force_terminal=False))
     lines = out.getvalue().splitlines()
     assert lines[0] == "gpuipc-bench check · node n1" and all(len(line) <= 80 for line in lines)
-    assert lines[1].startswith("fail   figure h2d GPU 0") and lines[1].endswith("31.2 GB/s")
+    assert lines[1].startswith("fail      figure h2d GPU 0") and lines[1].endswith("31.2 GB/s")
     assert lines[2].strip() == "expected 54.8-55.2 GB/s" and lines[3].strip() == "31.2 GB/s is 43% below"
-    assert lines[4].startswith("skip") and all(line.startswith(" " * 9) for line in lines[5:]) and len(lines) > 6
+    assert lines[4].startswith("skip") and all(line.startswith(" " * 10) for line in lines[5:]) and len(lines) > 6
+
+
+# ---------------------------------------------------------------- the contracts of node health tools
+
+
+def test_preset_health_says_healthy_or_drains_through_scontrol_naming_the_figure(tmp_path):
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    said = tmp_path / "scontrol.log"
+    (fake / "scontrol").write_text(f'#!/bin/sh\necho "$@" >> {said}\n')
+    (fake / "scontrol").chmod(0o755)
+    path = f"{fake}:{os.environ['PATH']}"
+    healthy = bench("check", "--preset", "health", "--drain", "-o", str(tmp_path / "h.csv"),
+                    env={"PATH": path, "SLURMD_NODENAME": "n17"})
+    assert healthy.returncode == 0 and healthy.stdout.endswith(" | Healthy\n"), healthy.stderr
+    assert not said.exists()  # nothing to drain
+    broken = bench("check", "--preset", "health", "--drain", "-o", str(tmp_path / "b.csv"),
+                   env={"PATH": path, "SLURMD_NODENAME": "n17", plant.PLANT_ENV: "fault:host:raise:1:sample:1"})
+    assert broken.returncode == 1, broken.stderr
+    line = broken.stdout.strip()
+    assert " | DRAIN: path host: " in line and len(line) <= 80 and "\n" not in line
+    assert said.read_text().startswith("update NodeName=n17 State=DRAIN Reason=gpuipc-bench: path host: ")
+    _, meta = read_results(tmp_path / "b.csv")
+    assert set(meta["check.nodes"].split(",")) == {meta["host"]}
+    nodes = read_results(tmp_path / "h.csv")[0]
+    assert set(nodes["path"]) <= {"host", "ceiling"} and "barrier" not in set(nodes["path"])  # the short preset
+
+
+def test_npd_format_exits_0_1_or_2_with_one_short_message(tmp_path):
+    ok = bench("check", "--preset", "health", "--format", "npd", "-o", str(tmp_path / "o.csv"))
+    assert ok.returncode == 0 and ok.stdout == "gpuipc-bench: healthy\n", ok.stderr
+    bad = bench("check", "--preset", "health", "--format", "npd", "-o", str(tmp_path / "b.csv"),
+                env={plant.PLANT_ENV: "fault:host:raise:1:sample:1"})
+    assert bad.returncode == 1 and bad.stdout.startswith("gpuipc-bench: path host") and len(bad.stdout) <= 81
+    (tmp_path / "dir.csv").mkdir()  # a check that cannot run (its CSV cannot be written): unknown, 2
+    unknown = bench("check", "--preset", "health", "--format", "npd", "-o", str(tmp_path / "dir.csv"), "--force")
+    assert unknown.returncode == 2, unknown.stdout + unknown.stderr
+
+
+def test_prometheus_output_is_written_atomically_with_a_timestamp(tmp_path, monkeypatch):
+    import time
+
+    event = judge.Event("pass", "n1", "figure", "h2d", "0", 55.0, "", "GB/s")
+    text = output.to_prometheus([event], now=1700000000.0)
+    assert "gpuipc_check_timestamp_seconds 1700000000.000" in text
+    target = tmp_path / "gpuipc.prom"
+    target.write_text("old\n")
+    replaced = []
+    monkeypatch.setattr(os, "replace", lambda a, b: replaced.append((a, b)) or os.rename(a, b))
+    output.write_atomically(target, text)
+    assert target.read_text() == text and replaced and Path(replaced[0][0]).name.startswith(".gpuipc.prom.")
+    assert [p.name for p in tmp_path.iterdir()] == ["gpuipc.prom"]  # no temporary file left
+    assert time.time() > 1700000000.0
+
+
+def test_a_fleet_outliers_second_measurement_replaces_its_first(tmp_path):
+    from gpuipc_bench.check.node import NodeReport
+    from gpuipc_bench.cli.check import _take_second
+    from gpuipc_bench.results import ResultsFile
+
+    reports = {n: NodeReport(n, {}, figures=[_fig(value=v)]) for n, v in (("a", 55.0), ("b", 55.2), ("c", 2.0))}
+    assert set(judge.fleet_outliers({n: r.figures for n, r in reports.items()})) == {("c", "h2d", "0")}
+    results = ResultsFile(tmp_path / "f.csv", {"host": "a"})
+    second = NodeReport("c", {}, figures=[_fig(value=54.0)])
+    first = _take_second({"c": second}, reports, results)
+    assert first == {("c", "h2d", "0"): 2.0} and reports["c"].figures[0].value == 54.0
+    assert results.metadata["node.c.check.fleet_remeasured"] == "h2d@0"
+    assert judge.fleet_outliers({n: r.figures for n, r in reports.items()}) == {}

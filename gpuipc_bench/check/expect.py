@@ -140,8 +140,29 @@ def node_views(frame, meta: dict[str, str], label: str) -> Iterable[tuple[str, A
         yield f"{label}:{node}", frame[frame["node"] == node], facts
 
 
-def learn(files: list[Path], tolerance: float = TOLERANCE) -> Expectations:
-    """Expectations from healthy runs' CSVs (refs. or a fleet run of `check`)."""
+def unhealthy(meta: dict[str, str]) -> tuple[str, set[str]]:
+    """What makes a run unfit to learn from as a whole ('' if nothing), and its failed nodes: a
+    partial or interrupted run, a run that lists failed or missing nodes."""
+    status = meta.get("status", "")
+    failed = set()
+    for part in status.split(";"):
+        part = part.strip()
+        if part.startswith("failed nodes:"):
+            failed |= {n.strip() for n in part[len("failed nodes:"):].split(",") if n.strip()}
+    failed |= {n for n in meta.get("check.missing", "").split(",") if n}
+    why = []
+    if meta.get("partial") == "true" or not status.startswith("complete"):
+        why.append(f"a partial run (status: {status or '?'})")
+    if failed:
+        why.append(f"failed nodes {','.join(sorted(failed))}")
+    return " with ".join(why), failed
+
+
+def learn(files: list[Path], tolerance: float = TOLERANCE, partial: bool = False) -> Expectations:
+    """Expectations from healthy runs' CSVs (refs. or a fleet run of `check`). A run that is
+    partial or lists failed nodes is refused, unless `partial`: then its nodes that passed are
+    learned from. Of three hosts or more, a host whose median is an outlier (judge.outside) is
+    left out of the band."""
     from gpuipc_bench.results import read_results
 
     per_host: dict[tuple[str, str], dict[str, list[tuple[Figure, str, int]]]] = {}
@@ -152,7 +173,13 @@ def learn(files: list[Path], tolerance: float = TOLERANCE) -> Expectations:
         if schema < MIN_SCHEMA:
             raise UsageError(f"--learn {path}: schema {schema} (the first method's, L2-hot copies) is not fit "
                              f"for expectations; use files of schema {MIN_SCHEMA} or later")
+        why, failed = unhealthy(meta) if meta.get("check.nodes") else ("", set())
+        if why and not partial:
+            raise UsageError(f"--learn {path}: {why}; learn from healthy runs, or give --learn-partial to learn "
+                             "from its nodes that passed")
         for label, rows, facts in node_views(frame, meta, Path(path).name):
+            if label.rpartition(":")[2] in failed:
+                continue
             host = _host_id(facts, label)
             for figure in figures_of(rows):
                 key = (model_of(facts, figure.gpus), figure.name)
@@ -183,7 +210,12 @@ def _paths_that_ran(facts: dict[str, str]) -> set[str]:
 
 
 def _expectation(key: tuple[str, str], hosts: dict[str, list[tuple[Figure, str, int]]]) -> Expectation:
+    from gpuipc_bench.check.judge import outside
+
     medians, ratios, sources, older = [], [], [], []
+    of_host = {h: statistics.median(f.value for f, _, _ in figures) for h, figures in hosts.items()}
+    if len(hosts) >= 3:  # an outlier host (a noisy one) does not widen the band
+        hosts = {h: figures for h, figures in hosts.items() if not outside(of_host[h], list(of_host.values()))}
     for figures in hosts.values():
         medians.append(statistics.median(f.value for f, _, _ in figures))
         ratios += [f.value / f.ceiling for f, _, _ in figures if f.ceiling]

@@ -4,15 +4,15 @@ A figure fails when it is more than the tolerance below its expectation's band (
 a latency) AND, where it has a ceiling measured in the same run, more than the tolerance below
 the fraction of that ceiling the references reached: a slow host link then fails its own
 ceiling figure (h2d) and does not blame the path. Against a single-host reference a figure
-only warns. A figure without an expectation for its model passes with that said (the fleet
-rules still apply). A busy GPU, a throttled clock or a down-trained PCIe link seen on the
+only warns. A figure without an expectation for its model is 'measured' (not judged; the
+fleet rules still apply). A busy GPU, a throttled clock or a down-trained PCIe link seen on the
 figure's GPUs is named as the likely cause.
 
-Across a fleet, a node's figure is an outlier when it is more than 10% worse than the fleet's
-median and either far from it by the median absolute deviation (robust z beyond 3.5) or, by
-Megatron-LM's straggler rule, more than 1σ and more than 10% worse than the mean; or, whatever
-the spread, under half the fleet median (a latency over twice it): in a fleet of three, one noisy
-healthy node widens σ and the MAD enough to hide a node 50x slow, which no operator would accept.
+Across a fleet of three nodes or more, a node's figure is an outlier when it is worse than the
+fleet's median by more than max(MAD, 10% of the median) (the median absolute deviation; the
+floor is --tolerance where given): Megatron-LM's straggler rule as its gpu_sniff_test.py code
+applies it, one-sided (a node better than the fleet is not broken). An outlier is measured
+again on its node before it fails.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from gpuipc_bench.check.expect import Expectation, Expectations, model_of
 from gpuipc_bench.check.figures import Figure, format_value
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
-ROBUST_Z = 3.5
-FLEET_GAP = 0.10
-GROSS_FRACTION = 0.5  # under half the fleet median (a latency over twice it) is an outlier whatever the spread
+MEASURED = "measured"  # a figure without an expectation for its model: measured, not judged
+FLEET_GAP = 0.10  # the floor of the spread, a fraction of the median
+MIN_FLEET = 3  # nodes that have a figure before the fleet rule applies to it
 
 
 @dataclasses.dataclass
@@ -78,7 +78,7 @@ def _judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations
         event.status, event.reason = FAIL, fallback
         return event
     if exp is None:
-        event.reason = f"no expectation for {model}"
+        event.status, event.reason = MEASURED, f"not judged: no expectation for {model}"
         return event
     event.expected, event.expected_value = exp.text(), (exp.low if figure.higher_better else exp.high)
     limit = exp.low * (1 - tol) if figure.higher_better else exp.high * (1 + tol)
@@ -161,38 +161,36 @@ def remeasured(first: Event, again: Event) -> Event:
 # ---------------------------------------------------------------- the fleet
 
 
-def fleet_outliers(by_node: dict[str, list[Figure]]) -> dict[tuple[str, str, str], str]:
-    """(node, figure, gpus) -> why that figure of that node stands out below the fleet."""
+def outside(x: float, xs: list[float], floor: float = FLEET_GAP) -> bool:
+    """Megatron-LM's straggler rule (gpu_sniff_test.py): x is more than max(MAD, floor x median)
+    away from the median of xs, the median absolute deviation being the spread."""
+    median = statistics.median(xs)
+    mad = statistics.median(abs(v - median) for v in xs)
+    return abs(x - median) > max(mad, floor * abs(median))
+
+
+def fleet_outliers(by_node: dict[str, list[Figure]], floor: float = FLEET_GAP) -> dict[tuple[str, str, str], str]:
+    """(node, figure, gpus) -> why that figure of that node stands out below the fleet (a node
+    better than the fleet is not broken: only the worse side counts)."""
     values: dict[tuple[str, str], dict[str, Figure]] = {}
     for node, figures in by_node.items():
         for f in figures:
             values.setdefault((f.name, f.gpus), {})[node] = f
     found = {}
     for (name, gpus), nodes in values.items():
-        if len(nodes) < 3:
+        if len(nodes) < MIN_FLEET:
             continue
         sign = 1.0 if next(iter(nodes.values())).higher_better else -1.0
         xs = {n: sign * f.value for n, f in nodes.items()}  # larger is better from here on
         median = statistics.median(xs.values())
         mad = statistics.median(abs(x - median) for x in xs.values())
-        mad = max(mad, 0.01 * abs(median))
-        mean = statistics.fmean(xs.values())
-        sigma = statistics.pstdev(xs.values())
         for node, x in xs.items():
-            far_from_median = x < median - FLEET_GAP * abs(median)
-            robust = 0.6745 * (x - median) / mad < -ROBUST_Z
-            megatron = x < mean - sigma and x < mean - FLEET_GAP * abs(mean)
-            # as good as the median: 0.5 is half the bandwidth or twice the latency
-            as_good = (x / median if sign > 0 else median / x) if x and median else 1.0
-            gross = as_good < GROSS_FRACTION
-            if far_from_median and (robust or megatron or gross):
-                rules = [r for r, hit in (("median absolute deviation", robust),
-                                          ("> 1σ and > 10% below the mean", megatron),
-                                          ("under half as good as the median", gross)) if hit]
+            if x < median and outside(x, list(xs.values()), floor):
                 fraction = nodes[node].value / (sign * median)
+                spread = "the MAD" if mad > floor * abs(median) else f"{floor:.0%} of it"
                 found[(node, name, gpus)] = (f"{format_value(nodes[node].value, nodes[node].unit)} is {fraction:.2f} "
                                              f"of the fleet median {format_value(sign * median, nodes[node].unit)} "
-                                             f"(outlier: {'; '.join(rules)})")
+                                             f"(outlier: further from it than {spread})")
     return found
 
 

@@ -27,6 +27,8 @@ HOST_SIZES = (figs.SMALL, figs.HOST_BIG)
 GPU_SCENARIOS = ("staging", "ipc", "peer")
 PROOF_SCENARIOS = ("vmm", "mempool")  # a path's proof: one tiny run
 CPU_SCENARIOS = ("host", "barrier")
+# --preset health: the headline paths only (no proofs, no NIXL, no barrier), fewer samples
+HEALTH_GPU_SCENARIOS, HEALTH_CPU_SCENARIOS, HEALTH_SAMPLES = ("staging", "ipc", "peer"), ("host",), 3
 PATH_OF = {"ipc": "ipc", "vmm": "vmm", "mempool": "mempool", "peer": "peer", "host": "host"}
 
 
@@ -58,8 +60,10 @@ def fork_runner(scenario, config, specs, on_row):
 
 def check_node(node: str, expectations: Expectations, tolerance: float | None = None, runner: Runner = fork_runner,
                job=None, peer: tuple[str, str] | None = None, peer_where: str = "a forked child",
-               on_row: Callable[[dict], None] | None = None, timeout: float = 60.0) -> NodeReport:
-    """Check this node. `job`: the node's MPI job (its ranks are the workers), None: forked workers."""
+               on_row: Callable[[dict], None] | None = None, timeout: float = 60.0,
+               preset: str = "full") -> NodeReport:
+    """Check this node. `job`: the node's MPI job (its ranks are the workers), None: forked workers.
+    `preset`: 'full', or 'health' (the headline figures only, fewer samples)."""
     from gpuipc_bench.machine.probe import probe
 
     machine = probe()
@@ -78,22 +82,29 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             on_row(row)
 
     gpu = machine.gpu_count > 0
-    names = [*GPU_SCENARIOS, *PROOF_SCENARIOS] if gpu else list(CPU_SCENARIOS)
-    nixl = "nixl-read" if gpu else "nixl-host-read"
-    if nixl_installed() and not plant.left_out(nixl):  # KV caches move with NIXL: did UCX use the link?
-        names.append(nixl)
-    outcomes = _measure(names, machine, runner, job, keep, timeout)
-    for name in ("nixl-read", "nixl-host-read"):
-        error = outcomes.get(name, "")
-        if error and not error.startswith("waived: "):  # e.g. a UCX_TLS whose transports cannot connect
-            report.events.append(judge.Event(judge.FAIL, node, "path", name, "", reason=error))
+    samples = SAMPLES
+    if preset == "health":
+        names, samples = list(HEALTH_GPU_SCENARIOS if gpu else HEALTH_CPU_SCENARIOS), HEALTH_SAMPLES
+    else:
+        names = [*GPU_SCENARIOS, *PROOF_SCENARIOS] if gpu else list(CPU_SCENARIOS)
+        if nixl_installed():  # KV caches move with NIXL: did UCX use the link?
+            names.append("nixl-read" if gpu else "nixl-host-read")
+    names = [n for n in names if not plant.left_out(n)]
+    outcomes = _measure(names, machine, runner, job, keep, timeout, samples)
     for name, error in outcomes.items():
         path = PATH_OF.get(name)
         if error and path in verdicts and verdicts[path].ok is not False:
             verdicts[path] = paths.PathVerdict(path, None if error.startswith("waived: ") else False,
                                                error.removeprefix("waived: "))
     shape = shape_of(facts)
-    report.events += [path_event(v, node, shape, expectations) for v in verdicts.values()]
+    report.events += [path_event(v, node, shape, expectations, facts) for v in verdicts.values()]
+    failed_paths = {e.figure for e in report.events if e.kind == "path" and e.status == judge.FAIL}
+    for name, error in outcomes.items():  # a scenario planned here ran into an error: the node is broken
+        if error and not error.startswith("waived: ") and PATH_OF.get(name) not in failed_paths:
+            report.events.append(judge.Event(judge.FAIL, node, "scenario", name, reason=error))
+    if not report.rows:
+        report.events.append(judge.Event(judge.FAIL, node, "node", "rows", reason="no scenario of the check "
+                                         f"measured anything ({', '.join(names)})"))
 
     bus_ids = {str(g.index): g.pci_bus_id for g in machine.gpus}
     causes = conditions.gpu_conditions(bus_ids) if gpu else {}
@@ -108,7 +119,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             rows.append(row)
             keep(row)
 
-        _measure(figs.scenarios_for([k[0] for k in again]), machine, runner, job, keep_again, timeout)
+        _measure(figs.scenarios_for([k[0] for k in again]), machine, runner, job, keep_again, timeout, samples)
         second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1)}
         for k in again:
             if k in second:
@@ -118,7 +129,22 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
         facts["check.remeasured"] = ",".join(f"{n}@{g}" for n, g in again)
     report.figures = list(first.values())
     report.events += list(judged.values())
+    report.events += missing_figures(node, facts, expectations, names, report.figures)
     facts["check.paths_passed"] = ",".join(e.figure for e in report.events if e.kind == "path" and e.status == "pass")
+    return report
+
+
+def measure_again(node: str, figure_names: list[str], facts: dict[str, str], runner: Runner = fork_runner,
+                  job=None, timeout: float = 60.0) -> NodeReport:
+    """The named figures measured once more (their scenarios run again): a report of those rows
+    and figures only, for a fleet outlier's second measurement."""
+    from gpuipc_bench.machine.probe import probe
+
+    report = NodeReport(node, facts)
+    _measure(figs.scenarios_for(list(figure_names)), probe(), runner, job,
+             lambda row: report.rows.append({**row, "node": node}), timeout)
+    wanted = set(figure_names)
+    report.figures = [f for f in figs.figures_of(_frame(report.rows), node, attempt=1) if f.name in wanted]
     return report
 
 
@@ -128,15 +154,58 @@ def nixl_installed() -> bool:
     return missing() is None
 
 
-def path_event(v: paths.PathVerdict, node: str, shape: str, expectations: Expectations) -> judge.Event:
-    """A path that cannot work here fails only where the expectations say it works on this model
-    (GPU name and count); otherwise it is skipped, with its reason."""
+def path_event(v: paths.PathVerdict, node: str, shape: str, expectations: Expectations,
+               facts: dict[str, str] | None = None) -> judge.Event:
+    """A path that cannot work here fails where it is expected to work: where the expectations
+    say it works on this model (GPU name and count), or where it works on every node of its kind
+    (expected_paths); otherwise it is skipped, with its reason."""
     if v.ok:
         return judge.Event(judge.PASS, node, "path", v.name, reason=v.reason)
     if v.ok is False and expectations.path_works(shape, v.name):
         return judge.Event(judge.FAIL, node, "path", v.name, reason=f"{v.reason} (it works on {shape} in the "
                                                                     f"expectations)")
+    if v.ok is False and v.name in expected_paths(facts or {}):
+        where = "every node with an NVIDIA GPU" if shape.startswith("NVIDIA") else "every node"
+        if v.name == "peer":
+            where = "GPUs joined by NVLink"
+        return judge.Event(judge.FAIL, node, "path", v.name, reason=f"{v.reason} (it works on {where})")
     return judge.Event(judge.SKIP, node, "path", v.name, reason=v.reason)
+
+
+def expected_paths(facts: dict[str, str]) -> set[str]:
+    """The paths that work on any healthy node like this one, whatever the expectations say: the
+    host path everywhere; on NVIDIA GPUs legacy IPC, VMM and pool IPC and host mmap within the
+    node; peer access between GPUs that NVLink joins."""
+    found = {"host"}
+    if shape_of(facts).startswith("NVIDIA"):
+        found |= {"ipc", "vmm", "mempool", "mmap"}
+        if any(k.startswith("link.") and v.startswith("NV") for k, v in facts.items()):
+            found.add("peer")
+    return found
+
+
+def missing_figures(node: str, facts: dict[str, str], expectations: Expectations, scenarios: list[str],
+                    measured: list[figs.Figure]) -> list[judge.Event]:
+    """A FAIL for each figure the expectations hold for this node's models that the check ran the
+    scenario of but did not measure (a missing metric is a failure, not a pass)."""
+    from gpuipc_bench.check.expect import model_of
+
+    gpus = ["host"] + [str(i) for i in range(int(facts.get("gpu_count", "0") or 0))]
+    gpus += [f"{a}>{b}" for a in gpus[1:] for b in gpus[1:] if a != b]
+    have = {(model_of(facts, f.gpus), f.name) for f in measured}
+    out, seen = [], set()
+    for where in gpus:
+        model = model_of(facts, where)
+        for (m, figure), exp in sorted(expectations.entries.items()):
+            spec = figs.BY_NAME.get(figure)
+            if m != model or (m, figure) in have or (m, figure) in seen or spec is None:
+                continue
+            if spec.scenario not in scenarios:  # not run here (NIXL not installed, a CPU figure on a GPU node)
+                continue
+            seen.add((m, figure))
+            out.append(judge.Event(judge.FAIL, node, "figure", figure, where, None, exp.text(), exp.unit,
+                                   f"expected on {model} but not measured"))
+    return out
 
 
 def _frame(rows: list[dict]):
@@ -151,7 +220,7 @@ def _frame(rows: list[dict]):
     return typed_frame(pd.DataFrame.from_records([new_row(**r) for r in rows], columns=list(COLUMNS)))
 
 
-def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dict[str, str]:
+def _measure(names, machine, runner: Runner, job, on_row, timeout: float, samples: int = SAMPLES) -> dict[str, str]:
     """Run each named scenario on the preset; scenario -> '' (ran), its error, or 'waived: why'."""
     from gpuipc_bench.config import RunConfig
     from gpuipc_bench.harness.plan import plan_pairs, plan_scenarios, registry
@@ -167,7 +236,7 @@ def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dic
                                                                       else HOST_SIZES)
         if name == "barrier":
             sizes = None
-        config = RunConfig(scenarios=(name,), sizes=sizes, iterations=1 if proof else SAMPLES,
+        config = RunConfig(scenarios=(name,), sizes=sizes, iterations=1 if proof else samples,
                            warmup=0 if proof else WARMUP, timeout=timeout, workers=job.size if job else None,
                            launcher="mpi" if job else "fork", sharing=("time-sliced",),
                            worker_log="/dev/stderr")  # what libraries print: never into the JSON or JUnit on stdout
@@ -182,7 +251,8 @@ def _measure(names, machine, runner: Runner, job, on_row, timeout: float) -> dic
         errors = []
         for sc, specs in plan:
             try:
-                outcome = runner(sc, config, specs, on_row)
+                with plant.fault_for(name):
+                    outcome = runner(sc, config, specs, on_row)
             except BenchError as exc:
                 errors.append(str(exc))
                 continue

@@ -5,7 +5,10 @@
     junit       a testsuite per node, a testcase per check; failures as <failure>, skipped paths as
                 <skipped>, warnings as a passing case with the warning in <system-out>
     prometheus  the text format of a node exporter's textfile collector: the figures, their
-                expectations and each check's status (1 for the status it has)
+                expectations, each check's status (1 for the status it has), the check's time
+    health      one line per node, `{node} | Healthy` or `{node} | DRAIN: <reason>` (the first
+                failure, naming its figure), as Azure's node health checks print
+    npd         node-problem-detector's custom plugin: one message of at most 80 characters
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from xml.etree import ElementTree as ET
 
 from gpuipc_bench.check.judge import FAIL, SKIP, WARN, Event
 
-STATUSES = ("pass", "warn", "fail", "skip")
+STATUSES = ("pass", "warn", "fail", "skip", "measured")
 
 
 def to_json_lines(events: list[Event]) -> str:
@@ -75,8 +78,13 @@ def _labels(**labels: str) -> str:
     return "{" + ",".join(f'{k}="{_label(str(v))}"' for k, v in labels.items()) + "}"
 
 
-def to_prometheus(events: list[Event]) -> str:
+def to_prometheus(events: list[Event], now: float | None = None) -> str:
+    import time
+
     lines = [
+        "# HELP gpuipc_check_timestamp_seconds When this check ended (Unix time): a stale file is an old check.",
+        "# TYPE gpuipc_check_timestamp_seconds gauge",
+        f"gpuipc_check_timestamp_seconds {time.time() if now is None else now:.3f}",
         "# HELP gpuipc_check_status Outcome of each check of gpuipc-bench check (1 for its status).",
         "# TYPE gpuipc_check_status gauge",
     ]
@@ -127,20 +135,81 @@ def render_terminal(events: list[Event], console) -> None:
 
     from gpuipc_bench.check.figures import format_value
 
-    colour = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim"}
-    order = {"fail": 0, "warn": 1, "pass": 2, "skip": 3}
+    colour = {"pass": "green", "fail": "bold red", "warn": "yellow", "skip": "dim", "measured": "cyan"}
+    order = {"fail": 0, "warn": 1, "pass": 2, "measured": 3, "skip": 4}
     nodes = sorted({e.node for e in events})
     console.print("[bold]gpuipc-bench check[/]" + (f" · node {escape(nodes[0])}" if len(nodes) == 1 else
                                                    f" · {len(nodes)} nodes"), soft_wrap=True)
     width = max(40, (console.width or 80) - 1)
     for e in sorted(events, key=lambda e: (order.get(e.status, 4), e.node)):
-        what = f"{e.kind} {e.figure}" + (f" GPU {e.gpus}" if e.gpus else "")
+        what = f"{e.kind} {e.figure}" + (" host" if e.gpus == "host" else f" GPU {e.gpus}" if e.gpus else "")
         if len(nodes) > 1:
             what = f"{e.node}: {what}"
         measured = format_value(e.measured, e.unit) if e.measured is not None else ""
-        status = f"[{colour.get(e.status, '')}]{e.status:<5}[/]"
+        status = f"[{colour.get(e.status, '')}]{e.status:<8}[/]"
         console.print(f"{status}  {escape(what):<28} {escape(measured)}".rstrip(), soft_wrap=True, highlight=False)
         detail = [f"expected {e.expected}"] if e.expected and e.expected not in e.reason else []
         for text in detail + [e.reason.strip()]:
-            for line in textwrap.wrap(text, width - 9):
-                console.print(" " * 9 + escape(line), soft_wrap=True, highlight=False)
+            for line in textwrap.wrap(text, width - 10):
+                console.print(" " * 10 + escape(line), soft_wrap=True, highlight=False)
+
+
+def failure_reason(events: list[Event], width: int = 80) -> str:
+    """The first failure in words that name its check, cut to `width` ('' when nothing failed)."""
+    from gpuipc_bench.check.figures import format_value
+
+    failed = [e for e in events if e.status == FAIL]
+    if not failed:
+        return ""
+    e = failed[0]
+    text = f"{e.kind} {e.figure}" + (" host" if e.gpus == "host" else f" GPU {e.gpus}" if e.gpus else "")
+    if e.measured is not None:
+        text += f" {format_value(e.measured, e.unit)}"
+        if e.expected:
+            text += f", expected {e.expected}"
+    elif e.reason:
+        text += f": {e.reason}"
+    if len(failed) > 1:
+        text += f" (+{len(failed) - 1} more)"
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+def to_health(events: list[Event], nodes: list[str]) -> str:
+    """`{node} | Healthy` or `{node} | DRAIN: <reason>` for each node, each line 80 columns at most."""
+    lines = []
+    for node in nodes:
+        reason = failure_reason([e for e in events if e.node == node], 80 - len(node) - len(" | DRAIN: "))
+        lines.append(f"{node} | DRAIN: {reason}" if reason else f"{node} | Healthy")
+    return "\n".join(lines) + "\n"
+
+
+def to_npd(events: list[Event], nodes: list[str]) -> str:
+    """node-problem-detector's custom plugin message: one line of at most 80 characters."""
+    reason = failure_reason(events, 80 - len("gpuipc-bench: "))
+    if reason:
+        return f"gpuipc-bench: {reason}\n"
+    return ("gpuipc-bench: healthy" + (f" ({len(nodes)} nodes)" if len(nodes) > 1 else ""))[:80] + "\n"
+
+
+def write_atomically(path, text: str) -> None:
+    """`text` into `path` through a temporary file in the same folder and a rename: a reader (a
+    node exporter's textfile collector) sees the old file or the new one, never half of one."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    target = Path(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 
 from gpuipc_bench.check.figures import Figure
-from gpuipc_bench.check.judge import FAIL, Event, fleet_medians, fleet_outliers
+from gpuipc_bench.check.judge import FAIL, Event, fleet_medians
 
 
 def fleet_rows(by_node: dict[str, list[Figure]], events: list[Event], missing: dict[str, str]) -> list[dict]:
     medians = fleet_medians(by_node)
-    outliers = fleet_outliers(by_node)
+    outliers = {(e.node, e.figure, e.gpus) for e in events if e.kind == "fleet" and e.status == FAIL}
     expected = {(e.node, e.figure, e.gpus): e.expected_value for e in events if e.kind == "figure"}
     rows: list[dict] = []
     for node, figures in by_node.items():

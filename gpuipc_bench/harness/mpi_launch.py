@@ -78,6 +78,10 @@ class Job:
     local_ranks: list[int]  # each rank's rank on its node
     hosts: list[str]  # each rank's host
 
+    def __post_init__(self) -> None:
+        global _scenario_comm
+        _scenario_comm = self.comm  # what mpi_world() gives this process's scenarios
+
     @classmethod
     def start(cls, asked: bool = True) -> "Job":
         """Join the MPI job. `asked`: --launcher mpi was given (else the environment said so),
@@ -98,7 +102,9 @@ class Job:
         if MPI.COMM_WORLD.Get_size() < 2:
             raise UsageError("--launcher mpi: this process is the only rank of its MPI job; start the workers "
                              "with `mpirun -np 2 gpuipc-bench run ...` or `srun -n 2 gpuipc-bench run ...`")
-        comm = MPI.COMM_WORLD.Dup()  # ours alone: a scenario may use COMM_WORLD (the barrier's reference)
+        # COMM_WORLD itself, no Dup (a collective without a deadline): the tool's messages have tags of
+        # their own, and MPI never matches a collective (the barrier's reference) with a message.
+        comm = MPI.COMM_WORLD
         local = comm.Split_type(MPI.COMM_TYPE_SHARED)
         local_rank = local.Get_rank()
         local.Free()
@@ -307,11 +313,15 @@ def _describe(spec) -> str:
     return spec.describe().replace(")", f", rank {spec.rank})", 1)
 
 
-def mpi_world() -> Any:
-    """COMM_WORLD for a scenario that measures MPI itself (the barrier's reference)."""
-    from mpi4py import MPI
+_scenario_comm: Any = None
 
-    return MPI.COMM_WORLD
+
+def mpi_world() -> Any:
+    """The communicator of this process's job (its workers' ranks only: a node's pair under
+    `check`) for a scenario that measures MPI itself (the barrier's reference)."""
+    if _scenario_comm is None:
+        raise RuntimeError("mpi_world(): this process is in no MPI job (Job) yet")
+    return _scenario_comm
 
 
 def on_rank_failure(job: Job, error: BaseException, emit: Callable[[str], None]) -> None:

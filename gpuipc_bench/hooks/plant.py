@@ -10,12 +10,16 @@ GPUIPC_BENCH_CHECK_PLANT      plants, separated by ';':
   kill:NODE[:SECONDS]         NODE's leading rank waits SECONDS (default 0), then SIGKILLs itself
                               instead of sending its report to rank 0
   hang:NODE                   NODE's leading rank never sends its report
+  stop:RANK                   MPI rank RANK stops itself (SIGSTOP) before it says hello to rank 0
   without:SCENARIO            the check leaves SCENARIO out (a test whose subject is not that path)
+  fault:SCENARIO:FAULT        the workers of SCENARIO alone get GPUIPC_BENCH_FAULT=FAULT (its syntax,
+                              ':' included: gpuipc_bench.hooks.faults), a real fault in that scenario
 NODE '*' is every node.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -32,6 +36,26 @@ def node_name(rank: int | None = None, environ=os.environ) -> str:
     if names:
         return names[min(rank or 0, len(names) - 1)]
     return socket.gethostname()
+
+
+def ranks_on_node(rank: int | None = None, environ=os.environ) -> int:
+    """How many ranks the launcher put on this process's node (0: it does not say): under the
+    node-name override, how many ranks have this rank's name."""
+    names = [n.strip() for n in environ.get(NODE_NAMES_ENV, "").split(",") if n.strip()]
+    if names:
+        return names.count(node_name(rank, environ))
+    for variable in ("OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "PMIX_LOCAL_SIZE"):
+        value = environ.get(variable, "")
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
+def at_start(rank: int, environ=os.environ) -> None:
+    """Where a planted stop acts: before the rank says hello."""
+    for parts in _plants(environ):
+        if parts[0] == "stop" and len(parts) == 2 and parts[1] == str(rank):
+            os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def _plants(environ=os.environ) -> list[list[str]]:
@@ -55,6 +79,28 @@ def figure_factor(node: str, figure: str, attempt: int, environ=os.environ) -> f
 def left_out(scenario: str, environ=os.environ) -> bool:
     """Whether a plant leaves `scenario` out of the check."""
     return any(parts == ["without", scenario] for parts in _plants(environ))
+
+
+@contextlib.contextmanager
+def fault_for(scenario: str, environ=os.environ):
+    """While the check runs `scenario`: GPUIPC_BENCH_FAULT as a fault plant says (the forked workers
+    inherit it; MPI ranks are told by their own environment)."""
+    from gpuipc_bench.hooks.faults import ENV
+
+    fault = next((":".join(p[2:]) for p in _plants(environ) if p[0] == "fault" and len(p) > 2 and p[1] == scenario),
+                 None)
+    if fault is None:
+        yield
+        return
+    before = environ.get(ENV)
+    environ[ENV] = fault
+    try:
+        yield
+    finally:
+        if before is None:
+            environ.pop(ENV, None)
+        else:
+            environ[ENV] = before
 
 
 def before_report(node: str, environ=os.environ) -> None:

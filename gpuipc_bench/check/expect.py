@@ -26,7 +26,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Iterable
 
-from gpuipc_bench.check.figures import Figure, figures_of
+from gpuipc_bench.check.figures import Figure, figures_of, outside
 from gpuipc_bench.errors import UsageError
 
 FORMAT = "gpuipc-bench expectations"
@@ -161,7 +161,7 @@ def unhealthy(meta: dict[str, str]) -> tuple[str, set[str]]:
 def learn(files: list[Path], tolerance: float = TOLERANCE, partial: bool = False) -> Expectations:
     """Expectations from healthy runs' CSVs (refs. or a fleet run of `check`). A run that is
     partial or lists failed nodes is refused, unless `partial`: then its nodes that passed are
-    learned from. Of three hosts or more, a host whose median is an outlier (judge.outside) is
+    learned from. Of three hosts or more, a host whose median is an outlier (figures.outside) is
     left out of the band."""
     from gpuipc_bench.results import read_results
 
@@ -210,8 +210,6 @@ def _paths_that_ran(facts: dict[str, str]) -> set[str]:
 
 
 def _expectation(key: tuple[str, str], hosts: dict[str, list[tuple[Figure, str, int]]]) -> Expectation:
-    from gpuipc_bench.check.judge import outside
-
     medians, ratios, sources, older = [], [], [], []
     of_host = {h: statistics.median(f.value for f, _, _ in figures) for h, figures in hosts.items()}
     if len(hosts) >= 3:  # an outlier host (a noisy one) does not widen the band

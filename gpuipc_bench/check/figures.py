@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import statistics
 from typing import Any
 
 from gpuipc_bench.hooks import plant
+
+FLEET_GAP = 0.10  # the floor of a fleet's spread, a fraction of its median
 
 GB, US = "GB/s", "µs"
 BIG = 256 << 20  # the GPU paths' bandwidth size
@@ -163,3 +166,11 @@ def scenarios_for(names: list[str]) -> list[str]:
 
 def as_dict(figure: Figure) -> dict[str, Any]:
     return dataclasses.asdict(figure)
+
+
+def outside(x: float, xs: list[float], floor: float = FLEET_GAP) -> bool:
+    """Megatron-LM's straggler rule (gpu_sniff_test.py): x is more than max(MAD, floor x median)
+    away from the median of xs, the median absolute deviation being the spread."""
+    median = statistics.median(xs)
+    mad = statistics.median(abs(v - median) for v in xs)
+    return abs(x - median) > max(mad, floor * abs(median))

@@ -23,11 +23,10 @@ import statistics
 from typing import Any
 
 from gpuipc_bench.check.expect import Expectation, Expectations, model_of
-from gpuipc_bench.check.figures import Figure, format_value
+from gpuipc_bench.check.figures import FLEET_GAP, Figure, format_value, outside
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 MEASURED = "measured"  # a figure without an expectation for its model: measured, not judged
-FLEET_GAP = 0.10  # the floor of the spread, a fraction of the median
 MIN_FLEET = 3  # nodes that have a figure before the fleet rule applies to it
 
 
@@ -159,14 +158,6 @@ def remeasured(first: Event, again: Event) -> Event:
 
 
 # ---------------------------------------------------------------- the fleet
-
-
-def outside(x: float, xs: list[float], floor: float = FLEET_GAP) -> bool:
-    """Megatron-LM's straggler rule (gpu_sniff_test.py): x is more than max(MAD, floor x median)
-    away from the median of xs, the median absolute deviation being the spread."""
-    median = statistics.median(xs)
-    mad = statistics.median(abs(v - median) for v in xs)
-    return abs(x - median) > max(mad, floor * abs(median))
 
 
 def fleet_outliers(by_node: dict[str, list[Figure]], floor: float = FLEET_GAP) -> dict[tuple[str, str, str], str]:

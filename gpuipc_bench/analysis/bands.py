@@ -13,6 +13,10 @@ choice is rejected; tied APIs taking turns at being the fastest by noise do not 
 push and pull stay apart wherever one is faster beyond delta. The decisions of a band are
 shown with its choice (Decision.as_choice: decided again with it chosen).
 
+A band whose choice was not measured at the next band's sizes (a GPU-signalled hand-off
+measured only up to 4 KiB) carries that edge (`measured_to`): the answer says where the
+path stops being measured instead of switching silently.
+
 GPU pairs: at each size the class's choice is, among the pairs' own choices, the one the
 fewest pairs reject (a pair rejects a label when its own choice is faster beyond delta:
 shown by its samples where it measured the label, by the medians where it did not), then the
@@ -58,6 +62,7 @@ class Band:
     others: tuple[Decision, ...] = ()  # the pairs' that did not measure the choice and do not reject it
     pool: tuple[str, ...] = ()
     why: str = ""
+    measured_to: int | None = None  # its choice was not measured above this size, where the next band starts
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -91,7 +96,8 @@ class Band:
             self, decisions=tuple(d for d in self.decisions if d.bytes in keep),
             differ=tuple(d for d in self.differ if d.bytes in keep),
             others=tuple(d for d in self.others if d.bytes in keep),
-            unmeasured=tuple(b for b in self.unmeasured if b in keep))
+            unmeasured=tuple(b for b in self.unmeasured if b in keep),
+            measured_to=self.measured_to if self.measured_to in keep else None)
 
 
 def _no_order(label: str) -> tuple:
@@ -137,7 +143,20 @@ def bands(decisions: Sequence[Decision], cost: SetupCost = _no_cost,
             differ += [d for d in here if _rejects(d, pick, ref)]
             others += [d for d in here if pick not in d.compared and not _rejects(d, pick, ref)]
         out.append(Band(tuple(agree), pick, tuple(differ), (), tuple(others), tuple(sorted(pool, key=order)), why))
-    return _bridge(out)
+    return _edges(_bridge(out))
+
+
+def _edges(found: list[Band]) -> list[Band]:
+    """Each band whose choice was measured at none of the next band's sizes, with `measured_to`
+    its largest size: the answer changes there because the path stops being measured, which
+    the answer says rather than switching silently."""
+    out = []
+    for band, after in zip(found, found[1:] + [None]):
+        if after is not None and not any(band.pick in d.compared for d in (*after.decisions, *after.differ,
+                                                                           *after.others)):
+            band = dataclasses.replace(band, measured_to=band.hi)
+        out.append(band)
+    return out
 
 
 def _class_of(choice: str, decisions: Sequence[Decision]) -> str:

@@ -102,9 +102,9 @@ class Decision:
     both are two-state), ratio_lo..ratio_hi its Hodges-Lehmann interval (stats.compare);
     choice_s: the choice's (lo, median, hi)
     seconds (lo..hi: its median's interval, or its range below 6 samples); samples: the
-    fewest samples of the winner and the figure after it; separated: every sample of the
-    winner below every sample of every other figure's class; delta: the largest effect
-    floor used; cost: what the choice costs besides the transfer (a GPU-signalled
+    fewest samples of the winner and the figure after it; separated: the outcome is
+    FASTER with every sample of the choice below every sample of the next; delta: the effect
+    floor of the comparison with the next class (the largest used where there is none); cost: what the choice costs besides the transfer (a GPU-signalled
     hand-off's resident kernel)."""
 
     src: str
@@ -306,7 +306,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         compared_ci=tuple(_ends(f.samples) for f in figures),
         compared_fraction=tuple(float(f.row.fraction_of_ceiling) for f in figures),
         separated=bool(vs and vs.separated and outcome == stats.FASTER),
-        delta=max([r.delta for _, r in rest] or [min_effect]),
+        delta=vs.delta if vs is not None else max([r.delta for _, r in rest] or [min_effect]),
         same=same, close=close, cost=mechanism(row.path, row.variant).cost, within=within,
         states=found_states[figures.index(choice)], compared_states=found_states,
         leader_range=(float(np.nanmin(lead.anchor.samples)), float(np.nanmax(lead.anchor.samples))),

@@ -100,11 +100,11 @@ class Decision:
     them); choice: the one to use; why: the reason it is the one; next: the next class's name
     and next_members; ratio: next's median time over the choice's (of their fast states where
     both are two-state), ratio_lo..ratio_hi its Hodges-Lehmann interval (stats.compare);
-    choice_s: the choice's (lo, median, hi)
-    seconds (lo..hi: its median's interval, or its range below 6 samples); samples: the
-    fewest samples of the winner and the figure after it; separated: the outcome is
-    FASTER with every sample of the choice below every sample of the next; delta: the effect
-    floor of the comparison with the next class (the largest used where there is none); cost: what the choice costs besides the transfer (a GPU-signalled
+    choice_s: the choice's (lo, median, hi) seconds (lo..hi: its median's interval, or its
+    range below 6 samples); samples: the fewest samples of the choice and the next; separated:
+    the outcome is FASTER with every sample of the choice below every sample of the next;
+    delta: the effect floor of the comparison with the next class (the largest used where
+    there is none); cost: what the choice costs besides the transfer (a GPU-signalled
     hand-off's resident kernel)."""
 
     src: str

@@ -286,3 +286,32 @@ def test_the_hand_over_cost_per_sharing_mode_explains_the_flip(tmp_path):
     text = " ".join(summary_text(H100_MODES).split())  # the line wraps at 80 columns
     assert "HAND-OVER on one GPU, 4 KiB" in text and "(a context switch)" in text
     assert "HAND-OVER" not in summary_text(without_mps(H100_MODES, tmp_path))
+
+
+def test_a_run_without_a_gpu_answers_with_the_host_baseline(tmp_path):
+    from gpuipc_bench.results import new_row, typed_frame
+
+    rows = []
+    for path, variant, metric, measure, sizes, base in (
+            ("host", "pingpong", "latency", "pingpong", (4, 64 << 10), 20e-6),
+            ("host", "shared-buffer", "bandwidth", "handoff", (4, 16 << 20), 30e-6),
+            ("barrier", "shm", "latency", "", (0,), 5e-6)):
+        for size in sizes:
+            rows += [new_row(scenario=path, path=path, variant=variant, measure=measure, metric=metric, src="host",
+                             dst="host", bytes=size, iteration=i, seconds=base * (1 + i / 100), workers=2,
+                             verified=True, sharing="none") for i in range(6)]
+    source = tmp_path / "cpu.csv"
+    write_results(source, typed_frame(pd.DataFrame.from_records(rows)), to_metadata(BUILTIN))
+    text = summary_text(source)
+    words = " ".join(text.split())
+    assert "No link has two paths" not in words and "none could change a line" not in words
+    assert "a message one way (ping-pong): 20.0 µs [20.0–20.5 µs] at 4 B" in words
+    assert "one crossing of the shared-memory barrier: 5.00 µs" in words
+    assert "With a GPU the run also measures" in words
+    assert_one_screen(text)
+
+
+def test_one_gpu_with_both_sharing_modes_fits_25_lines():
+    text = summary_text(RESULTS / "h100-both-modes-default.csv")
+    assert_one_screen(text, lines=25)
+    assert "(not measured above 4 KiB)" in text  # where the kernel ping-pong stops being measured

@@ -339,11 +339,15 @@ def _figure_warnings(ws: Sequence[StabilityWarning]) -> str:
     return f"{w.path}/{w.variant} {wording.format_size(int(w.bytes))} {w.measure} ({what})"
 
 
-def warnings_line(relevant: Sequence[StabilityWarning], total: int, width: int = 80) -> Line | None:
+def warnings_line(relevant: Sequence[StabilityWarning], total: int, width: int = 80,
+                  decided: bool = True) -> Line | None:
     """The warnings that could change a line: how many, and the first figures with theirs
-    (as many of MAX_WARNINGS_LISTED as fit one screen line)."""
+    (as many of MAX_WARNINGS_LISTED as fit one screen line); with no decision (`decided`
+    False) only how many there are."""
     if not total:
         return None
+    if not decided:
+        return Line(f"{wording.plural(total, 'warning')} on these figures (the report lists them).", 2, "dim")
     if not relevant:
         return Line(f"{wording.plural(total, 'warning')}, none could change a line of this answer.", 2, "dim")
     figures: dict[tuple, list[StabilityWarning]] = {}
@@ -372,11 +376,15 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
     if partial:
         lines.append(Line("! " + partial, 2, "bold red"))
     if not answer.sections:
-        summary = analysis.summary
-        measured = summary[(summary["path"] != "ceiling") & (summary["metric"] != "setup")]
-        names = list(dict.fromkeys(f"{p}/{v}" for p, v in zip(measured["path"], measured["variant"])))
-        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-        lines.append(Line(NO_DECISION + (f" Measured: {shown}." if names else ""), 0))
+        host = host_lines(analysis.summary)
+        if host:
+            lines += host
+        else:
+            summary = analysis.summary
+            measured = summary[(summary["path"] != "ceiling") & (summary["metric"] != "setup")]
+            names = list(dict.fromkeys(f"{p}/{v}" for p, v in zip(measured["path"], measured["variant"])))
+            shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+            lines.append(Line(NO_DECISION + (f" Measured: {shown}." if names else ""), 0))
     else:
         l2 = any(d.l2_resident for d in answer.shown)
         lines.append(Line("Fastest mechanism per size → API to use; ≈ the same, ≈? undecided"
@@ -408,7 +416,8 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
     lines += fallback_lines(analysis) + [Line("! " + x, 2, "bold yellow") for x in [refused_line(analysis.meta)] if x]
     lines += [x for x in (setup_line(answer.setup, _consulted(sections), width),
                           confidence_line(answer.decisions, width),
-                          warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
+                          warnings_line(answer.relevant, len(analysis.warnings), width, bool(sections)))
+              if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)
 
@@ -432,6 +441,39 @@ def _named(found: Sequence[Section]) -> set[str]:
             for d in (*band.decisions, *band.differ):
                 out.update((d.choice, *d.members, *d.same, *d.close, *d.next_members))
     return {label.partition("/")[0] for label in out}
+
+
+HOST_FIGURES = (  # the host baseline's figures a run without a GPU can show: (path, variant, metric, what)
+    ("host", "pingpong", "latency", "a message one way (ping-pong)"),
+    ("host", "shared-buffer", "bandwidth", "a hand-off through shared memory"),
+    ("barrier", "shm", "latency", "one crossing of the shared-memory barrier"),
+)
+WHAT_A_GPU_ADDS = ("With a GPU the run also measures the ways to move GPU memory between processes (staging "
+                   "through the host, CUDA IPC, mapped host memory, peer access, NCCL, NVSHMEM, torch) against "
+                   "these host figures and names the fastest at each size.")
+
+
+def host_lines(summary) -> list[Line]:
+    """What a run without a GPU measured: the host baseline's figures (each median with its
+    interval, at its smallest and largest size) and what a GPU would add; [] when the run holds
+    none of them."""
+    out = []
+    for path, variant, metric, what in HOST_FIGURES:
+        rows = summary[(summary["path"] == path) & (summary["variant"] == variant) & (summary["metric"] == metric)
+                       & (summary["workers"] == 2)].sort_values("bytes")
+        if rows.empty:
+            continue
+        ends = [rows.iloc[0]] if len(rows) == 1 else [rows.iloc[0], rows.iloc[-1]]
+        parts = []
+        for r in ends:
+            lo, hi = (r["ci_lo_s"], r["ci_hi_s"]) if math.isfinite(r["ci_lo_s"]) else (r["min_s"], r["max_s"])
+            at = f" at {_size(int(r['bytes']))}" if int(r["bytes"]) > 0 else ""
+            parts.append(f"{fmt_time(r['median_s'])} [{time_span([lo, hi])}]{at}")
+        out.append(Line(f"  {what}: " + ", ".join(parts), 4))
+    if not out:
+        return []
+    return [Line("No GPU path was measured; two CPU processes here took (median [95% interval]):", 0),
+            *out, Line(WHAT_A_GPU_ADDS, 0)]
 
 
 NO_DECISION = ("No link has two paths between the same two processes to compare (staging, ipc, mmap, peer: "

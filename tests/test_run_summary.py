@@ -178,8 +178,10 @@ def test_no_next_is_faster_than_the_choice_and_no_number_loses_its_unit(path):
     for line in text.splitlines():
         assert not line.strip().startswith(units), line
     assert "±0.0%" not in text
+    # the ratio is measured from the choice: below 1 only where the outcome is open (the choice is
+    # declared, not the fastest median), never where it is called faster
     for d in analyse(*read_results(path)).answer.decisions:
-        assert not (d.ratio < 1), (d.bytes, d.choice, d.next, d.ratio)
+        assert d.outcome != "faster" or d.ratio_lo >= 1 + d.delta, (d.bytes, d.choice, d.next, d.ratio)
 
 
 @pytest.mark.skipif(not H200.exists(), reason="reference runs not in this checkout")

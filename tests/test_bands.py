@@ -68,7 +68,7 @@ def test_tied_members_taking_turns_are_one_band_with_the_cheapest_member():
     text = " ".join("\n".join(t for t, _ in summary_lines(analyse(frame([r for g in alternating() for r in g]),
                                                                     META), "run.csv", 80)).split())
     assert "16 KiB–1 MiB IPC mapping, copy engine (3 APIs)" in text and "→ ipc/push (cheapest set-up)" in text
-    assert "next IPC mapping, kernel copy 1.3" in text
+    assert "next IPC mapping, kernel copy 1.29" in text  # measured from the choice (10.1 µs), not the fastest
 
 
 def test_a_choice_rejected_at_a_size_splits_the_band():
@@ -136,14 +136,14 @@ def test_changes_is_false_for_the_same_choice_and_true_where_nothing_was_decided
     assert bands([]) == []
 
 
-def test_next_is_against_the_classes_fastest_member_never_below_one():
-    # torch/caching the fastest; ipc/push the same (1.5% behind) and chosen for its set-up;
-    # vmm/ce 5% behind the fastest, only 3.4% behind the choice
+def test_next_is_measured_from_the_choice_never_below_one():
+    # torch/caching the fastest; ipc/push the same (1.5% behind) and chosen (no dependency);
+    # vmm/ce 5% behind the fastest, 3.4% behind the choice: the ratio is the choice's
     groups = [handoff("torch", "caching", [10e-6], sizes=(MIB,)), handoff("ipc", "push", [10.15e-6], sizes=(MIB,)),
               handoff("vmm", "ce", [10.5e-6], sizes=(MIB,))] + set_up("ipc", "vmm", "torch")
     (d,) = answer(groups).decisions
     assert d.choice == "ipc/push" and d.next_members == ("vmm/ce",)
-    assert d.ratio == pytest.approx(1.05, rel=0.005) and d.ratio >= 1 + d.delta
+    assert d.ratio == pytest.approx(10.5 / 10.15, rel=0.002) and d.ratio_lo >= 1 + d.delta
     assert ratio_span([0.999]) == "≈" and ratio_span([1.02, 1.10]) == "1.02–1.10×"
 
 

@@ -5,18 +5,20 @@ decisions between runs."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
 from click.testing import CliRunner
 
 from gpuipc_bench.analysis import analyse, compare_decisions
-from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED
+from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, WITHIN, WITHIN_MAX
 from gpuipc_bench.cli import cli
 from gpuipc_bench.paths import BUILTIN, PathInfo, to_metadata
 from gpuipc_bench.results import empty_frame, new_row, typed_frame, write_results
 
 KIB, MIB = 1 << 10, 1 << 20
+RESULTS = Path(__file__).resolve().parent.parent / "results"
 PATHS = BUILTIN + (PathInfo("vmm", setup=("vmm_import",)), PathInfo("torch", setup=("caching_receive_cold",)))
 META = {"schema_version": "2", **to_metadata(PATHS)}
 
@@ -72,16 +74,16 @@ def test_same_within_delta_is_shown_not_merged_without_a_mechanism():
     d = only(figure("ipc", "ce", 10.0e-6, ceiling=""), figure("staging", "pinned", 10.1e-6, ceiling=""))
     assert d.outcome == SAME and d.next is None and len(d.members) == 1
     assert {d.choice, *d.same} == {"ipc/ce", "staging/pinned"}
-    # the same, so the one cheaper to set up is the one to use
+    # the same, so the one cheaper to set up is the one to use: staging declares no set-up
     d = only(figure("ipc", "ce", 10.0e-6, ceiling=""), figure("staging", "pinned", 10.1e-6, ceiling=""),
              setup("ipc", "ipc_open_cold", 1e-3))
-    assert (d.choice, d.same) == ("ipc/ce", ("staging/pinned",))
+    assert (d.choice, d.same, d.why) == ("staging/pinned", ("ipc/ce",), "cheapest set-up")
 
 
 def test_undecided_when_the_samples_cannot_tell():
     d = only(figure("ipc", "ce", 10e-6, n=3, spread=0.2, ceiling=""),
              figure("staging", "pinned", 11e-6, n=3, spread=0.2, ceiling=""))
-    assert d.outcome == UNDECIDED and d.close == ("staging/pinned",)
+    assert d.outcome == UNDECIDED and d.next_members == ("staging/pinned",) and d.close == ()
 
 
 def test_a_noisy_faster_figure_is_ranked_not_dropped():
@@ -118,11 +120,14 @@ def test_one_copy_through_three_apis_is_one_class_and_the_cheapest_set_up_is_cho
     assert (d.choice, d.why) == ("ipc/ce", "cheapest set-up")
 
 
-def test_equal_set_up_costs_choose_the_fewest_dependencies():
-    d = only(*copy_engine_run({"vmm": 0.2e-3, "torch": 0.2e-3}))
-    assert d.choice == "vmm/ce" and d.why in ("fewest dependencies", "declared first")
-    d = only(*copy_engine_run({"torch": 0.2e-3}))
-    assert d.choice == "torch/caching" and d.why == "cheapest set-up"  # the others' costs are unknown
+def test_dependencies_come_before_set_up_and_an_unknown_set_up_separates_from_nothing():
+    # torch is the cheapest to set up but needs torch; ipc and vmm cost the same: declared order
+    d = only(*copy_engine_run({"ipc": 0.2e-3, "vmm": 0.2e-3, "torch": 0.1e-3}))
+    assert (d.choice, d.why) == ("ipc/ce", "declared first")
+    d = only(*copy_engine_run({"vmm": 0.1e-3, "torch": 0.05e-3}))
+    assert (d.choice, d.why) == ("ipc/ce", "declared first")  # ipc's cost unknown: not beaten by vmm's
+    d = only(*copy_engine_run({"ipc": 0.4e-3, "torch": 0.05e-3}))
+    assert (d.choice, d.why) == ("ipc/ce", "declared first")  # vmm's unknown cost is no evidence against ipc
 
 
 def test_push_and_pull_stay_apart_where_they_differ():
@@ -295,3 +300,107 @@ def test_a_batched_kernel_path_may_beat_one_call_per_copy_at_small_sizes_without
                                scenario="nccl", ceiling="peer@0>1", src="0", dst="1")) for r in g]
     run = analyse(frame(rows), {**META, **to_metadata((PathInfo("nccl"),))})
     assert [w.bytes for w in run.warnings if w.cause == ABOVE_ITS_CEILING] == [64 * MIB]
+
+
+# --------------------------------------------------------------------------- issue 33: claims from intervals
+
+
+FAST, SLOW = [1.0, 1.002, 0.998, 1.001, 0.999, 1.003], [1.42, 1.421, 1.419, 1.418, 1.422, 1.42]
+
+
+def two_state(path, variant, base, fast: int, slow: int, size=256 * MIB):
+    """A hand-off in two scheduler states: `fast` samples near `base`, `slow` 42% above it."""
+    return figure(path, variant, base, sizes=(size,), measure="handoff", ceiling="",
+                  samples=FAST[:fast] + SLOW[:slow])
+
+
+def test_two_state_figures_are_compared_state_by_state_not_by_their_mix():
+    # ipc/sm is 3% behind ipc/ce in each state; its samples landed mostly in the slow state
+    d = only(two_state("ipc", "ce", 330e-6, fast=6, slow=3), two_state("ipc", "sm", 340e-6, fast=3, slow=6))
+    assert d.choice == "ipc/ce" and d.next_members == ("ipc/sm",)
+    assert 1.02 <= d.ratio <= 1.04 and d.ratio_hi < 1.1  # the medians of the mixes are 1.42x apart
+    assert d.states is not None and d.states.fast_share == pytest.approx(6 / 9)
+    assert d.states.fast_s == pytest.approx(330e-6, rel=0.01) and d.states.step == pytest.approx(0.42, abs=0.01)
+
+
+def test_json_decisions_say_within_states_and_replicas(tmp_path):
+    path = write(tmp_path, "run.csv", [two_state("ipc", "ce", 330e-6, fast=6, slow=3),
+                                       two_state("ipc", "sm", 340e-6, fast=3, slow=6)])
+    result = CliRunner().invoke(cli, ["report", str(path), "--format", "json"])
+    (d,) = json.loads(result.output)["runs"][0]["decisions"]
+    assert d["replicas"] == 1 and d["states"]["fast_share"] == pytest.approx(6 / 9)
+    assert d["states"]["slow_s"] == pytest.approx(330e-6 * 1.42, rel=0.01)
+    assert d["within"] is None and d["outcome"] == "faster" and d["choice"] in d["members"]
+
+
+def copy_pair(ipc: float, vmm: float, spread: float = 2e-3):
+    """ipc/ce and vmm/ce at 64 MiB at their own scenarios' d2d ceilings (the same link), set-up alike."""
+    size = 64 * MIB
+    link = lambda s: 1e-6 + s / 2000e9  # noqa: E731
+    return [figure("ipc", "ce", lambda s: ipc * link(s), sizes=(size,), spread=spread),
+            ceiling("ipc", link, sizes=(size,)),
+            figure("vmm", "ce", lambda s: vmm * link(s), sizes=(size,), spread=spread),
+            ceiling("vmm", link, sizes=(size,)),
+            setup("ipc", "ipc_open_cold", 0.2e-3), setup("vmm", "vmm_import", 0.2e-3)]
+
+
+def test_a_within_class_difference_that_flips_between_runs_keeps_the_api():
+    first, second = only(*copy_pair(1.0, 1.012)), only(*copy_pair(1.012, 1.0))
+    assert first.compared[0] == "ipc/ce" and second.compared[0] == "vmm/ce"  # the fastest flips
+    for d in (first, second):
+        assert d.choice == "ipc/ce" and set(d.members) == {"ipc/ce", "vmm/ce"} and d.why == "declared first"
+
+
+def test_a_choice_beaten_beyond_delta_by_any_figure_is_rejected():
+    # torch's process set copies 5% faster than ipc's (their d2d ceilings): torch/caching is the
+    # same as both ipc figures within that spread, but within the ipc scenario ipc/push beats
+    # ipc/ce by 3% (delta 2% there): ipc/ce, declared first, is never the one to use
+    size = 64 * MIB
+    link = lambda s: 1e-6 + s / 2000e9  # noqa: E731
+    groups = [figure("torch", "caching", link, sizes=(size,)), ceiling("torch", link, sizes=(size,)),
+              figure("ipc", "push", lambda s: 1.005 * link(s), sizes=(size,)),
+              figure("ipc", "ce", lambda s: 1.035 * link(s), sizes=(size,)),
+              ceiling("ipc", lambda s: 1.05 * link(s), sizes=(size,))]
+    d = only(*groups)
+    assert "ipc/ce" in d.beaten and "ipc/ce" not in d.tied
+    assert d.choice == "ipc/push" and d.choice in d.members and d.choice not in d.beaten
+    assert d.next_members == ("ipc/ce",) and d.outcome == FASTER and d.ratio == pytest.approx(1.03, rel=0.005)
+    shown = analyse(frame([r for g in groups for r in g]), META).answer.shown
+    assert [x.choice for x in shown] == ["ipc/push"]  # a band may not pick it either
+
+
+def test_within_x_percent_where_the_equivalence_bound_is_small():
+    # 1% apart, one of them noisy: not shown within delta (2%), but within a few percent
+    d = only(figure("ipc", "ce", 10.0e-6, n=9, ceiling=""),
+             figure("staging", "pinned", 10.1e-6, n=9, spread=0.02, ceiling=""))
+    assert d.outcome == WITHIN and d.delta < d.within <= WITHIN_MAX
+    from gpuipc_bench.report.answer import confidence_line
+    assert f"1 within {d.within * 100:.1f}%" in confidence_line([d]).text
+
+
+def test_a_band_edge_where_a_path_stops_being_measured_is_said():
+    sizes = (4, 4 * KIB, 64 * KIB, MIB)
+    groups = [figure("ipc", "push", lambda s: 10e-6 + s / 100e9, sizes=sizes, measure="handoff", ceiling=""),
+              figure("staging", "pinned", lambda s: 30e-6 + s / 20e9, sizes=sizes, measure="handoff", ceiling=""),
+              figure("ipc", "device-ll", 0.5e-6, sizes=(4, 4 * KIB), measure="pingpong", metric="latency",
+                     ceiling="", scenario="latency")]
+    analysis = analyse(frame([r for g in groups for r in g]), META)
+    (section,) = analysis.answer.sections
+    first, second = section.bands
+    assert (first.pick, first.measured_to, second.pick, second.measured_to) == \
+        ("ipc/device-ll", 4 * KIB, "ipc/push", None)
+    from gpuipc_bench.report.answer import summary_lines
+    text = " ".join(" ".join(t for t, _ in summary_lines(analysis, "run.csv", 80)).split())
+    assert "(not measured above 4 KiB)" in text
+
+
+@pytest.mark.parametrize("name", ["h100-both-modes-default.csv", "h200-default.csv", "h200x4-pairs-all-quick.csv"])
+def test_the_committed_references_still_read(name):
+    df, meta = _read(RESULTS / name)
+    analysis = analyse(df, meta)
+    assert analysis.answer.decisions
+    for d in analysis.answer.decisions:
+        assert d.choice in d.members
+        assert d.outcome in (FASTER, SAME, WITHIN, UNDECIDED) and d.replicas == 1
+        assert not (d.outcome == FASTER and d.ratio_lo < 1 + d.delta)  # faster: the whole interval beyond
+        assert d.choice not in d.beaten  # never beaten beyond delta at its size

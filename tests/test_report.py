@@ -81,7 +81,7 @@ def test_markdown_tables_are_well_formed(small):
 
 def test_markdown_verdict_names_the_measure_and_the_tie_rule(small):
     text = render_markdown(*small)
-    assert "faster (medians more than 2% apart" in text and "undecided (≈?)" in text
+    assert "faster where the whole interval lies beyond 1 + delta (delta: 2%" in text and "undecided (≈?)" in text
     assert "- **GPU 0 → GPU 0 · time-sliced · stream (messages queued back to back)**" in text
     assert "  - 4 KiB – 64 MiB: **IPC mapping, copy engine (ipc/ce)**" in text
     # ipc/sm's interval is wide at 4 KiB, but it is ranked with its spread: nothing is left out

@@ -2,22 +2,25 @@
 sharing mode and measure) told in one line, and whether a second sharing mode changes the
 choice at a size.
 
-A band is consecutive sizes whose winning mechanism class is the same and where one member of
-it is usable at every size: the band's choice. A member is usable at a size when no
-faster-beyond-delta outcome rejects it there: it is the fastest, in its class, or shown the
-same or undecided against the fastest (verdict.Decision.tied), and it is of the winning
-class's mechanism. The band's choice is the usable member cheapest to set up, then with the
-fewest dependencies, then declared first (classes.choose_label), among those usable across
-the whole band (`Band.pool`). So a band splits only where the class changes or where no
-member usable so far is usable at the next size (its choice is rejected there); tied APIs
-taking turns at being the fastest by noise do not split it, and push and pull stay apart
-wherever one is faster beyond delta. The decisions of a band are shown with its choice
-(Decision.as_choice): its own figure and interval at each size.
+A band is consecutive sizes whose winning mechanism class is the same and whose choice is
+the same: at each size, the member that declared order prefers (fewest dependencies, then
+cheapest set-up where the intervals separate, then declared first: classes.choose_label)
+among the usable ones. A member is usable at a size when no faster-beyond-delta outcome
+rejects it there: it is the choice, in its class, or shown the same or undecided against it
+(verdict.Decision.tied), and it is of the winning class's mechanism (`Band.pool`: those
+usable at every size of the band). So a band splits only where the class changes or where its
+choice is rejected; tied APIs taking turns at being the fastest by noise do not split it, and
+push and pull stay apart wherever one is faster beyond delta. The decisions of a band are
+shown with its choice (Decision.as_choice: decided again with it chosen).
+
+A band whose choice was not measured at the next band's sizes (a GPU-signalled hand-off
+measured only up to 4 KiB) carries that edge (`measured_to`): the answer says where the
+path stops being measured instead of switching silently.
 
 GPU pairs: at each size the class's choice is, among the pairs' own choices, the one the
 fewest pairs reject (a pair rejects a label when its own choice is faster beyond delta:
 shown by its samples where it measured the label, by the medians where it did not), then the
-one the most pairs hold, then the cheapest to set up, then the fastest; a label is usable at
+one the most pairs hold, then the fewest dependencies, then the declared order; a label is usable at
 that size when no more pairs reject it than reject that choice. Pairs that reject the band's
 choice are its `differ`; those that did not measure it and do not reject it its `others`. A
 band is bridged over sizes where its choice, winning on both sides, was measured on no pair
@@ -38,7 +41,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Sequence
 
-from gpuipc_bench.analysis.classes import choose_label
+from gpuipc_bench.analysis.classes import SetupCost, choose_label, needs_of
 from gpuipc_bench.analysis.mechanisms import mechanism
 from gpuipc_bench.analysis.verdict import Decision
 
@@ -59,6 +62,7 @@ class Band:
     others: tuple[Decision, ...] = ()  # the pairs' that did not measure the choice and do not reject it
     pool: tuple[str, ...] = ()
     why: str = ""
+    measured_to: int | None = None  # its choice was not measured above this size, where the next band starts
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -92,34 +96,42 @@ class Band:
             self, decisions=tuple(d for d in self.decisions if d.bytes in keep),
             differ=tuple(d for d in self.differ if d.bytes in keep),
             others=tuple(d for d in self.others if d.bytes in keep),
-            unmeasured=tuple(b for b in self.unmeasured if b in keep))
+            unmeasured=tuple(b for b in self.unmeasured if b in keep),
+            measured_to=self.measured_to if self.measured_to in keep else None)
 
 
 def _no_order(label: str) -> tuple:
     return ()
 
 
-def bands(decisions: Sequence[Decision], cost: Callable[[str], float] = lambda label: math.inf,
+def _no_cost(label: str) -> tuple[float, float, float]:
+    return (math.nan, math.nan, math.nan)
+
+
+def bands(decisions: Sequence[Decision], cost: SetupCost = _no_cost,
           order: Callable[[str], tuple] = _no_order) -> list[Band]:
     """The decisions of one section as bands (see the module's docstring). `cost`: a
-    path/variant's set-up seconds; `order`: its place among the declared paths."""
+    path/variant's set-up (lo, median, hi) seconds; `order`: its place among the declared paths."""
     by_size: dict[int, list[Decision]] = {}
     for d in decisions:
         by_size.setdefault(d.bytes, []).append(d)
-    runs: list[tuple[list[int], set[str], str]] = []  # sizes, members usable at all of them, class
+    # sizes, members usable at all of them, class, the choice and why
+    runs: list[tuple[list[int], set[str], str, str, str]] = []
     for size in sorted(by_size):
         here = by_size[size]
-        choice = _choose(here, cost)
+        choice = _choose(here, order)
         cls = _class_of(choice, here)
         usable = _usable(choice, cls, here)
-        if runs and runs[-1][2] == cls and runs[-1][1] & usable:
+        preferred, reason = choose_label(sorted(usable, key=order), cost, order)
+        if len(usable) == 1:  # alone in its mechanism here: the decision's own reason (ties of others)
+            reason = next((d.why for d in here if d.choice == preferred), reason)
+        if runs and runs[-1][2] == cls and runs[-1][3] == preferred:
             runs[-1][0].append(size)
             runs[-1][1].intersection_update(usable)
         else:
-            runs.append(([size], set(usable), cls))
+            runs.append(([size], set(usable), cls, preferred, reason))
     out = []
-    for sizes, pool, _ in runs:
-        pick, why = choose_label(sorted(pool, key=order), cost, order)
+    for sizes, pool, _, pick, why in runs:
         agree: list[Decision] = []
         differ: list[Decision] = []
         others: list[Decision] = []
@@ -131,7 +143,20 @@ def bands(decisions: Sequence[Decision], cost: Callable[[str], float] = lambda l
             differ += [d for d in here if _rejects(d, pick, ref)]
             others += [d for d in here if pick not in d.compared and not _rejects(d, pick, ref)]
         out.append(Band(tuple(agree), pick, tuple(differ), (), tuple(others), tuple(sorted(pool, key=order)), why))
-    return _bridge(out)
+    return _edges(_bridge(out))
+
+
+def _edges(found: list[Band]) -> list[Band]:
+    """Each band whose choice was measured at none of the next band's sizes, with `measured_to`
+    its largest size: the answer changes there because the path stops being measured, which
+    the answer says rather than switching silently."""
+    out = []
+    for band, after in zip(found, found[1:] + [None]):
+        if after is not None and not any(band.pick in d.compared for d in (*after.decisions, *after.differ,
+                                                                           *after.others)):
+            band = dataclasses.replace(band, measured_to=band.hi)
+        out.append(band)
+    return out
 
 
 def _class_of(choice: str, decisions: Sequence[Decision]) -> str:
@@ -177,9 +202,9 @@ def _fastest(choice: str, decisions: Sequence[Decision]) -> float:
     return min(found) if found else math.inf
 
 
-def _choose(decisions: Sequence[Decision], cost: Callable[[str], float]) -> str:
+def _choose(decisions: Sequence[Decision], order: Callable[[str], tuple]) -> str:
     names = list(dict.fromkeys(d.choice for d in decisions))
-    return min(names, key=lambda c: (_support(c, decisions), cost(c), _fastest(c, decisions)))
+    return min(names, key=lambda c: (_support(c, decisions), needs_of(c), order(c)))
 
 
 def _bridge(found: list[Band]) -> list[Band]:

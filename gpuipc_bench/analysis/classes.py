@@ -1,19 +1,22 @@
 """Mechanism classes: figures that are one copy reached through different APIs.
 
-Figures of one size (one link, sharing mode and measure) join one class when they are
+Figures of one size (one link, sharing mode and measure) may share a class when they are
 bounded by the same ceiling (its key without '/producer' or '/consumer'), each at
-SAME_COPY_FRACTION of it or more, and *same* (stats.compare) against the class's fastest
-member. Where the ceiling's time per transfer is below twice its per-call floor
-(summary.call_bound), "% of the ceiling" says nothing: the mechanism each path/variant
-declares (mechanisms.py) takes its place. A figure that is neither (below 90% of its
-ceiling, no ceiling, a GPU-signalled hand-off) is a class of its own. Figures that differ never merge:
-push and pull stay apart where they differ. A figure of the same mechanism that the samples
-cannot tell from the fastest (undecided) is kept in its class, and the decision says it is
-undecided (verdict.Decision.close): never a tie said where none was shown, and never one
-API of a copy split from the others by the noise of one size.
+SAME_COPY_FRACTION of it or more. Where the ceiling's time per transfer is below twice its
+per-call floor (summary.call_bound), "% of the ceiling" says nothing: the mechanism each
+path/variant declares (mechanisms.py) takes its place. A class is a clique: every two of its
+members are shown equivalent (stats.compare: same, or within WITHIN_MAX), never a chain
+through its fastest member; where the figures are bound by the call the declared mechanism
+alone makes the class (their times are the cost of one enqueue through a binding, not of the
+mechanism: a class is never split on them). A figure that is neither (below 90% of its ceiling, no ceiling,
+a GPU-signalled hand-off) is a class of its own; figures that differ never merge (push and
+pull stay apart where they differ), and a figure the samples cannot tell from a member
+(undecided) starts a class of its own, which the decision names as undecided.
 
-The choice in a class: the lowest set-up cost (the median of the path's set-up rows), then
-the fewest dependencies (no torch, NVSHMEM or NCCL), then the order the paths are declared in.
+The API to use among equivalent figures is declared, not measured, so that noise cannot
+flip it (`choose_label`): the fewest dependencies beyond CUDA (each of torch, NVSHMEM, NCCL
+brings a library and, for NVSHMEM, a launcher of its own), then the cheapest set-up where
+the set-up costs' intervals separate, then the order the paths and variants are declared in.
 """
 
 from __future__ import annotations
@@ -72,7 +75,9 @@ def grouping_key(row) -> tuple | None:
 
 
 def form(figures: Sequence[Figure], compare: Callable[[Figure, Figure], stats.Comparison]) -> list[MechanismClass]:
-    """The classes of one size's figures (sorted fastest first), fastest class first."""
+    """The classes of one size's figures (sorted fastest first), fastest class first: each
+    unassigned figure in order of its median starts one, and a later figure of the same
+    grouping key joins it when it is equivalent to every member already in it."""
     left = sorted(figures, key=lambda f: f.median_s)
     out: list[MechanismClass] = []
     while left:
@@ -80,11 +85,24 @@ def form(figures: Sequence[Figure], compare: Callable[[Figure, Figure], stats.Co
         key = grouping_key(anchor.row)
         members = [anchor]
         if key is not None:
-            members += [f for f in left if grouping_key(f.row) == key
-                        and compare(anchor, f).outcome in (stats.SAME, stats.UNDECIDED)]
+            for f in left:
+                if grouping_key(f.row) == key and (key[0] == "mechanism" or all(
+                        equivalent(compare(m, f)) for m in members)):
+                    members.append(f)
             left = [f for f in left if f not in members]
         out.append(MechanismClass(class_name(members), tuple(members)))
     return out
+
+
+def one_call_bound_mechanism(a: Figure, b: Figure) -> bool:
+    """Both figures bound by the call and of one declared mechanism: one class, never split."""
+    key = grouping_key(a.row)
+    return key is not None and key[0] == "mechanism" and key == grouping_key(b.row)
+
+
+def equivalent(r: stats.Comparison) -> bool:
+    """Shown the same, or within WITHIN_MAX: an equivalence bound, not a failure to tell."""
+    return r.outcome in (stats.SAME, stats.WITHIN)
 
 
 def class_name(members: Sequence[Figure]) -> str:
@@ -105,34 +123,36 @@ def needs_of(label: str) -> int:
     return len(mechanism(path, variant).needs)
 
 
-def choose(cls: MechanismClass, setup_cost: Callable[[Figure], float],
-           order: Callable[[str], tuple]) -> tuple[Figure, str]:
-    """(the member to use, why): the lowest set-up cost, then the fewest dependencies, then
-    the declared order. `setup_cost`: a member's median set-up seconds (NaN: none measured);
-    `order`: a label's place among the declared paths."""
+SetupCost = Callable[[str], tuple[float, float, float]]  # a label's set-up (lo, median, hi) seconds; NaN: none
+
+
+def choose(cls: MechanismClass, setup_cost: SetupCost, order: Callable[[str], tuple]) -> tuple[Figure, str]:
+    """(the member to use, why): choose_label over the class's members."""
     members = {f.label: f for f in cls.members}
-    costs = {f.label: setup_cost(f) for f in cls.members}
-    label, why = choose_label(list(members), costs.__getitem__, order)
+    label, why = choose_label(list(members), setup_cost, order)
     return members[label], why
 
 
-def choose_label(labels: Sequence[str], setup_cost: Callable[[str], float],
-                 order: Callable[[str], tuple]) -> tuple[str, str]:
-    """choose() over path/variant labels (a band's members, model.bands)."""
+def cheaper(a: tuple[float, float, float], b: tuple[float, float, float]) -> bool:
+    """Whether set-up a is cheaper than b with their intervals apart (a's top below b's bottom)."""
+    return math.isfinite(a[2]) and math.isfinite(b[0]) and a[2] < b[0]
+
+
+def choose_label(labels: Sequence[str], setup_cost: SetupCost, order: Callable[[str], tuple]) -> tuple[str, str]:
+    """(the label to use, why) among labels as good as each other: the fewest dependencies,
+    then none whose set-up another's beats with the intervals apart, then the declared order
+    (see the module's docstring). why: 'fewest dependencies', 'cheapest set-up' or 'declared
+    first' (the rule that settled it), 'fastest' for a label alone."""
     labels = list(dict.fromkeys(labels))
     if len(labels) == 1:
         return labels[0], "fastest"
-
-    def cost(label: str) -> float:
-        c = setup_cost(label)
-        return c if math.isfinite(c) else math.inf
-
-    best = min(labels, key=lambda x: (cost(x), needs_of(x), order(x)))
-    path = best.partition("/")[0]
-    others = [x for x in labels if x.partition("/")[0] != path]
-    if math.isfinite(cost(best)) and others and all(cost(best) < cost(x) for x in others):
-        return best, "cheapest set-up"
-    cheapest = [x for x in labels if cost(x) == cost(best)]
-    if needs_of(best) < max(needs_of(x) for x in cheapest):
+    fewest = min(needs_of(x) for x in labels)
+    light = [x for x in labels if needs_of(x) == fewest]
+    costs = {x: setup_cost(x) for x in light}
+    cheap = [x for x in light if not any(cheaper(costs[y], costs[x]) for y in light if y != x)]
+    best = min(cheap, key=order)
+    if len(light) == 1:
         return best, "fewest dependencies"
+    if cheap == [best]:
+        return best, "cheapest set-up"
     return best, "declared first"

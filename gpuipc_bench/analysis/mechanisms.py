@@ -26,7 +26,7 @@ IPC_CE = "IPC mapping, copy engine"
 IPC_SM = "IPC mapping, kernel copy"
 PEER_CE = "peer copy engine"
 PEER_SM = "peer kernel copy"
-RESIDENT = "a polling kernel resident on both GPUs"
+RESIDENT = "a polling kernel on both GPUs"
 
 _TABLE: dict[tuple[str, str], Mechanism] = {}
 

@@ -167,10 +167,7 @@ def decide_all(rows: pd.DataFrame, summary: pd.DataFrame, samples: Mapping[tuple
     ceilings = ceiling_times(summary)
     order = order or declared_order(summary, paths)
 
-    def cost(path: str, nbytes: int) -> float:
-        found = setup.get(path)
-        return found.median_s if found is not None else math.nan
-
+    cost = setup_interval(setup, paths)
     out = []
     for _, part in rows.groupby(["src", "dst", "sharing", "measure", "bytes"], sort=False):
         figures = [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float))
@@ -182,14 +179,30 @@ def decide_all(rows: pd.DataFrame, summary: pd.DataFrame, samples: Mapping[tuple
                                       d.bytes))
 
 
+def setup_interval(setup: Mapping[str, SetupCost], paths: Mapping[str, PathInfo]
+                   ) -> Callable[[str], tuple[float, float, float]]:
+    """A label's set-up cost as (lo, median, hi) seconds: its path's measured one; nothing
+    (zeros) for a declared path that declares no set-up operation (staging); NaN where a
+    path's operations were not measured (unknown: it separates from nothing)."""
+    def cost(label: str) -> tuple[float, float, float]:
+        path = label.partition("/")[0]
+        found = setup.get(path)
+        if found is not None:
+            return (found.lo_s, found.median_s, found.hi_s)
+        info = paths.get(path)
+        return (0.0, 0.0, 0.0) if info is not None and not info.setup else (math.nan,) * 3
+
+    return cost
+
+
 def declared_order(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> Callable[[str], tuple]:
-    """A path/variant's place: its path's among the declared paths, its variant's in the run."""
+    """A path/variant's place: its path's among the declared paths, then its variant's in the
+    mechanism table (mechanisms.py: ce, push, sm), then its name: the same in every run."""
     path_rank = {p: i for i, p in enumerate(paths)}
-    variant_rank = {v: i for i, v in enumerate(pd.unique(summary["variant"]))} if not summary.empty else {}
 
     def order(lab: str) -> tuple:
         path, _, variant = lab.partition("/")
-        return (path_rank.get(path, len(path_rank)), variant_rank.get(variant, len(variant_rank)))
+        return (path_rank.get(path, len(path_rank)), declaration_order(path, variant), variant)
 
     return order
 
@@ -245,9 +258,7 @@ def arrange(decisions: Sequence[Decision], meta: Mapping[str, str],
     """(the sections, the decisions each shown with its band's choice): every sharing mode of
     a link is banded whole; the main mode's bands are its sections; a second mode keeps the
     sizes where it changes the main mode's choice (bands.changes), its bands cut to them."""
-    def cost(lab: str) -> float:
-        found = (setup or {}).get(lab.partition("/")[0])
-        return found.median_s if found is not None and math.isfinite(found.median_s) else math.inf
+    cost = setup_interval(setup or {}, from_metadata(meta))
 
     ordered = order or _declared
     counts: dict[tuple[str, str], dict[str, int]] = {}

@@ -1,16 +1,28 @@
-"""Comparing two figures from their samples: three outcomes, as nvbench's compare does.
+"""Comparing two figures from their samples: the claim rests on the interval of their ratio,
+never on the point ratio alone (criterion.rs decides the same way).
 
-  faster     the medians are more than delta apart (ratio beyond 1 + delta) and the samples
-             say so: every sample of one below every sample of the other (under
-             exchangeability the chance of that is 1 / C(m+n, m): 0.05 at 3 against 3), or,
-             from MIN_RANK_TEST samples a side, a two-sided Mann-Whitney U test at p < ALPHA;
-  same       the interval of the ratio of the medians lies inside 1 +- delta: an equivalence
-             test, not a failure to find a difference. Each median's interval is its
-             distribution-free 95% interval (robust.median_ci), or the range of its samples
-             below 6 of them;
-  undecided  neither: the samples cannot tell. Never reported as a tie.
+The ratio's interval is the Hodges-Lehmann one, built from both samples at once: every pair
+(one sample of each) gives a log-ratio, and the interval between the k-th smallest and the
+k-th largest of them, k from the exact Mann-Whitney U distribution (its normal approximation
+beyond EXACT_MAX a side), covers the true ratio at 1 - 2 ALPHA with no assumption about the
+distribution (one-sided ALPHA at each end: two one-sided tests). With 3 against 3 it is the
+ratio of the ends of the samples (k = 1, 1/C(6, 3) = 0.05); below that no interval exists.
 
-delta = max(MIN_EFFECT, the offset between the two processes measured for the ceiling).
+  faster     the whole interval lies beyond 1 + delta;
+  slower     the whole interval lies below 1 / (1 + delta);
+  same       the whole interval lies inside [1 / (1 + delta), 1 + delta]: an equivalence
+             shown, not a failure to find a difference (MIN_SAME samples a side);
+  within     none of those, but the interval reaches no further than 1 + WITHIN_MAX either
+             way: "within X%", X the interval's reach (`within`);
+  undecided  anything else: the samples cannot tell. Never reported as a tie.
+
+Two-state figures (robust.two_states: a scheduler state that adds a step to some samples)
+are compared state by state: where both figures' samples fall into two states, the fast
+states are compared with each other (the slow ones where a fast state has fewer than
+MIN_STATE samples), so that a different mix of states is not taken for a difference between
+the paths; `states` says each figure's states and mix.
+
+delta = max(MIN_EFFECT, what the two figures' process sets measured of one ceiling apart).
 """
 
 from __future__ import annotations
@@ -20,13 +32,18 @@ import functools
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from gpuipc_bench import robust
 
-MIN_EFFECT = 0.02  # medians closer than this are never "faster", however significant
-ALPHA = 0.05  # the separation test's one-sided and the U test's two-sided level
-MIN_RANK_TEST = 5  # samples a side before the U test may decide
-MIN_SAME = 3  # samples a side before "same" may be claimed (a range of 3 covers the median 75% of the time)
-FASTER, SLOWER, SAME, UNDECIDED = "faster", "slower", "same", "undecided"
+MIN_EFFECT = 0.02  # ratios closer to 1 than this are never "faster", however significant
+ALPHA = 0.05  # each end of the ratio's interval (two one-sided tests); the U test's two-sided level
+MIN_RANK_TEST = 5  # samples a side before the U test's p is worth reporting
+MIN_SAME = 3  # samples a side before "same" or "within" may be claimed
+MIN_STATE = 3  # samples in a state before the states are compared on their own
+WITHIN_MAX = 0.05  # an open comparison whose interval reaches no further than this reads "within X%"
+MAX_PAIRS = 250_000  # pairs of samples beyond this: the interval from evenly spaced order statistics
+FASTER, SLOWER, SAME, WITHIN, UNDECIDED = "faster", "slower", "same", "within", "undecided"
 EXACT_MAX = 25
 
 
@@ -57,10 +74,41 @@ def median_interval(values: Sequence[float]) -> tuple[float, float, float]:
 
 
 @dataclasses.dataclass(frozen=True)
+class States:
+    """A figure's samples in two states: the fast and slow states' medians (seconds) and the
+    share of the samples in the fast state."""
+
+    fast_s: float
+    slow_s: float
+    fast_share: float
+    samples: int
+
+    @property
+    def step(self) -> float:
+        return self.slow_s / self.fast_s - 1 if self.fast_s > 0 else math.nan
+
+
+def states(values: Sequence[float]) -> tuple[States, list[float], list[float]] | None:
+    """(the states, the fast state's samples, the slow state's) of samples in two states
+    (robust.two_states); None when they are not."""
+    xs = sorted(_finite(values))
+    found = robust.two_states(xs)
+    if found is None:
+        return None
+    cut = round(found[1] * len(xs))
+    fast, slow = xs[:cut], xs[cut:]
+    return States(robust.median(fast), robust.median(slow), cut / len(xs), len(xs)), fast, slow
+
+
+@dataclasses.dataclass(frozen=True)
 class Comparison:
-    """a against b (times: smaller is faster). outcome: FASTER (a is), SLOWER (a is), SAME or
-    UNDECIDED; ratio: median b / median a; ratio_lo..ratio_hi: what the medians' intervals
-    allow; separated: every sample of the faster below every sample of the slower."""
+    """a against b (times: smaller is faster). outcome: FASTER (a is), SLOWER (a is), SAME,
+    WITHIN or UNDECIDED; ratio: median b / median a (of the states compared); ratio_lo..
+    ratio_hi: the ratio's Hodges-Lehmann interval (NaN where too few samples give none);
+    within: how far that interval reaches from 1, as a fraction (NaN without one);
+    separated: every sample of the faster below every sample of the slower; p: the U test's
+    two-sided p-value; states: a's and b's two states where they were compared state by
+    state ('fast' or 'slow': `compared`)."""
 
     outcome: str
     ratio: float
@@ -69,10 +117,13 @@ class Comparison:
     delta: float
     separated: bool = False
     p: float = math.nan
+    within: float = math.nan
+    states: tuple[States, States] | None = None
+    compared: str = ""
 
     @property
     def decided(self) -> bool:
-        return self.outcome != UNDECIDED
+        return self.outcome not in (UNDECIDED, WITHIN)
 
 
 def compare(a: Sequence[float], b: Sequence[float], delta: float = MIN_EFFECT, alpha: float = ALPHA) -> Comparison:
@@ -80,24 +131,90 @@ def compare(a: Sequence[float], b: Sequence[float], delta: float = MIN_EFFECT, a
     xa, xb = _finite(a), _finite(b)
     if not xa or not xb:
         return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta)
-    lo_a, ma, hi_a = median_interval(xa)
-    lo_b, mb, hi_b = median_interval(xb)
-    if not (ma > 0 and mb > 0):
+    two = (states(xa), states(xb))
+    both: tuple[States, States] | None = None
+    compared = ""
+    if two[0] is not None and two[1] is not None:
+        (sa, fa, wa), (sb, fb, wb) = two
+        both = (sa, sb)
+        if min(len(fa), len(fb)) >= MIN_STATE:
+            xa, xb, compared = fa, fb, "fast"
+        elif min(len(wa), len(wb)) >= MIN_STATE:
+            xa, xb, compared = wa, wb, "slow"
+        else:
+            both = None
+    ma, mb = robust.median(xa), robust.median(xb)
+    if not (ma > 0 and mb > 0) or min(xa + xb) <= 0:
         return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta)
     ratio = mb / ma
-    ratio_lo, ratio_hi = lo_b / hi_a, hi_b / lo_a
-    a_first = max(xa) < min(xb)
-    b_first = max(xb) < min(xa)
-    separated = (a_first or b_first) and separation_p(len(xa), len(xb)) <= alpha
+    ratio_lo, ratio_hi = ratio_interval(xa, xb, alpha)
+    separated = (max(xa) < min(xb) or max(xb) < min(xa)) and separation_p(len(xa), len(xb)) <= alpha
     p = mann_whitney_p(xa, xb)
-    ranked = min(len(xa), len(xb)) >= MIN_RANK_TEST and p < alpha
-    if ratio >= 1 + delta and ((a_first and separated) or ranked):
-        return Comparison(FASTER, ratio, ratio_lo, ratio_hi, delta, separated, p)
-    if 1 / ratio >= 1 + delta and ((b_first and separated) or ranked):
-        return Comparison(SLOWER, ratio, ratio_lo, ratio_hi, delta, separated, p)
-    if min(len(xa), len(xb)) >= MIN_SAME and 1 - delta <= ratio_lo and ratio_hi <= 1 + delta:
-        return Comparison(SAME, ratio, ratio_lo, ratio_hi, delta, False, p)
-    return Comparison(UNDECIDED, ratio, ratio_lo, ratio_hi, delta, False, p)
+    reach = max(ratio_hi, 1 / ratio_lo) - 1 if math.isfinite(ratio_lo) and ratio_lo > 0 else math.nan
+    top = 1 + delta
+    if ratio_lo >= top:
+        outcome = FASTER
+    elif ratio_hi <= 1 / top:
+        outcome = SLOWER
+    elif min(len(xa), len(xb)) >= MIN_SAME and 1 / top <= ratio_lo and ratio_hi <= top:
+        outcome = SAME
+    elif min(len(xa), len(xb)) >= MIN_SAME and reach <= WITHIN_MAX:
+        outcome = WITHIN
+    else:
+        outcome = UNDECIDED
+    return Comparison(outcome, ratio, ratio_lo, ratio_hi, delta, separated, p, reach, both, compared)
+
+
+def ratio_interval(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA) -> tuple[float, float]:
+    """The Hodges-Lehmann interval of the ratio b / a (positive samples), each end at one-sided
+    level alpha: the k-th smallest and k-th largest of the m*n ratios b_j / a_i, k the largest
+    with P(U <= k - 1) <= alpha under the null. (NaN, NaN) when no k exists (e.g. 2 against 2)."""
+    xa = np.log(np.asarray(sorted(_finite(a)), dtype=float))
+    xb = np.log(np.asarray(sorted(_finite(b)), dtype=float))
+    m, n = len(xa), len(xb)
+    if not m or not n:
+        return math.nan, math.nan
+    k = _hl_rank(m, n, alpha)
+    if k is None:
+        return math.nan, math.nan
+    while m * n > MAX_PAIRS:  # thin the larger side to evenly spaced order statistics (its quantiles)
+        if m >= n:
+            xa = xa[np.linspace(0, m - 1, m // 2).round().astype(int)]
+        else:
+            xb = xb[np.linspace(0, n - 1, n // 2).round().astype(int)]
+        k = max(1, round(k * len(xa) * len(xb) / (m * n)))
+        m, n = len(xa), len(xb)
+    diffs = np.sort(np.subtract.outer(xb, xa), axis=None)
+    return float(np.exp(diffs[k - 1])), float(np.exp(diffs[m * n - k]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _hl_rank(m: int, n: int, alpha: float) -> int | None:
+    if max(m, n) <= EXACT_MAX:
+        counts = _u_counts(min(m, n), max(m, n))
+        total, cdf, best = sum(counts), 0, None
+        for k, c in enumerate(counts):
+            cdf += c
+            if cdf / total <= alpha:
+                best = k + 1
+            else:
+                break
+        return best
+    z = _z(alpha)
+    k = math.floor(m * n / 2 - z * math.sqrt(m * n * (m + n + 1) / 12))
+    return k if k >= 1 else None
+
+
+def _z(alpha: float) -> float:
+    """The upper alpha quantile of the standard normal (bisection on erfc)."""
+    lo, hi = 0.0, 10.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if math.erfc(mid / math.sqrt(2)) / 2 > alpha:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 # --------------------------------------------------------------------------- the U test

@@ -46,7 +46,7 @@ MAX_INTERVAL = 0.05
 # A setup operation timed this many times has a 95% interval that is not its range.
 SETUP_INTERVAL_SAMPLES = 9
 # Where a transfer costs less than this many times the per-call floor of its ceiling (the
-# ceiling's fastest time per transfer, at any size), it is bound by the call, not the link.
+# ceiling's latency: call_floor), it is bound by the call, not the link.
 CALL_BOUND = 2.0
 
 # What is worth a warning about a figure, in the order they are checked (report/wording.py words them).
@@ -102,7 +102,7 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
     1 / (1/a + 1/b) for hops in sequence ('a+b') and the slower hop for hops that may overlap
     ('a|b'). ceiling_peak_gbps: that ceiling at its best size (the link's asymptotic
     bandwidth); call_bound: the figure's time per transfer is below CALL_BOUND x the per-call
-    floor, its ceiling's fastest time per transfer at any size. Rows come in path order
+    floor, its ceiling's latency (call_floor). Rows come in path order
     (declared paths first), then variant (first appearance), metric, measure, bytes and the
     other keys."""
     if df.empty:
@@ -175,11 +175,21 @@ def _call_floor(summary: pd.DataFrame, ceilings: dict[tuple, float],
             peak.append(max(curve.values()) if curve else math.nan)
             bound.append(False)
             continue
-        floor = min(b / g / 1e9 for b, g in curve.items())
+        floor = call_floor(curve)
         peak.append(max(curve.values()))
         bound.append(bool(r.median_s < CALL_BOUND * floor))
     summary["ceiling_peak_gbps"] = peak
     summary["call_bound"] = pd.Series(bound, index=summary.index, dtype=bool)
+
+
+def call_floor(curve: Mapping[int, float]) -> float:
+    """A ceiling's per-call floor from its curve (bytes -> GB/s): its latency, the time at the
+    smallest size measured less what moving those bytes takes at its best bandwidth. With
+    small sizes measured it is the time of the smallest copy; with only large ones (a sweep
+    from 16 MiB) it is what the large copies spend beyond their bytes, so a copy at 80% of
+    the link is never taken for one bound by the call."""
+    smallest = min(curve)
+    return max(0.0, smallest / curve[smallest] / 1e9 - smallest / max(curve.values()) / 1e9)
 
 
 def _figures(seconds: np.ndarray, nbytes: int, metric: str) -> dict:

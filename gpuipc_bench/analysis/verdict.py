@@ -10,10 +10,20 @@ sizes both measured. Aggregates of N processes, CPU references and ceilings neve
 They are compared within one link (src -> dst), one sharing mode and one measure; a
 schema-1 file knew no measures and is ranked with them mixed (MIXED).
 
-At one size (`decide`), every figure takes part with its spread (stats.compare: faster,
-same or undecided, never a figure left out). Figures form classes (classes.py): the same
-copy reached through different APIs. The class with the fastest figure is the answer; its
-choice is the member cheapest to set up; the next class is what it is compared against.
+At one size (`decide`), every figure takes part with its spread (stats.compare: the
+interval of the ratio decides, never a figure left out). Figures form classes (classes.py):
+the same copy reached through different APIs, every two of them shown equivalent. The
+mechanism comes first: the class with the fastest figure, with the classes shown the same as
+it, holds the candidates; the API among them comes from the declared order (fewest
+dependencies, set-up cost where the intervals separate, declared first: classes.choose_label),
+and a candidate that any figure at the size beats beyond delta (its whole ratio interval) is
+passed over for the next. The decision's outcome is the choice against the next class (the
+first class neither shown the same nor an API of the choice's mechanism the samples cannot
+tell from it), its ratio measured from the choice. Each comparison's delta is at least what
+the two figures' process sets measured apart of one ceiling at that size (the same ceiling row
+measured by the two scenarios, and each scenario's producer against its consumer): an offset
+between processes is not taken for a difference between paths, and figures are compared as
+measured, never rescaled.
 """
 
 from __future__ import annotations
@@ -76,19 +86,25 @@ def _labelled(rows: pd.DataFrame) -> pd.DataFrame:
 class Decision:
     """The answer at one size of one link, sharing mode and measure.
 
-    outcome: FASTER when the winning class beats every other figure; SAME when some other
-    figure is the same (an equivalence shown, `same` names them) and none undecided;
-    UNDECIDED when the samples cannot tell some figure from the winner (`close`). cls: the
-    winning class's mechanism; members: every path/variant in it (fastest first); choice:
-    the one to use; why: the reason it is the one; next: the first class the winner is
-    faster than (its name) and next_members; ratio: next's median time over the winning
-    class's fastest member's, as they were compared (stats.compare, pair_scale): never below
-    1 + delta, whichever tied member is chosen (ratio_lo..ratio_hi: what the intervals
-    allow); choice_s: the choice's (lo, median, hi)
-    seconds (lo..hi: its median's interval, or its range below 6 samples); samples: the
-    fewest samples of the winner and the figure after it; separated: every sample of the
-    winner below every sample of every other figure's class; delta: the largest effect
-    floor used; cost: what the choice costs besides the transfer (a GPU-signalled
+    outcome: the choice against the next class (`next`): FASTER (the whole ratio interval
+    beyond 1 + delta), WITHIN (the interval reaches no further than `within` from 1, at most
+    stats.WITHIN_MAX) or UNDECIDED; with no next class, SAME when something ties with the
+    choice (its class's other members, `same`), UNDECIDED when only figures the samples
+    cannot tell from it are left (`close`). same: the figures of the other classes shown the
+    same as the choice (ties, whichever outcome); close: those the samples cannot tell from
+    it that are not the next class (APIs of its mechanism); within: the equivalence bound
+    (a fraction) where the outcome is SAME or WITHIN; states: the choice's samples in two
+    scheduler states (stats.States: their medians and mix), None in one; replicas: the process
+    sets the figures come from (1: a run measures each figure in one). cls: the choice's
+    class's mechanism; members: every path/variant in it (fastest first, the choice among
+    them); choice: the one to use; why: the reason it is the one; next: the next class's name
+    and next_members; ratio: next's median time over the choice's (of their fast states where
+    both are two-state), ratio_lo..ratio_hi its Hodges-Lehmann interval (stats.compare);
+    choice_s: the choice's (lo, median, hi) seconds (lo..hi: its median's interval, or its
+    range below 6 samples); samples: the fewest samples of the choice and the next; separated:
+    the outcome is FASTER with every sample of the choice below every sample of the next;
+    delta: the effect floor of the comparison with the next class (the largest used where
+    there is none); cost: what the choice costs besides the transfer (a GPU-signalled
     hand-off's resident kernel)."""
 
     src: str
@@ -118,11 +134,18 @@ class Decision:
     same: tuple[str, ...] = ()
     close: tuple[str, ...] = ()
     cost: str = ""
+    within: float = math.nan
+    states: stats.States | None = None
+    replicas: int = 1
     compared: tuple[str, ...] = ()  # every figure at this size
     compared_s: tuple[float, ...] = ()  # their median seconds, in the same order
     compared_ci: tuple[tuple[float, float], ...] = ()  # their medians' intervals (lo, hi), in the same order
     compared_fraction: tuple[float, ...] = ()  # their fractions of their ceilings, in the same order
     leader_range: tuple[float, float] = (math.nan, math.nan)  # the fastest member's samples, min..max
+    compared_states: tuple[stats.States | None, ...] = ()  # their two states, in the same order
+    beaten: tuple[str, ...] = ()  # the figures some figure here beats beyond delta
+    # the same decision with another label chosen (as_choice); None where it cannot be remade
+    again: Callable[[str, str], Decision | None] | None = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def link(self) -> tuple[str, str]:
@@ -132,25 +155,20 @@ class Decision:
     def tied(self) -> tuple[str, ...]:
         """Every figure not rejected here (no faster-beyond-delta outcome against it): the
         choice, its class, the classes shown the same and the figures undecided."""
-        return tuple(dict.fromkeys((self.choice, *self.members, *self.same, *self.close)))
+        found = dict.fromkeys((self.choice, *self.members, *self.same, *self.close))
+        return tuple(x for x in found if x == self.choice or x not in self.beaten)
 
     def as_choice(self, label: str, why: str | None = None) -> Decision:
-        """This decision with `label` (a figure compared here) as the one to use: its figure,
-        interval and fraction of the ceiling; its class's name where it is not in the winning
-        class (a class shown the same or undecided)."""
-        if label not in self.compared[:len(self.compared_s)]:
+        """This decision with `label` (a figure compared here, beaten by none beyond delta)
+        as the one to use: decided again with it as the choice, so that its class, members,
+        outcome, next and ratio are the ones measured from it. Itself where the label cannot
+        be chosen here."""
+        if label == self.choice:
+            return self if why is None else dataclasses.replace(self, why=why)
+        if self.again is None or label not in self.compared or label in self.beaten:
             return self
-        i = self.compared.index(label)
-        median = self.compared_s[i]
-        lo, hi = self.compared_ci[i] if i < len(self.compared_ci) else (math.nan, math.nan)
-        path, _, variant = label.partition("/")
-        return dataclasses.replace(
-            self, choice=label, why=self.why if why is None else why, choice_s=(lo, median, hi),
-            choice_gbps=self.bytes / median / 1e9 if median > 0 else math.nan,
-            fraction_of_ceiling=self.compared_fraction[i] if i < len(self.compared_fraction)
-            else self.fraction_of_ceiling,
-            cls=self.cls if label in self.members else mechanism(path, variant).name,
-            cost=mechanism(path, variant).cost)
+        found = self.again(label, self.why if why is None else why)
+        return found if found is not None and found.choice == label else self
 
     def median_of(self, label: str) -> float:
         """The median seconds of a compared figure (NaN: not measured here)."""
@@ -178,17 +196,21 @@ def process_offset(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) ->
     return max(found)
 
 
-def pair_scale(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) -> float:
-    """What b's times are multiplied by before they are compared with a's: figures measured by
-    two scenarios (two pairs of processes) against the same ceiling, which each measured at
-    their size, are compared as fractions of their own ceiling, so that the pairs' own offset
-    (copies run up to 9% apart in two processes: gpu/ceilings.py) is not taken for the
-    paths'. 1 otherwise."""
-    if str(a.scenario) == str(b.scenario) or ceiling_base(a.ceiling) != ceiling_base(b.ceiling) or not a.ceiling:
-        return 1.0
+def ceiling_spread(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) -> float:
+    """How far apart process sets measure one copy, for two figures of different scenarios
+    with a common ceiling: the spread (slowest over fastest, less 1) of that ceiling at their
+    size over every scenario of their sharing mode that measured it (e.g. d2d@0 at 4 B by the
+    ipc, vmm and nvshmem scenarios' processes). The two figures' process sets are two draws of
+    the run's; the spread of all of them, never less than the two's own, is the offset one
+    process set may carry. 0 within one scenario, for different ceilings, or where fewer than
+    two scenarios measured it."""
+    if str(a.scenario) == str(b.scenario) or not a.ceiling or ceiling_base(a.ceiling) != ceiling_base(b.ceiling):
+        return 0.0
     key = ceiling_base(a.ceiling)
-    ta, tb = (_ceiling_time(ceilings, r, key) for r in (a, b))
-    return ta / tb if ta > 0 and tb > 0 else 1.0
+    found = [t for (scenario, sharing, variant, nbytes), t in ceilings.items()
+             if sharing == str(a.sharing) and nbytes == int(a.bytes) and variant == key and t > 0]
+    found += [t for t in (_ceiling_time(ceilings, r, key) for r in (a, b)) if t > 0]
+    return max(found) / min(found) - 1 if len(found) >= 2 else 0.0
 
 
 def _ceiling_time(ceilings: Mapping[tuple[str, str, str, int], float], row, key: str) -> float:
@@ -199,44 +221,77 @@ def _ceiling_time(ceilings: Mapping[tuple[str, str, str, int], float], row, key:
 
 
 def delta_for(a, b, ceilings: Mapping[tuple[str, str, str, int], float], min_effect: float = stats.MIN_EFFECT) -> float:
-    """max(min_effect, the per-process offset of the two figures' ceiling at their size)."""
-    return max(min_effect, process_offset(a, b, ceilings))
+    """max(min_effect, the per-process offset of the two figures' ceiling at their size, the
+    spread of that ceiling between their two scenarios' process sets)."""
+    return max(min_effect, process_offset(a, b, ceilings), ceiling_spread(a, b, ceilings))
 
 
 def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int], float],
-           setup_cost: Callable[[str, int], float], order: Callable[[str], tuple],
-           min_effect: float = stats.MIN_EFFECT) -> Decision | None:
+           setup_cost: classes.SetupCost, order: Callable[[str], tuple],
+           min_effect: float = stats.MIN_EFFECT, prefer: str | None = None, prefer_why: str = "") -> Decision | None:
     """The decision among the figures of one size (one link, sharing mode and measure); None
-    with fewer than two figures (nothing compared)."""
+    with fewer than two figures (nothing compared). `setup_cost`: a label's set-up (lo,
+    median, hi) seconds; `order`: its place among the declared paths; `prefer`: the label to
+    choose where no figure beats it beyond delta (a band's choice: Decision.as_choice), with
+    `prefer_why` as its reason."""
     if len(figures) < 2:
         return None
     figures = sorted(figures, key=lambda f: f.median_s)
+    cache: dict[tuple[int, int], stats.Comparison] = {}
 
     def compare(a: Figure, b: Figure) -> stats.Comparison:
-        scale = pair_scale(a.row, b.row, ceilings)
-        return stats.compare(a.samples, b.samples * scale, delta_for(a.row, b.row, ceilings, min_effect))
+        key = (id(a), id(b))
+        if key not in cache:
+            cache[key] = stats.compare(a.samples, b.samples, delta_for(a.row, b.row, ceilings, min_effect))
+        return cache[key]
+
+    def beats(a: Figure, b: Figure) -> bool:
+        """a faster than b beyond delta; never between APIs of one declared mechanism where both
+        are bound by the call (the time is the binding's enqueue cost, not the mechanism's)."""
+        return compare(a, b).outcome == stats.FASTER and not classes.one_call_bound_mechanism(a, b)
 
     found = classes.form(figures, compare)
-    anchor = found[0].anchor
-    against = [(c, compare(anchor, c.anchor)) for c in found[1:]]
-    # The classes the samples show the same as the fastest are as good a choice as its own:
-    # the one to use is the cheapest member of any of them.
-    tied = [found[0]] + [c for c, r in against if r.outcome == stats.SAME]
-    nbytes = int(anchor.row.bytes)
-    pool = classes.MechanismClass("", tuple(f for c in tied for f in c.members))
-    choice, why = classes.choose(pool, lambda f: setup_cost(f.row.path, nbytes), order)
-    win = next(c for c in tied if choice in c.members)
+    lead = found[0]
+    tied = [lead] + [c for c in found[1:] if compare(lead.anchor, c.anchor).outcome == stats.SAME]
+    pool = [f for c in tied for f in c.members]
+    by_label = {f.label: f for f in pool}
+    beaten = {f.label for f in figures if any(beats(g, f) for g in figures)}
+    choice, why = None, ""
+    wanted = [f for f in figures if f.label == prefer and f.label not in beaten]
+    if wanted:
+        choice, why, by_label = wanted[0], prefer_why, {}
+    while by_label:
+        label, why = classes.choose_label(list(by_label), setup_cost, order)
+        if label not in beaten:
+            choice = by_label[label]
+            break
+        del by_label[label]  # beaten beyond delta by a figure at this size: never the one to use
+    if choice is None:
+        choice, why = lead.anchor, "fastest"
+    win = next(c for c in found if choice in c.members)
+    rest = [(c, compare(choice, c.anchor)) for c in found if c is not win]
+    same_classes = [(c, r) for c, r in rest if r.outcome == stats.SAME]
+    # APIs of the choice's mechanism the samples cannot tell from it: named, not the next class
+    kin = [(c, r) for c, r in rest if r.outcome in (stats.UNDECIDED, stats.WITHIN) and c.name == win.name]
+    named = {id(c) for c, _ in same_classes + kin}
+    after = [(c, r) for c, r in rest if id(c) not in named]
+    nxt, vs = after[0] if after else (None, None)
+    close = tuple(f.label for c, _ in kin for f in c.members)
+    close += tuple(f.label for c, r in after[1:] if r.outcome in (stats.UNDECIDED, stats.WITHIN, stats.SLOWER)
+                   for f in c.members)
+    same = tuple(f.label for c, _ in same_classes for f in c.members)
+    if vs is not None:
+        outcome = vs.outcome if vs.outcome in (stats.FASTER, stats.WITHIN) else stats.UNDECIDED
+    else:
+        outcome = stats.UNDECIDED if close else stats.SAME
+    ties = [compare(choice, f) for f in win.members if f is not choice] + [r for _, r in same_classes]
+    within = vs.within if outcome == stats.WITHIN and vs is not None else \
+        max([r.within for r in ties if math.isfinite(r.within)], default=math.nan) if outcome == stats.SAME \
+        else math.nan
+    nbytes = int(choice.row.bytes)
     row = choice.row
     lo, median, hi = stats.median_interval(choice.samples)
-    same = tuple(f.label for c in tied if c is not win for f in c.members)
-    close = tuple(f.label for f in found[0].members[1:]
-                  if f is not choice and compare(anchor, f).outcome == stats.UNDECIDED)
-    # A class whose samples, taken against their own scenario's ceiling (pair_scale), rank it
-    # ahead of the fastest median cannot be told from it either.
-    close += tuple(f.label for c, r in against if r.outcome in (stats.UNDECIDED, stats.SLOWER) for f in c.members)
-    beaten = [(c, r) for c, r in against if r.outcome == stats.FASTER]
-    outcome = stats.UNDECIDED if close else stats.SAME if same or len(found) == 1 else stats.FASTER
-    nxt, vs = beaten[0] if beaten else (None, None)
+    found_states = tuple(_states(f.samples) for f in figures)
     return Decision(
         src=str(row.src), dst=str(row.dst), sharing=str(row.sharing), measure=str(row.measure), bytes=nbytes,
         outcome=outcome, cls=win.name, members=tuple(f.label for f in win.members), choice=choice.label, why=why,
@@ -246,14 +301,22 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         choice_s=(lo, median, hi), choice_gbps=nbytes / median / 1e9 if median > 0 else math.nan,
         fraction_of_ceiling=float(row.fraction_of_ceiling), ceiling=str(row.ceiling or ""),
         call_bound=bool(row.call_bound), l2_resident=None if pd.isna(row.l2_resident) else bool(row.l2_resident),
-        samples=min(len(f.samples) for f in (anchor, *(c.anchor for c, _ in against[:1]))),
+        samples=min(len(f.samples) for f in (choice, *((nxt.anchor,) if nxt else ()))),
         compared=tuple(f.label for f in figures), compared_s=tuple(f.median_s for f in figures),
         compared_ci=tuple(_ends(f.samples) for f in figures),
         compared_fraction=tuple(float(f.row.fraction_of_ceiling) for f in figures),
-        separated=bool(vs and vs.separated and not close and not same), delta=max(
-            [r.delta for _, r in against] or [min_effect]),
-        same=same, close=close, cost=mechanism(row.path, row.variant).cost,
-        leader_range=(float(np.nanmin(anchor.samples)), float(np.nanmax(anchor.samples))))
+        separated=bool(vs and vs.separated and outcome == stats.FASTER),
+        delta=vs.delta if vs is not None else max([r.delta for _, r in rest] or [min_effect]),
+        same=same, close=close, cost=mechanism(row.path, row.variant).cost, within=within,
+        states=found_states[figures.index(choice)], compared_states=found_states,
+        leader_range=(float(np.nanmin(lead.anchor.samples)), float(np.nanmax(lead.anchor.samples))),
+        beaten=tuple(sorted(beaten)),
+        again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why))
+
+
+def _states(samples: np.ndarray) -> stats.States | None:
+    found = stats.states(samples)
+    return found[0] if found is not None else None
 
 
 def _ends(samples: np.ndarray) -> tuple[float, float]:

@@ -24,11 +24,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from gpuipc_bench.analysis.classes import needs_of
 from gpuipc_bench.analysis.conditions import is_gpu
 from gpuipc_bench.analysis.mechanisms import mechanism
 from gpuipc_bench.analysis.handover import neighbour_costs
 from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
-from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, range_coverage
+from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, WITHIN, range_coverage
 from gpuipc_bench.analysis.verdict import Decision
 from gpuipc_bench.analysis.warnings import StabilityWarning
 from gpuipc_bench.machine.mig import heading as mig_heading, is_mig, refused_line
@@ -91,6 +92,8 @@ def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]]
         text += " on " + ", ".join(f"{s}→{d}" for s, d in sorted({d.link for d in band.decisions}))
     if band.unmeasured:
         text += f" (not measured at {size_list(band.unmeasured)})"
+    if band.measured_to is not None:
+        text += f" (not measured above {_size(band.measured_to)})"
     return text
 
 
@@ -154,15 +157,20 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     apis = f" ({len(members)} APIs)" if len(members) > 1 else ""
     first = Line(f"  {span:<{width - 2}} {name}{apis}: {band_figure(band, measure, links)}", width + 2)
     why = band.why or (d.why if d.choice == choice else "cheapest set-up")
-    use = f"→ {choice}" + (f" ({why})" if len(members) > 1 and why != "fastest" else "")
+    use = f"→ {choice}" + (f" ({why})" if len(members) > 1 and why not in ("fastest", "declared first") else "")
     if d.cost and (mentioned is None or d.cost not in mentioned):
         use += f", needs {d.cost}"
         if mentioned is not None:
             mentioned.add(d.cost)
     rest = [use]
-    # the other APIs as good somewhere in the band: ≈ where always shown the same, ≈? where
+    # the other mechanisms' APIs as good somewhere in the band: ≈ where always shown the same, ≈? where
     # undecided at some size; with the sizes where they are as good ('' everywhere)
+    # (of other mechanisms: the line is about mechanisms; the choice names the API of its own)
     others = sorted({m for x in band.decisions for m in x.tied} - {choice} - set(members))
+    # and not the next class's fastest API somewhere: the next clause gives its ratios
+    nexts = [x for x in band.decisions if x.next and math.isfinite(x.ratio) and not set(x.next_members) & set(members)]
+    others = [m for m in others if _mechanism_of(m) != _mechanism_of(choice)
+              and m not in {x.next_members[0] for x in nexts}]
     undecided = {m for x in band.decisions for m in x.close}
     for sign, found in (("≈", [m for m in others if m not in undecided]),
                         ("≈?", [m for m in others if m in undecided])):
@@ -170,18 +178,19 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
             at = [x.bytes for x in band.decisions if set(found) & set(x.tied)]
             rest.append(f"{sign} {labels(found)}{_sizes_at(at, band)}")
     # the next class at each size, unless it holds one of the band's own APIs (split from them by noise there)
-    nexts = [x for x in band.decisions if x.next and math.isfinite(x.ratio) and not set(x.next_members) & set(members)]
     if nexts:
         last = max(nexts, key=lambda x: x.bytes)
         same = [x.ratio for x in nexts if _next_key(x) == _next_key(last)]
-        rest.append(f"next {_next_name(last, d.cls)} {ratio_span(same)}")
+        rest.append(f"next {_next_name(last, d.cls, {_mechanism_of(m) for m in others})} {ratio_span(same)}")
     return [first, Line(" " * width + " · ".join(rest), width + 2)]
 
 
-def _next_name(d: Decision, cls: str) -> str:
+def _next_name(d: Decision, cls: str, tied: set[str] = frozenset()) -> str:
     """The next class by its mechanism's name, or by its fastest member where that name is the
-    band's own (the same copy, split from it beyond delta: push against pull)."""
-    return d.next_members[0] if d.next in (cls, d.cls) or d.next == d.next_members[0] else str(d.next)
+    band's own (the same copy, split from it beyond delta: push against pull) or one the line
+    already names as the same or undecided somewhere (`tied`: their mechanisms)."""
+    named = d.next in (cls, d.cls) or d.next == d.next_members[0] or d.next in tied
+    return d.next_members[0] if named else str(d.next)
 
 
 def _next_key(d: Decision) -> tuple[str, str]:
@@ -197,6 +206,11 @@ def ratio_span(ratios: Sequence[float]) -> str:
     if not shown:
         return "≈"
     return f"{_span(shown, fmt_num)}×"
+
+
+def _mechanism_of(label: str) -> str:
+    path, _, variant = label.partition("/")
+    return mechanism(path, variant).name
 
 
 def _in_class(choice: str, d: Decision) -> bool:
@@ -264,9 +278,10 @@ def section_subtitle(section: Section) -> str:
 # --------------------------------------------------------------------------- the other lines
 
 
-def setup_line(setup: Sequence[SetupCost], named: set[str] | None = None) -> Line | None:
+def setup_line(setup: Sequence[SetupCost], named: set[str] | None = None, width: int = 80) -> Line | None:
     """Each path's median set-up cost per buffer, cheapest first: the paths `named` in the
-    answer's lines (every path without it; the report has them all)."""
+    answer's lines (every path without it; the report has them all); '(median)' left out where
+    it would take the line past `width`."""
     setup = [c for c in setup if named is None or c.path in named]
     if not setup:
         return None
@@ -278,25 +293,30 @@ def setup_line(setup: Sequence[SetupCost], named: set[str] | None = None) -> Lin
         if cost.samples < 3:
             text += f" (n={cost.samples})"
         parts.append(text)
-    return Line("SET-UP per buffer (median): " + " · ".join(parts), 2)
+    text = "SET-UP per buffer (median): " + " · ".join(parts)
+    return Line(text if len(text) + 2 <= width else "SET-UP per buffer: " + " · ".join(parts), 2)
 
 
 def confidence_line(decisions: Sequence[Decision], width: int = 80) -> Line | None:
-    """How sure the choices are: separated (every sample of the choice faster than every
-    sample of every other mechanism), by a rank test, the same as another, undecided (and
-    where, when that fits the line)."""
+    """How sure the choices are against the next class: faster beyond delta (the whole ratio
+    interval), of which with every sample apart; the same; within X% (an equivalence bound of
+    at most stats.WITHIN_MAX, X the largest); undecided (and where, when that fits the line)."""
     if not decisions:
         return None
     n = len(decisions)
     separated = sum(d.separated for d in decisions)
     faster = sum(d.outcome == FASTER for d in decisions)
     same = [d for d in decisions if d.outcome == SAME]
+    within = [d for d in decisions if d.outcome == WITHIN]
     undecided = [d for d in decisions if d.outcome == UNDECIDED]
-    text = f"CONFIDENCE {n} choices: {separated} separated"
-    if faster > separated:
-        text += f", {faster - separated} rank-tested"
+    text = f"CONFIDENCE: {faster}/{n} faster"
+    if faster:
+        text += f" ({separated} all samples apart)"
     if same:
         text += f", {len(same)} the same"
+    if within:
+        bound = max((d.within for d in within if math.isfinite(d.within)), default=math.nan)
+        text += f", {len(within)} within {wording.fmt_percent(bound)}"
     if undecided:
         where: dict[str, list[int]] = {}
         for d in undecided:
@@ -319,11 +339,15 @@ def _figure_warnings(ws: Sequence[StabilityWarning]) -> str:
     return f"{w.path}/{w.variant} {wording.format_size(int(w.bytes))} {w.measure} ({what})"
 
 
-def warnings_line(relevant: Sequence[StabilityWarning], total: int, width: int = 80) -> Line | None:
+def warnings_line(relevant: Sequence[StabilityWarning], total: int, width: int = 80,
+                  decided: bool = True) -> Line | None:
     """The warnings that could change a line: how many, and the first figures with theirs
-    (as many of MAX_WARNINGS_LISTED as fit one screen line)."""
+    (as many of MAX_WARNINGS_LISTED as fit one screen line); with no decision (`decided`
+    False) only how many there are."""
     if not total:
         return None
+    if not decided:
+        return Line(f"{wording.plural(total, 'warning')} on these figures (the report lists them).", 2, "dim")
     if not relevant:
         return Line(f"{wording.plural(total, 'warning')}, none could change a line of this answer.", 2, "dim")
     figures: dict[tuple, list[StabilityWarning]] = {}
@@ -352,21 +376,25 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
     if partial:
         lines.append(Line("! " + partial, 2, "bold red"))
     if not answer.sections:
-        summary = analysis.summary
-        measured = summary[(summary["path"] != "ceiling") & (summary["metric"] != "setup")]
-        names = list(dict.fromkeys(f"{p}/{v}" for p, v in zip(measured["path"], measured["variant"])))
-        shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
-        lines.append(Line(NO_DECISION + (f" Measured: {shown}." if names else ""), 0))
+        host = host_lines(analysis.summary)
+        if host:
+            lines += host
+        else:
+            summary = analysis.summary
+            measured = summary[(summary["path"] != "ceiling") & (summary["metric"] != "setup")]
+            names = list(dict.fromkeys(f"{p}/{v}" for p, v in zip(measured["path"], measured["variant"])))
+            shown = ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+            lines.append(Line(NO_DECISION + (f" Measured: {shown}." if names else ""), 0))
     else:
         l2 = any(d.l2_resident for d in answer.shown)
-        lines.append(Line("Fastest mechanism per size; ≈ the same, ≈? undecided"
-                          + (", * partly L2-resident." if l2 else "."), 0, "dim"))
+        lines.append(Line("Fastest mechanism per size → API to use; ≈ the same, ≈? undecided"
+                          + (", * partly L2." if l2 else "."), 0, "dim"))
     setup = {c.path: c for c in answer.setup}
     # A mode with a busy neighbour ('mps+copy') is summed up by its BUSY NEIGHBOUR line: its own
     # decisions are in the report, not on this screen
     sections = [section for section in answer.sections if base_mode(section.sharing) == section.sharing]
     bands = [b for section in sections for b in section.bands]
-    column = max([SIZE_WIDTH] + [len(sizes_text(b.lo, b.hi)) + 4 for b in bands])
+    column = max([SIZE_WIDTH] + [len(sizes_text(b.lo, b.hi)) + 3 for b in bands])
     heading, mentioned = None, set()
     for section in sections:
         here = link_heading(section, analysis.meta)
@@ -383,13 +411,25 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             lines += differ_lines(band, section.measure, HANG - 2)
     handover = [h for h in answer.handover if base_mode(h.sharing) == h.sharing]
     if handover:
-        lines.append(handover_line(handover))
+        lines.append(handover_line(handover, width))
     lines += neighbour_lines(neighbour_costs(analysis.summary))
     lines += fallback_lines(analysis) + [Line("! " + x, 2, "bold yellow") for x in [refused_line(analysis.meta)] if x]
-    lines += [x for x in (setup_line(answer.setup, _named(sections)), confidence_line(answer.decisions, width),
-                          warnings_line(answer.relevant, len(analysis.warnings), width)) if x is not None]
+    lines += [x for x in (setup_line(answer.setup, _consulted(sections), width),
+                          confidence_line(answer.decisions, width),
+                          warnings_line(answer.relevant, len(analysis.warnings), width, bool(sections)))
+              if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)
+
+
+def _consulted(found: Sequence[Section]) -> set[str]:
+    """The paths whose set-up the choice rule weighs: the bands' choices and the members of
+    their pools with no dependency (a dependency rules a member out before its set-up counts)."""
+    out = set()
+    for section in found:
+        for band in section.bands:
+            out.update(x for x in (band.pick, *band.pool) if x == band.pick or not needs_of(x))
+    return {label.partition("/")[0] for label in out}
 
 
 def _named(found: Sequence[Section]) -> set[str]:
@@ -401,6 +441,39 @@ def _named(found: Sequence[Section]) -> set[str]:
             for d in (*band.decisions, *band.differ):
                 out.update((d.choice, *d.members, *d.same, *d.close, *d.next_members))
     return {label.partition("/")[0] for label in out}
+
+
+HOST_FIGURES = (  # the host baseline's figures a run without a GPU can show: (path, variant, metric, what)
+    ("host", "pingpong", "latency", "a message one way (ping-pong)"),
+    ("host", "shared-buffer", "bandwidth", "a hand-off through shared memory"),
+    ("barrier", "shm", "latency", "one crossing of the shared-memory barrier"),
+)
+WHAT_A_GPU_ADDS = ("With a GPU the run also measures the ways to move GPU memory between processes (staging "
+                   "through the host, CUDA IPC, mapped host memory, peer access, NCCL, NVSHMEM, torch) against "
+                   "these host figures and names the fastest at each size.")
+
+
+def host_lines(summary) -> list[Line]:
+    """What a run without a GPU measured: the host baseline's figures (each median with its
+    interval, at its smallest and largest size) and what a GPU would add; [] when the run holds
+    none of them."""
+    out = []
+    for path, variant, metric, what in HOST_FIGURES:
+        rows = summary[(summary["path"] == path) & (summary["variant"] == variant) & (summary["metric"] == metric)
+                       & (summary["workers"] == 2)].sort_values("bytes")
+        if rows.empty:
+            continue
+        ends = [rows.iloc[0]] if len(rows) == 1 else [rows.iloc[0], rows.iloc[-1]]
+        parts = []
+        for r in ends:
+            lo, hi = (r["ci_lo_s"], r["ci_hi_s"]) if math.isfinite(r["ci_lo_s"]) else (r["min_s"], r["max_s"])
+            at = f" at {_size(int(r['bytes']))}" if int(r["bytes"]) > 0 else ""
+            parts.append(f"{fmt_time(r['median_s'])} [{time_span([lo, hi])}]{at}")
+        out.append(Line(f"  {what}: " + ", ".join(parts), 4))
+    if not out:
+        return []
+    return [Line("No GPU path was measured; two CPU processes here took (median [95% interval]):", 0),
+            *out, Line(WHAT_A_GPU_ADDS, 0)]
 
 
 NO_DECISION = ("No link has two paths between the same two processes to compare (staging, ipc, mmap, peer: "

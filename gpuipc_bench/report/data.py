@@ -99,17 +99,28 @@ def _key(d: Decision) -> tuple:
 
 
 def decision_record(d: Decision) -> dict:
-    """One decision for scripts: link, sharing, measure, bytes; outcome (faster, same or
-    undecided), class, members (every path/variant in the winning class), choice, next (the
-    next different class or path, null when none) and ratio (next's median time over the
-    winning class's fastest member's, as compared: never below 1); the choice is its band's
-    (model.py), the cheapest member usable over the band; then the figures behind it."""
+    """One decision for scripts, one question per field: link, sharing, measure, bytes;
+    `outcome`: the choice against the next class ('faster': the whole ratio interval beyond
+    1 + delta; 'within': the interval reaches no further than `within` from 1; 'undecided';
+    'same': no next class, something ties with the choice); `class` (the choice's mechanism),
+    `members` (every path/variant in its class, the choice among them), `choice`, `why`;
+    `next` (the next class, null when none), `ratio` (next's median time over the choice's,
+    ratio_lo..ratio_hi its Hodges-Lehmann interval); `same`: the figures of other classes
+    shown the same as the choice (its ties, whatever the outcome); `undecided`: those the
+    samples cannot tell from it besides the next class; `within`: the equivalence bound (a
+    fraction) where the outcome is same or within; `states`: the choice's two scheduler states
+    (fast_s, slow_s: their medians; fast_share: the share of the samples in the fast state),
+    null in one; `replicas`: the process sets behind the figures (1: one per figure). The
+    choice is its band's (model.py); then the figures behind it."""
+    states = None if d.states is None else {"fast_s": d.states.fast_s, "slow_s": d.states.slow_s,
+                                            "fast_share": d.states.fast_share}
     return plain({
         "src": d.src, "dst": d.dst, "sharing": d.sharing, "measure": d.measure, "bytes": d.bytes,
         "outcome": d.outcome, "class": d.cls, "members": list(d.members), "choice": d.choice, "why": d.why,
         "next": d.next if d.next is None or d.next != d.cls else d.next_members[0],
         "next_members": list(d.next_members), "ratio": d.ratio, "ratio_lo": d.ratio_lo, "ratio_hi": d.ratio_hi,
-        "same": list(d.same), "undecided": list(d.close), "choice_s": d.choice_s[1],
+        "same": list(d.same), "undecided": list(d.close), "within": d.within, "states": states,
+        "replicas": d.replicas, "choice_s": d.choice_s[1],
         "choice_lo_s": d.choice_s[0], "choice_hi_s": d.choice_s[2], "choice_gbps": d.choice_gbps,
         "call_bound": d.call_bound, "l2_resident": d.l2_resident, "samples": d.samples, "separated": d.separated,
         "delta": d.delta, "cost": d.cost or None,

@@ -50,11 +50,20 @@ def _gbps(f: Figure, nbytes: int) -> str:
     return f"{rate(f.median_s)} [{rate(f.hi_s)}–{rate(f.lo_s)}]"
 
 
-def handover_line(found: Sequence[Handover]) -> Line:
-    """Why the sharing mode flips the small-message answer: the GPU-ordered hand-over's cost per mode."""
-    first, parts = found[0], []
-    for h in found:
-        why = " (a context switch)" if h.sharing == "time-sliced" else ""
-        path = "" if h.label == first.label else f", {h.label}"
-        parts.append(f"{fmt_time(h.median_s)} [{time_span([h.lo_s, h.hi_s])}] {h.sharing}{why}{path}")
-    return Line(f"HAND-OVER on one GPU, 4 KiB ({first.label}): " + " · ".join(parts), 2)
+def handover_line(found: Sequence[Handover], width: int = 80) -> Line:
+    """Why the sharing mode flips the small-message answer: the GPU-ordered hand-over's cost per
+    mode, with the paths that measured it where that fits one line of `width`."""
+    first = found[0]
+
+    def text(named: bool) -> str:
+        parts = []
+        for h in found:
+            why = " (a context switch)" if h.sharing == "time-sliced" else ""
+            path = "" if h.label == first.label or not named else f", {h.label}"
+            span = time_span([h.lo_s, h.hi_s])
+            interval = "" if span == fmt_time(h.median_s) else f" [{span}]"  # an interval that rounds away
+            parts.append(f"{fmt_time(h.median_s)}{interval} {h.sharing}{why}{path}")
+        return f"HAND-OVER on one GPU, 4 KiB{f' ({first.label})' if named else ''}: " + " · ".join(parts)
+
+    full = text(True)
+    return Line(full if len(full) + 2 <= width else text(False), 2)

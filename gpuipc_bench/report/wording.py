@@ -343,11 +343,14 @@ def warnings_count(warnings: Sequence[StabilityWarning]) -> str:
 
 def verdict_heading(min_effect: float) -> str:
     return (f"The fastest mechanism per size between the same two processes, on one link, in one sharing mode "
-            f"and one measure. Figures are compared with their spread: faster (medians more than "
-            f"{min_effect:.0%} apart, or the processes' own measured offset, and every sample below every "
-            f"other, or a rank test from 5 samples), the same (≈: the ratio's interval within that band) or "
-            f"undecided (≈?). Paths that are the same copy (one ceiling, 90% of it or more, or one declared "
-            f"mechanism where the call dominates) form one mechanism; the one to use is the cheapest to set up.")
+            f"and one measure. Figures are compared by the interval of their ratio (Hodges-Lehmann, from both "
+            f"samples): faster where the whole interval lies beyond 1 + delta (delta: {min_effect:.0%}, or more "
+            f"where the processes measured one ceiling further apart), the same (≈) where it lies within "
+            f"delta, within X% where it reaches no further than X (5% at most), else undecided (≈?); figures "
+            f"in two scheduler states are compared state by state. Paths that are the same copy (one ceiling, "
+            f"90% of it or more, or one declared mechanism where the call dominates) form one mechanism; the "
+            f"one to use is declared: fewest dependencies, then the cheaper set-up where the intervals "
+            f"separate, then declared order, never one that a figure beats beyond delta.")
 
 
 def decision_text(d: Decision | None) -> str:

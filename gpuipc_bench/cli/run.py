@@ -4,10 +4,8 @@ appended to the results file as each size completes; progress on stderr, summary
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import random
-import socket
 from pathlib import Path
 
 import click
@@ -25,6 +23,7 @@ from gpuipc_bench.harness.plan import (
     check_memory, modes_for, pairs_estimate, plan_modes, plan_pairs, plan_scenarios, registry,
     resolve_names,
 )
+from gpuipc_bench.results.writing import claim_free_name, default_results_path
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.engine.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
@@ -193,10 +192,12 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             launcher="mpi" if job else "fork-fresh" if fresh else "fork", sample_order=order[0], order_seed=order[1],
             **({"chunk_bytes": _single_size(chunk, "--chunk")} if chunk else {}),
         )
-        out = out or _default_out()
-        check_writable(out, force)
-        if not verbose and job is None:  # what libraries print in the workers goes beside the CSV
-            config = dataclasses.replace(config, worker_log=str(Path(out).with_suffix(".log")))
+        default_name = out is None  # taken by exclusive create before the run starts (see below)
+        out = out or default_results_path()
+        check_writable(out, force or default_name)
+        if Path(out).suffix == ".log":
+            raise UsageError(f"--out {out}: .log names the workers' log beside the results; "
+                             "give a file name ending in .csv")
         if plot is not None:
             from gpuipc_bench.plots import check_plot_dest, check_plot_targets
 
@@ -246,6 +247,10 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
                 err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
 
+        if default_name:  # a run started in the same second has it: the next free name (<name>-2.csv)
+            out = claim_free_name(out)
+        if not verbose and job is None:  # what libraries print in the workers goes beside the CSV
+            config = dataclasses.replace(config, worker_log=str(Path(out).with_suffix(".log")))
         for scenario in dict.fromkeys(s for s, _ in plan):  # nvcc builds while the first paths run
             getattr(scenario, "prebuild", lambda: None)()
         try:
@@ -299,11 +304,6 @@ def _single_size(sizes: tuple[int, ...], option: str) -> int:
         raise UsageError(f"{option} takes one size, not a list or range")
     return sizes[0]
 
-
-
-def _default_out() -> Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path("results") / f"{stamp}-{socket.gethostname()}.csv"
 
 
 def _stop_stale_mps(err) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuipc_bench.errors import NewerSchemaError, ResultsFormatError
+from gpuipc_bench.results.text import CONTROL_BYTES, printable
 from gpuipc_bench.results.rows import MAGIC, SCHEMA_VERSION
 from gpuipc_bench.results.table import parse_table
 from gpuipc_bench.results.writing import _UNESCAPES
@@ -83,6 +84,12 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
         if "end of data" in message:  # a quoted field that never closes: the last line was cut
             message += " (the file may be truncated)"
         raise bad(f"cannot parse the table: {message}") from None
+    if CONTROL_BYTES.search(raw):  # someone's file with escape sequences in it: shown, never obeyed
+        metadata = {printable(key): printable(value) for key, value in metadata.items()}
+        df = df.rename(columns=printable)
+        for column in df.columns:
+            if df[column].dtype.kind not in "biufcmM":  # text, not numbers, flags or times
+                df[column] = df[column].map(lambda v: printable(v) if isinstance(v, str) else v)
     return df, metadata
 
 

@@ -233,11 +233,11 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         config = dataclasses.replace(config, sharing=tuple(mode.name for mode in modes))
         err = stderr_console()
         if mode_note and not quiet and any(s.sharing_modes for s, _ in plan):
-            err.print(f"[yellow]skipped[/] {escape(mode_note)}", soft_wrap=True)
+            err.print(f"[yellow]skipped[/] {escape(mode_note)}")
         unmeasured = sorted({s.name for s, w in plan if not modes_for(s, w, modes)})
         if unmeasured and not quiet:  # e.g. --sharing mps:25 alone: only the SM-bound scenarios
             err.print(f"[yellow]skipped[/] {', '.join(unmeasured)}: no mode of --sharing "
-                      f"{escape(','.join(config.sharing))} measures them", soft_wrap=True)
+                      f"{escape(','.join(config.sharing))} measures them")
         for text in [] if quiet else mig_notes.values():  # a GPU with MIG on and no pair across instances
             err.print(f"[yellow]note[/]: {escape(text)}", soft_wrap=True)
         if waived and not quiet:
@@ -245,7 +245,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             for name, reason in waived:
                 by_reason.setdefault(reason, []).append(name)
             for reason, names in by_reason.items():  # one line per reason: "skipped ipc, mmap: needs a GPU"
-                err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}", soft_wrap=True)
+                err.print(f"[yellow]skipped[/] {', '.join(names)}: {escape(reason)}")  # wrapped to the width
 
         if default_name:  # a run started in the same second has it: the next free name (<name>-2.csv)
             out = claim_free_name(out)

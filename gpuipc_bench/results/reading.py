@@ -195,7 +195,7 @@ def _check_schema(metadata: dict[str, str], bad) -> int:
     if version > SCHEMA_VERSION:
         raise NewerSchemaError(str(bad(
             f"written by a newer gpuipc-bench (schema {version}); this one reads schema {SCHEMA_VERSION} "
-            "(pip install -U gpuipc-bench)"
+            "(git pull in the checkout, then pip install -e .)"
         )))
     if version < 1:
         raise bad(f"unknown schema_version {version}")

@@ -195,7 +195,7 @@ def test_failed_write_keeps_previous_file_and_removes_temp(tmp_path, monkeypatch
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(results.writing.os, "replace", broken_replace)
-    with pytest.raises(OSError):
+    with pytest.raises(results.ResultsWriteError, match="No space left on device"):  # naming the file
         rf.write(partial=False)
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.csv"]

@@ -78,3 +78,14 @@ def test_json_carries_no_raw_control_character(evil_csv):
     assert code == 0, out
     assert not RAW_CONTROL.search(out)
     json.loads(out)
+
+
+def test_an_escape_written_as_backslash_x_in_the_header_stays_text(tmp_path):
+    """The header's '\\x1b' (how the writer escapes it) is unescaped on reading: shown, not obeyed."""
+    lines = (ROOT / "results" / "h200x2-nccl-two-way.csv").read_text().splitlines(True)
+    path = tmp_path / "escaped.csv"
+    path.write_text("".join("# host: \\x1b[2Jevil\n" if line.startswith("# host:") else line for line in lines))
+    frame, meta = read_results(path)
+    assert meta["host"] == "\\x1b[2Jevil"
+    code, out = invoke("report", str(path), "--summary")
+    assert code == 0 and not RAW_CONTROL.search(out), out

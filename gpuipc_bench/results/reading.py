@@ -84,8 +84,10 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
         if "end of data" in message:  # a quoted field that never closes: the last line was cut
             message += " (the file may be truncated)"
         raise bad(f"cannot parse the table: {message}") from None
-    if CONTROL_BYTES.search(raw):  # someone's file with escape sequences in it: shown, never obeyed
-        metadata = {printable(key): printable(value) for key, value in metadata.items()}
+    # Text that is someone's file's, shown, never obeyed: the header's values (unescaped above, so a
+    # written '\x1b' is an escape character by now) always; the table when its bytes hold a control
+    metadata = {printable(key): printable(value) for key, value in metadata.items()}
+    if CONTROL_BYTES.search(raw):
         df = df.rename(columns=printable)
         for column in df.columns:
             if df[column].dtype.kind not in "biufcmM":  # text, not numbers, flags or times

@@ -157,12 +157,13 @@ def test_5_info_without_cupy_keeps_the_extras_in_its_advice(monkeypatch):
     import gpuipc_bench.machine.probe
     from gpuipc_bench.machine.probe import CUPY_MISSING
 
-    machine = dataclasses.replace(fake_machine(()), cuda_error=CUPY_MISSING, cpu_model="[bold]cpu[/]")
+    machine = dataclasses.replace(fake_machine(()), cuda_error=CUPY_MISSING, cpu_model="[bold]cpu[/]",
+                                  driver_version="580.159.04")  # a driver: CuPy is what is missing
     monkeypatch.setattr(gpuipc_bench.machine.probe, "probe", lambda *a, **k: machine)
     result = CliRunner().invoke(cli, ["info"])
     assert result.exit_code == 0
     text = " ".join(result.output.split())
-    assert '"gpuipc-bench[cuda12]"' in text and "[cuda13]" in text, text
+    assert 'pip install -e ".[cuda12]"' in text and '".[cuda13]"' in text, text
     assert "[bold]cpu[/]" in text  # what the machine says is printed as it is, never as markup
 
 

@@ -289,7 +289,7 @@ def test_a_newer_schema_is_ours_so_exit_1(tmp_path):
     newer.write_text(SMALL.read_text().replace("# schema_version: 2\n", "# schema_version: 7\n"))
     code, out = invoke("report", newer)
     assert code == 1
-    assert "written by a newer gpuipc-bench (schema 7)" in out and "pip install -U gpuipc-bench" in out
+    assert "written by a newer gpuipc-bench (schema 7)" in out and "pip install -e ." in out
     assert "Traceback" not in out and len(out.strip().splitlines()) == 1
 
 

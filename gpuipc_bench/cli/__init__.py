@@ -153,11 +153,15 @@ codecs.register_error("gpuipc-bench-ascii", _ascii_fallback)
 
 class _UntilClosed:
     """sys.stdout or sys.stderr that drops the output once its reader has gone (`| head`,
-    `2>&1 | head`): the run goes on, writes its CSV, and exits as it would have."""
+    `2>&1 | head`): the run goes on, writes its CSV, and exits as it would have. Any other
+    failure to write it (`> /dev/full`) also drops the output, says so in one line on stderr
+    and sets `failed` (main() then exits 1)."""
 
-    def __init__(self, stream):
+    def __init__(self, stream, name: str = ""):
         self._stream = stream
+        self._name = name
         self.reader_gone = False
+        self.failed = ""
 
     def write(self, text):
         if not self.reader_gone:
@@ -165,6 +169,8 @@ class _UntilClosed:
                 return self._stream.write(text)
             except BrokenPipeError:
                 self._gone()
+            except OSError as exc:
+                self._fail(exc)
         return len(text)
 
     def flush(self):
@@ -173,6 +179,18 @@ class _UntilClosed:
                 self._stream.flush()
             except BrokenPipeError:
                 self._gone()
+            except OSError as exc:
+                self._fail(exc)
+
+    def _fail(self, exc: OSError):
+        self.failed = exc.strerror or str(exc)
+        self._gone()
+        if self._name == "stdout" and sys.stderr is not self:
+            try:
+                sys.stderr.write(f"Error: cannot write the standard output: {self.failed.lower()}\n")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                pass
 
     def _gone(self):
         self.reader_gone = True
@@ -196,14 +214,20 @@ def _degrade_output() -> None:
         except (AttributeError, ValueError):
             pass
     if sys.stdout is not None:
-        sys.stdout = _UntilClosed(sys.stdout)
+        sys.stdout = _UntilClosed(sys.stdout, "stdout")
     if sys.stderr is not None:
-        sys.stderr = _UntilClosed(sys.stderr)
+        sys.stderr = _UntilClosed(sys.stderr, "stderr")
 
 
 def main():
     _degrade_output()
-    cli(prog_name="gpuipc-bench")
+    try:
+        cli(prog_name="gpuipc-bench")
+    except SystemExit as end:
+        sys.stdout.flush()  # what is still buffered: a failure to write it is told here, not at exit
+        if end.code in (0, None) and getattr(sys.stdout, "failed", ""):
+            raise SystemExit(1) from None
+        raise
 
 
 

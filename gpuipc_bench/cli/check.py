@@ -130,16 +130,20 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
         mpi_launch.Job.leave_if_nixl(0)  # NIXL's libnl and Open MPI's clash at exit (see there)
         return
     expectations = expect.load(expect_file)
-    out = out or _default_out()
     from gpuipc_bench.config import check_writable
+    from gpuipc_bench.results.writing import claim_free_name, default_results_path
 
-    check_writable(out, force)
+    default_name = out is None
+    out = out or default_results_path("check-")
+    check_writable(out, force or default_name)
     for option, extra in (("--table", table_file), ("--output", output_file)):
         if extra is not None:
             try:
                 check_writable(extra, force)
             except UsageError as exc:  # its words name --out
                 raise UsageError(str(exc).replace(f"--out {extra}", f"{option} {extra}", 1)) from None
+    if default_name:  # a check started in the same second has it: the next free name (<name>-2.csv)
+        out = claim_free_name(out)
     try:
         code = _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file,
                       preset, drain)
@@ -161,11 +165,6 @@ def _mpi_rank() -> int:
 
         raise UsageError(f"check under MPI needs mpi4py: {INSTALL_HINT} ({exc})") from None
     return MPI.COMM_WORLD.Get_rank()
-
-
-def _default_out() -> Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path("results") / f"check-{stamp}-{socket.gethostname()}.csv"
 
 
 def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file=None,

@@ -40,9 +40,9 @@ def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, f
     the ceiling; the fastest path per size (ties decided by a test on the samples) and the
     break-even of the paths with a setup cost.
 
-    \b
-    Several files: each run, then the ratios of their medians (run N / run 1), with a
-    warning when the machines differ (GPUs, driver, links).
+    Several files: each run, then the ratios of their medians (run N / run 1), with
+    a warning when the machines differ (GPUs, driver, links).
+
     \b
     gpuipc-bench report RUN.csv                      tables in the terminal
     gpuipc-bench report RUN.csv --format markdown    to paste into an issue

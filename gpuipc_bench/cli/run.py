@@ -4,10 +4,8 @@ appended to the results file as each size completes; progress on stderr, summary
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import random
-import socket
 from pathlib import Path
 
 import click
@@ -22,6 +20,7 @@ from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.harness.plan import PlanOptions, make_plan, run_config
+from gpuipc_bench.results.writing import claim_free_name, default_results_path
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.engine.scenario import (
     DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
@@ -179,10 +178,12 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
                               visible=visible, workers=workers, timeout=timeout, chunk=chunk, pairs=pairs,
                               sharing=sharing, fresh=fresh, order=order, job=job)
         config = run_config(options)
-        out = out or _default_out()
-        check_writable(out, force)
-        if not verbose and job is None:  # what libraries print in the workers goes beside the CSV
-            config = dataclasses.replace(config, worker_log=str(Path(out).with_suffix(".log")))
+        default_name = out is None  # taken by exclusive create before the run starts (see below)
+        out = out or default_results_path()
+        check_writable(out, force or default_name)
+        if Path(out).suffix == ".log":
+            raise UsageError(f"--out {out}: .log names the workers' log beside the results; "
+                             "give a file name ending in .csv")
         if plot is not None:
             from gpuipc_bench.plots import check_plot_dest, check_plot_targets
 
@@ -194,8 +195,13 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         err = stderr_console()
         for kind, text in planned.notes:
             if kind == "cleanup" or not quiet:
-                err.print(_note_line(kind, text), soft_wrap=True)
+                # skip lines wrap to the terminal's width; the others stay whole (a path or a command in them)
+                err.print(_note_line(kind, text), soft_wrap=kind != "skipped")
 
+        if default_name:  # a run started in the same second has it: the next free name (<name>-2.csv)
+            out = claim_free_name(out)
+        if not verbose and job is None:  # what libraries print in the workers goes beside the CSV
+            config = dataclasses.replace(config, worker_log=str(Path(out).with_suffix(".log")))
         for scenario in dict.fromkeys(s for s, _ in planned.runs):  # nvcc builds while the first paths run
             getattr(scenario, "prebuild", lambda: None)()
         try:
@@ -246,6 +252,3 @@ def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> 
         err.print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
 
 
-def _default_out() -> Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return Path("results") / f"{stamp}-{socket.gethostname()}.csv"

@@ -33,14 +33,17 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
 
     from gpuipc_bench.machine import mig
     from gpuipc_bench.harness.pool import WorkerSets
-    from gpuipc_bench.results import ResultsFile
+    from gpuipc_bench.results import ResultsFile, ResultsWriteError
 
     # the persistent workers (the fork launcher's; --launcher fork-fresh: none, every scenario its own)
     sets = WorkerSets(config.worker_log or "", persistent=config.launcher == "fork")
     launched = job.metadata() if job else {"launcher": config.launcher}
     results = ResultsFile(out, {**run_header(config, machine), **launched,
                                 **{f"note.{key}": text for key, text in (notes or {}).items()}})
-    results.write(partial=True, status="running")
+    try:
+        results.write(partial=True, status="running")
+    except ResultsWriteError as exc:
+        raise _set_aside(results, out, exc) from None
     run_started = rewritten = time.monotonic()
     mark("header written")
     failures: list[tuple[str, BenchError, int]] = []
@@ -116,6 +119,10 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
                     break
         sets.let_go()  # their contexts go down while the answer is written and rendered (end() reaps them)
         clean_end = True
+    except ResultsWriteError as exc:
+        # The results file could not be written (a full disk): raised by results.add() from inside the
+        # workers' loop, which stopped them at once; `finally` ends them; the file is set aside.
+        raise _set_aside(results, out, exc) from None
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         where = f" during {exc.scenario}{' ' + exc.at if exc.at else ''}" if getattr(exc, "scenario", "") else ""
@@ -142,7 +149,10 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
     try:
         results.set_meta("worker_sets", str(sets.started))
         results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
-        results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
+        try:
+            results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
+        except ResultsWriteError as exc:
+            raise _set_aside(results, out, exc) from None
         results.close()
         closer.start()
         if not quiet:
@@ -169,6 +179,14 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
     if failures:
         raise BenchError(f"{len(failures)} of {len(plan)} scenarios failed; samples taken before "
                          f"the failure are kept in {out}")
+
+
+def _set_aside(results, out, error) -> BenchError:
+    """The error to end the run with when the results file could not be written: the file, cut
+    where the write failed, renamed to <name>.partial and named."""
+    partial = results.set_aside()
+    kept = f"; the rows written before it: {partial}" if partial else ""
+    return BenchError(f"--out {out}: {error.reason.lower()}{kept}")
 
 
 def _end_workers_and_modes(sets, modes) -> None:

@@ -26,10 +26,14 @@ NO_MISMATCH = (1 << 64) - 1
 THREADS = 256
 
 
+def file_source(name: str) -> str:
+    """The text of the kernel file `name` (package data of gpuipc_bench.gpu)."""
+    return resources.files("gpuipc_bench.gpu").joinpath(name).read_text()
+
+
 def source(name: str) -> str:
     """common.cuh followed by the kernel file `name` (package data)."""
-    here = resources.files("gpuipc_bench.gpu")
-    return here.joinpath("common.cuh").read_text() + "\n" + here.joinpath(name).read_text()
+    return file_source("common.cuh") + "\n" + file_source(name)
 
 
 def _module(name: str, device: int):

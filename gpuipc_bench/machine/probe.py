@@ -29,7 +29,8 @@ from typing import Any, Iterable
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.machine.nvml import cpu_list_text, decoded_text, nvml_facts, read_timeslices
 
-CUPY_MISSING = 'CuPy is not installed (pip install "gpuipc-bench[cuda12]", or [cuda13] for a CUDA 13 driver)'
+CUPY_MISSING = 'CuPy is not installed: pip install -e ".[cuda12]" in the checkout (".[cuda13]" for CUDA 13)'
+NO_DRIVER = "no NVIDIA driver on this machine (NVML could not be loaded)"
 NO_DEVICE = "cudaErrorNoDevice: no CUDA-capable device is detected"
 
 # nvmlGpuTopologyLevel_t -> the words nvidia-smi topo -m uses.
@@ -92,10 +93,10 @@ class Machine:
         """Why there is no usable GPU, in words a user reads: no NVIDIA driver, no GPU, CuPy
         missing, or the CUDA error when it is something else."""
         error = self.cuda_error or ""
+        if no_driver(self.driver_version, error):  # before CuPy: installing it would change nothing
+            return NO_DRIVER + ("; CuPy is not installed either" if error == CUPY_MISSING else "")
         if error.startswith("CuPy"):
             return error
-        if self.driver_version is None and ("InsufficientDriver" in error or "NoDevice" in error or not error):
-            return "no NVIDIA driver on this machine (NVML could not be loaded)"
         if "NoDevice" in error or (not error and not self.gpus):
             return "no NVIDIA GPU found (the driver is there, but CUDA sees no device)"
         return error or "none found"
@@ -356,7 +357,9 @@ def _assemble(nvml: dict, cuda: dict, timeslices: dict[int, str]) -> Machine:
         os=platform.platform(),
         python=f"{platform.python_implementation()} {platform.python_version()}",
         gpus=tuple(gpus),
-        cuda_error=cuda.get("error"),
+        # no driver at all: said so (the runtime's words blame an 'insufficient' one)
+        cuda_error=NO_DRIVER if nvml["driver"] is None and "InsufficientDriver" in cuda.get("error", "")
+        else cuda.get("error"),
         driver_version=nvml["driver"],
         cuda_driver_version=_cuda_version(cuda.get("driver")),
         cuda_runtime_version=_cuda_version(cuda.get("runtime")),
@@ -365,6 +368,13 @@ def _assemble(nvml: dict, cuda: dict, timeslices: dict[int, str]) -> Machine:
         links=links,
         mps=_mps_state(),
     )
+
+
+def no_driver(driver_version: str | None, cuda_error: str) -> bool:
+    """Whether there is no NVIDIA driver at all: NVML could not be loaded and CUDA (or CuPy)
+    said nothing more telling than 'insufficient driver', 'no device' or 'not installed'."""
+    return driver_version is None and (not cuda_error or cuda_error == NO_DRIVER or cuda_error == CUPY_MISSING
+                                       or "InsufficientDriver" in cuda_error or "NoDevice" in cuda_error)
 
 
 def _cuda_version(value: int | None) -> str | None:

@@ -26,13 +26,6 @@ KINDS = {
 }
 READY_S = 60.0  # the neighbour's CUDA start and first work, at most
 COPY_BYTES = 256 << 20
-SPIN = r"""
-extern "C" __global__ void busy(float* sink, long long rounds) {
-    float x = threadIdx.x * 1e-3f, y = blockIdx.x * 1e-3f;
-    for (long long i = 0; i < rounds; ++i) { x = fmaf(x, 0.999999f, y); y = fmaf(y, 0.999999f, x); }
-    if (x == 12345.0f) sink[0] = y;  // never true: keeps the loop
-}
-"""
 
 
 class Neighbour(Mode):
@@ -144,7 +137,9 @@ def _busy(kind: str, device: int, env: dict[str, str], conn) -> None:
                     cupy.cuda.runtime.memcpyAsync(dst.ptr, src.ptr, COPY_BYTES,
                                                   cupy.cuda.runtime.memcpyDeviceToDevice, stream.ptr)
         else:
-            kernel = cupy.RawKernel(SPIN, "busy")
+            from gpuipc_bench.gpu.kernels import file_source
+
+            kernel = cupy.RawKernel(file_source("busy.cu"), "busy")
             sink = cupy.zeros(1, dtype=cupy.float32)
             blocks = 8 * cupy.cuda.Device(device).attributes["MultiProcessorCount"]
 

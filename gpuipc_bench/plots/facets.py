@@ -97,7 +97,7 @@ def drawable(rows: pd.DataFrame, facts: Mapping[str, PathInfo]) -> pd.DataFrame:
     rows = rows[~rows["variant"].astype(str).str.endswith(AGGREGATE_SUFFIX)]
     rows = rows[rows["verified"].fillna(True).astype(bool)]
     keep = [not (p in facts and v in facts[p].references) for p, v in zip(rows["path"], rows["variant"])]
-    rows = rows[keep]
+    rows = rows[pd.Series(keep, index=rows.index, dtype=bool)]  # (a plain list: [] would pick no columns)
     parts = []
     for _, part in rows.groupby("path", sort=False):
         if part["workers"].nunique() > 1:
@@ -107,7 +107,8 @@ def drawable(rows: pd.DataFrame, facts: Mapping[str, PathInfo]) -> pd.DataFrame:
     rows = pd.concat(parts) if parts else rows
     ranked = [facts[p].ranked if p in facts else True for p in rows["path"]]
     ranked_classes = set(rows["klass"][ranked])
-    return rows[[r or k not in ranked_classes for r, k in zip(ranked, rows["klass"])]]
+    return rows[pd.Series([r or k not in ranked_classes for r, k in zip(ranked, rows["klass"])], index=rows.index,
+                          dtype=bool)]
 
 
 @dataclasses.dataclass

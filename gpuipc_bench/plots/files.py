@@ -90,15 +90,20 @@ def save_plots(df: pd.DataFrame, meta: Mapping[str, str], dest: Path, stem: str,
         except OSError as exc:
             raise UsageError(f"--plot {dest}: cannot create {target.parent} ({exc.strerror or exc})") from None
         fig = PLOTTERS[kind](df, meta, summary)
+        # drawn into a temp name beside the target, then renamed: a full disk leaves no cut or empty file
+        temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
             if target.suffix == ".png":
-                _save_png(fig, target)
+                _save_png(fig, temp)
             else:
-                fig.savefig(target, dpi=DPI)
+                fig.savefig(temp, dpi=DPI, format=target.suffix.lstrip("."))
+            os.replace(temp, target)
         except OSError as exc:
             raise UsageError(f"--plot {dest}: cannot write {target} ({exc.strerror or exc})") from None
         finally:
             plt.close(fig)
+            if temp.exists():
+                temp.unlink()
         written.append(target)
     return written
 

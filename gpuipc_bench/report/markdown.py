@@ -26,7 +26,8 @@ MARKDOWN_LIMIT = 60_000  # characters; a GitHub comment holds 65,536
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A table cell: Markdown's and HTML's active characters escaped, '|' too, on one line."""
+    return inline(text).replace("|", "\\|").replace("\n", " ")
 
 
 def inline(text: str) -> str:

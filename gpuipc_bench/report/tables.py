@@ -372,14 +372,21 @@ def break_even_table(items: Sequence[BreakEven], short: bool = False) -> Table:
     with the setup paid once per N transfers and with every transfer. short: the run summary's
     (no operation names, the sizes only)."""
     n = items[0].amortise_over if items else 0
-    columns = [Column("path", "left", 0, True), Column("link", "left", 0, True)]
+    # A run in several sharing modes (or measures) has a row per path and mode: the path cell names it
+    modes = len({be.sharing for be in items}) > 1
+    measures = len({be.measure for be in items}) > 1
+    heading = "path" + (" · sharing" if modes else "") + (" · measure" if measures else "")
+    columns = [Column(heading, "left", 0, True), Column("link", "left", 0, True)]
     columns += [] if short else [Column("setup paid", "left", 2, True)]
     columns += [Column("setup", "left", 1, True), Column(f"paid once per {n:,} transfers", "left", 0, True),
                 Column("paid every transfer", "left", 0, True)]
     rows = []
     for be in items:
         what = "halves added" if be.composed else "/".join(be.variants)
-        row = [be.path if short else f"{be.path} ({what})", link(be.src, be.dst)]
+        name = be.path if short else f"{be.path} ({what})"
+        name += f" · {be.sharing}" if modes else ""
+        name += f" · {be.measure}" if measures else ""
+        row = [name, link(be.src, be.dst)]
         row += [] if short else [" + ".join(be.setup)]
         rows.append(row + [setup_cost(be, short), describe_crossing(be.amortised, short),
                            describe_crossing(be.per_transfer, short)])

@@ -48,10 +48,13 @@ from gpuipc_bench.results.rows import (
     BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, MAGIC, MEASURES, METRICS, SCHEMA_VERSION, STR_COLUMNS,
     base_mode, empty_frame, new_row, typed_frame,
 )
-from gpuipc_bench.results.writing import ResultsFile, format_results, format_rows, write_results
+from gpuipc_bench.results.writing import (
+    ResultsFile, ResultsWriteError, claim_free_name, default_results_path, format_results, format_rows, write_results,
+)
 
 __all__ = [
     "BOOL_COLUMNS", "COLUMNS", "FLOAT_COLUMNS", "INT_COLUMNS", "MAGIC", "MAX_RESULTS_BYTES", "MEASURES", "METRICS",
-    "SCHEMA_VERSION", "STR_COLUMNS", "ResultsFile", "base_mode", "empty_frame", "format_results", "format_rows",
+    "SCHEMA_VERSION", "STR_COLUMNS", "ResultsFile", "ResultsWriteError", "base_mode", "claim_free_name",
+    "default_results_path", "empty_frame", "format_results", "format_rows",
     "new_row", "read_results", "typed_frame", "write_results",
 ]

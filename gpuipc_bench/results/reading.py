@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuipc_bench.errors import NewerSchemaError, ResultsFormatError
+from gpuipc_bench.results.text import CONTROL_BYTES, printable
 from gpuipc_bench.results.rows import MAGIC, SCHEMA_VERSION
 from gpuipc_bench.results.table import parse_table
 from gpuipc_bench.results.writing import _UNESCAPES
@@ -83,6 +84,14 @@ def read_results(path: Path | str) -> tuple[pd.DataFrame, dict[str, str]]:
         if "end of data" in message:  # a quoted field that never closes: the last line was cut
             message += " (the file may be truncated)"
         raise bad(f"cannot parse the table: {message}") from None
+    # Text that is someone's file's, shown, never obeyed: the header's values (unescaped above, so a
+    # written '\x1b' is an escape character by now) always; the table when its bytes hold a control
+    metadata = {printable(key): printable(value) for key, value in metadata.items()}
+    if CONTROL_BYTES.search(raw):
+        df = df.rename(columns=printable)
+        for column in df.columns:
+            if df[column].dtype.kind not in "biufcmM":  # text, not numbers, flags or times
+                df[column] = df[column].map(lambda v: printable(v) if isinstance(v, str) else v)
     return df, metadata
 
 
@@ -188,7 +197,7 @@ def _check_schema(metadata: dict[str, str], bad) -> int:
     if version > SCHEMA_VERSION:
         raise NewerSchemaError(str(bad(
             f"written by a newer gpuipc-bench (schema {version}); this one reads schema {SCHEMA_VERSION} "
-            "(pip install -U gpuipc-bench)"
+            "(git pull in the checkout, then pip install -e .)"
         )))
     if version < 1:
         raise bad(f"unknown schema_version {version}")

@@ -4,10 +4,12 @@ rows appended as they arrive (ResultsFile)."""
 from __future__ import annotations
 
 import csv
+import datetime
 import io
 import math
 import os
 import re
+import socket
 import stat
 import tempfile
 from pathlib import Path
@@ -20,6 +22,50 @@ if TYPE_CHECKING:
     import pandas as pd
 
 _META_KEY_RE = re.compile(r"^[^\s:#][^:\n\r]*$")
+
+
+class ResultsWriteError(BenchError):
+    """Writing the results file failed (a full disk, an I/O error). `path`: the file, `reason`: the
+    system's words ('No space left on device')."""
+
+    def __init__(self, path: Path, error: OSError):
+        self.path = Path(path)
+        self.reason = error.strerror or str(error)
+        super().__init__(f"{path}: {self.reason}")
+
+
+def utc_now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.timezone.utc)
+
+
+def default_results_path(prefix: str = "") -> Path:
+    """results/<prefix><UTC time to the second>-<host>.csv: the name a run or a check writes to
+    without --out (claim_free_name makes it unique)."""
+    stamp = utc_now().strftime("%Y%m%dT%H%M%SZ")
+    return Path("results") / f"{prefix}{stamp}-{socket.gethostname()}.csv"
+
+
+def claim_free_name(path: Path) -> Path:
+    """Create `path` exclusively (O_CREAT|O_EXCL), or, when it exists, the first free one of
+    <stem>-2<suffix>, <stem>-3<suffix>, ...; returns the name taken (an empty file, which the
+    results then replace). Two runs started in the same second so never share a file. OSError
+    (other than the name being taken) propagates."""
+    path = Path(path)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for n in range(1, 10_000):
+        candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
+        try:
+            os.close(os.open(candidate, flags, 0o666))
+        except FileExistsError:
+            continue
+        return candidate
+    raise BenchError(f"{path}: 10,000 results files of that name exist; give --out")
+
+
+def open_append(path: Path) -> Any:
+    """The results file `path`, open for appending rows (never following a symlink)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    return os.fdopen(fd, "w", encoding="utf-8", newline="")
 
 
 class ResultsFile:
@@ -38,6 +84,8 @@ class ResultsFile:
             self.set_meta(key, value)
         self._rows: list[dict[str, Any]] = []
         self._append: Any = None  # the written file, open for appending rows
+        self.write_error: ResultsWriteError | None = None  # the first failed write; none is tried after it
+        self._written = False  # whether write() has replaced the file with ours
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append rows (dicts as made by new_row; they are checked again); once the file has
@@ -46,8 +94,38 @@ class ResultsFile:
         new = [{**checked, "node": checked["node"] or host} for checked in (new_row(**row) for row in rows)]
         self._rows.extend(new)
         if self._append is not None and new:
-            self._append.write(format_rows(new))
-            self._append.flush()
+            try:
+                self._append.write(format_rows(new))
+                self._append.flush()
+            except OSError as exc:
+                self._failed(exc)
+
+    def _failed(self, exc: OSError) -> None:
+        """A write failed (a full disk): raise ResultsWriteError once; from then on rows are kept in
+        memory only and nothing more is written (the caller sets the file aside)."""
+        try:
+            self.close()
+        except OSError:
+            pass  # the buffer it could not flush: the file is closed all the same
+        self.write_error = ResultsWriteError(self.path, exc)
+        raise self.write_error from None
+
+    def set_aside(self) -> Path | None:
+        """After a failed write: rename the file to <name>.partial (a rename needs no space), so
+        that nothing reads a file cut mid-row as the results; returns the new name, or None when
+        there is no file (it was never written, or it cannot be renamed)."""
+        self._append = None
+        target = Path(os.path.realpath(self.path))
+        partial = target.with_name(target.name + ".partial")
+        try:
+            if not self._written:  # what is there is not ours (or the empty file claim_free_name made)
+                if os.path.getsize(target) == 0:
+                    os.unlink(target)
+                return None
+            os.replace(target, partial)
+        except OSError:
+            return None
+        return partial
 
     def set_meta(self, key: str, value: Any) -> None:
         key = str(key).strip()
@@ -69,10 +147,15 @@ class ResultsFile:
         Rows added later are appended to what this wrote."""
         self.set_meta("partial", "true" if partial else "false")
         self.set_meta("status", status)
-        self.close()
-        target = write_results(self.path, self.frame, self.metadata)
-        fd = os.open(target, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
-        self._append = os.fdopen(fd, "w", encoding="utf-8", newline="")
+        if self.write_error is not None:
+            raise self.write_error
+        try:
+            self.close()
+            target = write_results(self.path, self.frame, self.metadata)
+            self._written = True
+            self._append = open_append(target)
+        except OSError as exc:
+            self._failed(exc)
 
     def close(self) -> None:
         """Stop appending (the file stays as written). Idempotent."""

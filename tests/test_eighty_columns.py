@@ -1,0 +1,47 @@
+"""Every line the tool prints fits 80 columns at COLUMNS=80: a plain run on this machine (on
+one without a GPU: the line naming what it skips and why), report, list, info and every
+--help; and none prints a traceback."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import ROOT, invoke
+
+COMMANDS = [(), ("run",), ("report",), ("list",), ("info",), ("check",)]
+
+
+def assert_fits(output: str, width: int = 80) -> None:
+    assert "Traceback" not in output
+    wide = [line for line in output.splitlines() if len(line) > width]
+    assert not wide, f"{len(wide)} line(s) over {width} columns, the first {len(wide[0])}: {wide[0]!r}"
+
+
+@pytest.fixture(autouse=True)
+def eighty(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "80")
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "gpuipc-bench")
+def test_help_fits(command):
+    code, out = invoke(*command, "--help")
+    assert code == 0, out
+    assert_fits(out)
+
+
+def test_a_plain_run_fits(tmp_path, monkeypatch, machine):
+    monkeypatch.chdir(tmp_path)
+    code, out = invoke("run", "--sizes", "64,4K", "--iterations", "3", "--warmup", "1")
+    assert code == 0, out
+    if machine.gpu_count == 0:  # the long line: every GPU scenario skipped, and why
+        assert "skipped staging, ipc" in out
+    assert_fits(out)
+
+
+@pytest.mark.parametrize("args", [("list",), ("info",),
+                                  ("report", str(ROOT / "results" / "cpu-nixl-host-ucx-tls-tcp.csv")),
+                                  ("report", str(ROOT / "results" / "h200x2-nccl-two-way.csv"), "--summary")])
+def test_list_info_and_report_fit(args):
+    code, out = invoke(*args)
+    assert code == 0, out
+    assert_fits(out)

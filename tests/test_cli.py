@@ -94,7 +94,7 @@ def test_run_host_end_to_end_then_report(tmp_path, no_leaks):
     out = tmp_path / "run.csv"
     code, text = invoke("run", "-s", "host", "--out", str(out), *FAST)
     assert code == 0, text
-    assert "wrote" in text and "shared-buffer" in text
+    assert "wrote" in text and "a hand-off through shared memory" in text  # the host baseline, with figures
     frame, meta = read_results(out)
     assert meta["partial"] == "false" and meta["schema_version"] == str(SCHEMA_VERSION)
     assert set(frame["path"]) == {"host", "ceiling"}

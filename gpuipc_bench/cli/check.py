@@ -170,10 +170,8 @@ def _mpi_rank() -> int:
 def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file=None,
            preset="full", drain=False) -> int:
     from gpuipc_bench import __version__
-    from gpuipc_bench.check import fleet, judge
+    from gpuipc_bench.check import judge
     from gpuipc_bench.hooks import plant
-    from gpuipc_bench.check.figures import format_value
-    from gpuipc_bench.check.node import check_node
     from gpuipc_bench.results import SCHEMA_VERSION, ResultsFile
 
     err = stderr_console()
@@ -200,51 +198,11 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
         if stream is not None:
             stream.add(report.events)
 
-    interrupted = None
     floor = judge.FLEET_GAP if tolerance is None else max(tolerance, judge.FLEET_GAP)
-    first_values: dict[tuple[str, str, str], float] = {}
-    unfinished: list[str] = []  # nodes still measuring again at the deadline: their ranks are ended too
-    if fleet_mode:
-        def again(reports: dict) -> dict[str, list[str]]:  # the fleet's outliers, measured again before they fail
-            wanted: dict[str, list[str]] = {}
-            for node, name, _ in judge.fleet_outliers({n: r[0].figures for n, r in reports.items()}, floor):
-                wanted.setdefault(node, []).append(name)
-            return {n: sorted(set(v)) for n, v in wanted.items()}
-
-        outcome = fleet.run(expectations, tolerance, deadline, timeout,
-                            lambda names, facts: on_start(names), on_report, again, _node_textfile(fmt, output_file))
-        if fmt == "prometheus":
-            output_file = None  # each node wrote its own textfile; the fleet's text goes to standard output
-        assert outcome is not None
-        reports, missing, interrupted = outcome.reports, outcome.missing, outcome.interrupted
-        first_values = _take_second(outcome.remeasured, reports, results)
-        unfinished = outcome.unfinished
-    else:
-        node = plant.node_name(0)
-        on_start([node])
-        reports, missing = {}, {}
-        try:
-            report = check_node(node, expectations, tolerance, timeout=timeout,
-                                on_row=lambda row: results.add([row]), preset=preset)
-        except (Interrupted, KeyboardInterrupt) as exc:
-            interrupted = getattr(exc, "signum", signal.SIGINT)
-            missing[node] = f"interrupted by {signal.Signals(interrupted).name} before its check ended"
-        else:
-            report.rows = []  # already in the results file, row by row
-            on_report(report)
-            reports = {node: report}
-    events = [e for r in reports.values() for e in r.events]
-    by_node = {n: r.figures for n, r in reports.items() if not r.error}
-    figures_at = {(n, f.name, f.gpus): f for n, fs in by_node.items() for f in fs}
-    medians = judge.fleet_medians(by_node)
-    for (node, name, gpus), why in judge.fleet_outliers(by_node, floor).items():
-        f = figures_at[(node, name, gpus)]
-        if (node, name, gpus) in first_values:
-            why += f" (measured twice; first {format_value(first_values[(node, name, gpus)], f.unit)})"
-        events.append(judge.Event(judge.FAIL, node, "fleet", name, gpus, f.value, "the fleet's median", f.unit,
-                                  why, medians.get((name, gpus))))
-    for node, why in missing.items():
-        events.append(judge.Event(judge.FAIL, node, "node", "report", reason=why))
+    measured = _measure(expectations, tolerance, fmt, deadline, timeout, fleet_mode, output_file, preset, floor,
+                        results, on_start, on_report)
+    reports, missing, interrupted, first_values, unfinished, output_file = measured
+    events = _events(reports, missing, first_values, floor)
     results.set_meta("check.missing", ",".join(missing))
     failed = sorted({e.node for e in events if e.status == judge.FAIL})
     status = f"complete; failed nodes: {','.join(failed)}" if failed else "complete"
@@ -276,6 +234,69 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
 
         MPI.COMM_WORLD.Abort(1)
     return code
+
+
+def _measure(expectations, tolerance, fmt, deadline, timeout, fleet_mode, output_file, preset, floor, results,
+             on_start, on_report):
+    """Measure this node, or every node of the MPI job: (reports, missing, interrupted signal, the fleet
+    outliers' first values, nodes unfinished at the deadline, the --output file still to write)."""
+    from gpuipc_bench.check import fleet, judge
+    from gpuipc_bench.check.node import check_node
+    from gpuipc_bench.hooks import plant
+
+    interrupted = None
+    first_values: dict[tuple[str, str, str], float] = {}
+    unfinished: list[str] = []  # nodes still measuring again at the deadline: their ranks are ended too
+    if fleet_mode:
+        def again(reports: dict) -> dict[str, list[str]]:  # the fleet's outliers, measured again before they fail
+            wanted: dict[str, list[str]] = {}
+            for node, name, _ in judge.fleet_outliers({n: r[0].figures for n, r in reports.items()}, floor):
+                wanted.setdefault(node, []).append(name)
+            return {n: sorted(set(v)) for n, v in wanted.items()}
+
+        outcome = fleet.run(expectations, tolerance, deadline, timeout,
+                            lambda names, facts: on_start(names), on_report, again, _node_textfile(fmt, output_file))
+        if fmt == "prometheus":
+            output_file = None  # each node wrote its own textfile; the fleet's text goes to standard output
+        assert outcome is not None
+        reports, missing, interrupted = outcome.reports, outcome.missing, outcome.interrupted
+        first_values = _take_second(outcome.remeasured, reports, results)
+        unfinished = outcome.unfinished
+    else:
+        node = plant.node_name(0)
+        on_start([node])
+        reports, missing = {}, {}
+        try:
+            report = check_node(node, expectations, tolerance, timeout=timeout,
+                                on_row=lambda row: results.add([row]), preset=preset)
+        except (Interrupted, KeyboardInterrupt) as exc:
+            interrupted = getattr(exc, "signum", signal.SIGINT)
+            missing[node] = f"interrupted by {signal.Signals(interrupted).name} before its check ended"
+        else:
+            report.rows = []  # already in the results file, row by row
+            on_report(report)
+            reports = {node: report}
+    return reports, missing, interrupted, first_values, unfinished, output_file
+
+
+def _events(reports, missing, first_values, floor) -> list:
+    """Every node's events, the fleet's outliers and the missing nodes as failures."""
+    from gpuipc_bench.check import judge
+    from gpuipc_bench.check.figures import format_value
+
+    events = [e for r in reports.values() for e in r.events]
+    by_node = {n: r.figures for n, r in reports.items() if not r.error}
+    figures_at = {(n, f.name, f.gpus): f for n, fs in by_node.items() for f in fs}
+    medians = judge.fleet_medians(by_node)
+    for (node, name, gpus), why in judge.fleet_outliers(by_node, floor).items():
+        f = figures_at[(node, name, gpus)]
+        if (node, name, gpus) in first_values:
+            why += f" (measured twice; first {format_value(first_values[(node, name, gpus)], f.unit)})"
+        events.append(judge.Event(judge.FAIL, node, "fleet", name, gpus, f.value, "the fleet's median", f.unit,
+                                  why, medians.get((name, gpus))))
+    for node, why in missing.items():
+        events.append(judge.Event(judge.FAIL, node, "node", "report", reason=why))
+    return events
 
 
 def _take_second(remeasured: dict, reports: dict, results) -> dict[tuple[str, str, str], float]:

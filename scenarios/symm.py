@@ -55,7 +55,7 @@ from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PRODUCER, PairScenario,
 from gpuipc_bench.engine.sampler import Group, Sample
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.scenarios.symm_support import (
-    BACKENDS, NCCL_ONE_GPU, SymmSide, missing_reason, worker_environment,
+    BACKENDS, ONE_GPU_REFUSALS, SymmSide, missing_reason, worker_environment,
 )
 
 ENGINES = ("ce", "sm")
@@ -285,18 +285,18 @@ class SymmScenario(PairScenario):
         return BACKENDS[self.name]
 
     def waive_reason(self, machine):
-        if self.backend == "NCCL" and machine.gpu_count == 1:
-            return NCCL_ONE_GPU
+        if machine.gpu_count == 1 and self.backend in ONE_GPU_REFUSALS:
+            return ONE_GPU_REFUSALS[self.backend]
         return super().waive_reason(machine) or missing_reason(self.backend, machine.gpu_count)
 
     def workers(self, config, machine):
-        if self.backend == "NCCL" and not config.devices:
+        if self.backend in ONE_GPU_REFUSALS and not config.devices:
             config = dataclasses.replace(config, devices=(0, 1))
         return super().workers(config, machine)
 
     def prepare(self, config, specs):
-        if self.backend == "NCCL" and specs[0].device == specs[1].device:
-            raise UsageError(f"--devices: {NCCL_ONE_GPU}")
+        if self.backend in ONE_GPU_REFUSALS and specs[0].device == specs[1].device:
+            raise UsageError(f"--devices: {ONE_GPU_REFUSALS[self.backend]}")
         return SymmShared()
 
 
@@ -308,6 +308,6 @@ def _backend(name: str, summary: str, gpus: int = 1) -> SymmScenario:
 
 SCENARIOS = (
     SymmScenario(),
-    _backend("symm-nvshmem", "PyTorch symmetric memory as symm, NVSHMEM backend"),
+    _backend("symm-nvshmem", "PyTorch symmetric memory as symm, NVSHMEM backend (two GPUs)", gpus=2),
     _backend("symm-nccl", "PyTorch symmetric memory as symm, NCCL backend (two GPUs)", gpus=2),
 )

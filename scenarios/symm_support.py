@@ -25,6 +25,12 @@ MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "NVSHMEM_DISABLE_NVLS": "1", "TORCH_SY
 # Two ranks on one GPU: torch's CUDA backend refuses them unless this is set.
 OVERLAPPING = {"TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES": "1"}
 NCCL_ONE_GPU = "needs 2 GPUs, one per rank: NCCL refuses two ranks on one GPU"
+# Seen on an H200 (torch 2.11, NVSHMEM 3.4): two processes on one GPU run NVSHMEM in its limited MPG mode,
+# which refuses the team calls the symmetric-memory backend makes.
+NVSHMEM_ONE_GPU = ("needs 2 GPUs, one per rank: NVSHMEM runs two processes on one GPU only in its "
+                   "limited MPG mode, which refuses the team calls torch makes")
+
+ONE_GPU_REFUSALS = {"NCCL": NCCL_ONE_GPU, "NVSHMEM": NVSHMEM_ONE_GPU}
 
 
 def torch_version() -> tuple[int, int] | None:
@@ -56,8 +62,8 @@ def nvshmem_libraries() -> bool:
 
 def missing_reason(backend: str, gpu_count: int) -> str | None:
     """Why the symm path of `backend` cannot run here (one line), or None. No torch import."""
-    if backend == "NCCL" and gpu_count == 1:
-        return NCCL_ONE_GPU
+    if gpu_count == 1 and backend in ONE_GPU_REFUSALS:
+        return ONE_GPU_REFUSALS[backend]
     reason = missing_torch() or torch_without_cuda()
     if reason:
         return reason
@@ -112,6 +118,10 @@ class SymmSide:
         try:
             symm.set_backend(backend)
         except (RuntimeError, ValueError) as exc:
+            if backend == "CUDA":
+                # torch 2.11 registers no allocation backend by that name; its default for a CUDA
+                # tensor is the CUDA one (cuMem memory shared as file descriptors)
+                return
             raise BenchError(f"symm: torch {torch.__version__} refuses the {backend} backend: "
                              f"{str(exc).splitlines()[0]}") from None
 

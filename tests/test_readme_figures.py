@@ -1,5 +1,5 @@
 """The README's figures are the reference runs' figures: `python -m pytest` fails on drift
-(scripts/readme/figures.py renders every figure block from results/)."""
+(scripts/readme/readme_figures.py renders every figure block from results/)."""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts" / "readme"
-sys.path.insert(0, str(SCRIPTS))
+sys.path.append(str(SCRIPTS))  # appended: nothing here may shadow an installed module
 
-import figures  # noqa: E402
-import lib  # noqa: E402
-from tables import RENDERERS  # noqa: E402
+import readme_figures as figures  # noqa: E402
+import readme_lib as lib  # noqa: E402
+from readme_tables import RENDERERS  # noqa: E402
 
 
 def test_readme_figures_match_results():
     text = lib.README.read_text()
     rendered = figures.render(text, RENDERERS)
-    assert rendered == text, "README.md differs from results/: run `python scripts/readme/figures.py --check`"
+    assert rendered == text, "README.md differs from results/: run `python scripts/readme/readme_figures.py --check`"
     names = {m["name"] for m in lib.BLOCK.finditer(text)}
     assert names == set(RENDERERS), "a renderer has no block in the README, or a block no renderer"
 

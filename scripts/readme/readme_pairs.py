@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from lib import KIB, MIB, RANGED, FigureError, Runs, fraction, gbps, num, seconds, source, table, \
+from readme_lib import KIB, MIB, RANGED, FigureError, Runs, fraction, gbps, num, seconds, source, table, \
     with_interval
 
 PAIRS = "h100x2-nvlink-pairs-all.csv"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from collections.abc import Callable
 
-from lib import Runs
+from readme_lib import Runs
 
 
 def answer(name: str) -> Callable[[Runs], str]:

@@ -138,7 +138,7 @@ def table(header: list[str], rows: list[list[str]], right_from: int = 1) -> str:
 def source(*names: str, note: str = "") -> str:
     """The line under a table naming its CSVs (and what † means when the table uses it)."""
     files = ", ".join(f"`results/{n}`" for n in names)
-    return f"<sub>Rendered from {files} by `scripts/readme/figures.py`{note}.</sub>"
+    return f"<sub>Rendered from {files} by `scripts/readme/readme_figures.py`{note}.</sub>"
 
 
 RANGED = f"; {RANGE_MARK}: fewer than 6 samples, the interval is their range"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Render the README's figures from the reference runs in results/, or check that it holds them.
 
-    python scripts/readme/figures.py --check     exit 1 and print a diff where README.md differs
-    python scripts/readme/figures.py --write     rewrite the figure blocks of README.md
+    python scripts/readme/readme_figures.py --check     exit 1 and print a diff where README.md differs
+    python scripts/readme/readme_figures.py --write     rewrite the figure blocks of README.md
 
 Every figure block of the README sits between two marker lines,
 
@@ -10,7 +10,7 @@ Every figure block of the README sits between two marker lines,
     ...
     <!-- figures:NAME end -->
 
-and is produced by the renderer NAME of scripts/readme/tables.py from the CSVs it names (each
+and is produced by the renderer NAME of scripts/readme/readme_tables.py from the CSVs it names (each
 block ends with a line saying which). Medians and their 95% intervals are the tool's own
 (gpuipc_bench.analysis.summarize: robust.median_ci, order statistics); below 6 samples the
 interval is the samples' range, marked †, as the analysis does (stats.median_interval).
@@ -26,8 +26,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from lib import BLOCK, README, SHARED, FigureError, Runs
-from tables import RENDERERS
+from readme_lib import BLOCK, README, SHARED, FigureError, Runs
+from readme_tables import RENDERERS
 
 # --------------------------------------------------------------------------- README blocks
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         if missing:
             print(f"renderers with no block in the README: {', '.join(missing)}")
         print(f"\n{args.readme} differs from the figures in results/: run "
-              "`python scripts/readme/figures.py --write` and commit the result", file=sys.stderr)
+              "`python scripts/readme/readme_figures.py --write` and commit the result", file=sys.stderr)
         return 1
     print(f"{args.readme}: every figure block matches results/")
     return 0

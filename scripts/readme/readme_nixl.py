@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from lib import Runs, fraction, gbps, seconds, source, table
+from readme_lib import Runs, fraction, gbps, seconds, source, table
 
 NIXL_HOST = "cpu-nixl-host.csv"
 FALLBACK = "cpu-nixl-host-ucx-tls-tcp.csv"

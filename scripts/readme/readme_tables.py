@@ -1,6 +1,6 @@
 """The README's figure blocks, one renderer each (RENDERERS), from the reference runs in results/.
 
-Each renderer takes the loaded runs (lib.Runs) and returns the block's Markdown: a table
+Each renderer takes the loaded runs (readme_lib.Runs) and returns the block's Markdown: a table
 (or a sentence) and the line naming its source files. figures.py puts them in the README.
 """
 
@@ -9,13 +9,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from lib import (
+from readme_lib import (
     KIB, MIB, RANGED, FigureError, Run, Runs, fraction, gbps, num, seconds, source, table, with_interval,
 )
-from nixl import NIXL_RENDERERS
-from nvshmem import NVSHMEM_RENDERERS
-from pairs import PAIR_RENDERERS
-from summaries import SUMMARY_RENDERERS
+from readme_nixl import NIXL_RENDERERS
+from readme_nvshmem import NVSHMEM_RENDERERS
+from readme_pairs import PAIR_RENDERERS
+from readme_summaries import SUMMARY_RENDERERS
 
 H100, H200 = "h100-default.csv", "h200-default.csv"
 MODES = "h100-default-modes.csv"

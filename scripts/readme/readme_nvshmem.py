@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from lib import FigureError, Runs, gbps, seconds, source, table
+from readme_lib import FigureError, Runs, gbps, seconds, source, table
 
 TOOL = "h200x2-nvshmem-pair.csv"
 PERFTEST = "h200x2-nvshmem-perftest.txt"

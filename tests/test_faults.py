@@ -713,7 +713,7 @@ def test_ascii_terminal_degrades_instead_of_failing(tmp_path):
     assert code == 0, stderr
     assert "Traceback" not in stderr and "UnicodeEncodeError" not in stderr
     assert stdout.isascii() and stderr.isascii()
-    assert "shared-buffer" in stdout and "wrote r.csv" in stderr
+    assert "hand-off through shared memory" in stdout and "wrote r.csv" in stderr
 
 
 def test_a_closed_stdout_does_not_fail_the_run(tmp_path):

@@ -332,6 +332,8 @@ def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, 
                   on_own_report=None) -> None:
     """Check the node and report to rank 0 (rank 0's own node: through its inbox); then measure
     again what rank 0 asks for, until it says done."""
+    deliver: Callable[[Any], Any]
+    word: Callable[[], Any]
     if inbox is not None:
         deliver, word = inbox.put, _own_words.get
     else:

@@ -108,4 +108,5 @@ def _report_plots(runs, files, plot: Path, plot_format) -> None:
     written = []
     for (frame, meta), stem in zip(runs, _stems(files)):
         written += save_plots(frame, meta, plot, stem, plot_format, several=len(runs) > 1)
-    stderr_console().print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True, markup=False)
+    # a file a line: paths stay whole, and the line stays inside 80 columns unless one path is longer
+    stderr_console().print("plots: " + "".join(f"\n  {p}" for p in written), soft_wrap=True, markup=False)

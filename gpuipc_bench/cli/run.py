@@ -249,6 +249,6 @@ def _plot_run(out: Path, plot: Path, err, quiet: bool, failed: bool = False) -> 
         err.print(f"[yellow]no plots[/]: {e}", soft_wrap=True)
         return
     if not quiet:
-        err.print("plots: " + ", ".join(str(p) for p in written), soft_wrap=True)
+        err.print("plots: " + "".join(f"\n  {escape(str(p))}" for p in written), soft_wrap=True)  # a file a line
 
 

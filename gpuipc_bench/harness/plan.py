@@ -290,14 +290,16 @@ def run_config(options: PlanOptions) -> "RunConfig":
             raise UsageError(f"--workers {workers}: under MPI each rank is one worker, and the job has "
                              f"{job.size} ranks")
         workers = job.size
+    given: dict[str, Any] = sample_counts(options.preset, options.min_samples, options.max_samples, options.warmup)
+    if options.timeout is not None:
+        given["timeout"] = options.timeout
+    if options.chunk:
+        given["chunk_bytes"] = single_size(options.chunk, "--chunk")
     return RunConfig(
         scenarios=tuple(names), sizes=options.sizes, iterations=options.iterations, preset=options.preset,
-        **sample_counts(options.preset, options.min_samples, options.max_samples, options.warmup),
         devices=options.devices, workers=workers,
-        **({"timeout": options.timeout} if options.timeout is not None else {}),
         launcher="mpi" if job else "fork-fresh" if options.fresh else "fork", sample_order=options.order[0],
-        order_seed=options.order[1],
-        **({"chunk_bytes": single_size(options.chunk, "--chunk")} if options.chunk else {}),
+        order_seed=options.order[1], **given,
     )
 
 
@@ -358,7 +360,7 @@ def stop_stale_daemons() -> list[str]:
     return list(mps.stop_stale_daemons())
 
 
-def sample_counts(preset, min_samples, max_samples, warmup) -> dict:
+def sample_counts(preset, min_samples, max_samples, warmup) -> dict[str, Any]:
     """The sample counts: as given, else the preset's, else the defaults (6 to 20, 1 warm-up)."""
     from gpuipc_bench.engine.scenario import DEFAULT_SAMPLES, PRESETS
 

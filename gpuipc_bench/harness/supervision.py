@@ -259,8 +259,8 @@ def find_hung(workers, segment, timeout: float) -> tuple[str, list[int]] | None:
     stopped for `timeout`, or as soon as others are silent: they wait for it."""
     now = time.monotonic()
     for worker in workers:
-        stopped = not worker.finished and process_stopped(worker.process.pid)
-        worker.stopped_since = (worker.stopped_since or now) if stopped else None
+        is_stopped = not worker.finished and process_stopped(worker.process.pid)
+        worker.stopped_since = (worker.stopped_since or now) if is_stopped else None
     stopped = [w for w in workers if w.stopped_since is not None and now - w.stopped_since > timeout]
     if stopped:  # it cannot move, whoever it waits for: no need to wait until another needs it
         worker = min(stopped, key=lambda w: (w.stopped_since, w.spec.rank))

@@ -34,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 from gpuipc_bench.errors import BenchError
@@ -136,13 +137,13 @@ def belongs_to(pid: int, pipe_dir: str) -> bool:
 DEFAULT_PIPE_DIR = "/tmp/nvidia-mps"
 
 
-def serves_this_process(environ: dict[str, str] | None = None) -> bool:
+def serves_this_process(environ: Mapping[str, str] | None = None) -> bool:
     """Would CUDA, initialised now in this process, become an MPS client? True when a live
     (not zombie) control daemon owns the pipe directory this process would use
     (CUDA_MPS_PIPE_DIRECTORY, default /tmp/nvidia-mps). A private daemon elsewhere, or the
     remains of one that stopped, do not count."""
-    environ = os.environ if environ is None else environ
-    pipe_dir = environ.get(PIPE_ENV) or DEFAULT_PIPE_DIR
+    env: Mapping[str, str] = os.environ if environ is None else environ
+    pipe_dir = env.get(PIPE_ENV) or DEFAULT_PIPE_DIR
     if not os.path.lexists(os.path.join(pipe_dir, CONTROL)):
         return False
     pid = _read_pid(pipe_dir)
@@ -214,6 +215,7 @@ class MpsDaemon:
         if guard is None:
             return
         try:
+            assert guard.stdin is not None  # started with stdin=PIPE
             guard.stdin.write(b"stopped\n")
             guard.stdin.close()
         except OSError:

@@ -60,7 +60,7 @@ def test_bandwidth_figure_has_units_machine_panels_and_dashed_ceilings(small):
         yticks = [t.get_text() for t in axes[0].get_yticklabels() if t.get_text()]
         assert "1,000" in yticks and "1" in yticks
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
 
 
 def test_latency_and_setup_figures_are_labelled(small):
@@ -75,7 +75,7 @@ def test_latency_and_setup_figures_are_labelled(small):
         assert lines["ipc/host-driven"].get_linestyle() == "-"
         assert lines["ipc/device-driven (GPU-initiated)"].get_linestyle() == "--"
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
     fig = plots.plot_setup(df, meta)
     try:
         (ax,) = visible_axes(fig)
@@ -85,7 +85,7 @@ def test_latency_and_setup_figures_are_labelled(small):
         assert "ipc: ipc_open_cold 64 MiB (GPU 0 → GPU 0)" in labels
         assert len(ax.patches) == 4  # one bar per operation
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
 
 
 def test_save_plots_into_a_folder_writes_three_real_pngs(small, tmp_path):
@@ -129,7 +129,7 @@ def test_reference_run_bandwidth_figure_has_a_panel_per_link_class_and_measure()
         assert [t[1].split(" · ")[0] for t in titles][:3] == ["stream", "handoff", "stream"]
         assert "2× NVIDIA H200" in texts(fig)
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
 
 
 def test_only_drawing_imports_matplotlib(tmp_path):
@@ -175,7 +175,7 @@ def test_titles_and_subtitles_are_never_clipped(kind):
     try:
         assert fig.texts and all(_inside(fig, t) for t in fig.texts)
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
 
 
 @pytest.mark.skipif(not H200.exists(), reason="reference run not in this checkout")
@@ -191,7 +191,7 @@ def test_legend_entries_only_for_what_is_drawn():
                     assert len(x) and any(math.isfinite(v) and v > 0 for v in y), label
                 assert len(labels) == len(set(labels)), labels
         finally:
-            plots._pyplot().close(fig)
+            plots.pyplot().close(fig)
 
 
 def test_colours_come_from_the_path_facts(small):
@@ -201,7 +201,7 @@ def test_colours_come_from_the_path_facts(small):
         ipc = [line for ax in visible_axes(fig) for line in ax.get_lines() if line.get_label() == "ipc"]
         assert ipc and all(line.get_color() == "#123456" for line in ipc)
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
 
 
 def test_setup_against_size_figure_only_where_an_operation_was_timed_at_three_sizes(small, tmp_path):
@@ -226,7 +226,7 @@ def test_setup_against_size_figure_only_where_an_operation_was_timed_at_three_si
         assert line.get_linestyle() == "-"  # ipc pays it before its first transfer
         assert {1 << 20, 64 << 20, 1 << 30} <= {int(x) for x in line.get_xdata()}
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
     assert "run-setup-size.png" not in {p.name for p in plots.save_plots(df, meta, tmp_path / "without", "run")}
 
 
@@ -347,7 +347,7 @@ def test_legends_lie_outside_the_axes_with_a_few_entries_per_panel(run, kind):
         assert width <= 20 and height <= 26, (name, width, height)
         assert all(_inside(fig, t) for t in fig.texts)
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
 
 
 def test_every_figure_is_written_for_each_run(run, tmp_path):
@@ -372,14 +372,14 @@ def test_pairs_of_a_link_class_are_one_line_per_path_with_their_spread():
         first = visible_axes(fig)[0]
         assert sorted(line.get_label() for line in first.get_lines()) == ["ceiling: peer", "ipc", "staging"]
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
     fig = plots.plot_latency(df, meta)
     try:
         lines = {line.get_label(): line for line in visible_axes(fig)[0].get_lines()}
         assert lines["ipc/device-ll (GPU-initiated)"].get_linestyle() == "--"
         assert lines["ipc/ce-pingpong"].get_linestyle() == "-"
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
 
 
 def test_pair_matrices_are_heatmaps_annotated_at_eight_gpus():
@@ -398,7 +398,7 @@ def test_pair_matrices_are_heatmaps_annotated_at_eight_gpus():
         width, height = fig.get_size_inches()
         assert width <= 20 and height <= 26
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)
 
 
 def ax_texts(ax) -> list[str]:
@@ -422,4 +422,4 @@ def test_sharing_modes_lie_side_by_side_where_they_differ():
 
         assert at_4k(mps, "ipc") > 10 * at_4k(sliced, "ipc")  # GB/s: the context switch gone
     finally:
-        plots._pyplot().close(fig)
+        plots.pyplot().close(fig)

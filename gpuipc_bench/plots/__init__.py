@@ -30,9 +30,9 @@ from gpuipc_bench.plots.files import (
 from gpuipc_bench.plots.latency import plot_latency
 from gpuipc_bench.plots.matrix import plot_matrix
 from gpuipc_bench.plots.setup import plot_setup, plot_setup_size, sized_setup
-from gpuipc_bench.plots.style import _pyplot, machine_title
+from gpuipc_bench.plots.style import pyplot, machine_title
 from gpuipc_bench.plots.summary import analysed_summary
 
-__all__ = ["FORMATS", "KINDS", "PLOTTERS", "_pyplot", "analysed_summary", "check_plot_dest", "check_plot_targets",
+__all__ = ["FORMATS", "KINDS", "PLOTTERS", "pyplot", "analysed_summary", "check_plot_dest", "check_plot_targets",
            "machine_title", "plot_bandwidth", "plot_latency", "plot_matrix", "plot_setup", "plot_setup_size",
            "plot_targets", "save_plots", "sized_setup"]

@@ -12,7 +12,7 @@ import pandas as pd
 
 from gpuipc_bench.paths import from_metadata
 from gpuipc_bench.plots import facets  # the module
-from gpuipc_bench.plots.style import (CEILING_STYLES, Legend, _pyplot, colour, figure_size, finish, grid, hide_rest,
+from gpuipc_bench.plots.style import (CEILING_STYLES, Legend, pyplot, colour, figure_size, finish, grid, hide_rest,
                                       marker, size_axis, suptitle, value_axis)
 
 if TYPE_CHECKING:
@@ -63,7 +63,7 @@ def plot_bandwidth(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFr
     link's ceilings dashed, one legend under the panels."""
     from gpuipc_bench.plots.summary import analysed_summary
 
-    plt = _pyplot()
+    plt = pyplot()
     facts = from_metadata(meta)
     summary = facets.prepared(analysed_summary(df, meta) if summary is None else summary, meta)
     bw = summary[summary["metric"] == "bandwidth"]

@@ -14,7 +14,7 @@ from gpuipc_bench.plots.bandwidth import plot_bandwidth
 from gpuipc_bench.plots.latency import plot_latency
 from gpuipc_bench.plots.matrix import has_pairs, plot_matrix
 from gpuipc_bench.plots.setup import plot_setup, plot_setup_size, sized_setup
-from gpuipc_bench.plots.style import DPI, _pyplot
+from gpuipc_bench.plots.style import DPI, pyplot
 from gpuipc_bench.plots.summary import analysed_summary
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def save_plots(df: pd.DataFrame, meta: Mapping[str, str], dest: Path, stem: str,
     """Draw the figures of one run and write them; returns the files written. A run without
     setup rows gets no setup figure. `summary`: the run's analysed summary (analysis.model:
     with its `candidate` column), analysed here when not given."""
-    plt = _pyplot()
+    plt = pyplot()
     targets = plot_targets(dest, stem, fmt, several)
     summary = analysed_summary(df, meta) if summary is None else summary
     if not (summary["metric"] == "setup").any():

@@ -13,7 +13,7 @@ import pandas as pd
 from gpuipc_bench.paths import from_metadata
 from gpuipc_bench.plots import facets  # the module
 from gpuipc_bench.plots.bandwidth import MAX_COLUMNS, draw_ceilings, draw_line, grid_of
-from gpuipc_bench.plots.style import (MARKERS, Legend, _pyplot, colour, figure_size, finish, grid, hide_rest, marker,
+from gpuipc_bench.plots.style import (MARKERS, Legend, pyplot, colour, figure_size, finish, grid, hide_rest, marker,
                                       size_axis, suptitle, value_axis)
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def plot_latency(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFram
     transfer of its hand-off rows instead (the best variant per path)."""
     from gpuipc_bench.plots.summary import analysed_summary
 
-    plt = _pyplot()
+    plt = pyplot()
     facts = from_metadata(meta)
     summary = facets.prepared(analysed_summary(df, meta) if summary is None else summary, meta)
     lat = summary[summary["metric"] == "latency"]

@@ -16,7 +16,7 @@ import pandas as pd
 from gpuipc_bench.paths import from_metadata, path_order
 from gpuipc_bench.plots import facets  # the module
 from gpuipc_bench.plots.bandwidth import grid_of
-from gpuipc_bench.plots.style import _pyplot, finish, suptitle
+from gpuipc_bench.plots.style import pyplot, finish, suptitle
 from gpuipc_bench.report.matrix import HANDOFF_BYTES, link_matrix
 from gpuipc_bench.report.wording import DASH, fmt_num, fmt_pm
 from gpuipc_bench.sizes import format_size
@@ -139,7 +139,7 @@ def plot_matrix(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame
 
     from gpuipc_bench.plots.summary import analysed_summary
 
-    plt = _pyplot()
+    plt = pyplot()
     summary = analysed_summary(df, meta) if summary is None else summary
     gpus, maps = pair_heatmaps(summary, meta)
     stream = [m for m in maps if m["measure"] == "stream"]

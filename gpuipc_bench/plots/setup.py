@@ -13,7 +13,7 @@ from gpuipc_bench.paths import from_metadata
 from gpuipc_bench.plots import facets  # the module
 from gpuipc_bench.plots.bandwidth import draw_line
 from gpuipc_bench.plots.facets import values
-from gpuipc_bench.plots.style import (Legend, _pyplot, colour, finish, formatter, grid, plain_number, size_axis,
+from gpuipc_bench.plots.style import (Legend, pyplot, colour, finish, formatter, grid, plain_number, size_axis,
                                       suptitle, value_axis)
 from gpuipc_bench.report.tables import representative_sizes
 from gpuipc_bench.report.wording import link
@@ -28,7 +28,7 @@ def plot_setup(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataFrame 
     an operation measured at many sizes (host_register) at a few representative ones."""
     from gpuipc_bench.plots.summary import analysed_summary
 
-    plt = _pyplot()
+    plt = pyplot()
     facts = from_metadata(meta)
     summary = analysed_summary(df, meta) if summary is None else summary
     setup = summary[summary["metric"] == "setup"]
@@ -104,7 +104,7 @@ def plot_setup_size(df: pd.DataFrame, meta: Mapping[str, str], summary: pd.DataF
     transfer drawn solid, the others dashed."""
     from gpuipc_bench.plots.summary import analysed_summary
 
-    plt = _pyplot()
+    plt = pyplot()
     facts = from_metadata(meta)
     summary = analysed_summary(df, meta) if summary is None else summary
     rows = sized_setup(summary)

@@ -32,7 +32,7 @@ PANEL_W, PANEL_H = 4.4, 3.3  # inches per panel
 HEADER_LINES = ((13, "bold", "#111111"), (10.5, "normal", "#111111"), (8.5, "normal", "#555555"))
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     matplotlib.use("Agg", force=True)

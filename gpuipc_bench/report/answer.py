@@ -36,7 +36,7 @@ from gpuipc_bench.machine.mig import heading as mig_heading, is_mig, refused_lin
 from gpuipc_bench.report import wording
 from gpuipc_bench.report.findings import fallback_lines, handover_line, neighbour_lines  # noqa: F401 - re-exported
 from gpuipc_bench.report.lines import (  # noqa: F401 - re-exported: the formatting the report modules share
-    NBSP, Line, _nb, _size, _span, _time_parts, fmt_time, sizes_text, time_span, wrap,
+    NBSP, Line, no_break, size_text, value_span, time_parts, fmt_time, sizes_text, time_span, wrap,
 )
 from gpuipc_bench.report.wording import fmt_num, link
 from gpuipc_bench.results import base_mode
@@ -61,7 +61,7 @@ def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]]
     pairs = len({d.link for d in band.decisions})
     parts = []
     if bound:
-        upto = f" to {_size(max(d.bytes for d in bound))}" if free else ""
+        upto = f" to {size_text(max(d.bytes for d in bound))}" if free else ""
         pm = "" if free and measure == "stream" else " " + _pm(bound)
         parts.append(f"{time_span([d.choice_s[1] for d in bound])}{pm}{upto} (call-bound)")
     if free and measure == "stream":
@@ -70,22 +70,22 @@ def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]]
         text = f"{fmt_num(float(np.median(gbps)))}{NBSP}GB/s"
         if pairs > 1:
             ends = [top[0].bytes / t / 1e9 for d in top for t in (d.choice_s[0], d.choice_s[2]) if t > 0]
-            text += (f" at {_size(top[0].bytes)} ({_span(ends or gbps, fmt_num)} over "
+            text += (f" at {size_text(top[0].bytes)} ({value_span(ends or gbps, fmt_num)} over "
                      f"{len({d.link for d in top})} pairs)")
         else:
-            text += f" {_pm(top)} at {_size(top[0].bytes)}"
+            text += f" {_pm(top)} at {size_text(top[0].bytes)}"
         fractions = [d.fraction_of_ceiling for d in top if math.isfinite(d.fraction_of_ceiling)]
         if fractions and top[0].ceiling:
             ceiling = top[0].ceiling.partition("/")[0]
             ceiling = ceiling.partition("@")[0] if pairs > 1 else ceiling  # peer@0>1, peer@1>0: peer
-            text += f" = {_span(fractions, wording.fmt_percent)} of {ceiling}"
+            text += f" = {value_span(fractions, wording.fmt_percent)} of {ceiling}"
         parts.append(text)
     elif free:
         ends = sorted({d.bytes for d in free})
         text = time_span([d.choice_s[1] for d in free if d.bytes in (ends[0], ends[-1])]) + " " + _pm(free)
         hi = [d for d in free if d.bytes == ends[-1]]
         if len(ends) == 1 and ends[0] >= 1 << 20:
-            text += f" ({_span([d.choice_gbps for d in hi], fmt_num)}{NBSP}GB/s)"
+            text += f" ({value_span([d.choice_gbps for d in hi], fmt_num)}{NBSP}GB/s)"
         parts.append(text)
     text = "; ".join(parts) + (f" over {pairs} pairs" if pairs > 1 and not (free and measure == "stream") else "")
     if 0 < pairs < len(among_links):
@@ -93,7 +93,7 @@ def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]]
     if band.unmeasured:
         text += f" (not measured at {size_list(band.unmeasured)})"
     if band.measured_to is not None:
-        text += f" (not measured above {_size(band.measured_to)})"
+        text += f" (not measured above {size_text(band.measured_to)})"
     return text
 
 
@@ -205,7 +205,7 @@ def ratio_span(ratios: Sequence[float]) -> str:
     shown = [r for r in ratios if r >= 1]
     if not shown:
         return "≈"
-    return f"{_span(shown, fmt_num)}×"
+    return f"{value_span(shown, fmt_num)}×"
 
 
 def _mechanism_of(label: str) -> str:
@@ -228,12 +228,12 @@ def differ_lines(band: Band, measure: str, width: int = SIZE_WIDTH) -> list[Line
     for (src, dst), found in by_link.items():
         choices = list(dict.fromkeys(d.choice for d in found))
         if measure == "stream" and not any(d.call_bound for d in found):
-            figure = f"{_span([d.choice_gbps for d in found], fmt_num)}{NBSP}GB/s"
+            figure = f"{value_span([d.choice_gbps for d in found], fmt_num)}{NBSP}GB/s"
         else:
             figure = time_span([d.choice_s[1] for d in found])
         ratios = [d.median_of(band.pick) / d.choice_s[1] for d in found if d.choice_s[1] > 0]
         ratios = [r for r in ratios if math.isfinite(r)]
-        there = f"{band.pick} {_span(ratios, fmt_num)}× there" if ratios else ""
+        there = f"{band.pick} {value_span(ratios, fmt_num)}× there" if ratios else ""
         if len(ratios) < len(found):
             there += ("; " if there else "") + f"{band.pick} not measured"
         where = f"GPU {src} → {dst}" if is_gpu(src) and is_gpu(dst) else link(src, dst)
@@ -467,7 +467,7 @@ def host_lines(summary) -> list[Line]:
         parts = []
         for r in ends:
             lo, hi = (r["ci_lo_s"], r["ci_hi_s"]) if math.isfinite(r["ci_lo_s"]) else (r["min_s"], r["max_s"])
-            at = f" at {_size(int(r['bytes']))}" if int(r["bytes"]) > 0 else ""
+            at = f" at {size_text(int(r['bytes']))}" if int(r["bytes"]) > 0 else ""
             parts.append(f"{fmt_time(r['median_s'])} [{time_span([lo, hi])}]{at}")
         out.append(Line(f"  {what}: " + ", ".join(parts), 4))
     if not out:

@@ -44,11 +44,11 @@ NBSP = "\u00a0"  # joins a number to its unit: wrap() never breaks there, and pr
 
 def fmt_time(seconds: float) -> str:
     """1.9e-06 -> '1.90 µs', 3.4e-4 -> '340 µs', 2.9e-3 -> '2.90 ms' (number and unit joined by NBSP)."""
-    number, unit = _time_parts(seconds)
+    number, unit = time_parts(seconds)
     return f"{number}{NBSP}{unit}" if unit else number
 
 
-def _time_parts(seconds: float) -> tuple[str, str]:
+def time_parts(seconds: float) -> tuple[str, str]:
     if not (seconds > 0):
         return wording.DASH, ""
     if seconds >= 1:
@@ -60,13 +60,13 @@ def _time_parts(seconds: float) -> tuple[str, str]:
 
 def time_span(values: Sequence[float]) -> str:
     """'1.86–3.33 µs' (one unit where both ends share it), '180 µs–1.20 ms'."""
-    (lo, lu), (hi, hu) = _time_parts(min(values)), _time_parts(max(values))
+    (lo, lu), (hi, hu) = time_parts(min(values)), time_parts(max(values))
     if lo == hi and lu == hu:
         return f"{lo}{NBSP}{lu}"
     return f"{lo}–{hi}{NBSP}{hu}" if lu == hu else f"{lo}{NBSP}{lu}–{hi}{NBSP}{hu}"
 
 
-def _span(values: Sequence[float], fmt) -> str:
+def value_span(values: Sequence[float], fmt) -> str:
     lo, hi = fmt(min(values)), fmt(max(values))
     return lo if lo == hi else f"{lo}–{hi}"
 
@@ -75,14 +75,14 @@ def sizes_text(lo: int, hi: int) -> str:
     """'4 B–4 MiB', '64–256 MiB', '16 MiB' (each number joined to its unit by NBSP)."""
     a, b = wording.format_size(lo), wording.format_size(hi)
     if lo == hi:
-        return _nb(a)
+        return no_break(a)
     (na, ua), (nb, ub) = a.split(" "), b.split(" ")
-    return _nb(f"{na}–{nb} {ub}" if ua == ub else f"{a}–{b}")
+    return no_break(f"{na}–{nb} {ub}" if ua == ub else f"{a}–{b}")
 
 
-def _nb(text: str) -> str:
+def no_break(text: str) -> str:
     return text.replace(" ", NBSP)
 
 
-def _size(nbytes: int) -> str:
-    return _nb(wording.format_size(nbytes))
+def size_text(nbytes: int) -> str:
+    return no_break(wording.format_size(nbytes))

@@ -19,7 +19,7 @@ from gpuipc_bench.errors import NewerSchemaError, ResultsFormatError
 from gpuipc_bench.results.text import CONTROL_BYTES, printable
 from gpuipc_bench.results.rows import MAGIC, SCHEMA_VERSION
 from gpuipc_bench.results.table import parse_table
-from gpuipc_bench.results.writing import _UNESCAPES
+from gpuipc_bench.results.writing import UNESCAPES
 
 from gpuipc_bench.sizes import format_size
 
@@ -126,7 +126,7 @@ def _unescape(value: str) -> str:
     def one(m: re.Match) -> str:
         if m.group(1):
             return chr(int(m.group(1), 16))
-        return _UNESCAPES.get(m.group(2), m.group(2))
+        return UNESCAPES.get(m.group(2), m.group(2))
 
     return re.sub(r"\\(?:x([0-9a-fA-F]{2})|(.))", one, value)
 

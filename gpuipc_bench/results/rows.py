@@ -124,7 +124,7 @@ def new_row(**fields: Any) -> dict[str, Any]:
     if row["seq"] < -1:
         raise ValueError(f"seq must be -1 (unknown) or more, not {row['seq']}")
     pct = row["mps_thread_pct"]
-    if pct is not None and not _is_na(pct) and not (isinstance(pct, float) and math.isnan(pct)):
+    if pct is not None and not is_na(pct) and not (isinstance(pct, float) and math.isnan(pct)):
         pct = _as_int("mps_thread_pct", pct)
         if not 1 <= pct <= 100:
             raise ValueError(f"mps_thread_pct must be 1 to 100, not {pct}")
@@ -153,11 +153,11 @@ def new_row(**fields: Any) -> dict[str, Any]:
 
     for col in BOOL_COLUMNS:
         flag = row[col]
-        if flag is not None and not _is_na(flag):
+        if flag is not None and not is_na(flag):
             if not isinstance(flag, (bool, np.bool_)):
                 raise ValueError(f"{col} must be True, False or None, not {flag!r}")
             flag = bool(flag)
-        row[col] = None if _is_na(flag) else flag
+        row[col] = None if is_na(flag) else flag
     return {col: row[col] for col in COLUMNS}
 
 
@@ -180,29 +180,29 @@ def _as_float(col: str, value: Any) -> float:
         raise ValueError(f"{col} must be a number, not {value!r}") from None
 
 
-def _pd():
+def pandas_module():
     import pandas
 
     return pandas
 
 
-def _is_na(value: Any) -> bool:
+def is_na(value: Any) -> bool:
     """pandas.NA, without importing pandas."""
     return type(value).__name__ == "NAType"
 
 
 def empty_frame() -> pd.DataFrame:
     """A results frame with no rows and the right columns and dtypes."""
-    return typed_frame(_pd().DataFrame({col: [] for col in COLUMNS}))
+    return typed_frame(pandas_module().DataFrame({col: [] for col in COLUMNS}))
 
 
 def typed_frame(df: pd.DataFrame) -> pd.DataFrame:
     """Give the COLUMNS their dtypes (str, int64, nullable Int64, float64, nullable boolean) and order;
     extra columns are kept after them, unchanged."""
-    out = _pd().DataFrame(index=range(len(df)))
+    out = pandas_module().DataFrame(index=range(len(df)))
     values = df.reset_index(drop=True)
     for col in STR_COLUMNS:
-        out[col] = values[col].fillna("").astype(str) if len(values) else _pd().Series([], dtype=str)
+        out[col] = values[col].fillna("").astype(str) if len(values) else pandas_module().Series([], dtype=str)
     for col in INT_COLUMNS:
         out[col] = values[col].astype("int64")
     for col in OPTIONAL_INT_COLUMNS:

@@ -12,7 +12,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpuipc_bench.results.rows import (
-    BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, MEASURES, METRICS, SCHEMA_VERSION, STR_COLUMNS, _pd,
+    BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, MEASURES, METRICS, SCHEMA_VERSION, STR_COLUMNS, pandas_module,
     typed_frame,
 )
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 # Columns each schema version added, with how to fill them in an older file (the schema's history
 # is in gpuipc_bench.results).
-_ADDED_IN = {2: ("measure", "l2_resident"), 3: ("mps_thread_pct", "transport", "node", "seq", "sm_clock_mhz")}
+ADDED_IN = {2: ("measure", "l2_resident"), 3: ("mps_thread_pct", "transport", "node", "seq", "sm_clock_mhz")}
 
 
 def parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSION,
@@ -37,7 +37,7 @@ def parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSI
     dupes = sorted({name for name in header if header.count(name) > 1})
     if dupes:
         raise bad(f"duplicate column(s): {', '.join(dupes)}")
-    later = {c for v, cols in _ADDED_IN.items() if v > version for c in cols}
+    later = {c for v, cols in ADDED_IN.items() if v > version for c in cols}
     missing = [c for c in COLUMNS if c not in header and c not in later]
     if missing:
         raise bad(f"missing column(s): {', '.join(missing)}")
@@ -51,8 +51,8 @@ def parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSI
             raise bad(f"line {line}: {len(record)} fields, expected {len(header)} (the file may be truncated)")
         records.append(record)
         lines.append(line)
-    raw = _pd().DataFrame(records, columns=header, dtype=object) if records else _pd().DataFrame(
-        {name: _pd().Series([], dtype=object) for name in header}
+    raw = pandas_module().DataFrame(records, columns=header, dtype=object) if records else pandas_module().DataFrame(
+        {name: pandas_module().Series([], dtype=object) for name in header}
     )
 
     for col in sorted(later - set(header)):
@@ -67,38 +67,38 @@ def parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSI
         for value, line in zip(raw[col], lines):
             try:
                 out.append(convert(value))
-            except _BadCell as exc:
+            except BadCell as exc:
                 raise bad(f"line {line}, column {col}: {exc}") from None
         return out
 
     converted: dict[str, Any] = {}
     for col in STR_COLUMNS:
         converted[col] = raw[col].astype(object)
-    column("measure", _choice(MEASURES))
-    column("metric", _choice(METRICS))
+    column("measure", choice_cell(MEASURES))
+    column("metric", choice_cell(METRICS))
     for col in INT_COLUMNS:
-        converted[col] = column(col, _int_cell({"batch": 1, "seq": -1}.get(col, 0)))
-    converted["mps_thread_pct"] = column("mps_thread_pct", _optional_int_cell(1, 100))
-    converted["sm_clock_mhz"] = column("sm_clock_mhz", _float_cell(positive=True, what="a clock in MHz"))
-    converted["seconds"] = column("seconds", _float_cell(required=True, positive=True))
-    converted["bandwidth_gbps"] = column("bandwidth_gbps", _float_cell())
+        converted[col] = column(col, int_cell({"batch": 1, "seq": -1}.get(col, 0)))
+    converted["mps_thread_pct"] = column("mps_thread_pct", optional_int_cell(1, 100))
+    converted["sm_clock_mhz"] = column("sm_clock_mhz", float_cell(positive=True, what="a clock in MHz"))
+    converted["seconds"] = column("seconds", float_cell(required=True, positive=True))
+    converted["bandwidth_gbps"] = column("bandwidth_gbps", float_cell())
     for line, metric, gbps in zip(lines, raw["metric"], converted["bandwidth_gbps"]):
         if metric == "bandwidth" and not (math.isfinite(gbps) and gbps >= 0):
             raise bad(f"line {line}, column bandwidth_gbps: {gbps!r} is not a bandwidth (a bandwidth row "
                       "needs a finite number, 0 or more)")
     for col in BOOL_COLUMNS:
-        converted[col] = column(col, _bool_cell)
+        converted[col] = column(col, bool_cell)
     for col in header:
         if col not in COLUMNS:
             converted[col] = raw[col].astype(object)
-    frame = _pd().DataFrame(converted, columns=list(COLUMNS) + [c for c in header if c not in COLUMNS])
+    frame = pandas_module().DataFrame(converted, columns=list(COLUMNS) + [c for c in header if c not in COLUMNS])
     if not records:
         frame = frame.astype({c: "int64" for c in INT_COLUMNS} | {c: "float64" for c in FLOAT_COLUMNS}
                              | {"mps_thread_pct": "Int64"})
     return typed_frame(frame)
 
 
-class _BadCell(ValueError):
+class BadCell(ValueError):
     """What is wrong with one cell; read_results adds the file, the line and the column."""
 
 
@@ -107,66 +107,66 @@ _TRUE = {"true", "1", "yes"}
 _FALSE = {"false", "0", "no"}
 
 
-def _choice(allowed: tuple[str, ...]):
+def choice_cell(allowed: tuple[str, ...]):
     def convert(value: str) -> str:
         if value not in allowed:
-            raise _BadCell(f"{value!r} is not one of {', '.join(repr(a) for a in allowed)}")
+            raise BadCell(f"{value!r} is not one of {', '.join(repr(a) for a in allowed)}")
         return value
 
     return convert
 
 
-def _int_cell(least: int):
+def int_cell(least: int):
     def convert(value: str) -> int:
         if not _INT_RE.match(value) or len(value.strip()) > 19:
-            raise _BadCell(f"{value!r} is not an integer")
+            raise BadCell(f"{value!r} is not an integer")
         number = int(value)
         if number < least:
-            raise _BadCell(f"{number} is less than {least}")
+            raise BadCell(f"{number} is less than {least}")
         return number
 
     return convert
 
 
-def _optional_int_cell(least: int, most: int):
+def optional_int_cell(least: int, most: int):
     def convert(value: str) -> Any:
         if not value.strip():
             return None
-        number = _int_cell(least)(value)
+        number = int_cell(least)(value)
         if number > most:
-            raise _BadCell(f"{number} is more than {most}")
+            raise BadCell(f"{number} is more than {most}")
         return number
 
     return convert
 
 
-def _float_cell(required: bool = False, positive: bool = False,
+def float_cell(required: bool = False, positive: bool = False,
                 what: str = "a time (a finite number of seconds, more than 0)"):
     def convert(value: str) -> float:
         if not value.strip():
             if required:
-                raise _BadCell("empty value")
+                raise BadCell("empty value")
             return math.nan
         try:
             number = float(value)
         except ValueError:
-            raise _BadCell(f"{value!r} is not a number") from None
+            raise BadCell(f"{value!r} is not a number") from None
         if positive and not (math.isfinite(number) and number > 0):
-            raise _BadCell(f"{value.strip()} is not {what}")
+            raise BadCell(f"{value.strip()} is not {what}")
         return number
 
     return convert
 
 
-def _bool_cell(value: str) -> Any:
+def bool_cell(value: str) -> Any:
     text = value.strip().lower()
     if not text:
-        return _pd().NA
+        return pandas_module().NA
     if text in _TRUE:
         return True
     if text in _FALSE:
         return False
-    raise _BadCell(f"{value!r} is not True or False")
+    raise BadCell(f"{value!r} is not True or False")
 
 
 def _v1_measure(path: str, metric: str) -> str:

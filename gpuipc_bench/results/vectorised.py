@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuipc_bench.results.rows import (
-    BOOL_COLUMNS, COLUMNS, INT_COLUMNS, MEASURES, METRICS, STR_COLUMNS, _pd, typed_frame,
+    BOOL_COLUMNS, COLUMNS, INT_COLUMNS, MEASURES, METRICS, STR_COLUMNS, pandas_module, typed_frame,
 )
 from gpuipc_bench.results.table import (
-    _ADDED_IN, _BadCell, _bool_cell, _choice, _float_cell, _int_cell, _optional_int_cell,
+    ADDED_IN, BadCell, bool_cell, choice_cell, float_cell, int_cell, optional_int_cell,
 )
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def parse_vectorised(raw: bytes, start: int, version: int, partial: bool = False
     if header_end < 0:
         return None
     header = [name.strip() for name in raw[start:header_end].decode("utf-8").split(",")]
-    later = {c for v, cols in _ADDED_IN.items() if v > version for c in cols}
+    later = {c for v, cols in ADDED_IN.items() if v > version for c in cols}
     if len(set(header)) < len(header) or any(c not in header and c not in later for c in COLUMNS):
         return None  # parse_table says which columns
     first = header_end + 1
@@ -55,7 +55,7 @@ def parse_vectorised(raw: bytes, start: int, version: int, partial: bool = False
         return None
     try:
         parts = [_convert(chunk, header, later) for chunk in _chunks(raw, first, end, len(header))]
-    except _BadCell:
+    except BadCell:
         return None
     if sum(len(p["seconds"]) for p in parts) != records:
         return None
@@ -110,7 +110,7 @@ class _Bytes:
 
 def _chunks(raw: bytes, start: int, end: int, fields: int):
     """Every cell as a str (dtype object), CHUNK_ROWS rows at a time; blank lines skipped."""
-    return _pd().read_csv(
+    return pandas_module().read_csv(
         _Bytes(raw, start, end), header=None, names=list(range(fields)), index_col=False, dtype=object,
         na_filter=False, keep_default_na=False, quoting=csv.QUOTE_NONE, skip_blank_lines=True, engine="c",
         chunksize=CHUNK_ROWS, encoding="utf-8",
@@ -119,7 +119,7 @@ def _chunks(raw: bytes, start: int, end: int, fields: int):
 
 def _convert(chunk: pd.DataFrame, header: list[str], later: set[str]) -> dict[str, Any]:
     """One chunk's columns, converted and checked as table.parse_table does (the same
-    converters); _BadCell for any cell it refuses."""
+    converters); BadCell for any cell it refuses."""
     n = len(chunk)
     raw = {name: chunk[i].to_numpy(dtype=object) for i, name in enumerate(header)}
     for col in sorted(later - set(header)):
@@ -130,19 +130,19 @@ def _convert(chunk: pd.DataFrame, header: list[str], later: set[str]) -> dict[st
         raw["seq"] = np.full(n, "-1", dtype=object)
 
     out: dict[str, Any] = {col: raw[col] for col in STR_COLUMNS}
-    _distinct(raw["measure"], _choice(MEASURES))
-    _distinct(raw["metric"], _choice(METRICS))
+    _distinct(raw["measure"], choice_cell(MEASURES))
+    _distinct(raw["metric"], choice_cell(METRICS))
     for col in INT_COLUMNS:
         out[col] = _ints(raw[col], {"batch": 1, "seq": -1}.get(col, 0))
-    out["mps_thread_pct"] = _masked(raw["mps_thread_pct"], _optional_int_cell(1, 100), None, np.int64)
+    out["mps_thread_pct"] = _masked(raw["mps_thread_pct"], optional_int_cell(1, 100), None, np.int64)
     out["sm_clock_mhz"] = _floats(raw["sm_clock_mhz"], positive=True)
     out["seconds"] = _floats(raw["seconds"], required=True, positive=True)
     gbps = out["bandwidth_gbps"] = _floats(raw["bandwidth_gbps"])
     bandwidth = raw["metric"] == "bandwidth"
     if not (np.isfinite(gbps[bandwidth]) & (gbps[bandwidth] >= 0)).all():
-        raise _BadCell("a bandwidth row without a bandwidth")
+        raise BadCell("a bandwidth row without a bandwidth")
     for col in BOOL_COLUMNS:
-        out[col] = _masked(raw[col], _bool_cell, _pd().NA, bool)
+        out[col] = _masked(raw[col], bool_cell, pandas_module().NA, bool)
     for col in header:
         if col not in COLUMNS:
             out[col] = raw[col]
@@ -152,7 +152,7 @@ def _convert(chunk: pd.DataFrame, header: list[str], later: set[str]) -> dict[st
 def _distinct(cells: np.ndarray, convert) -> tuple[list, np.ndarray]:
     """convert() of each distinct cell (once each: most columns hold a few values), and
     each cell's index into them."""
-    codes, values = _pd().factorize(cells)
+    codes, values = pandas_module().factorize(cells)
     return [convert(v) for v in values], codes
 
 
@@ -165,11 +165,11 @@ def _masked(cells: np.ndarray, convert, missing, dtype) -> tuple[np.ndarray, np.
 
 
 def _ints(cells: np.ndarray, least: int) -> np.ndarray:
-    """table._int_cell(least) of every cell. numpy converts a str cell with int(); a cell as
+    """table.int_cell(least) of every cell. numpy converts a str cell with int(); a cell as
     long as str() of its number is that number's digits and nothing else (int() takes a sign,
     blanks, underscores and leading zeros besides, each a character more), which the per-cell
     rule takes as int(cell) too; only the other cells go through it."""
-    convert = _int_cell(least)
+    convert = int_cell(least)
     try:
         numbers = cells.astype(np.int64)
     except (ValueError, OverflowError, TypeError):
@@ -183,24 +183,24 @@ def _ints(cells: np.ndarray, least: int) -> np.ndarray:
     if len(odd):
         numbers[odd] = [convert(cells[i]) for i in odd]
     if (numbers < least).any():
-        raise _BadCell(f"less than {least}")
+        raise BadCell(f"less than {least}")
     return numbers
 
 
 def _floats(cells: np.ndarray, required: bool = False, positive: bool = False) -> np.ndarray:
-    """table._float_cell of every cell: numpy converts a str cell with float() itself; an
+    """table.float_cell of every cell: numpy converts a str cell with float() itself; an
     empty cell is NaN (refused where required). Where float() refuses a cell (a blank one
     included), the whole column goes through the per-cell rule."""
     empty = cells == ""
     if required and empty.any():
-        raise _BadCell("empty value")
+        raise BadCell("empty value")
     try:
         numbers = np.where(empty, "nan", cells).astype(np.float64)
     except (ValueError, TypeError):
-        converted, codes = _distinct(cells, _float_cell(required=required, positive=positive))
+        converted, codes = _distinct(cells, float_cell(required=required, positive=positive))
         return np.array(converted, dtype=np.float64)[codes]
     if positive and not (empty | (np.isfinite(numbers) & (numbers > 0))).all():
-        raise _BadCell("not more than 0")
+        raise BadCell("not more than 0")
     return numbers
 
 
@@ -213,7 +213,7 @@ def _v1_measures(path: np.ndarray, metric: np.ndarray) -> np.ndarray:
 
 def _frame(parts: list[dict[str, Any]], header: list[str]) -> pd.DataFrame:
     """The chunks' columns joined (each chunk's freed as it is joined), with typed_frame's dtypes."""
-    pd = _pd()
+    pd = pandas_module()
     columns = list(COLUMNS) + [c for c in header if c not in COLUMNS]
     joined: dict[str, Any] = {}
     for col in columns:

@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 from gpuipc_bench.errors import BenchError
-from gpuipc_bench.results.rows import COLUMNS, MAGIC, SCHEMA_VERSION, _is_na, _pd, empty_frame, new_row, typed_frame
+from gpuipc_bench.results.rows import (
+    COLUMNS, MAGIC, SCHEMA_VERSION, empty_frame, is_na, new_row, pandas_module, typed_frame,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -137,7 +139,7 @@ class ResultsFile:
     def frame(self) -> pd.DataFrame:
         if not self._rows:
             return empty_frame()
-        return typed_frame(_pd().DataFrame.from_records(self._rows, columns=list(COLUMNS)))
+        return typed_frame(pandas_module().DataFrame.from_records(self._rows, columns=list(COLUMNS)))
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -176,7 +178,7 @@ def format_rows(rows: Iterable[Mapping[str, Any]]) -> str:
 
 
 def _cell_text(value: Any) -> str:
-    if value is None or _is_na(value) or (isinstance(value, float) and math.isnan(value)):
+    if value is None or is_na(value) or (isinstance(value, float) and math.isnan(value)):
         return ""
     return repr(value) if isinstance(value, float) else str(value)
 
@@ -241,7 +243,7 @@ def format_results(df: pd.DataFrame, metadata: Mapping[str, str]) -> str:
 
 
 _ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r"}
-_UNESCAPES = {"n": "\n", "r": "\r", "\\": "\\"}
+UNESCAPES = {"n": "\n", "r": "\r", "\\": "\\"}
 
 
 def _escape(value: str) -> str:

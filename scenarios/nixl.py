@@ -1,41 +1,8 @@
 """nixl: NIXL, the transfer library of vLLM's NixlConnector, Dynamo and TensorRT-LLM, over its
 UCX backend, between two processes, with the transport UCX really chose.
 
-Each worker is a NIXL agent (UCX backend). The agents' metadata and descriptor lists go
-through the tool's own channel (a shared page both workers map), never a TCP side server.
-The producer's buffer is the source and the consumer's the destination whatever the
-operation: WRITE is driven by the producer (a put into the consumer's slots, with a NIXL
-notification), READ by the consumer (a get from the producer's slots).
-
-  stream    the initiator posts one request per slot of the batch back to back
-            (make_prepped_xfer + transfer, as vLLM's connector does per block), then waits
-            for them all: time / transfers
-  handoff   one transfer in flight: WRITE, the put with its notification, the consumer
-            sees the notification and acknowledges in the mailbox before the next; READ,
-            the producer says the slot is ready, the consumer gets it and waits for it
-  blocks    (WRITE, from 1 MiB) one request of N equal descriptors (16, 256, 4096) against
-            the stream of one descriptor: what a KV cache of many pages costs
-
-Every destination slot is verified after each sample. Memory: `nixl-host` moves host
-memory to host memory (no GPU; its ceiling is memcpy@host); `nixl` moves GPU memory to GPU
-memory (same GPU or across two, ceiling d2d@GPU or peer@A>B, like ipc) and host memory to
-GPU memory (variants '-from-dram', ceiling h2d@GPU).
-
-What UCX chose comes from UCX's own protocol report (UCX_PROTO_INFO=y, into a log file of
-the run's folder; gpuipc_bench.scenarios.ucx_report): every row carries it in `transport`
-('zero-copy cma/memory', 'zero-copy cuda_ipc/cuda'). UCX reads its environment once per
-process, so each forced transport is a scenario with its own workers and the variant says
-so ('write:tcp'): nixl-host-tcp (UCX_TLS=tcp: a container without ptrace gets no CMA),
-nixl-cuda-copy (UCX_TLS=cuda_copy,tcp: without cuda_ipc, cuda_copy reaches only a process's own
-GPU, so UCX moves GPU memory between processes by software emulation over tcp), nixl-tcp (UCX_TLS=tcp).
-The user's own UCX_ variables are kept for UCX's choice and named in the CSV's notes.
-
-Set-up rows: nixl_agent (agent and UCX backend), nixl_register (the ring; and once per
-size, a buffer of that size), nixl_load (the peer's metadata), nixl_prep (the descriptor
-lists), nixl_first (the first transfer).
-
-The GPU scenarios have not run on hardware in this version (no GPU time was left when they
-were written); nixl-host ran on CPUs (tests/test_nixl_path.py).
+Each worker is a NIXL agent; WRITE is driven by the producer, READ by the consumer; every row
+carries the transport from UCX's protocol report. The method in full: docs/methods/nixl.md.
 """
 
 from __future__ import annotations

@@ -1,59 +1,8 @@
 """nvshmem: host-initiated put and get on NVSHMEM symmetric memory, two PEs, through nvshmem4py.
 
-Two processes (PE 0, the producer, and PE 1, the consumer; both on one GPU unless --devices
-names two; forked by the run's fork server, which imported nvshmem4py once, not by the parent)
-initialise NVSHMEM by unique id: the producer makes it (get_unique_id) and hands
-its bytes over through the tool's own handle table; both then call init() with it (UID
-bootstrap over loopback; NVSHMEM_DISABLE_NVLS=1 always). Each allocates one symmetric ring
-(nvshmem_malloc, a collective) and a symmetric scratch buffer.
-
-  put  (stream)  the producer fills its ring and queues putmem_on_stream of slot r into
-                 slot r at PE 1, back to back, then quiet_on_stream (completion, inside the
-                 timed interval); timed by the producer's events; the consumer verifies every slot
-  get  (stream)  the consumer queues getmem_on_stream of slot r from PE 0's ring into its
-                 own; timed and verified by the consumer
-
-A put to a PE on the same GPU (or a peer GPU) is one copy-engine copy on the caller's stream
-(cuMemcpyDtoDAsync: a CUPTI trace shows one "Memcpy DtoD" per put, no kernel; timed back to
-back it matches a cudaMemcpyAsync into the same buffer within 0.7% at 4 B-256 MiB on an H100
-and an H200, scripts/probes/probe_nvshmem_put.py). So
-each variant is bounded by that copy (d2d@GPU, or peer@P>C on two GPUs), measured by the
-process that issues it, on its stream, one ceiling sample right after each of its samples
-with the same transfers ('/producer' for the put, '/consumer' for the get): up to a few MiB
-a copy costs a fixed ~1.8 us more than its bytes (H100), and that cost differs by up to 9%
-between the two processes and drifts over a run; a put against a ceiling measured by the
-other process read 3-8% above it. Set-up rows:
-nvshmem_init (the collective init, once) and nvshmem_malloc of the ring.
-
-Where a small put's time goes ('nvshmem-call' rows, at 4 B and 4 KiB, the producer alone):
-CALLS calls queued back to back on one stream, timed on the host, through nvshmem4py's
-Python API (nvshmem.core.put with cuda.core Buffers and Stream), through its C binding
-directly (bindings.putmem_on_stream: one call into libnvshmem_host), and a
-cudaMemcpyAsync of the same bytes on the same stream. ':host' is the time a call takes to
-return (what the host pays to enqueue it), ':done' the time per call once the stream has
-finished them all. The first minus the second API is the Python wrapper's share; the second
-against cudaMemcpyAsync is the library's.
-
-Device-initiated put and get ('device-put', 'device-get', stream, every size): a kernel of up
-to DEVICE_MAX_BLOCKS blocks of DEVICE_THREADS threads (one block per 64 KiB), each block moving
-its share of the message with nvshmemx_putmem_block / nvshmemx_getmem_block (bulk_block) and ending with
-nvshmem_quiet; one launch per message, queued behind the gate like the host-initiated calls,
-bounded by the kernel copy of the link (d2d-sm@GPU or peer-sm@P>C), paired as above. This is
-how GPU-initiated code (DeepEP-style) moves data: SM loads and stores over the link, no copy
-engine.
-
-Device-initiated put + signal ('device-putsig', latency, at 4 B and 4 KiB of the sweep):
-a kernel of one warp in each PE ping-pongs nvshmemx_putmem_signal_nbi_warp of its payload
-with the peer's signal set to the round, and nvshmem_signal_wait_until for the answer
-(gpuipc_bench/gpu/nvshmem_putsig.cu). NVSHMEM's device functions come as a device library,
-so the kernel is built by nvcc (-rdc, device-linked with libnvshmem_device) in the parent (no
-CUDA call there), once and kept on disk for the next runs (gpuipc_bench.gpu.kernel_cache: keyed by
-source, nvcc, the device library and the GPUs' architectures), and loaded by each PE, which
-runs nvshmemx_cumodule_init on it; without nvcc the variant is skipped with a note. One-way = round trip / 2; each PE
-verifies the peer's payload after every sample. On one time-sliced GPU each hop waits for
-the other context's time slice (~2.2 ms); the run's MPS mode (--sharing) measures the same
-under its MPS daemon, next to the tool's own device ping-pong (latency). A kernel whose peer
-never launches spins until the run's --timeout ends the workers.
+Also device-initiated put and get (a kernel per message), a device put+signal ping-pong, and where
+a small put's time goes ('nvshmem-call'). Each variant is bounded by the copy it issues, measured
+by the same process. The method in full: docs/methods/nvshmem.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,8 @@
 """symm: PyTorch's symmetric memory (torch.distributed._symmetric_memory) between two processes.
 
-Each worker starts a two-rank process group (a file store in the run's folder: gloo, or NCCL for
-the NCCL backend), allocates its ring with symm_mem.empty and calls rendezvous on it (a
-collective: every rank maps every other rank's buffer); the consumer then reads the producer's
-ring through get_buffer(PRODUCER, ...), a tensor of its own process. This is how vLLM, SGLang and
-Megatron-LM share GPU buffers on a node. The backend is set once per process, so each is a
-scenario of its own, in fresh processes, named with -s (none is in the default run):
-
-  symm          the CUDA backend (cuMem allocations shared as file descriptors); on one GPU
-                with TORCH_SYMM_MEM_ALLOW_OVERLAPPING_DEVICES=1
-  symm-nvshmem  the NVSHMEM backend (the allocation comes from NVSHMEM's symmetric heap)
-  symm-nccl     the NCCL backend (NCCL windows); two GPUs: NCCL refuses two ranks on one
-
-NVLink multicast is off in every worker (NCCL_NVLS_ENABLE=0, NVSHMEM_DISABLE_NVLS=1,
-TORCH_SYMM_MEM_DISABLE_MULTICAST=1), and TMPDIR is the run's folder (torch binds its socket there).
-Variants (the backend's name, then how the consumer copies
-from the peer's buffer): '<backend>-ce' (Tensor.copy_ of get_buffer's tensor into the consumer's
-own symmetric ring: cudaMemcpyAsync, the copy engine) and '<backend>-sm' (the tool's copy kernel
-on the same pointers: SM loads over the link, as ipc/sm). Measures:
-
-  stream   the producer fills its ring and synchronises; after a barrier the consumer's gated
-           batch copies slot r to slot r, back to back (its CUDA events)
-  handoff  one transfer in flight, signalled through the handle's signal pad (put_signal /
-           wait_signal, stream-ordered kernels): the producer waits for the consumer's 'drained'
-           (r > 0), marks slot r and puts 'filled'; the consumer waits for 'filled', copies slot r
-           and puts 'drained'. Both batches go behind one shared gate; the consumer puts 'go'
-           after its start mark and the producer waits for it, so the consumer's events span
-           every transfer. On one time-sliced GPU each wait kernel spins until the other
-           context's time slice: the hand-off pays it, as a program would.
-
-The consumer verifies every slot of every sample. Set-up rows (the consumer's): pg_init (the
-process group's start), empty_first (the first symm_mem.empty, on a fresh 1 MiB buffer: NVSHMEM's
-heap starts there), rendezvous_first (the process's first rendezvous, on that buffer: the
-backend's own start), rendezvous (each later fresh 1 MiB buffer), rendezvous_ring (the ring's).
-A handle without put_signal/wait_signal (the NCCL backend's may refuse them) skips the hand-off
-with a note. Ceilings as ipc's: d2d@GPU and d2d-sm@GPU, or peer@A>B and peer-sm@A>B.
-
-Needs a CUDA build of torch: the minimum per backend is in symm_support.MIN_TORCH and
-pyproject.toml's torch extra.
+One scenario per backend (symm: CUDA, symm-nvshmem, symm-nccl), each copying from the peer's
+buffer with the copy engine ('-ce') or the tool's kernel ('-sm'), as stream and as a hand-off
+signalled through the handle's signal pad. The method in full: docs/methods/symm.md.
 """
 
 from __future__ import annotations

@@ -1,50 +1,8 @@
 """torch: CUDA tensors through a torch.multiprocessing queue, as PyTorch programs share GPU memory.
 
-The parent makes one queue of the forkserver context (what torch.multiprocessing.get_context(
-'forkserver').Queue() is); the producer puts CUDA tensors on it and the consumer gets them and reads them.
-torch's reductions pickle a CUDA tensor as the IPC handle of its allocation, an interprocess
-event and a reference count; a consumer's first receipt of an allocation opens it
-(_new_shared_cuda), later ones find it open in torch's cache. Two allocator variants, each on
-allocations of its own (the allocator setting is switched on empty caches with
-torch.cuda.memory._set_allocator_settings, and every shared allocation is checked to be of the
-kind named):
-
-  caching     the default caching allocator: cudaMalloc segments, shared as legacy
-              cudaIpcMemHandles
-  expandable  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: segments of cuMemCreate
-              handles, shared as POSIX fds that the consumer takes with pidfd_getfd. The
-              producer names the consumer as its ptracer (Yama's ptrace_scope=1 refuses a
-              sibling otherwise); where the kernel still refuses (a seccomp filter, no
-              CAP_SYS_PTRACE under ptrace_scope 2) the variant is skipped and the run's notes
-              say why.
-
-Measures (every slot of a ring has its own seed; the consumer verifies every byte):
-
-  stream   bandwidth after import: the producer fills its ring tensor, synchronises and puts
-           it; the consumer gets it (already open) and copies slot r to slot r of its own ring
-           with the copy engine in one gated batch timed by CUDA events, as ipc/ce does
-  handoff  the whole cycle, one tensor in flight: the producer marks slot r, synchronises and
-           puts a view of it; the consumer gets it, copies it with Tensor.copy_, synchronises
-           and acks in the mailbox; the producer waits for the ack before the next. Timed by
-           the consumer's clock from a common barrier: what a program pays per tensor (at
-           4 KiB, the per-tensor overhead)
-
-The producer synchronises before every put: torch orders a first receipt after the
-producer's work (the consumer's stream waits on the IPC event), but hands over a tensor
-whose allocation the consumer already holds with no ordering at all.
-
-Set-up rows, per variant, 6 each on fresh allocations of the ring's size: <v>_send (producer:
-put until the message is in the pipe: the export, the event, the reference count, the
-pickling, the queue's feeder thread), <v>_receive_cold (consumer: the first get of it, which
-opens the handle or imports and maps the fds), <v>_release (consumer: dropping it, which
-closes or unmaps it). The torch-sizes study times them from 1 MiB up to a quarter of the
-GPU (pytorch/pytorch#161481: _new_shared_cuda taking hundreds of ms).
-
-PyTorch asks for workers that did not inherit a CUDA state: spawned, or forked by a fork server
-(start_method 'forkserver', which the run starts at its beginning with torch and CuPy imported, so
-that the import of seconds overlaps the paths measured before torch); the run's notes say how they
-were started. The timed parts keep the tool's own barrier and mailbox. A get gives up once the
-producer has been silent for --timeout, and at once when the run is aborted.
+Two allocator variants (caching: cudaIpcMemHandles; expandable: cuMemCreate fds through
+pidfd_getfd), measured as stream and hand-off, with the send, cold receive and release as set-up
+rows; workers come from a fork server. The method in full: docs/methods/torch-share.md.
 """
 
 from __future__ import annotations

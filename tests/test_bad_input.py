@@ -53,7 +53,7 @@ RUN = ["run", "-s", "host", "--out", "r.csv"]
     (["--timeout", "nan"], ["--timeout", "(got nan)"]),
     (["--timeout", "inf"], ["--timeout", "(got inf)"]),
     (["--timeout", "soon"], ["--timeout", "'soon' is not a number"]),
-    # item 12 of issue 12: unbounded numbers run for ever
+    # unbounded numbers would run for ever
     (["-n", str(10 ** 20)], ["--iterations", "must be 1 to 100000", f"(got {10 ** 20})"]),
     (["--warmup", str(10 ** 10)], ["--warmup", "must be 0 to 10000", f"(got {10 ** 10})"]),
     (["--iterations", "10**20"], ["--iterations", "not a whole number"]),

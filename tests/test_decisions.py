@@ -302,7 +302,7 @@ def test_a_batched_kernel_path_may_beat_one_call_per_copy_at_small_sizes_without
     assert [w.bytes for w in run.warnings if w.cause == ABOVE_ITS_CEILING] == [64 * MIB]
 
 
-# --------------------------------------------------------------------------- issue 33: claims from intervals
+# --------------------------------------------------------------------------- claims from intervals
 
 
 FAST, SLOW = [1.0, 1.002, 0.998, 1.001, 0.999, 1.003], [1.42, 1.421, 1.419, 1.418, 1.422, 1.42]

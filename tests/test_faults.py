@@ -8,8 +8,10 @@ waits for the fault to fire (GPUIPC_BENCH_FAULT_FIRED), never for a time. Each o
 is checked from the outside: the time to exit, the exit code, the message, the rows the
 CSV kept, and nothing left in /dev/shm or the process table.
 
-Sections follow the items of issue 12. The GPU tests at the end (marked `gpu`) do the
-same on the GPU scenarios and skip where there is no GPU.
+Sections: a worker killed in each phase, a hung worker named first, a long phase that is not a
+hang, signals in every phase, a full /dev/shm, --out on special files, hostile files to report,
+output that cannot be written. The GPU tests at the end (marked `gpu`) do the same on the GPU
+scenarios and skip where there is no GPU.
 """
 
 from __future__ import annotations
@@ -249,7 +251,7 @@ def test_a_failed_scenario_does_not_stop_the_next(tmp_path, clean_slate):
         (v, i) for v in ("multiprocessing", "shm") for i in range(ITERATIONS))
 
 
-# --------------------------------------------------------------------------- item 10: a hung worker is named first
+# --------------------------------------------------------------------------- a hung worker is named first
 
 
 def test_hung_worker_is_named_first_through_the_cli(tmp_path, clean_slate):
@@ -332,7 +334,7 @@ def test_workers_have_distinct_process_titles(tmp_path):
         run.finish()
 
 
-# --------------------------------------------------------------------------- item 2: a long phase is not a hang
+# --------------------------------------------------------------------------- a long phase is not a hang
 
 PROGRESS_S = 1.5  # worker 0 is busy this long; the timeout is far shorter
 
@@ -381,8 +383,8 @@ def test_a_long_phase_that_stops_is_named_in_user_words(run_scenario, clean_slat
 
 @pytest.mark.slow
 def test_the_issue_run_a_long_host_ceiling_with_a_short_timeout_completes(tmp_path):
-    """Issue 12 item 2: `run -s host --sizes 64MiB` with many samples used to fail by itself
-    at the timeout while worker 0 was measuring the memcpy ceiling."""
+    """`run -s host --sizes 64MiB` with many samples outlives a --timeout shorter than worker
+    0's memcpy ceiling: a long phase that shows progress is not a silence."""
     run = Run(tmp_path, "run", "-s", "host", "--sizes", "64MiB", "-n", "60", "--warmup", "0",
               "--timeout", "0.5", "--out", "r.csv", "-q")  # the ceiling alone takes about 1 s here
     code, _, stderr = run.finish(timeout=120)
@@ -391,7 +393,7 @@ def test_the_issue_run_a_long_host_ceiling_with_a_short_timeout_completes(tmp_pa
     assert meta["partial"] == "false" and len(frame[frame["path"] == "host"]) == 60
 
 
-# --------------------------------------------------------------------------- items 2, 4, 9: signals in every phase
+# --------------------------------------------------------------------------- signals in every phase
 
 # The phase under test, the fault that holds the run there, and the rows already taken.
 HOLDS = {
@@ -451,7 +453,7 @@ IGNORE_SIGINT_THEN_EXEC = ("import os, signal, sys; signal.signal(signal.SIGINT,
 
 def test_sigint_ignored_by_the_shell_still_ends_the_run(tmp_path):
     """A background job of a non-interactive shell starts with SIGINT ignored; the run still
-    ends on it (issue 12: 'SIGINT sent 4 s into that run ends it only after 57 s')."""
+    ends on it promptly, while a worker is held in a sample."""
     run = Run(tmp_path, "run", "-s", "host", "--out", "r.csv", *FAST, "--timeout", "60",
               fault="hang:1:sample:3", prefix=("python3", "-c", IGNORE_SIGINT_THEN_EXEC))
     run.wait_for_fault()
@@ -471,7 +473,7 @@ def test_sighup_under_nohup_is_left_to_nohup(tmp_path):
 
 
 def test_parent_killed_keeps_the_rows_it_had(tmp_path):
-    """Item 4: SIGKILL of the parent runs no cleanup of ours, yet the rows it had received are
+    """SIGKILL of the parent runs no cleanup of ours, yet the rows it had received are
     in the file (appended as they came), the file says the run is partial, the workers go
     with the parent (PR_SET_PDEATHSIG) and the segment was never in /dev/shm to be left."""
     before = our_segments()
@@ -515,7 +517,7 @@ def test_interrupt_keeps_rows_still_in_the_pipes(tmp_path, monkeypatch, clean_sl
     assert got == host_rows({64: 2})
 
 
-# --------------------------------------------------------------------------- item 3: a full /dev/shm
+# --------------------------------------------------------------------------- a full /dev/shm
 
 
 def test_corruption_fails_the_run_naming_path_size_and_offset(tmp_path, clean_slate):
@@ -549,7 +551,7 @@ def test_full_dev_shm_is_one_line_not_a_sigbus(tmp_path):
     assert read_results(tmp_path / "r.csv")[1]["partial"] == "true"
 
 
-# --------------------------------------------------------------------------- item 1: --out on special files
+# --------------------------------------------------------------------------- --out on special files
 
 
 def test_out_on_a_device_node_is_refused_and_left_alone(tmp_path):
@@ -612,7 +614,7 @@ def test_out_that_becomes_a_device_mid_run_is_left_alone(tmp_path, monkeypatch):
     assert [p.name for p in tmp_path.iterdir()] == ["r.csv"], "no temp file left"
 
 
-# --------------------------------------------------------------------------- items 6, 7: hostile files to report
+# --------------------------------------------------------------------------- hostile files to report
 
 
 def report(*args: str) -> tuple[int, str]:
@@ -704,7 +706,7 @@ def test_report_refuses_an_all_nan_file(tmp_path):
     assert_one_error(*report(str(path)), f"line {header_at + 2}, column seconds")
 
 
-# --------------------------------------------------------------------------- item 8: output that cannot be written
+# --------------------------------------------------------------------------- output that cannot be written
 
 
 def test_ascii_terminal_degrades_instead_of_failing(tmp_path):

@@ -21,11 +21,11 @@ RESULTS = Path(__file__).parent.parent / "results"
 
 
 def test_both_rings_must_fit_together():
-    # 64 MiB in one slot: 128 MiB of rings on a 50 MiB L2 (the old rule said "L2": 64 MiB < 2 x 50 MiB)
+    # 64 MiB in one slot: 128 MiB of rings on a 50 MiB L2 (one ring against 2 x L2 would say "L2": 64 MiB < 100 MiB)
     assert not Ring.for_size(64 * MIB, 1).l2_resident(L2)
     assert Ring.for_size(16 * MIB, 1).l2_resident(L2)  # 32 MiB together
     assert not Ring.for_size(16 * MIB, 2).l2_resident(L2)  # 64 MiB together
-    # 256 KiB x 256 slots = 64 MiB a ring: not resident (the old rule counted one ring against 2 x L2)
+    # 256 KiB x 256 slots = 64 MiB a ring: not resident (though one ring is under 2 x L2)
     assert not Ring.for_size(256 << 10, 256).l2_resident(L2)
 
 

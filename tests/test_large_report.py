@@ -1,4 +1,4 @@
-"""Issue 26 item 9, the speed of `report` on a large file: the vectorised reader, the
+"""The speed of `report` on a large file: the vectorised reader, the
 per-condition summary and robust's numpy path against the straightforward code they replace
 (the per-cell reader, a groupby loop, robust's plain loops). No timing is asserted: each test
 fails where the fast code gives anything other than the slow one."""

@@ -73,7 +73,7 @@ def test_the_next_size_warms_up_at_the_count_the_last_one_settled_on():
     assert trials[4096][0] == (True, 64)  # the first size: the group's own count
     # the next (16 times the bytes): the bytes of one settled sample, not 64 transfers again
     assert trials[65536][0] == (True, 1)
-    assert set(batches) == {settled}  # the timed samples as before: calibrated against the group's own cap
+    assert set(batches) == {settled}  # the timed samples: calibrated against the group's own cap
 
 
 def test_the_warm_up_moves_the_bytes_of_one_settled_sample_of_the_size_before():

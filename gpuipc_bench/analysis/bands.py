@@ -2,37 +2,8 @@
 sharing mode and measure) told in one line, and whether a second sharing mode changes the
 choice at a size.
 
-A band is consecutive sizes whose winning mechanism class is the same and whose choice is
-the same: at each size, the member that declared order prefers (fewest dependencies, then
-cheapest set-up where the intervals separate, then declared first: classes.choose_label)
-among the usable ones. A member is usable at a size when no faster-beyond-delta outcome
-rejects it there: it is the choice, in its class, or shown the same or undecided against it
-(verdict.Decision.tied), and it is of the winning class's mechanism (`Band.pool`: those
-usable at every size of the band). So a band splits only where the class changes or where its
-choice is rejected; tied APIs taking turns at being the fastest by noise do not split it, and
-push and pull stay apart wherever one is faster beyond delta. The decisions of a band are
-shown with its choice (Decision.as_choice: decided again with it chosen).
-
-A band whose choice was not measured at the next band's sizes (a GPU-signalled hand-off
-measured only up to 4 KiB) carries that edge (`measured_to`): the answer says where the
-path stops being measured instead of switching silently.
-
-GPU pairs: at each size the class's choice is, among the pairs' own choices, the one the
-fewest pairs reject (a pair rejects a label when its own choice is faster beyond delta:
-shown by its samples where it measured the label, by the medians where it did not), then the
-one the most pairs hold, then the fewest dependencies, then the declared order; a label is usable at
-that size when no more pairs reject it than reject that choice. Pairs that reject the band's
-choice are its `differ`; those that did not measure it and do not reject it its `others`. A
-band is bridged over sizes where its choice, winning on both sides, was measured on no pair
-(`unmeasured`).
-
-A second sharing mode changes the choice at a size (`changes`) when the main mode's choice
-there is rejected in the second mode (a faster-beyond-delta outcome against it) and the
-second mode's choice is faster than it by more than delta (their medians): a change that
-would move to an API the samples cannot tell from the one already used is none. Where the
-main mode's choice was not measured in the second mode its class stands for it; where no
-member of it was, the two modes' medians are compared. A size the main mode decided nothing
-at is a change.
+A band splits only where the winning class changes or its choice is rejected beyond delta.
+The rules (one link, GPU pairs, a second mode): docs/methods/bands.md.
 """
 
 from __future__ import annotations

@@ -1,30 +1,8 @@
 """One run, analysed once: the figures, the decisions and the warnings, as data every report
 renders (the terminal's summary and report, Markdown, JSON, plots) and none recomputes.
 
-The answer (`Answer`) is the decisions (verdict.decide: per link, sharing mode, measure and
-size) arranged for reading (`arrange`): sections of bands (bands.py), a band being
-consecutive sizes of one winning mechanism with one member of it usable at each (the
-cheapest such member is its choice, and every decision of it is shown with that choice:
-Answer.decisions too, so the JSON says what the summary says). Every sharing mode of a link
-is banded whole; a second mode (the mode with the most decisions on a link is the main one)
-keeps only the sizes where it changes the main mode's choice (bands.changes), its bands cut
-to them. Warnings that could change a line of the answer (the figure's range reaches the
-leader's samples' range +- delta) are `relevant`; the rest are for the full report.
-
-One answer per link class. GPU pairs (src != dst) of one link class (the header's NVML
-link, `link.A-B`: NV18, PIX, PXB, PHB, NODE, SYS...) form one section per sharing mode and
-measure. Figures of different pairs are never pooled into one comparison: each pair decides
-on its own samples first (verdict.decide), then the class's choice at a size is, among the
-pairs' own choices, the one the fewest pairs reject, then the one the most pairs hold, then
-the cheapest to set up, then the fastest (bands.py). A pair *holds* a choice that is its
-own, in its winning class or shown the same; it *rejects* one its own choice beats beyond
-delta (by its samples where it measured it; by the medians, against the choice's fastest
-median on the pairs that did, where it did not: the pairs of one class are taken to be
-alike, which the spread shown tests). Pairs that reject a band's choice are named with
-their own choice and how much slower the class's is there (Band.differ). A pair that did
-not measure the choice and does not reject it is neither (the line says which pairs the
-figure is from). A band is bridged over sizes where its choice, winning on both sides, was
-measured on no pair, and says so (Band.unmeasured).
+The answer (`Answer`) is the decisions arranged in sections of bands, one answer per link class
+for GPU pairs. How it is built: docs/methods/answer-model.md.
 """
 
 from __future__ import annotations

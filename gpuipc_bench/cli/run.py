@@ -101,10 +101,10 @@ def _samples_text(preset: str) -> str:
 @click.option("--launcher", type=click.Choice(["fork", "fork-fresh", "mpi"]), default=None,
               help="How the workers start: 'fork' (this process forks them, once per run for the paths that "
                    "can share processes, which keep their CUDA context from path to path), 'fork-fresh' (new "
-                   "processes for every scenario, as before: to tell that from a path's own figure) or 'mpi' "
-                   "(they are the ranks of `mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one worker per "
-                   "rank, so N must be what a scenario takes, 2 for the GPU pairs). Default: mpi when started "
-                   "by mpirun or srun, else fork.")
+                   "processes for every scenario: to tell what a kept CUDA context changes in a path's figure) "
+                   "or 'mpi' (they are the ranks of `mpirun -np N` / `srun -n N`; rank 0 writes the CSV; one "
+                   "worker per rank, so N must be what a scenario takes, 2 for the GPU pairs). Default: mpi when "
+                   "started by mpirun or srun, else fork.")
 @click.option("--sample-order", type=click.Choice(["interleaved", "shuffled", "declared"]), default="interleaved",
               show_default=True,
               help="How the variants of a path are sampled at each size: 'interleaved' (one sample of each "

@@ -125,7 +125,7 @@ class Sampler:
                        one, and the comparison ranks states, not variants;
           shuffled     each group whole (warm-up, then its samples back to back), the groups in an
                        order shuffled per size;
-          declared     each group whole, in the order the scenario declares them (as before)."""
+          declared     each group whole, in the order the scenario declares them."""
         config = getattr(self.ctx, "config", None)
         order, seed = getattr(config, "sample_order", "declared"), getattr(config, "order_seed", None)
         shuffle = random.Random(f"{seed}:{key}").shuffle if seed is not None and order != "declared" else None

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 # steps of 4 (every ceiling has plateaued by 256 MiB, the size of the nvbandwidth comparison; larger
 # sizes through --sizes). Below 4 KiB every GPU path is bound by its calls or its hand-over: on an
 # H100 the medians at 16, 64 and 256 B were those at 4 B (median ratio 1.000), so one size stands
-# for that band (256 B was a second until the sharing modes doubled the run: it cost about 4 s of
-# it). Below 1 MiB the sweep steps by 16: in two default runs on H100s (both modes), the fastest
+# for that band (a second one, 256 B, would cost about 4 s of a default run of both sharing
+# modes). Below 1 MiB the sweep steps by 16: in two default runs on H100s (both modes), the fastest
 # path of every sharing mode and measure at 16 KiB and at 256 KiB was that of the sizes on either
 # side (the IPC family's ties, staging/pinned-hostsync time-sliced), each size cost about 2.5 s of
 # the run, and every choice that flips (time-sliced hand-off at 4-16 MiB, MPS at 16-256 MiB) lies
@@ -48,7 +48,7 @@ THOROUGH_HOST_SIZES = tuple(4 ** k for k in range(1, 14))  # 4 B .. 64 MiB
 # went on to 20 (328 of 1290, 54% of the timed seconds) had a 95% interval of +-2.5% at 12 against
 # +-2.0% at 20 (medians), and the median of their first 12 lay inside the 20's interval in 327 of
 # 328: --thorough takes 20.
-# At most 9 since both sharing modes run by default: in three default runs on H100s (both modes), the
+# At most 9 in a default run (both sharing modes): in three default runs on H100s (both modes), the
 # 1,060 groups that went on to 12 had a 95% interval of +-3.2% at 9 against +-2.8% at 12 (medians),
 # and the median of their first 9 lay inside the 12's interval in all 1,060; the 3 samples more cost
 # about 5 s of a run.

@@ -152,9 +152,9 @@ def plan_runs(plan, modes: list) -> list:
     return runs
 
 
-# Seconds an ordered GPU pair took with every pairable scenario: this version's default sizes on two
-# H200s over NV18 (results/h200x2-pair-default.csv, the pairable scenarios' seconds), four H200s with
-# the previous version's --quick (results/h200x4-pairs-all-quick.csv)
+# Seconds an ordered GPU pair took with every pairable scenario: the default sizes on two H200s over
+# NV18 (results/h200x2-pair-default.csv, the pairable scenarios' seconds); --quick on four H200s
+# (results/h200x4-pairs-all-quick.csv, run with the quick sizes and samples of its tool version)
 PAIR_SECONDS = {"": 27.0, "quick": 17.0}
 
 

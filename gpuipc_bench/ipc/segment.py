@@ -1,39 +1,8 @@
 """The shared-memory segment every worker of one scenario run sees (like simpleIPC's shared struct).
 
-The parent creates it before forking; the forked workers inherit the mapping. The
-backing file is unlinked right after it is created, so no exit path (not even
-SIGKILL of the parent) can leave anything behind in /dev/shm.
-
-Layout, in 128-byte lines (two cache lines, so that the adjacent-line prefetcher
-does not make neighbours share one), as int64 words:
-
-    line 0                 header: magic, layout version, nworkers, mailbox_slots
-    line 1                 abort word (0: running, else the abort code)
-    nworkers lines         epoch of each worker (the barrier's hot word; only that worker writes it)
-    nworkers lines         info of each worker: pid, device, phase code, phase nbytes,
-                           phase iteration, heartbeat (time.monotonic_ns), waiting
-                           (the epoch it waits at inside the barrier, 0 when not waiting),
-                           waiting_for (1 + the rank it waits for, 0 when not waiting),
-                           then 64 bytes of phase label (UTF-8, e.g. the ceiling's name)
-    16 * nworkers lines    handle table: per worker 32 slots of 64 bytes
-                           (cudaIpcMemHandles, cudaIpcEventHandles), named by the scenario
-    mailbox_slots lines    mailbox: one int64 word per line (sequence numbers, timestamps)
-
-Timeouts bound a silence, not a phase: a worker's heartbeat moves whenever it shows
-progress (a phase, a row, a progress step), and a wait for other workers gives up
-only once every one of them has been silent for the timeout.
-
-Words are read and written through `memoryview(mmap).cast("q")` (`words`):
-~25 ns a read in CPython, ~70 ns through load()/store(). CPython stores an item with an 8-byte memcpy that compiles to
-one store, and every word is 8-byte aligned (the mapping is page-aligned), so no
-reader sees half a word on x86-64 or aarch64.
-
-Ordering: x86-64 is TSO: stores become visible in program order and loads are
-not reordered with older loads, so whoever sees a worker's new epoch (or mailbox
-value) also sees what that worker stored before it. aarch64 makes no such
-promise for plain stores and CPython emits no fence between two Python-level
-stores; there the hand-over is ordered in practice, not by contract, and
-scenarios must not rely on it for data they do not verify.
+The parent creates it before forking and unlinks its file at once, so nothing is left in /dev/shm.
+It holds, in 128-byte lines of int64 words: a header, the abort word, each worker's epoch and info
+(heartbeat, phase, waits), a handle table and a mailbox. Layout: docs/methods/shared-segment.md.
 """
 
 from __future__ import annotations

@@ -49,7 +49,7 @@ SETUP_INTERVAL_SAMPLES = 9
 # ceiling's latency: call_floor), it is bound by the call, not the link.
 CALL_BOUND = 2.0
 
-# What is worth a warning about a figure, in the order they are checked (report/wording.py words them).
+# What is worth a warning about a figure, in the order they are checked (report/causes.py words them).
 FEW_SAMPLES, BIMODAL, WIDE_INTERVAL = "few-samples", "bimodal", "wide-interval"
 TWO_STATES = BIMODAL  # the samples sit in two states (robust.two_states says how far apart)
 

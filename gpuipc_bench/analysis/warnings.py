@@ -1,5 +1,5 @@
 """What may make a figure untrustworthy, as data (StabilityWarning: a cause and the figure it
-concerns); report/wording.py words each cause once. Whether a warning could change a line
+concerns); report/causes.py words each cause once. Whether a warning could change a line
 of the answer is the model's to say (model.py): the summary shows only those.
 """
 
@@ -17,7 +17,7 @@ from gpuipc_bench import robust
 from gpuipc_bench.analysis.conditions import ABOVE_CEILING, condition
 from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL, interval_halfwidth
 
-# Causes of a warning (report/wording.py words each one once).
+# Causes of a warning (report/causes.py words each one once).
 SLOW_FIRST_SAMPLE = "slow-first-sample"
 FAILED_VERIFICATION = "failed-verification"
 ABOVE_ITS_CEILING = "above-ceiling"

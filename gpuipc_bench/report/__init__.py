@@ -7,6 +7,7 @@ one exporter per format:
   markdown.py   a compact summary for a GitHub issue
   data.py       csv (the summary) and json (everything)
   wording.py    every word and number format, once
+  causes.py     the causes of a warning and their words, a record each
   tables.py     the tables, as strings, for any renderer
 
 The functions below are what the CLI calls.

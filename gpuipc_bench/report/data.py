@@ -16,6 +16,7 @@ from gpuipc_bench.analysis.compare import DecisionChange
 from gpuipc_bench.analysis.model import RunAnalysis, link_class
 from gpuipc_bench.analysis.verdict import Decision
 from gpuipc_bench.report import wording
+from gpuipc_bench.report.causes import cause_of
 
 
 def summary_records(analyses: Sequence[RunAnalysis], sources: Sequence[str]) -> pd.DataFrame:
@@ -61,7 +62,7 @@ def run_record(analysis: RunAnalysis, source: str) -> dict:
         "decisions": decision_records(analysis),
         "setup": [plain(dataclasses.asdict(c)) for c in analysis.answer.setup],
         "break_even": [plain(dataclasses.asdict(b)) for b in analysis.break_even],
-        "warnings": [plain(dataclasses.asdict(w)) | {"says": wording.WARNINGS[w.cause][0],
+        "warnings": [plain(dataclasses.asdict(w)) | {"says": cause_of(w.cause).title,
                                                       "could_change_the_answer": w in relevant}
                      for w in analysis.warnings],
         "transport_fallbacks": [plain(dataclasses.asdict(f)) | {"fraction": plain(f.fraction),

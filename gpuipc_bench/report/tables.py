@@ -16,8 +16,8 @@ import pandas as pd
 from gpuipc_bench.analysis.breakeven import BreakEven
 from gpuipc_bench.analysis.conditions import link_rank
 from gpuipc_bench.analysis.model import RunAnalysis
-from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL
-from gpuipc_bench.analysis.warnings import above_ceiling
+from gpuipc_bench.analysis.warnings import FAILED_VERIFICATION, above_ceiling
+from gpuipc_bench.report.causes import cause_of
 from gpuipc_bench.report.wording import (
     DASH,
     MEASURE_SHORT,
@@ -73,12 +73,11 @@ class Table:
 
 
 _METRIC_TITLES = {"bandwidth": "bandwidth", "latency": "one-way latency"}
-FLAG_WORDS = {FEW_SAMPLES: "few samples", BIMODAL: "two states", WIDE_INTERVAL: "wide interval"}
 
 
 def _flags(row) -> str:
     """Short words for what is wrong with a figure (they also say why it was not ranked)."""
-    words = [FLAG_WORDS.get(r, r) for r in str(row.unstable).split(",") if r]
+    words = [cause_of(r).short for r in str(row.unstable).split(",") if r]
     if _known(row.l2_resident) and bool(row.l2_resident):
         words.append("L2")
     if bool(getattr(row, "call_bound", False)):
@@ -86,7 +85,7 @@ def _flags(row) -> str:
     if not math.isnan(above_ceiling(row)):
         words.append("above ceiling")
     if _known(row.verified) and not bool(row.verified):
-        words.append("bytes wrong")
+        words.append(cause_of(FAILED_VERIFICATION).short)
     return ", ".join(words)
 
 

@@ -3,8 +3,8 @@ data exports' notes and the plots take their text from here.
 
 Numbers: about three significant digits (fmt_num), an interval as 'lo–hi' (fmt_interval) or
 as the distance its farther end reaches from the median (fmt_pm: '±0.4%'). Words: links,
-the machine, measures, why a figure is unstable, the warnings (one line per cause), the
-verdict's bands and the break-even.
+the machine, measures, the warnings (one line per cause, in the words of report/causes.py),
+the verdict's bands and the break-even.
 """
 
 from __future__ import annotations
@@ -13,24 +13,10 @@ import math
 from collections.abc import Mapping, Sequence
 
 from gpuipc_bench.analysis.breakeven import BreakEven, Crossing
-from gpuipc_bench.analysis.conditions import ABOVE_CEILING
-from gpuipc_bench.analysis.summary import (
-    BIMODAL,
-    FEW_SAMPLES,
-    MAX_INTERVAL,
-    MIN_SAMPLES,
-    SETUP_INTERVAL_SAMPLES,
-    WIDE_INTERVAL,
-)
+from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES
 from gpuipc_bench.analysis.verdict import MIXED, Decision
-from gpuipc_bench.analysis.warnings import (
-    ABOVE_ITS_CEILING,
-    FAILED_VERIFICATION,
-    LOW_CLOCK,
-    LOW_CLOCK_FRACTION,
-    SLOW_FIRST_SAMPLE,
-    StabilityWarning,
-)
+from gpuipc_bench.analysis.warnings import StabilityWarning
+from gpuipc_bench.report.causes import CAUSES, cause_of
 from gpuipc_bench.report.header import gpu_links, gpu_names, gpus, machine_differences  # noqa: F401 - re-exported
 from gpuipc_bench.report.header import machine_facts, machine_line, machine_parts  # noqa: F401 - re-exported
 from gpuipc_bench.report.header import machine_summary, partial_note, run_summary  # noqa: F401 - re-exported
@@ -180,42 +166,6 @@ MEASURES = {
 }
 MEASURE_SHORT = {"handoff": "handoff", "stream": "stream", MIXED: "measures mixed (schema 1)", "pingpong": "ping-pong"}
 
-REASONS = {
-    FEW_SAMPLES: f"fewer than {MIN_SAMPLES} samples",
-    BIMODAL: "two states",
-    WIDE_INTERVAL: f"interval wider than ±{MAX_INTERVAL:.0%}",
-}
-
-
-def reasons(text: str) -> str:
-    """'bimodal,wide-interval' -> 'two states, interval wider than ±5%'."""
-    return ", ".join(REASONS.get(r, r) for r in text.split(",") if r)
-
-
-# Each cause of a warning: what it says, and one sentence on what it means and what to do.
-WARNINGS: dict[str, tuple[str, str]] = {
-    FAILED_VERIFICATION: ("bytes wrong in some samples",
-                          "the figure is not trustworthy and is left out of the answer; rerun, and report it if "
-                          "it persists"),
-    ABOVE_ITS_CEILING: (f"more than {ABOVE_CEILING - 1:.0%} above what bounds it",
-                        "a cache effect (buffers resident in L2) or a timing error, not a property of the path; "
-                        "compare with larger sizes"),
-    LOW_CLOCK: (f"an SM-bound figure timed below {LOW_CLOCK_FRACTION:.0%} of the application SM clock",
-                "the GPU was throttled (power, heat) or clocked down as the group started: a kernel copy's figure "
-                "scales with the clock; see nvidia-smi -q -d PERFORMANCE and rerun on a quiet, cool GPU"),
-    BIMODAL: ("samples in two states",
-              "each sample sits on one of two levels (often one more time-slice switch per sample); the median "
-              "is on the more common one and the comparison uses the whole range, so nothing to do unless the "
-              "figure is close to the leader"),
-    WIDE_INTERVAL: (f"the median's 95% interval is wider than ±{MAX_INTERVAL:.0%}",
-                    "the figure is noisy; it is still ranked with its spread, and only matters where it reaches "
-                    "the leader: then rerun with more --max-samples or on a quieter machine"),
-    FEW_SAMPLES: (f"fewer than {MIN_SAMPLES} samples",
-                  "too few to tell it from anything; rerun with more --min-samples"),
-    SLOW_FIRST_SAMPLE: ("first sample much slower than the rest",
-                        "warm-up was short: the median is robust to it, but try more --warmup"),
-}
-
 
 def fallback_text(f, figures: int = 1) -> str:
     """A transport-fallback (analysis/transport.py) in one sentence: the figure (the lowest of
@@ -252,34 +202,14 @@ def warning_subject(w: StabilityWarning, with_link: bool = False) -> str:
 
 def warning_short(w: StabilityWarning) -> str:
     """A few words of what is wrong: '±5.8%', 'two states 2.9% apart, 70%/30%', 'n=2'."""
-    value = warning_value(w)
-    if w.cause == WIDE_INTERVAL:
-        return value or "wide"
-    if w.cause == BIMODAL:
-        return "two states" + (f" {value}" if value else "")
-    if w.cause == FEW_SAMPLES:
-        return value or "few samples"
-    return {FAILED_VERIFICATION: "bytes wrong", SLOW_FIRST_SAMPLE: f"slow first sample {value}".strip(),
-            ABOVE_ITS_CEILING: f"{value} of its bound".strip(),
-            LOW_CLOCK: f"SM clock {value}".strip()}.get(w.cause, w.cause)
+    cause, value = cause_of(w.cause), warning_value(w)
+    return cause.with_value.format(value=value) if value else cause.short
 
 
 def warning_value(w: StabilityWarning) -> str:
-    if w.cause == BIMODAL and not math.isnan(w.value):
-        return f"{w.value:.1%} apart, {w.share:.0%}/{1 - w.share:.0%}"
-    if math.isnan(w.value):
-        return ""
-    if w.cause == WIDE_INTERVAL:
-        return f"±{w.value:.0%}"
-    if w.cause == FEW_SAMPLES:
-        return f"n={int(w.value)}"
-    if w.cause == SLOW_FIRST_SAMPLE:
-        return f"{w.value:.1f}×"
-    if w.cause == ABOVE_ITS_CEILING:
-        return fmt_percent(w.value)
-    if w.cause == LOW_CLOCK:
-        return f"{w.value:.0%} of its application clock"
-    return ""
+    """The warning's number as its cause shows it ('' without one)."""
+    cause = CAUSES.get(w.cause)
+    return "" if cause is None or math.isnan(w.value) else cause.value(w)
 
 
 def warning_lines(warnings: Sequence[StabilityWarning], limit: int | None = 6,
@@ -295,8 +225,8 @@ def warning_lines(warnings: Sequence[StabilityWarning], limit: int | None = 6,
     for w in warnings:
         links_of.setdefault((w.path, w.variant, w.metric), set()).add((w.src, w.dst))
         measures_of.setdefault((w.path, w.variant, w.metric), set()).add(w.measure)
-    for cause, (title, hint) in WARNINGS.items():
-        mine = [w for w in warnings if w.cause == cause]
+    for cause in CAUSES.values():
+        mine = [w for w in warnings if w.cause == cause.key]
         if not mine:
             continue
         grouped: dict[tuple, list[StabilityWarning]] = {}
@@ -322,19 +252,16 @@ def warning_lines(warnings: Sequence[StabilityWarning], limit: int | None = 6,
         shown = subjects if limit is None else subjects[:limit]
         rest = len(subjects) - len(shown)
         listing = ", ".join(shown) + (f" and {rest} more" if rest else "")
-        out.append((f"{title} ({plural(len(mine), 'figure')})", listing, hint))
+        out.append((f"{cause.title} ({plural(len(mine), 'figure')})", listing, cause.advice))
     return out
 
 
 def warnings_count(warnings: Sequence[StabilityWarning]) -> str:
-    """'12 warnings: 5 bimodal, 7 fewer than 5 samples'."""
+    """'12 warnings: 5 two states, 7 few samples'."""
     counts: dict[str, int] = {}
     for w in warnings:
         counts[w.cause] = counts.get(w.cause, 0) + 1
-    short = {FAILED_VERIFICATION: "bytes wrong", ABOVE_ITS_CEILING: "above the ceiling", BIMODAL: "two states",
-             WIDE_INTERVAL: "wide interval", FEW_SAMPLES: "few samples", SLOW_FIRST_SAMPLE: "slow first sample",
-             LOW_CLOCK: "low SM clock"}
-    parts = [f"{counts[c]} {short[c]}" for c in WARNINGS if c in counts]
+    parts = [f"{counts[c.key]} {c.short}" for c in CAUSES.values() if c.key in counts]
     return f"{plural(len(warnings), 'warning')}: " + ", ".join(parts)
 
 

@@ -119,6 +119,7 @@ def partial_note(meta: Mapping[str, str]) -> str | None:
     if meta.get("partial", "").strip().lower() != "true":
         return None
     status = meta.get("status", "").strip() or "unknown"
+    status = status.replace(",", ", ")  # a list of scenarios wraps between its names
     return f"partial run: it did not finish (status: {status}); the figures below are what was measured"
 
 

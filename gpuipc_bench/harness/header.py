@@ -26,6 +26,8 @@ def run_header(config: RunConfig, machine) -> dict[str, str]:
         "chunk_bytes": str(config.chunk_bytes),
         "timeout": f"{config.timeout:g}",
     }
+    meta["preset"] = config.preset or "default"
+    meta.update(resolved_sizes(config))
     meta["sample_order"] = config.sample_order  # the variants' order at each size (Sampler.interleave)
     if config.order_seed is not None:
         meta["order_seed"] = str(config.order_seed)
@@ -34,6 +36,13 @@ def run_header(config: RunConfig, machine) -> dict[str, str]:
     meta.update(machine.metadata())
     meta.update(path_facts())
     return meta
+
+
+def resolved_sizes(config: RunConfig) -> dict[str, str]:
+    """'sizes.<scenario>': the byte sizes each scenario of the run sweeps (--sizes or its default)."""
+    scenarios = registry()
+    return {f"sizes.{name}": ",".join(str(n) for n in scenarios[name].sizes(config))
+            for name in config.scenarios if name in scenarios}
 
 
 def path_facts() -> dict[str, str]:

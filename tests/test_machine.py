@@ -67,7 +67,7 @@ def test_probe_reports_cuda_state(here):
     else:
         assert here.cuda_error is None
         assert [g.index for g in here.gpus] == list(range(here.gpu_count))
-    assert here.mps in ("running", "not running")
+    assert here.mps in ("running", "running elsewhere", "not running")
     assert here.cpu_count >= 1 and here.hostname
 
 

@@ -22,7 +22,6 @@ import multiprocessing
 import os
 import platform
 import socket
-import stat
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -396,19 +395,19 @@ def _cpu_model() -> str:
 
 
 def _mps_state() -> str:
-    """Best effort: an MPS control daemon we can see, or its control pipe."""
+    """'running' where CUDA initialised in this process would become an MPS client (one rule:
+    modes.daemon.serves_this_process); 'running elsewhere' where an MPS daemon of another pipe
+    directory runs; else 'not running'."""
+    from gpuipc_bench.modes.daemon import serves_this_process
+
+    if serves_this_process():
+        return "running"
     for comm in Path("/proc").glob("[0-9]*/comm"):
         try:
             if comm.read_text().strip().startswith("nvidia-cuda-mps"):
-                return "running"
+                return "running elsewhere"
         except OSError:
             continue  # the process went away, or is not ours to read
-    pipe_dir = os.environ.get("CUDA_MPS_PIPE_DIRECTORY", "/tmp/nvidia-mps")
-    try:
-        if stat.S_ISFIFO(os.stat(os.path.join(pipe_dir, "control")).st_mode):
-            return "running"
-    except OSError:
-        pass
     return "not running"
 
 

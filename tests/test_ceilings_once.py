@@ -1,4 +1,4 @@
-"""Ceilings once per process (issue 22): a worker that already measured a ceiling at a size, in
+"""Ceilings once per process: a worker that already measured a ceiling at a size, in
 this sharing mode, measures it no more; the scenario names the one whose rows hold it, and the
 analysis reads it there. On CPUs: the cache with a stub worker, the lookup on a real run's rows."""
 

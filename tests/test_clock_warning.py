@@ -1,4 +1,4 @@
-"""The low-clock warning (issue 21): an SM-bound figure whose group started timing with the SM
+"""The low-clock warning: an SM-bound figure whose group started timing with the SM
 clock under 90% of the GPU's application clock is flagged, with the share; a copy-engine figure
 is not (its speed does not follow the SM clock); without clocks in the header, nothing."""
 

@@ -1,4 +1,4 @@
-"""The order of the variants sampled at one size (issue 21, --sample-order): 'shuffled' (each
+"""The order of the variants sampled at one size (--sample-order): 'shuffled' (each
 variant's samples back to back, the variants in a seeded order per size), 'interleaved' (each
 group's warm-up, then rounds of one sample of every group still going, shuffled per round) or
 'declared'; every worker takes the same samples in the same order (the others learn each group's

@@ -122,7 +122,7 @@ def gone_within(seconds: float, *pids: int) -> bool:
 
 
 def test_the_guard_stops_the_daemon_of_a_killed_run(fake_mps):
-    """Issue 12 item 5: SIGKILL of the run (no cleanup of its own runs) still stops the daemon."""
+    """SIGKILL of the run (no cleanup of its own runs) still stops the daemon."""
     child, daemon_pid, guard_pid, _ = start_in_a_child(fake_mps)
     assert mps.alive(daemon_pid) and mps.alive(guard_pid)
     child.kill()

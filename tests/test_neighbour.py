@@ -1,4 +1,4 @@
-"""The busy neighbour (issue 22): a sharing mode with a third process keeping the pair's GPU busy.
+"""The busy neighbour: a sharing mode with a third process keeping the pair's GPU busy.
 On CPUs: the option's grammar, the modes it makes, the neighbour's life (started, said ready,
 ended when the run leaves the mode, ended with a killed parent), and its start failing in one line
 where there is no GPU (the real neighbour, up to its first CUDA call)."""

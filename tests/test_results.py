@@ -446,7 +446,7 @@ def test_a_row_refuses_an_unknown_measure():
         new_row(seconds=1.0, measure="burst")
 
 
-# --------------------------------------------------------------------------- faults (issue 12)
+# --------------------------------------------------------------------------- faults
 
 
 def test_rows_are_appended_as_they_come_and_a_torn_last_line_is_dropped(tmp_path):

@@ -14,11 +14,12 @@ import pytest
 from gpuipc_bench.sizes import format_size
 
 from conftest import assert_refused, invoke
+from fakes import fake_machine
 from gpuipc_bench import config as config_mod
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.harness.plan import check_memory
 from gpuipc_bench.errors import UsageError
-from gpuipc_bench.machine.probe import GpuInfo, Machine
+from gpuipc_bench.machine.probe import Machine
 from gpuipc_bench.scenarios import SCENARIOS
 
 GiB = 1 << 30
@@ -169,17 +170,6 @@ def test_report_names_the_bad_one_of_several(no_work):
 
 
 # --------------------------------------------------------------------------- the memory check
-
-
-def fake_machine(gpu_memory: tuple[int, ...]) -> Machine:
-    gpus = tuple(GpuInfo(index=i, name="Fake GPU", uuid="", pci_bus_id="", memory_bytes=m,
-                         compute_capability="9.0", pcie_gen=None, pcie_width=None, pcie_max_gen=None,
-                         pcie_max_width=None, mig_mode="n/a") for i, m in enumerate(gpu_memory))
-    return Machine(hostname="fake", cpu_model="cpu", cpu_count=2, os="Linux", python="3",
-                   gpus=gpus, cuda_error=None, driver_version=None, cuda_driver_version=None,
-                   cuda_runtime_version=None, cupy_version=None,
-                   peer_access=frozenset((i, j) for i in range(len(gpus)) for j in range(len(gpus)) if i != j),
-                   links={}, mps="not running")
 
 
 def plan_for(name: str, config: RunConfig, machine: Machine):

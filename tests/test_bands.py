@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from test_decisions import KIB, MIB, PATHS, figure, frame, setup
+from fakes import KIB, MIB, PATHS, figure, frame, setup
 
 from gpuipc_bench.analysis import analyse
 from gpuipc_bench.analysis.bands import bands, changes

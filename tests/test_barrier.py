@@ -12,10 +12,16 @@ import time
 import traceback
 
 import pytest
+from click.testing import CliRunner
 
+from gpuipc_bench.cli import cli
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.engine.scenario import MAILBOX_SLOTS
 from gpuipc_bench.ipc.barrier import Barrier
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout
 from gpuipc_bench.ipc.segment import Segment
+from gpuipc_bench.results import read_results
+from gpuipc_bench.scenarios import SCENARIOS
 
 CTX = multiprocessing.get_context("fork")
 pytestmark = pytest.mark.usefixtures("no_leaks")  # conftest: no child process, no /dev/shm file left
@@ -280,3 +286,30 @@ def test_killed_while_waiting_is_seen_inside_the_barrier_after_the_others_leave(
 def test_timeout_must_be_a_finite_positive_number(timeout):
     with Segment.create(2) as seg, pytest.raises(ValueError):
         Barrier(seg, 0, timeout=timeout)
+
+
+# --------------------------------------------------------------------------- the most workers a scenario states
+
+FAST = ["--sizes", "64", "--iterations", "2", "--warmup", "0"]
+CPU_SCENARIOS_AT_MOST = [(name, s.max_workers) for name, s in SCENARIOS.items()
+                         if s.gpus_needed == 0 and s.max_workers > 2]
+
+
+@pytest.mark.parametrize("name,workers", CPU_SCENARIOS_AT_MOST)
+def test_a_cpu_scenario_runs_at_its_most_workers(tmp_path, name, workers):
+    """`list` and `--help` say 2-64 for barrier: 64 must work (each needs its mailbox slot)."""
+    out = tmp_path / "r.csv"
+    result = CliRunner().invoke(cli, ["run", "-s", name, "--workers", str(workers), "--out", str(out), "-q", *FAST])
+    assert result.exit_code == 0, result.output
+    frame, meta = read_results(out)
+    assert meta["partial"] == "false" and set(frame["workers"]) == {workers}
+
+
+def test_every_scenario_has_a_mailbox_slot_per_worker_at_its_most():
+    """The slots a scenario may name do not shrink as its workers grow."""
+    for name, scenario in SCENARIOS.items():
+        if type(scenario).mailbox_slots is not type(scenario).__mro__[-2].mailbox_slots:
+            continue  # a scenario that sizes its own mailbox
+        config = RunConfig(scenarios=(name,), workers=scenario.max_workers)
+        specs = [None] * scenario.max_workers
+        assert scenario.mailbox_slots(config, specs) - scenario.max_workers >= MAILBOX_SLOTS

@@ -21,9 +21,8 @@ from gpuipc_bench.check import expect
 from gpuipc_bench.hooks import plant
 from gpuipc_bench.results import read_results
 
-from test_mpi import HAVE_MPI
+from fakes import needs_mpi
 
-needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs Open MPI's mpirun and mpi4py (pip install -e '.[mpi]')")
 BENCH = [sys.executable, "-m", "gpuipc_bench.cli", "check"]
 NODES = "a,a,b,b,c,c"
 WITHOUT_NIXL = "without:nixl-host-read"  # six ranks on two cores: NIXL's agents are tested on their own below

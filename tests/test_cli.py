@@ -1,8 +1,11 @@
 """The command line through click's CliRunner: bad input is refused before any work, runs write a CSV."""
 
+import os
+
 import pytest
 from click.testing import CliRunner
 
+from conftest import assert_refused
 from gpuipc_bench.cli import cli
 from gpuipc_bench.results import SCHEMA_VERSION, read_results
 
@@ -198,7 +201,7 @@ def test_pairs_all_plans_each_pair_scenario_once_per_ordered_pair():
     from gpuipc_bench.harness.plan import plan_pairs
     from gpuipc_bench.config import RunConfig
     from gpuipc_bench.scenarios import SCENARIOS
-    from test_bad_input import fake_machine
+    from fakes import fake_machine
 
     machine = fake_machine((80 << 30,) * 4)
     config = RunConfig(scenarios=("ipc", "host"))
@@ -219,7 +222,7 @@ def test_plain_run_on_several_gpus_adds_the_first_nvlink_pair():
     from gpuipc_bench.config import RunConfig
     from gpuipc_bench.harness.plan import default_pair, plan_pairs
     from gpuipc_bench.scenarios import SCENARIOS
-    from test_bad_input import fake_machine
+    from fakes import fake_machine
 
     machine = fake_machine((80 << 30,) * 4)
     assert default_pair(machine) == (0, 1)  # no NVLink known: GPUs 0 and 1
@@ -275,3 +278,36 @@ def test_a_run_over_several_gpu_pairs_says_what_it_will_cost_before_it_starts():
     assert "about 5 min" in pairs_estimate(plan, "")  # 12 pairs at about 27 s
     assert "about" not in pairs_estimate(plan, "thorough").split("(")[0]  # no figure for --thorough: none said
     assert pairs_estimate(twelve[:1]) is None  # one pair: nothing to warn about
+
+
+# --------------------------------------------------------------------------- --out where no file can be written
+
+
+def test_out_in_a_folder_that_takes_no_file_is_refused(no_work):
+    """/proc exists and looks writable to root, but no file can be created in it."""
+    assert_refused(*invoke("run", "-s", "host", "--out", "/proc/x.csv"), "--out", "/proc")
+
+
+def test_out_in_a_read_only_folder_is_refused(no_work):
+    folder = no_work / "ro"
+    folder.mkdir()
+    folder.chmod(0o555)
+    try:
+        if os.access(folder, os.W_OK):  # root: the mode does not stop it; /proc above covers root
+            pytest.skip("running as root: a read-only mode does not stop root")
+        assert_refused(*invoke("run", "-s", "host", "--out", str(folder / "x.csv")), "--out", "not writable")
+    finally:
+        folder.chmod(0o755)
+
+
+def test_out_dash_is_refused(no_work):
+    assert_refused(*invoke("run", "-s", "host", "--out", "-"), "--out -")
+    assert not (no_work / "-").exists()
+
+
+def test_run_plot_with_a_bad_suffix_is_refused_before_the_run(no_work):
+    assert_refused(*invoke("run", "-s", "host", "--out", "r.csv", "--plot", "x.txt"), "--plot", ".png")
+
+
+def test_quick_and_thorough_are_refused_together(no_work):
+    assert_refused(*invoke("run", "-s", "host", "--quick", "--thorough"), "--quick", "--thorough")

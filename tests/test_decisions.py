@@ -7,48 +7,18 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from fakes import KIB, META, MIB, figure, frame, setup, write_run
 from gpuipc_bench.analysis import analyse, compare_decisions
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, WITHIN, WITHIN_MAX
 from gpuipc_bench.cli import cli
-from gpuipc_bench.paths import BUILTIN, PathInfo, to_metadata
-from gpuipc_bench.results import empty_frame, new_row, typed_frame, write_results
+from gpuipc_bench.paths import PathInfo, to_metadata
 
-KIB, MIB = 1 << 10, 1 << 20
 RESULTS = Path(__file__).resolve().parent.parent / "results"
-PATHS = BUILTIN + (PathInfo("vmm", setup=("vmm_import",)), PathInfo("torch", setup=("caching_receive_cold",)))
-META = {"schema_version": "2", **to_metadata(PATHS)}
-
-
-def frame(rows: list[dict]) -> pd.DataFrame:
-    return typed_frame(pd.DataFrame.from_records(rows)) if rows else empty_frame()
-
-
-def figure(path, variant, seconds, sizes=(4 * KIB,), n=6, measure="stream", scenario=None, ceiling="d2d@0",
-           sharing="time-sliced", src="0", dst="0", metric="bandwidth", spread=1e-3, samples=None):
-    """n samples per size: `seconds` (a number or a function of the size) times 1 + a spread
-    evenly from -spread to +spread; or the given `samples` (relative factors)."""
-    rows = []
-    for size in sizes:
-        base = seconds(size) if callable(seconds) else seconds
-        factors = samples or [1 + spread * (2 * i / max(1, n - 1) - 1) for i in range(n)]
-        for i, f in enumerate(factors):
-            rows.append(new_row(scenario=scenario or path, path=path, variant=variant, measure=measure,
-                                metric=metric, src=src, dst=dst, bytes=size, iteration=i, seconds=base * f,
-                                verified=True if metric != "setup" else None, workers=2, sharing=sharing,
-                                ceiling=ceiling if path != "ceiling" else ""))
-    return rows
-
-
 def ceiling(scenario, seconds, sizes=(4 * KIB,), key="d2d@0", sharing="time-sliced", **kw):
     return figure("ceiling", key, seconds, sizes=sizes, scenario=scenario, sharing=sharing, **kw)
-
-
-def setup(path, op, seconds, n=9):
-    return figure(path, op, seconds, metric="setup", measure="", ceiling="", n=n)
 
 
 def decisions(*groups, meta=META):
@@ -209,15 +179,8 @@ def test_gpu_pairs_of_one_link_class_share_a_section_with_their_spread():
 # --------------------------------------------------------------------------- JSON, comparing runs
 
 
-def write(tmp_path, name, groups, meta=META):
-    path = tmp_path / name
-    write_results(path, frame([r for g in groups for r in g]), {k: v for k, v in meta.items()
-                                                                 if k != "schema_version"})
-    return path
-
-
 def test_json_carries_the_decisions(tmp_path):
-    path = write(tmp_path, "run.csv", copy_engine_run({"ipc": 0.1e-3, "vmm": 0.2e-3}))
+    path = write_run(tmp_path, "run.csv", copy_engine_run({"ipc": 0.1e-3, "vmm": 0.2e-3}))
     result = CliRunner().invoke(cli, ["report", str(path), "--format", "json"])
     assert result.exit_code == 0, result.output
     (run,) = json.loads(result.output)["runs"]
@@ -232,12 +195,12 @@ def test_json_carries_the_decisions(tmp_path):
 
 
 def test_comparing_runs_names_the_decisions_that_changed(tmp_path):
-    a = write(tmp_path, "a.csv", two_modes(False))
+    a = write_run(tmp_path, "a.csv", two_modes(False))
     b_groups = [figure("staging", "pinned-hostsync", 25e-6, sizes=(4 * KIB, 64 * MIB), measure="handoff",
                        ceiling=""),
                 figure("ipc", "push", lambda s: 11e-6 if s == 4 * KIB else 275e-6, sizes=(4 * KIB, 64 * MIB),
                        measure="handoff", ceiling="")]
-    b = write(tmp_path, "b.csv", b_groups)
+    b = write_run(tmp_path, "b.csv", b_groups)
     changes = compare_decisions([analyse(*_read(p)).answer.decisions for p in (a, b)])
     assert [(c.bytes, c.before, c.after) for c in changes if c.sharing == "time-sliced"] == [
         (4 * KIB, "staging/pinned-hostsync", "ipc/push")]
@@ -324,7 +287,7 @@ def test_two_state_figures_are_compared_state_by_state_not_by_their_mix():
 
 
 def test_json_decisions_say_within_states_and_replicas(tmp_path):
-    path = write(tmp_path, "run.csv", [two_state("ipc", "ce", 330e-6, fast=6, slow=3),
+    path = write_run(tmp_path, "run.csv", [two_state("ipc", "ce", 330e-6, fast=6, slow=3),
                                        two_state("ipc", "sm", 340e-6, fast=3, slow=6)])
     result = CliRunner().invoke(cli, ["report", str(path), "--format", "json"])
     (d,) = json.loads(result.output)["runs"][0]["decisions"]

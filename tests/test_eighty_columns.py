@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from click.testing import CliRunner
+
 from conftest import ROOT, invoke
+from fakes import bench_process
+from gpuipc_bench.cli import cli
 
 COMMANDS = [(), ("run",), ("report",), ("list",), ("info",), ("check",)]
 
@@ -45,3 +49,28 @@ def test_list_info_and_report_fit(args):
     code, out = invoke(*args)
     assert code == 0, out
     assert_fits(out)
+
+
+# --------------------------------------------------------------------------- COLUMNS that names no width
+
+FAST = ["--sizes", "64", "--iterations", "2", "--warmup", "0"]
+
+
+@pytest.mark.parametrize("columns", ["0", "-1", "abc", "5"])
+def test_every_command_prints_whatever_columns_says(tmp_path, columns):
+    env = {"COLUMNS": columns}
+    out = tmp_path / "r.csv"
+    runner = CliRunner()
+    result = runner.invoke(cli, ["run", "-s", "host", "--out", str(out), *FAST], env=env)
+    assert result.exit_code == 0 and "wrote" in result.output and "r.csv" in result.output, result.output
+    result = runner.invoke(cli, ["report", str(out)], env=env)
+    assert result.exit_code == 0 and "host" in result.output, result.output
+    result = runner.invoke(cli, ["list"], env=env)
+    assert result.exit_code == 0 and "GPUs" in result.output, result.output  # narrow: names are cut
+    result = runner.invoke(cli, ["info"], env=env)
+    assert result.exit_code == 0 and "CPU" in result.output, result.output
+
+
+def test_columns_zero_in_a_real_process():
+    proc = bench_process("list", env={"COLUMNS": "0"})
+    assert proc.returncode == 0 and "barrier" in proc.stdout

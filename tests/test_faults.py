@@ -8,10 +8,8 @@ waits for the fault to fire (GPUIPC_BENCH_FAULT_FIRED), never for a time. Each o
 is checked from the outside: the time to exit, the exit code, the message, the rows the
 CSV kept, and nothing left in /dev/shm or the process table.
 
-Sections: a worker killed in each phase, a hung worker named first, a long phase that is not a
-hang, signals in every phase, a full /dev/shm, --out on special files, hostile files to report,
-output that cannot be written. The GPU tests at the end (marked `gpu`) do the same on the GPU
-scenarios and skip where there is no GPU.
+The GPU tests at the end (marked `gpu`) do the same on the GPU scenarios and skip where there
+is no GPU.
 """
 
 from __future__ import annotations
@@ -22,13 +20,15 @@ import re
 import signal
 import stat
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from conftest import FAULT_ENV, Run, our_segments
+from conftest import FAULT_ENV, ROOT, Run, our_segments
+from fakes import assert_gpu_memory_back, gpu_memory_used
 from gpuipc_bench.cli import cli
 from gpuipc_bench.errors import Interrupted, ResultsFormatError, WorkerFailed
 from gpuipc_bench.results import read_results
@@ -382,9 +382,9 @@ def test_a_long_phase_that_stops_is_named_in_user_words(run_scenario, clean_slat
 
 
 @pytest.mark.slow
-def test_the_issue_run_a_long_host_ceiling_with_a_short_timeout_completes(tmp_path):
-    """`run -s host --sizes 64MiB` with many samples outlives a --timeout shorter than worker
-    0's memcpy ceiling: a long phase that shows progress is not a silence."""
+def test_a_long_host_ceiling_with_a_short_timeout_completes(tmp_path):
+    """`run -s host --sizes 64MiB` with many samples completes: the timeout does not end it
+    while worker 0 measures the memcpy ceiling."""
     run = Run(tmp_path, "run", "-s", "host", "--sizes", "64MiB", "-n", "60", "--warmup", "0",
               "--timeout", "0.5", "--out", "r.csv", "-q")  # the ceiling alone takes about 1 s here
     code, _, stderr = run.finish(timeout=120)
@@ -453,7 +453,7 @@ IGNORE_SIGINT_THEN_EXEC = ("import os, signal, sys; signal.signal(signal.SIGINT,
 
 def test_sigint_ignored_by_the_shell_still_ends_the_run(tmp_path):
     """A background job of a non-interactive shell starts with SIGINT ignored; the run still
-    ends on it promptly, while a worker is held in a sample."""
+    ends on it promptly."""
     run = Run(tmp_path, "run", "-s", "host", "--out", "r.csv", *FAST, "--timeout", "60",
               fault="hang:1:sample:3", prefix=("python3", "-c", IGNORE_SIGINT_THEN_EXEC))
     run.wait_for_fault()
@@ -728,41 +728,86 @@ def test_a_closed_stdout_does_not_fail_the_run(tmp_path):
     assert read_results(tmp_path / "r.csv")[1]["partial"] == "false"
 
 
+FEW = ["--sizes", "64", "--iterations", "2", "--warmup", "0"]
+
+
+@pytest.mark.parametrize("closed", ["stderr", "stdout", "both"])
+def test_a_closed_stdout_or_stderr_fails_nothing(tmp_path, closed):
+    """`gpuipc-bench run 2>&1 | head -3`: the reader has gone before the run writes a word
+    (a real process running two scenarios, its streams closed as it starts)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUIPC_BENCH_")}
+    env["PYTHONPATH"] = str(ROOT)
+    proc = subprocess.Popen([sys.executable, "-m", "gpuipc_bench.cli", "run", "-s", "host", "-s", "barrier",
+                             "--out", "r.csv", *FEW], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    for name in ("stdout", "stderr") if closed == "both" else (closed,):
+        getattr(proc, name).close()
+    for stream in (proc.stdout, proc.stderr):
+        if not stream.closed:
+            stream.read()
+    assert proc.wait(timeout=120) == 0
+    _, meta = read_results(tmp_path / "r.csv")
+    assert meta["partial"] == "false" and meta["status"] == "completed: host,barrier", meta
+
+
+# --------------------------------------------------------------------------- the header on disk
+
+
+def headers_while_running(out, monkeypatch) -> list[dict]:
+    """A launcher that runs nothing and reads the CSV's header each time a scenario starts."""
+    import gpuipc_bench.harness.launcher
+    from gpuipc_bench.harness.launcher import Outcome
+
+    seen: list[dict] = []
+
+    def fake_run_scenario(scenario, config, specs, on_row, **kwargs):
+        seen.append(read_results(out)[1])
+        return Outcome(scenario.name)
+
+    monkeypatch.setattr(gpuipc_bench.harness.launcher, "run_scenario", fake_run_scenario)
+    return seen
+
+
+def test_the_header_says_partial_until_the_clean_end(tmp_path, monkeypatch):
+    """What a SIGKILL at any moment between two scenarios leaves is what is on disk then: the
+    header read while the second scenario runs must say partial."""
+    out = tmp_path / "r.csv"
+    seen = headers_while_running(out, monkeypatch)
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "-s", "barrier", "--out", str(out), "-q",
+                                      "--launcher", "fork-fresh"])  # the stub stands in for fork-fresh's launcher
+    assert result.exit_code == 0, result.output
+    assert [meta["partial"] for meta in seen] == ["true", "true"]
+    assert "running" in seen[1]["status"]
+    assert read_results(out)[1]["partial"] == "false"
+
+
+def test_the_run_writes_its_total_time_at_the_clean_end_only(tmp_path, monkeypatch):
+    """`seconds.total` (schema 3) is the run's wall time, in the header only once the run ended."""
+    out = tmp_path / "r.csv"
+    seen = headers_while_running(out, monkeypatch)
+    assert CliRunner().invoke(cli, ["run", "-s", "host", "-s", "barrier", "--out", str(out), "-q"]).exit_code == 0
+    assert not any("seconds.total" in meta for meta in seen)
+    assert float(read_results(out)[1]["seconds.total"]) >= 0
+
+
+def test_sigkill_during_the_second_scenario_leaves_a_partial_file(tmp_path):
+    """The real thing: the parent killed while the second scenario (host) sets up."""
+    before = our_segments()
+    # setup:2: the launcher's setup phase, then host's own (barrier has only the first)
+    run = Run(tmp_path, "run", "-s", "barrier", "-s", "host", "--out", "r.csv", *FEW, fault="hang:1:setup:2")
+    assert run.wait_for_fault() == "hang:1:setup\n"
+    os.kill(run.proc.pid, signal.SIGKILL)
+    code, _, _ = run.finish()
+    assert code == -signal.SIGKILL
+    frame, meta = read_results(tmp_path / "r.csv")
+    assert meta["partial"] == "true", meta
+    assert set(frame["scenario"]) == {"barrier"}
+    assert our_segments() == before
+
+
 # --------------------------------------------------------------------------- GPU
 
 GPU_PAIRS = ["staging", "ipc", "mmap"]
-
-
-def gpu_memory_used(machine, device: int = 0) -> int | None:
-    """Bytes in use on CUDA device `device`, from NVML (which makes no CUDA context)."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001
-        return None
-    try:
-        bus_id = machine.gpus[device].pci_bus_id
-        handle = (pynvml.nvmlDeviceGetHandleByPciBusId(bus_id) if bus_id
-                  else pynvml.nvmlDeviceGetHandleByIndex(device))
-        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
-    except Exception:  # noqa: BLE001
-        return None
-    finally:
-        pynvml.nvmlShutdown()
-
-
-def assert_gpu_memory_back(machine, before: int | None, device: int = 0) -> None:
-    """Used memory back within 64 MiB of `before`: the driver frees a dead process's memory
-    as the process is reaped, so allow it a moment, no more."""
-    if before is None:
-        pytest.skip("NVML gives no memory figure here")
-    deadline = time.monotonic() + 10
-    after = gpu_memory_used(machine, device)
-    while after > before + (64 << 20) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        after = gpu_memory_used(machine, device)
-    assert after <= before + (64 << 20), f"GPU memory not given back: {(after - before) >> 20} MiB more in use"
 
 
 GPU_SIZES = (4096, 4 << 20)

@@ -12,7 +12,7 @@ from gpuipc_bench.errors import BenchError, NoGpuError
 from gpuipc_bench.gpu import fdmemory
 from gpuipc_bench.gpu.errors import CudaError
 from gpuipc_bench.scenarios import SCENARIOS
-from test_bad_input import fake_machine
+from fakes import fake_machine
 
 FD_PATHS = ("vmm", "mempool", "hostpool", "handles")
 

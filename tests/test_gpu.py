@@ -7,7 +7,6 @@ test proves a child forked after a whole run can still use CUDA.
 
 from __future__ import annotations
 
-import collections
 import multiprocessing
 import os
 import time
@@ -15,6 +14,7 @@ import traceback
 
 import pytest
 
+from fakes import ODD_SIZES, count_by, run_scenario_rows
 from gpuipc_bench.modes import daemon as mps
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import BarrierAborted, WorkerFailed
@@ -25,7 +25,7 @@ from gpuipc_bench.scenarios.latency import LatencyScenario, LatencyWorker
 
 FORK = multiprocessing.get_context("fork")
 MiB = 1 << 20
-SIZES = (4, 4096 + 3, 8 * MiB + 16)  # odd sizes: vector tails, unaligned chunk ends
+SIZES = ODD_SIZES
 
 
 def in_child(fn, *args, timeout: float = 180.0):
@@ -56,25 +56,6 @@ def in_child(fn, *args, timeout: float = 180.0):
     if kind == "error":
         pytest.fail(value)
     return value
-
-
-def run(monkeypatch, name, scenario=None, fault=None, **overrides):
-    if fault:
-        monkeypatch.setenv("GPUIPC_BENCH_FAULT", fault)
-    else:
-        monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)
-    settings = dict(scenarios=(name,), sizes=SIZES, min_samples=2, max_samples=3, warmup=1, timeout=60.0,
-                    chunk_bytes=MiB)
-    settings.update(overrides)
-    config = RunConfig(**settings)
-    scenario = scenario or SCENARIOS[name]
-    rows: list[dict] = []
-    outcome = run_scenario(scenario, config, scenario.workers(config, None), on_row=rows.append)
-    return outcome, rows
-
-
-def groups(rows, *keys):
-    return collections.Counter(tuple(r[k] for k in keys) for r in rows)
 
 
 # --------------------------------------------------------------------------- kernels, gate, ceilings
@@ -165,10 +146,10 @@ def test_kernels_gate_and_ceilings():
     ("hostpool", {("host-pool", "stream"), ("host-pool", "handoff")}),
 ])
 def test_each_path_moves_the_right_bytes(monkeypatch, no_leaks, name, variants):
-    outcome, rows = run(monkeypatch, name)
+    outcome, rows = run_scenario_rows(monkeypatch, name)
     assert outcome.ok, outcome.error
     data = [r for r in rows if r["path"] == name and r["metric"] == "bandwidth"]
-    got = groups(data, "variant", "measure", "bytes")
+    got = count_by(data, "variant", "measure", "bytes")
     assert set(got) == {(v, m, n) for v, m in variants for n in SIZES}
     assert all(2 <= n <= 3 for n in got.values())
     assert all(r["verified"] is True and r["seconds"] > 0 for r in data)
@@ -179,7 +160,7 @@ def test_each_path_moves_the_right_bytes(monkeypatch, no_leaks, name, variants):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["ipc", "vmm", "mempool", "hostpool", "staging", "mmap"])
 def test_a_corrupted_byte_is_caught(monkeypatch, no_leaks, name):
-    outcome, rows = run(monkeypatch, name, fault="corrupt", sizes=(4096 + 3,))
+    outcome, rows = run_scenario_rows(monkeypatch, name, fault="corrupt", sizes=(4096 + 3,))
     assert isinstance(outcome.error, WorkerFailed)
     assert f"verification failed on path {name}/" in str(outcome.error) and "ring slot" in str(outcome.error)
 
@@ -209,14 +190,15 @@ def memory_checked(name):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["ipc", "vmm", "mempool", "hostpool", "staging", "mmap"])
 def test_gpu_memory_is_returned(monkeypatch, no_leaks, name):
-    outcome, _ = run(monkeypatch, name, scenario=memory_checked(name), sizes=(4096, 64 * MiB), max_samples=2)
+    outcome, _ = run_scenario_rows(monkeypatch, name, scenario=memory_checked(name), sizes=(4096, 64 * MiB),
+                                   max_samples=2)
     assert outcome.ok, outcome.error
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ["staging", "mmap", "vmm", "mempool"])
 def test_killed_worker_frees_everything(monkeypatch, no_leaks, name):
-    outcome, _ = run(monkeypatch, name, fault="kill:1:sample:3")
+    outcome, _ = run_scenario_rows(monkeypatch, name, fault="kill:1:sample:3")
     assert isinstance(outcome.error, WorkerFailed) and "killed by SIGKILL" in str(outcome.error)
 
 
@@ -230,16 +212,16 @@ def _cuda_works() -> int:
 def test_parent_never_initialised_cuda(monkeypatch, no_leaks):
     """After a whole run, a child forked from this process can still use CUDA: the parent
     (which loads CuPy, and with it the driver library) never initialised CUDA."""
-    outcome, _ = run(monkeypatch, "ipc", sizes=(4096,), max_samples=2)
+    outcome, _ = run_scenario_rows(monkeypatch, "ipc", sizes=(4096,), max_samples=2)
     assert outcome.ok, outcome.error
     assert in_child(_cuda_works) >= 1
 
 
 @pytest.mark.gpu2
 def test_peer_moves_the_right_bytes(monkeypatch, no_leaks):
-    outcome, rows = run(monkeypatch, "peer", sizes=(4096 + 3, 8 * MiB))
+    outcome, rows = run_scenario_rows(monkeypatch, "peer", sizes=(4096 + 3, 8 * MiB))
     assert outcome.ok, outcome.error
-    got = groups([r for r in rows if r["path"] == "peer" and r["metric"] == "bandwidth"], "variant", "measure")
+    got = count_by([r for r in rows if r["path"] == "peer" and r["metric"] == "bandwidth"], "variant", "measure")
     assert set(got) == {("p2p-off", "stream"), ("bidir", "stream"),
                         *((v, m) for v in ("ce", "sm", "push") for m in ("stream", "handoff"))}
     assert all(r["verified"] is True for r in rows if r["path"] == "peer" and r["metric"] != "setup")
@@ -252,7 +234,7 @@ def test_peer_moves_the_right_bytes(monkeypatch, no_leaks):
 
 @pytest.mark.gpu
 def test_latency_on_one_gpu(monkeypatch, no_leaks):
-    outcome, rows = run(monkeypatch, "latency", sizes=(0, 4, 4096))
+    outcome, rows = run_scenario_rows(monkeypatch, "latency", sizes=(0, 4, 4096))
     assert outcome.ok, outcome.error
     variants = {r["variant"] for r in rows}
     assert {"device-pingpong", "device-ll", "host-pingpong", "flag-pingpong", "barrier"} <= variants
@@ -266,8 +248,8 @@ def test_latency_on_one_gpu(monkeypatch, no_leaks):
 
 @pytest.mark.gpu
 def test_latency_catches_a_wrong_answer(monkeypatch, no_leaks):
-    outcome, rows = run(monkeypatch, "latency", fault="corrupt", sizes=(64,), min_samples=1, max_samples=1,
-                        warmup=0)
+    outcome, rows = run_scenario_rows(monkeypatch, "latency", fault="corrupt", sizes=(64,), min_samples=1,
+                                      max_samples=1, warmup=0)
     assert isinstance(outcome.error, WorkerFailed)
     assert "verification failed on path ipc/" in str(outcome.error)
 
@@ -293,11 +275,12 @@ def test_a_silent_peer_ends_the_kernel_within_the_spin_timeout(monkeypatch, no_l
             return super().setup()
 
     class Scenario(LatencyScenario):
-        def run(self, ctx):
+        def run_scenario_rows(self, ctx):
             return Worker(ctx, self).run()
 
     t0 = time.monotonic()
-    outcome, _ = run(monkeypatch, "latency", scenario=Scenario(), sizes=(nbytes,), extra=(("spin_timeout", "0.5"),))
+    outcome, _ = run_scenario_rows(monkeypatch, "latency", scenario=Scenario(), sizes=(nbytes,),
+                                   extra=(("spin_timeout", "0.5"),))
     assert isinstance(outcome.error, WorkerFailed), outcome.error
     assert "did not answer the handshake (round 0) within the 0.5 s spin timeout" in str(outcome.error)
     assert time.monotonic() - t0 < 30
@@ -340,7 +323,7 @@ def test_sharing_time_sliced_and_mps(monkeypatch, no_leaks):
     assert "time-sliced" in modes and modes <= {"time-sliced", "mps"}
     for mode in modes:
         mine = [r for r in rows if r["sharing"] == mode]
-        got = groups(mine, "path", "variant", "workers")
+        got = count_by(mine, "path", "variant", "workers")
         for transfer in ("d2d", "h2d"):
             assert 2 <= got[("sharing", f"{transfer}-aggregate", 2)] <= 3
         assert all(r["verified"] is True for r in mine if r["metric"] != "setup")
@@ -357,9 +340,9 @@ def test_sharing_catches_corruption_and_still_stops_the_daemon(monkeypatch, no_l
 
 @pytest.mark.gpu
 def test_handles_times_opens_against_size(monkeypatch, no_leaks):
-    outcome, rows = run(monkeypatch, "handles", sizes=(MiB, 64 * MiB))
+    outcome, rows = run_scenario_rows(monkeypatch, "handles", sizes=(MiB, 64 * MiB))
     assert outcome.ok, outcome.error
-    got = groups(rows, "path", "variant")
+    got = count_by(rows, "path", "variant")
     for key in (("ipc", "ipc_open_cold"), ("vmm", "vmm_import"), ("vmm", "vmm_map"), ("mempool", "pool_import"),
                 ("mempool", "ptr_import_first")):
         assert got[key] == 2 * min(SETUP_REPEATS, 3), key  # at each of the two sizes, as often as a figure (3)

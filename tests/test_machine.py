@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import multiprocessing
 import os
@@ -10,13 +11,16 @@ import sys
 import time
 
 import pytest
+from click.testing import CliRunner
 from rich.console import Console
 
+from fakes import fake_machine, h100_node
+from gpuipc_bench.cli import cli
 from gpuipc_bench.machine import nvml
 from gpuipc_bench.machine import probe as machine_mod
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.machine.nvml import normalise_bus_id
-from gpuipc_bench.machine.probe import GpuInfo, Machine, probe
+from gpuipc_bench.machine.probe import Machine, probe
 from gpuipc_bench.machine.info import render_info
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,24 +41,6 @@ def render(machine: Machine) -> str:
     out = io.StringIO()
     render_info(machine, Console(file=out, width=140, color_system=None))
     return out.getvalue()
-
-
-def fake_machine(gpus: int) -> Machine:
-    infos = tuple(
-        GpuInfo(
-            index=i, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}", pci_bus_id=f"0000:{0x17 + i:02x}:00.0",
-            memory_bytes=85_520_809_984, compute_capability="9.0", pcie_gen=5, pcie_width=16,
-            pcie_max_gen=5, pcie_max_width=16, mig_mode="disabled",
-        )
-        for i in range(gpus)
-    )
-    pairs = [(i, j) for i in range(gpus) for j in range(gpus) if i != j]
-    return Machine(
-        hostname="node1", cpu_model="Some CPU", cpu_count=16, os="Linux", python="CPython 3.11.7",
-        gpus=infos, cuda_error=None, driver_version="580.159.04", cuda_driver_version="13.0",
-        cuda_runtime_version="12.9", cupy_version="14.2.0", peer_access=frozenset(pairs),
-        links={p: "NV18" for p in pairs}, mps="not running",
-    )
 
 
 # ---------------------------------------------------------------- on this machine, whatever it is
@@ -212,17 +198,17 @@ def test_cuda_versions():
 
 
 def test_check_devices_names_the_range():
-    m = fake_machine(2)
+    m = h100_node(2)
     m.check_devices([0, 1])
     m.check_devices(None)
     with pytest.raises(UsageError, match=r"^--devices 3: this machine has 2 GPUs \(0-1\)$"):
         m.check_devices([0, 3])
     with pytest.raises(UsageError, match=r"has 1 GPU \(0\)"):
-        fake_machine(1).check_devices([1])
+        h100_node(1).check_devices([1])
 
 
 def test_metadata_of_a_two_gpu_machine():
-    metadata = fake_machine(2).metadata()
+    metadata = h100_node(2).metadata()
     assert metadata["gpu.1.name"] == "NVIDIA H100 80GB HBM3"
     assert metadata["gpu.0.pcie"] == "Gen5 x16 (max Gen5 x16)"
     assert metadata["gpu.0.cc"] == "9.0" and metadata["gpu.0.mig"] == "disabled"
@@ -231,7 +217,7 @@ def test_metadata_of_a_two_gpu_machine():
 
 
 def test_render_of_a_two_gpu_machine():
-    text = render(fake_machine(2))
+    text = render(h100_node(2))
     assert "NVIDIA H100 80GB HBM3" in text and "79.6 GiB" in text
     assert "Gen5 x16 (max Gen5 x16)" in text
     assert "NV18 ✓" in text and "580.159.04" in text and "No usable" not in text
@@ -307,3 +293,19 @@ def test_gpus_have_nvml_facts(here):
 def test_two_gpus_have_links(here):
     needs_gpu(here, 2)
     assert (0, 1) in here.links and here.metadata()["link.0-1"] == here.links[(0, 1)]
+
+
+# ---------------------------------------------------------------- info without CuPy
+
+
+def test_info_without_cupy_keeps_the_extras_in_its_advice(monkeypatch):
+    from gpuipc_bench.machine.probe import CUPY_MISSING
+
+    machine = dataclasses.replace(fake_machine(()), cuda_error=CUPY_MISSING, cpu_model="[bold]cpu[/]",
+                                  driver_version="580.159.04")  # a driver: CuPy is what is missing
+    monkeypatch.setattr(machine_mod, "probe", lambda *a, **k: machine)
+    result = CliRunner().invoke(cli, ["info"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert 'pip install -e ".[cuda12]"' in text and '".[cuda13]"' in text, text
+    assert "[bold]cpu[/]" in text  # what the machine says is printed as it is, never as markup

@@ -18,7 +18,7 @@ from gpuipc_bench.errors import UsageError
 from gpuipc_bench.harness.launcher import run_scenario
 from gpuipc_bench.harness.plan import modes_for, plan_modes
 from gpuipc_bench.scenarios import SCENARIOS
-from test_bad_input import fake_machine
+from fakes import fake_machine
 
 
 def test_parse_names_the_option_and_keeps_the_registry_order():

@@ -5,44 +5,20 @@ libopenmpi-dev`, `pip install -e '.[mpi]'`; .ci/run installs both)."""
 
 from __future__ import annotations
 
-import os
-import shutil
+import importlib.util
 import subprocess
-import sys
 import time
 
 import pytest
 
+from fakes import BENCH, bench_process, mpi_env, mpirun, needs_mpi, ours_in_shm
 from gpuipc_bench.harness import mpi_launch
 from gpuipc_bench.results import read_results
 
-HAVE_MPI = shutil.which("mpirun") is not None and subprocess.run(
-    [sys.executable, "-c", "import mpi4py"], capture_output=True).returncode == 0
-needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs Open MPI's mpirun and mpi4py (pip install -e '.[mpi]')")
-BENCH = [sys.executable, "-m", "gpuipc_bench.cli"]
-
-
-def env(**extra) -> dict:
-    out = {k: v for k, v in os.environ.items() if k != "GPUIPC_BENCH_FAULT"}
-    out.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
-               **extra)
-    return out
-
-
-def mpirun(n: int, *args, fault: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    command = ["mpirun", "--oversubscribe", "-np", str(n)]
-    if fault:
-        command += ["-x", f"GPUIPC_BENCH_FAULT={fault}"]
-    return subprocess.run(command + BENCH + ["run", *args], capture_output=True, text=True, timeout=timeout,
-                          env=env())
 
 
 def forked(*args) -> subprocess.CompletedProcess:
-    return subprocess.run(BENCH + ["run", *args], capture_output=True, text=True, timeout=120, env=env())
-
-
-def ours_in_shm() -> list[str]:
-    return sorted(n for n in os.listdir("/dev/shm") if n.startswith("gpuipc-bench-"))
+    return subprocess.run(BENCH + ["run", *args], capture_output=True, text=True, timeout=120, env=mpi_env())
 
 
 def groups(df):
@@ -167,3 +143,28 @@ def test_a_single_process_asked_to_use_mpi_is_told_how_to_start_it(tmp_path):
     result = forked("--launcher", "mpi", "-s", "host", "-o", str(tmp_path / "z.csv"))
     assert result.returncode == 2 and "the only rank of its MPI job" in result.stderr
 
+
+# --------------------------------------------------------------------------- mpi4py without an MPI library
+
+NO_LIBMPI = {"MPI4PY_LIBMPI": "/nonexistent/libmpi.so"}  # mpi4py's loader: as if no MPI library were there
+
+
+def one_error_line(proc: subprocess.CompletedProcess, *words: str) -> str:
+    """The run's output is one 'Error:' line holding `words`, and nothing else; that line."""
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error:"), proc.stdout + proc.stderr
+    for word in words:
+        assert word in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None, reason="needs mpi4py")
+@pytest.mark.parametrize("args,env", [
+    (["--launcher", "mpi"], {}),
+    ([], {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"}),
+], ids=["launcher-mpi", "started-by-mpirun"])
+def test_mpi4py_without_an_mpi_library_is_one_error_line(tmp_path, args, env):
+    proc = bench_process("run", "-s", "host", "--out", "r.csv", *args, env={**NO_LIBMPI, **env}, cwd=tmp_path)
+    assert proc.returncode == 2
+    one_error_line(proc, "MPI library", "--launcher fork" if not args else "--launcher mpi")
+    assert not (tmp_path / "r.csv").exists()

@@ -7,7 +7,7 @@ import pytest
 
 from gpuipc_bench.scenarios import SCENARIOS
 from gpuipc_bench.scenarios import nccl
-from test_bad_input import fake_machine
+from fakes import fake_machine
 
 LOG = """vm:123:456 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
 vm:123:456 [0] NCCL INFO Channel 01/0 : 0[0] -> 1[1] via P2P/CUMEM/read
@@ -47,9 +47,9 @@ def test_each_transport_is_forced_in_its_own_processes_and_nvls_stays_off():
 @pytest.mark.gpu2
 @pytest.mark.parametrize("name", ["nccl", "nccl-shm"])
 def test_send_recv_moves_verified_bytes(monkeypatch, no_leaks, name):
-    from test_gpu import run
+    from fakes import run_scenario_rows
 
-    outcome, rows = run(monkeypatch, name, sizes=(4096, 64 << 20), devices=(0, 1))
+    outcome, rows = run_scenario_rows(monkeypatch, name, sizes=(4096, 64 << 20), devices=(0, 1))
     assert outcome.ok, outcome.error
     data = [r for r in rows if r["path"] == "nccl" and r["metric"] == "bandwidth"]
     suffix = nccl.FORCED[name]  # a forced transport is a variant of its own

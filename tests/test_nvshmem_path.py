@@ -12,7 +12,7 @@ import pytest
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.scenarios import SCENARIOS
 from gpuipc_bench.scenarios import nvshmem as path
-from test_bad_input import fake_machine
+from fakes import fake_machine
 
 HAVE = importlib.util.find_spec("nvshmem") is not None
 
@@ -68,7 +68,7 @@ def test_a_ceiling_key_may_name_who_measured_it_and_nothing_else():
 def check_put_and_get(rows, link: str, sm_link: str) -> None:
     """Every variant verified and bounded by a ceiling sample its own process took right after each
     of its samples; the device-initiated ones wherever nvcc could build their kernel."""
-    from test_gpu import groups
+    from fakes import count_by
 
     data = [r for r in rows if r["path"] == "nvshmem" and r["metric"] == "bandwidth"]
     device = {r["variant"] for r in data} - {"put", "get"}
@@ -76,7 +76,7 @@ def check_put_and_get(rows, link: str, sm_link: str) -> None:
     keys = {"put": f"{link}/producer", "get": f"{link}/consumer",
             "device-put": f"{sm_link}/producer", "device-get": f"{sm_link}/consumer"}
     keys = {v: k for v, k in keys.items() if v in {"put", "get"} | device}
-    assert set(groups(data, "variant", "bytes")) == {(v, n) for v in keys for n in (4096, 64 << 20)}
+    assert set(count_by(data, "variant", "bytes")) == {(v, n) for v in keys for n in (4096, 64 << 20)}
     assert all(r["verified"] is True and r["seconds"] > 0 for r in data)
     assert {(r["variant"], r["ceiling"]) for r in data} == set(keys.items())
     assert {r["variant"] for r in rows if r["path"] == "ceiling"} == set(keys.values())
@@ -91,9 +91,9 @@ def check_put_and_get(rows, link: str, sm_link: str) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not HAVE, reason="needs nvshmem4py (pip install -e '.[nvshmem13]')")
 def test_put_and_get_move_verified_bytes(monkeypatch, no_leaks):
-    from test_gpu import run
+    from fakes import run_scenario_rows
 
-    outcome, rows = run(monkeypatch, "nvshmem", sizes=(4096, 64 << 20))
+    outcome, rows = run_scenario_rows(monkeypatch, "nvshmem", sizes=(4096, 64 << 20))
     assert outcome.ok, outcome.error
     check_put_and_get(rows, "d2d@0", "d2d-sm@0")
     calls = {r["variant"] for r in rows if r["path"] == "nvshmem-call"}
@@ -106,9 +106,9 @@ def test_put_and_get_move_verified_bytes(monkeypatch, no_leaks):
 @pytest.mark.gpu2
 @pytest.mark.skipif(not HAVE, reason="needs nvshmem4py (pip install -e '.[nvshmem13]')")
 def test_put_and_get_across_two_gpus(monkeypatch, no_leaks):
-    from test_gpu import run
+    from fakes import run_scenario_rows
 
-    outcome, rows = run(monkeypatch, "nvshmem", sizes=(4096, 64 << 20), devices=(0, 1))
+    outcome, rows = run_scenario_rows(monkeypatch, "nvshmem", sizes=(4096, 64 << 20), devices=(0, 1))
     assert outcome.ok, outcome.error
     check_put_and_get(rows, "peer@0>1", "peer-sm@0>1")
 

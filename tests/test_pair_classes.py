@@ -9,7 +9,7 @@ import json
 import random
 
 from click.testing import CliRunner
-from test_decisions import KIB, META, MIB, figure, frame, write
+from fakes import KIB, META, MIB, figure, frame, write_run
 
 from gpuipc_bench.analysis import analyse
 from gpuipc_bench.cli import cli
@@ -135,7 +135,7 @@ def test_a_plain_run_on_a_multi_gpu_node_fits_50_lines():
 
 def test_json_decisions_carry_their_link_class_and_pairs(tmp_path):
     groups = pair("0", "1") + pair("1", "0") + pair("0", "2", ce=1.2)
-    path = write(tmp_path, "pairs.csv", groups, meta=NV18)
+    path = write_run(tmp_path, "pairs.csv", groups, meta=NV18)
     result = CliRunner().invoke(cli, ["report", str(path), "--format", "json"])
     assert result.exit_code == 0, result.output
     (run,) = json.loads(result.output)["runs"]

@@ -144,7 +144,7 @@ def _gpu_run(sets, name, **config):
 
 @pytest.mark.gpu
 def test_on_a_gpu_one_set_times_every_path_with_verified_data(sets, machine):
-    from test_faults import assert_gpu_memory_back, gpu_memory_used
+    from fakes import assert_gpu_memory_back, gpu_memory_used
 
     before = gpu_memory_used(machine)
     pids = None
@@ -165,7 +165,7 @@ def test_on_a_gpu_one_set_times_every_path_with_verified_data(sets, machine):
 
 @pytest.mark.gpu
 def test_on_a_gpu_a_worker_killed_mid_path_ends_its_set_and_the_next_path_runs_fresh(sets, machine, monkeypatch):
-    from test_faults import assert_gpu_memory_back, gpu_memory_used
+    from fakes import assert_gpu_memory_back, gpu_memory_used
 
     before = gpu_memory_used(machine)
     assert _gpu_run(sets, "staging")[0].ok

@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from conftest import assert_refused
 from gpuipc_bench.analysis import SUMMARY_COLUMNS, summarize
 from gpuipc_bench.cli import cli
 from gpuipc_bench.report import MARKDOWN_LIMIT
@@ -331,3 +332,21 @@ def test_results_written_by_write_results_round_trip_through_report(tmp_path):
     write_results(copy, df, meta)
     assert invoke("report", "--format", "markdown", copy)[1] == invoke("report", "--format", "markdown", SMALL)[1] \
         .replace(str(SMALL), str(copy)).replace(f"schema {meta['schema_version']}", f"schema {SCHEMA_VERSION}")
+
+
+# --------------------------------------------------------------------------- options refused before reading
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1", "101"])
+def test_min_effect_out_of_range_is_refused(no_work, value):
+    assert_refused(*invoke("report", "--min-effect", value, "x.csv"), "--min-effect")
+
+
+def test_plot_does_not_overwrite_without_force(no_work):
+    existing = no_work / "fig.png"
+    existing.write_bytes(b"keep")
+    assert_refused(*invoke("report", str(SMALL), "--plot", str(existing)), "--plot", "fig.png", "--force")
+    assert existing.read_bytes() == b"keep"
+    code, output = invoke("report", str(SMALL), "--plot", str(existing), "--force")
+    assert code == 0, output
+    assert existing.read_bytes() != b"keep"

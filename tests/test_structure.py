@@ -1,6 +1,7 @@
 """The package's seams: no import cycle among the tool's modules, scenarios/ and scripts/ (type-only
 imports under TYPE_CHECKING and imports inside functions included), no private name (`_x`) of one module used
-by another, and no command function in cli/ over 80 lines (the CLI parses, calls and prints)."""
+by another, no command function in cli/ over 80 lines (the CLI parses, calls and prints), and no test file
+importing from another test file (shared stand-ins live in tests/fakes.py, fake_gpu.py and conftest.py)."""
 
 from __future__ import annotations
 
@@ -167,3 +168,31 @@ def test_no_cli_function_over_80_lines():
                 if (lines := node.end_lineno - node.lineno + 1) > MAX_CLI_FUNCTION_LINES:
                     long[f"{path.name}:{node.name}"] = lines
     assert long == {}
+
+
+SHARED_TEST_MODULES = {"fakes", "fake_gpu", "conftest"}
+
+
+def _test_modules_imported(path: Path, test_modules: set[str]) -> set[str]:
+    """The modules of `test_modules` that the file at `path` imports, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found & test_modules
+
+
+def test_test_files_import_only_the_shared_test_modules():
+    folder = REPO / "tests"
+    test_modules = {p.stem for p in folder.glob("*.py")}
+    borrowed = {p.name: sorted(found) for p in sorted(folder.glob("*.py"))
+                if (found := _test_modules_imported(p, test_modules) - SHARED_TEST_MODULES)}
+    assert borrowed == {}, "move what they share to tests/fakes.py (or a fixture to conftest.py)"
+
+
+def test_the_test_import_finder_finds_both_forms(tmp_path):
+    (tmp_path / "test_a.py").write_text("import test_b\ndef f():\n    from test_c import x\nfrom fakes import y\n")
+    found = _test_modules_imported(tmp_path / "test_a.py", {"test_a", "test_b", "test_c", "fakes"})
+    assert found == {"test_b", "test_c", "fakes"}

@@ -29,7 +29,7 @@ from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import BenchError, UsageError, WorkerFailed
 from gpuipc_bench.harness.launcher import run_scenario
 from gpuipc_bench.scenarios import SCENARIOS, symm, symm_support, torch_support
-from test_bad_input import fake_machine
+from fakes import fake_machine
 
 SIZES = (4, 4099)
 RUN_REPEATS = 3  # the set-up repeats of a run of at most 3 samples a group

@@ -1,0 +1,200 @@
+"""Stand-ins and helpers that several test files share: fake machines, crafted runs for the
+analysis, a GPU scenario run in forked workers, Open MPI's `mpirun` and NVML's memory figure.
+(tests/fake_gpu.py is the stand-in for the CUDA layer; fixtures live in conftest.py.)"""
+
+from __future__ import annotations
+
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from conftest import ROOT
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.harness.launcher import run_scenario
+from gpuipc_bench.machine.probe import GpuInfo, Machine
+from gpuipc_bench.paths import BUILTIN, PathInfo, to_metadata
+from gpuipc_bench.results import empty_frame, new_row, typed_frame, write_results
+from gpuipc_bench.scenarios import SCENARIOS
+
+KIB, MIB = 1 << 10, 1 << 20
+BENCH = [sys.executable, "-m", "gpuipc_bench.cli"]
+
+# --------------------------------------------------------------------------- machines
+
+
+def fake_machine(gpu_memory: tuple[int, ...]) -> Machine:
+    """A machine with one GPU per entry of `gpu_memory` (its bytes), all peers of each other."""
+    gpus = tuple(GpuInfo(index=i, name="Fake GPU", uuid="", pci_bus_id="", memory_bytes=m,
+                         compute_capability="9.0", pcie_gen=None, pcie_width=None, pcie_max_gen=None,
+                         pcie_max_width=None, mig_mode="n/a") for i, m in enumerate(gpu_memory))
+    return Machine(hostname="fake", cpu_model="cpu", cpu_count=2, os="Linux", python="3",
+                   gpus=gpus, cuda_error=None, driver_version=None, cuda_driver_version=None,
+                   cuda_runtime_version=None, cupy_version=None,
+                   peer_access=frozenset((i, j) for i in range(len(gpus)) for j in range(len(gpus)) if i != j),
+                   links={}, mps="not running")
+
+
+def h100_node(gpus: int) -> Machine:
+    """A node of `gpus` H100s joined by NVLink, with every version and PCIe fact filled in."""
+    infos = tuple(
+        GpuInfo(
+            index=i, name="NVIDIA H100 80GB HBM3", uuid=f"GPU-{i}", pci_bus_id=f"0000:{0x17 + i:02x}:00.0",
+            memory_bytes=85_520_809_984, compute_capability="9.0", pcie_gen=5, pcie_width=16,
+            pcie_max_gen=5, pcie_max_width=16, mig_mode="disabled",
+        )
+        for i in range(gpus)
+    )
+    pairs = [(i, j) for i in range(gpus) for j in range(gpus) if i != j]
+    return Machine(
+        hostname="node1", cpu_model="Some CPU", cpu_count=16, os="Linux", python="CPython 3.11.7",
+        gpus=infos, cuda_error=None, driver_version="580.159.04", cuda_driver_version="13.0",
+        cuda_runtime_version="12.9", cupy_version="14.2.0", peer_access=frozenset(pairs),
+        links={p: "NV18" for p in pairs}, mps="not running",
+    )
+
+
+# --------------------------------------------------------------------------- crafted runs for the analysis
+
+PATHS = BUILTIN + (PathInfo("vmm", setup=("vmm_import",)), PathInfo("torch", setup=("caching_receive_cold",)))
+META = {"schema_version": "2", **to_metadata(PATHS)}
+
+
+def frame(rows: list[dict]) -> pd.DataFrame:
+    return typed_frame(pd.DataFrame.from_records(rows)) if rows else empty_frame()
+
+
+def figure(path, variant, seconds, sizes=(4 * KIB,), n=6, measure="stream", scenario=None, ceiling="d2d@0",
+           sharing="time-sliced", src="0", dst="0", metric="bandwidth", spread=1e-3, samples=None):
+    """n samples per size: `seconds` (a number or a function of the size) times 1 + a spread
+    evenly from -spread to +spread; or the given `samples` (relative factors)."""
+    rows = []
+    for size in sizes:
+        base = seconds(size) if callable(seconds) else seconds
+        factors = samples or [1 + spread * (2 * i / max(1, n - 1) - 1) for i in range(n)]
+        for i, f in enumerate(factors):
+            rows.append(new_row(scenario=scenario or path, path=path, variant=variant, measure=measure,
+                                metric=metric, src=src, dst=dst, bytes=size, iteration=i, seconds=base * f,
+                                verified=True if metric != "setup" else None, workers=2, sharing=sharing,
+                                ceiling=ceiling if path != "ceiling" else ""))
+    return rows
+
+
+def setup(path, op, seconds, n=9):
+    """n set-up samples of `op` on `path`."""
+    return figure(path, op, seconds, metric="setup", measure="", ceiling="", n=n)
+
+
+def write_run(tmp_path, name, groups, meta=META):
+    """The rows of `groups` written as the results file tmp_path/name; its path."""
+    path = tmp_path / name
+    write_results(path, frame([r for g in groups for r in g]), {k: v for k, v in meta.items()
+                                                                 if k != "schema_version"})
+    return path
+
+
+# --------------------------------------------------------------------------- a GPU scenario in forked workers
+
+ODD_SIZES = (4, 4096 + 3, 8 * MIB + 16)  # odd sizes: vector tails, unaligned chunk ends
+
+
+def run_scenario_rows(monkeypatch, name, scenario=None, fault=None, **overrides):
+    """Scenario `name` through the real launcher (forked workers), small and quick: (outcome, rows)."""
+    if fault:
+        monkeypatch.setenv("GPUIPC_BENCH_FAULT", fault)
+    else:
+        monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)
+    settings = dict(scenarios=(name,), sizes=ODD_SIZES, min_samples=2, max_samples=3, warmup=1, timeout=60.0,
+                    chunk_bytes=MIB)
+    settings.update(overrides)
+    config = RunConfig(**settings)
+    scenario = scenario or SCENARIOS[name]
+    rows: list[dict] = []
+    outcome = run_scenario(scenario, config, scenario.workers(config, None), on_row=rows.append)
+    return outcome, rows
+
+
+def count_by(rows, *keys):
+    """How many rows hold each combination of the values of `keys`."""
+    return collections.Counter(tuple(r[k] for k in keys) for r in rows)
+
+
+# --------------------------------------------------------------------------- Open MPI
+
+HAVE_MPI = shutil.which("mpirun") is not None and subprocess.run(
+    [sys.executable, "-c", "import mpi4py"], capture_output=True).returncode == 0
+needs_mpi = pytest.mark.skipif(not HAVE_MPI, reason="needs Open MPI's mpirun and mpi4py (pip install -e '.[mpi]')")
+
+
+def mpi_env(**extra) -> dict:
+    """This environment without a fault, with Open MPI allowed to run as root and oversubscribe."""
+    out = {k: v for k, v in os.environ.items() if k != "GPUIPC_BENCH_FAULT"}
+    out.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_rmaps_base_oversubscribe="1",
+               **extra)
+    return out
+
+
+def mpirun(n: int, *args, fault: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`mpirun -np n gpuipc-bench run ARGS`, with `fault` set in every rank."""
+    command = ["mpirun", "--oversubscribe", "-np", str(n)]
+    if fault:
+        command += ["-x", f"GPUIPC_BENCH_FAULT={fault}"]
+    return subprocess.run(command + BENCH + ["run", *args], capture_output=True, text=True, timeout=timeout,
+                          env=mpi_env())
+
+
+def ours_in_shm() -> list[str]:
+    """The tool's segments in /dev/shm."""
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith("gpuipc-bench-"))
+
+
+# --------------------------------------------------------------------------- GPU memory from NVML
+
+
+def gpu_memory_used(machine, device: int = 0) -> int | None:
+    """Bytes in use on CUDA device `device`, from NVML (which makes no CUDA context)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001
+        return None
+    try:
+        bus_id = machine.gpus[device].pci_bus_id
+        handle = (pynvml.nvmlDeviceGetHandleByPciBusId(bus_id) if bus_id
+                  else pynvml.nvmlDeviceGetHandleByIndex(device))
+        return int(pynvml.nvmlDeviceGetMemoryInfo(handle).used)
+    except Exception:  # noqa: BLE001
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def assert_gpu_memory_back(machine, before: int | None, device: int = 0) -> None:
+    """Used memory back within 64 MiB of `before`: the driver frees a dead process's memory
+    as the process is reaped, so allow it a moment, no more."""
+    if before is None:
+        pytest.skip("NVML gives no memory figure here")
+    deadline = time.monotonic() + 10
+    after = gpu_memory_used(machine, device)
+    while after > before + (64 << 20) and time.monotonic() < deadline:
+        time.sleep(0.2)
+        after = gpu_memory_used(machine, device)
+    assert after <= before + (64 << 20), f"GPU memory not given back: {(after - before) >> 20} MiB more in use"
+
+
+# --------------------------------------------------------------------------- the tool as a real process
+
+
+def bench_process(*args: str, env: dict | None = None, cwd=None, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m gpuipc_bench.cli ARGS` as a real process, without this process's fault, MPI or
+    tool settings (plus `env`)."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("GPUIPC_BENCH_", "OMPI_", "PMI"))}
+    full_env.update({"PYTHONPATH": str(ROOT)}, **(env or {}))
+    return subprocess.run([*BENCH, *args], env=full_env, cwd=cwd, capture_output=True, text=True, timeout=120,
+                          **kwargs)

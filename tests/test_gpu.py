@@ -275,7 +275,7 @@ def test_a_silent_peer_ends_the_kernel_within_the_spin_timeout(monkeypatch, no_l
             return super().setup()
 
     class Scenario(LatencyScenario):
-        def run_scenario_rows(self, ctx):
+        def run(self, ctx):
             return Worker(ctx, self).run()
 
     t0 = time.monotonic()

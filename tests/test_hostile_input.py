@@ -101,8 +101,11 @@ CASES: list[tuple[list[str], list[str]]] = [
     (["check", "--out", "-"], ["--out -"]),
     (["check", "--output", "."], ["--output .", "is a directory"]),
     (["check", "--table", "/dev/null"], ["--table /dev/null", "not a regular file"]),
-    (["check", "--deadline", "nan"], ["--deadline", "positive"]),
-    (["check", "--timeout", "-1"], ["--timeout", "positive"]),
+    (["check", "--deadline", "nan"], ["--deadline", "must be from 5 to"]),
+    (["check", "--timeout", "-1"], ["--timeout", "must be from 1 to"]),
+    (["check", "--preset", "nope"], ["--preset", "'nope' is not one of"]),
+    (["check", "--learn-partial", "--tolerance", "-1"], ["--tolerance -1", "fraction from 0 to 1"]),
+    (["check", "--drain", "--tolerance", "-1"], ["--tolerance -1", "fraction from 0 to 1"]),
     (["check", "--force=1"], ["--force", "does not take a value"]),
     (["check", "--launcher", "ssh"], ["--launcher", "'ssh' is not one of"]),
 ]

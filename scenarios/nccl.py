@@ -32,14 +32,11 @@ import glob
 import importlib.util
 import os
 import re
-import shutil
-import tempfile
 import time
 from typing import Iterator
 
 from gpuipc_bench.gpu.memory import Ring, reps_for
-from gpuipc_bench.gpu.timing import SharedGatePage
-from gpuipc_bench.engine.pair import PRODUCER, PairScenario, PairShared, PairWorker
+from gpuipc_bench.engine.pair import PRODUCER, PairScenario, PairSharedWithFolder, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.engine.sampler import Sample
 
@@ -90,18 +87,11 @@ def uid_from_bytes(data: bytes, like_bytes: bool):
     return bytes(data) if like_bytes else tuple(b - 256 if b > 127 else b for b in data)
 
 
-class NcclShared(PairShared):
-    """The pair's gate, and a folder for NCCL's debug files (NCCL_DEBUG_FILE)."""
+class NcclShared(PairSharedWithFolder):
+    """The pair's gate page, and a folder for NCCL's debug files (NCCL_DEBUG_FILE)."""
 
     def __init__(self):
-        super().__init__(SharedGatePage())
-        self.folder = tempfile.mkdtemp(prefix="gpuipc-bench-nccl-")
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        super().__init__(prefix="gpuipc-bench-nccl-")
 
 
 class NcclWorker(PairWorker):

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
-import tempfile
 from typing import Any, Iterator
 
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.gpu.memory import Ring, reps_for
-from gpuipc_bench.gpu.timing import QUEUE_OPS, SharedGatePage, time_setup
-from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairShared, PairWorker
+from gpuipc_bench.gpu.timing import QUEUE_OPS, time_setup
+from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairSharedWithFolder, PairWorker
 from gpuipc_bench.engine.sampler import Group, Sample
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.scenarios.symm_support import (
@@ -36,18 +34,11 @@ def variants(backend: str) -> tuple[str, ...]:
     return tuple(f"{backend.lower()}-{engine}" for engine in ENGINES)
 
 
-class SymmShared(PairShared):
+class SymmShared(PairSharedWithFolder):
     """The pair's gate page, and a folder for the process group's file store."""
 
     def __init__(self):
-        super().__init__(SharedGatePage())
-        self.folder = tempfile.mkdtemp(prefix="gpuipc-bench-symm-")
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            shutil.rmtree(self.folder, ignore_errors=True)
+        super().__init__(prefix="gpuipc-bench-symm-")
 
 
 class SymmWorker(PairWorker):

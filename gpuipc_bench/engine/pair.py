@@ -5,6 +5,8 @@ ceilings and the setup costs. A scenario's worker subclasses PairWorker and writ
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from typing import Any, Callable, Iterator
 
 from gpuipc_bench.gpu.ceilings import Ceilings, parse_ceiling
@@ -62,6 +64,21 @@ class PairShared:
 
     def close(self) -> None:
         self.gate.close()
+
+
+class PairSharedWithFolder(PairShared):
+    """The pair's gate page and a private folder (a library's files: a store, debug logs),
+    removed with the pair."""
+
+    def __init__(self, prefix: str):
+        super().__init__(SharedGatePage())
+        self.folder = tempfile.mkdtemp(prefix=prefix)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 class PairWorker:

@@ -140,15 +140,21 @@ def node_views(frame, meta: dict[str, str], label: str) -> Iterable[tuple[str, A
         yield f"{label}:{node}", frame[frame["node"] == node], facts
 
 
+def status_list(status: str, label: str) -> set[str]:
+    """The names a run's status lists after `label` ('completed: a,b; failed nodes: c' -> {'c'})."""
+    found = set()
+    for part in status.split(";"):
+        part = part.strip()
+        if part.startswith(label):
+            found |= {n.strip() for n in part[len(label):].split(",") if n.strip()}
+    return found
+
+
 def unhealthy(meta: dict[str, str]) -> tuple[str, set[str]]:
     """What makes a run unfit to learn from as a whole ('' if nothing), and its failed nodes: a
     partial or interrupted run, a run that lists failed or missing nodes."""
     status = meta.get("status", "")
-    failed = set()
-    for part in status.split(";"):
-        part = part.strip()
-        if part.startswith("failed nodes:"):
-            failed |= {n.strip() for n in part[len("failed nodes:"):].split(",") if n.strip()}
+    failed = status_list(status, "failed nodes:")
     failed |= {n for n in meta.get("check.missing", "").split(",") if n}
     why = []
     if meta.get("partial") == "true" or not status.startswith("complete"):
@@ -195,12 +201,7 @@ def learn(files: list[Path], tolerance: float = TOLERANCE, partial: bool = False
 
 
 def _paths_that_ran(facts: dict[str, str]) -> set[str]:
-    status = facts.get("status", "")
-    done = set()
-    for part in status.split(";"):
-        part = part.strip()
-        if part.startswith("completed:"):
-            done |= {s.strip() for s in part[len("completed:"):].split(",") if s.strip()}
+    done = status_list(facts.get("status", ""), "completed:")
     for part in facts.get("check.paths_passed", "").split(","):
         if part.strip():
             done.add(part.strip())

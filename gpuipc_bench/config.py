@@ -60,6 +60,12 @@ class RunConfig:
     worker_log: str = ""  # a file that takes the workers' own stdout and stderr (libraries' output); '': the terminal
     order_seed: int | None = None  # the shuffled order of the variants measured at one size (Sampler.interleave)
     sample_order: str = "declared"  # 'interleaved', 'shuffled' or 'declared' (the CLI's default: interleaved)
+    # Set by the run loop for one scenario run, never by an option: the stream sizes it measures (None: every
+    # size; the second sharing mode of a default sweep: harness.plan.second_mode_stream_sizes), and the best
+    # medians the run's earlier scenarios measured, (measure, metric, sharing, workers, src, dst, bytes,
+    # seconds) rows (engine.sampler: a group far behind them is decided in FAR_SAMPLES samples)
+    stream_sizes: tuple[int, ...] | None = None
+    known_best: tuple[tuple, ...] = ()
 
     def __post_init__(self):
         if self.iterations is not None:

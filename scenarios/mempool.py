@@ -188,6 +188,7 @@ class HostPoolWorker(StagingWorker):
 
 class HostPoolScenario(FdScenario):
     name = "hostpool"
+    through_host = True
     summary = "a pinned host memory pool shared as an fd, the staging buffer of D2H then H2D"
     worker_class = HostPoolWorker
     # After it, the consumer's process cannot map a VMM allocation: cuMemSetAccess returns

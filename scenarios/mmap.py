@@ -110,6 +110,7 @@ class MmapWorker(StagingWorker):
 
 class MmapScenario(PairScenario):
     name = "mmap"
+    through_host = True
     summary = "a /dev/shm MAP_SHARED region pinned with cudaHostRegister: zero-copy kernels and DMA through it"
     worker_class = MmapWorker
     paths = (PathInfo("mmap", colour="#2ca02c", setup=("host_register",)),)

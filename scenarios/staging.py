@@ -296,6 +296,7 @@ class StagingWorker(PairWorker):
 
 class StagingScenario(PairScenario):
     name = "staging"
+    through_host = True
     summary = "cudaMemcpy D2H into a shared host buffer, H2D out of it (pinned, pipelined, host-ordered, pageable)"
     worker_class = StagingWorker
     paths = (PathInfo("staging", role="baseline", colour="#d62728"),)

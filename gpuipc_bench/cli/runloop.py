@@ -4,6 +4,7 @@ modes ended while the answer is written and rendered."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -17,7 +18,9 @@ from gpuipc_bench.harness.header import run_header
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed
 from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.modes import end_all as end_modes
-from gpuipc_bench.harness.plan import plan_runs, shuffle_paths
+from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES
+from gpuipc_bench.harness.known import KnownBest
+from gpuipc_bench.harness.plan import plan_runs, second_mode_stream_sizes, shuffle_paths
 from gpuipc_bench.hooks.profiling import mark, write_trace
 
 
@@ -45,6 +48,10 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
     except ResultsWriteError as exc:
         raise _set_aside(results, out, exc) from None
     run_started = rewritten = time.monotonic()
+    results.set_meta("seconds.startup", f"{process_seconds():.1f}")  # the command's start to the header
+    results.set_meta("sampling.far_behind", f"a group every sample of which is over {FAR_BEHIND:g}x the best "
+                                            f"median known at its size stops after {FAR_SAMPLES} samples")
+    known = KnownBest()  # the run's figures so far: what each later scenario's sampler compares with
     mark("header written")
     failures: list[tuple[str, BenchError, int]] = []
     done: list[str] = []
@@ -84,17 +91,23 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
                     failures.append((scenario.name, exc, 0))
                     progress.update(task, description=f"[red]{label}")
                     continue
+                scenario_config = dataclasses.replace(
+                    config, known_best=known.rows(),
+                    stream_sizes=second_mode_stream_sizes(scenario, config, specs, list(modes), mode))
+                if scenario_config.stream_sizes is not None:
+                    results.set_meta(f"sampling.stream_sizes.{scenario.name}.{mode.name}",
+                                     ",".join(str(n) for n in scenario_config.stream_sizes))
                 callbacks = dict(
-                    on_row=lambda row: results.add([row]),
+                    on_row=lambda row: (results.add([row]), known.add(row)),
                     on_progress=lambda n, task=task: progress.advance(task, n),
                     on_status=lambda text, task=task: progress.update(task, doing=_fit(text, 34)),
                     on_note=lambda key, text: results.set_meta(f"note.{key}", text),
                 )
                 if job is not None:  # the ranks are the workers
-                    outcome = job.run_scenario(scenario, config, specs, **callbacks)
+                    outcome = job.run_scenario(scenario, scenario_config, specs, **callbacks)
                 else:
-                    outcome = sets.run(scenario, config, specs, mode_name=mode.name if mode is not None else None,
-                                       env=env, **callbacks)
+                    outcome = sets.run(scenario, scenario_config, specs,
+                                       mode_name=mode.name if mode is not None else None, env=env, **callbacks)
                 refused = mig.refusal(scenario.name, specs, outcome.error)
                 if refused is not None:  # across MIG instances the driver said no: its words, not a failure
                     results.set_meta(f"note.{refused[0]}", refused[1])
@@ -149,6 +162,8 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
     try:
         results.set_meta("worker_sets", str(sets.started))
         results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
+        # the user's clock: from the command's start (imports, probe, daemons) to this write; the summary after
+        results.set_meta("seconds.wall", f"{process_seconds():.1f}")
         try:
             results.write(partial=bool(failures), status=_status(done, failures) or "nothing run")
         except ResultsWriteError as exc:
@@ -179,6 +194,19 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
     if failures:
         raise BenchError(f"{len(failures)} of {len(plan)} scenarios failed; samples taken before "
                          f"the failure are kept in {out}")
+
+
+_IMPORTED = time.monotonic()
+
+
+def process_seconds() -> float:
+    """Seconds since this process started (Linux: /proc), else since this module was imported."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat, open("/proc/uptime", encoding="ascii") as up:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+            return max(0.0, float(up.read().split()[0]) - started)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
 
 
 def _set_aside(results, out, error) -> BenchError:

@@ -46,6 +46,13 @@ TARGET_SAMPLE_S = float(os.environ.get("GPUIPC_BENCH_SAMPLE_S", "") or 0.005)
 GROUP_BUDGET_S = 2.0  # timed seconds after which a group stops once it has --min-samples
 BEATEN_BY = 0.02  # a group whose every sample is slower than every sample of a rival (and its median by more
 #                   than this) has its answer, slower: it stops at --min-samples (the verdict's own effect size)
+# A group whose every sample is more than FAR_BEHIND times the best figure known at its size (a rival's median,
+# or the median of a group of an earlier scenario of the run in the same sharing mode, between the same ends:
+# RunConfig.known_best) is decided slower after FAR_SAMPLES samples, whatever --min-samples says: no
+# further sample can make it the choice, a tie, or a runner-up within any delta of the leader (the pinned
+# host paths at 64-256 MiB are 25-50x behind the device paths on one GPU: 6-9 samples each cost seconds).
+FAR_BEHIND = 2.0
+FAR_SAMPLES = 3
 SETUP_REPEATS = 9  # every setup operation is timed this many times, each on fresh objects (9: a 95% interval
 #                     that is not the range of the samples, x(2)..x(8))
 _REPS_BITS = 20  # the decision word: sample number << 20 | reps << 1 | stop
@@ -94,6 +101,7 @@ class Sampler:
         # (path, variant, measure, metric, src, dst, solo) -> (the transfers per sample the last group
         # of that measurement settled on, its size): the next size's warm-up takes no more (warm_reps)
         self.settled: dict[tuple, tuple[int, int]] = {}
+        self._best: dict[tuple, float] | None = None  # known_best(), read from the config once
 
     @property
     def setup_repeats(self) -> int:
@@ -110,8 +118,28 @@ class Sampler:
         warm-up's transfers where no earlier size of the measurement settled on a count (default
         `reps`): fewer for a measurement whose transfer may take milliseconds (a device ping-pong
         round trip time-sliced takes two time slices, ~4 ms: 200 of them made a 0.9 s warm-up)."""
-        return Group(self, group, take, timer=timer, reps=reps, solo=solo, calibrate=calibrate, min_reps=min_reps,
-                     phase=phase, counts=counts or self.counts, first_reps=first_reps)
+        state = Group(self, group, take, timer=timer, reps=reps, solo=solo, calibrate=calibrate, min_reps=min_reps,
+                      phase=phase, counts=counts or self.counts, first_reps=first_reps)
+        if phase != "ceiling" and not self.planned(group):
+            state.done = True  # not measured in this run (RunConfig.stream_sizes): the same in every worker
+        return state
+
+    def planned(self, group: dict) -> bool:
+        """Whether the run measures this group: a stream group only at the sizes of
+        RunConfig.stream_sizes where the run gives them (the second sharing mode of a default run
+        sweeps its streams at the call-bound sizes and the largest; its hand-offs at every size)."""
+        sizes = getattr(getattr(self.ctx, "config", None), "stream_sizes", None)
+        return sizes is None or group.get("measure") != "stream" or int(group.get("bytes", 0)) in sizes
+
+    def known_best(self, key: tuple) -> float:
+        """The best (lowest) median seconds per transfer an earlier scenario of the run measured for
+        `key` (Group.key), from RunConfig.known_best; inf where none did."""
+        if self._best is None:
+            config = getattr(self.ctx, "config", None)
+            self._best = {}
+            for *fields, seconds in getattr(config, "known_best", ()) or ():
+                self._best[tuple(fields)] = min(float(seconds), self._best.get(tuple(fields), math.inf))
+        return self._best.get(key, math.inf)
 
     def interleave(self, groups: "list[Group]", key: object = "") -> Iterator[dict]:
         """The groups of the variants compared at one size, in the run's --sample-order (the same in
@@ -186,6 +214,7 @@ class Group:
         self.cap = reps  # the calibration's ceiling: the group's own count
         self.memory = (group.get("path"), group.get("variant"), group.get("measure"), group.get("metric"),
                        str(group.get("src")), str(group.get("dst")), solo)
+        self.key = best_key({**getattr(sampler.ctx, "row_fields", {}), **group})
         if calibrate and self.warm_left and self.memory in sampler.settled:
             settled, at = sampler.settled[self.memory]
             reps = max(min(min_reps, self.cap), min(self.cap, warm_reps(settled, at, self.nbytes)))
@@ -195,6 +224,7 @@ class Group:
         self.clock = math.nan  # the SM clock (MHz) as the group started timing
         self.done = False
         self.rivals: list[Group] = []  # the groups it is compared with, timed in this worker (interleave)
+        self.far = False  # stopped as far behind (far_behind): decided, with fewer than --min-samples
 
     def __iter__(self) -> Iterator[dict]:
         while not self.done:
@@ -204,7 +234,7 @@ class Group:
         """1 if this group is decided slower than `rival` (which has its --min-samples too): every
         sample slower than every sample of the rival, the medians more than BEATEN_BY apart; -1 if
         decided faster the same way; 0 while undecided."""
-        if len(rival.values) < self.counts.min_samples:
+        if len(rival.values) < self.counts.min_samples and not rival.far:
             return 0
         mine, theirs = robust.median(self.values), robust.median(rival.values)
         if min(self.values) > max(rival.values) and mine > theirs * (1 + BEATEN_BY):
@@ -217,6 +247,17 @@ class Group:
         """Decided slower than a rival. More samples would not change the decision (it cannot be the
         fastest), only narrow its interval."""
         return any(self.versus(r) == 1 for r in self.rivals)
+
+    def far_behind(self) -> bool:
+        """Every sample (FAR_SAMPLES at least) more than FAR_BEHIND times the best figure known at its
+        size: a rival's median (FAR_SAMPLES samples at least) or an earlier scenario's (known_best)."""
+        if len(self.values) < FAR_SAMPLES or self.phase == "ceiling":
+            return False
+        best = self.sampler.known_best(self.key)
+        for rival in self.rivals:
+            if len(rival.values) >= FAR_SAMPLES:
+                best = min(best, robust.median(rival.values))
+        return math.isfinite(best) and min(self.values) > FAR_BEHIND * best
 
     def decided(self) -> bool:
         """Its answer against every rival is known, one way or the other: the leader of its size
@@ -251,7 +292,8 @@ class Group:
                     self.clock = clock()
                 self.values.append(sample.seconds)
                 self.timed += sample.seconds * sample.batch
-                stop = robust.enough(self.values, counts.min_samples, counts.max_samples) or (
+                self.far = not robust.enough(self.values, counts.min_samples, counts.max_samples) and self.far_behind()
+                stop = robust.enough(self.values, counts.min_samples, counts.max_samples) or self.far or (
                     len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or self.beaten()
                                                                  or self.decided()))
                 sampler.samples += 1
@@ -272,6 +314,14 @@ class Group:
                 # the same in every worker: from the decision words
                 sampler.settled[self.memory] = (self.reps, self.nbytes)
             self.done = True
+
+
+def best_key(fields: dict) -> tuple:
+    """What a figure is compared with at its size: (measure, metric, sharing, workers, src, dst, bytes).
+    The same key for a sampler's group and a results row (RunConfig.known_best)."""
+    return (str(fields.get("measure", "")), str(fields.get("metric", "")), str(fields.get("sharing", "")),
+            str(fields.get("workers", "")), str(fields.get("src", "")), str(fields.get("dst", "")),
+            int(fields.get("bytes", 0) or 0))
 
 
 _SEQ = itertools.count()  # rows in the order this process took them (the CSV's `seq`: drift over a run)

@@ -111,6 +111,9 @@ class Scenario:
     # that reads its settings once per process, peer access that must start off) and its shared
     # objects travel by pickle.
     persistent_workers: bool = False
+    # Its bytes cross pinned host memory (staging, mmap, hostpool): in a shared process set it runs after the
+    # device paths, whose figures then decide its far-behind groups early (harness.plan.shuffle_paths).
+    through_host: bool = False
     # Why the scenario cannot run with MPI ranks as its workers ('' if it can).
     mpi_waiver: str = ""
 

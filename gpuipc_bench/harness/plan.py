@@ -186,7 +186,10 @@ def shuffle_paths(runs: list, seed: int | None) -> list:
         if block:
             first = block[0]
             random.Random(f"{seed}:{getattr(first[2], 'name', '')}:{len(out)}").shuffle(block)
-            out.extend(sorted(block, key=lambda run: bool(getattr(run[0], "last_in_set", False))))  # stable
+            # stable: the paths through pinned host memory after the device paths (what the sampler knows of
+            # the device paths' figures decides the host paths' far-behind groups early), `last_in_set` last
+            out.extend(sorted(block, key=lambda run: (bool(getattr(run[0], "last_in_set", False)),
+                                                      bool(getattr(run[0], "through_host", False)))))
             block.clear()
 
     for run in runs:
@@ -196,6 +199,21 @@ def shuffle_paths(runs: list, seed: int | None) -> list:
         (block if shared else out).append(run)
     flush()
     return out
+
+
+CALL_BOUND_BYTES = 1 << 20  # up to here a stream figure is bound by enqueueing (the second mode's stream sweep)
+
+
+def second_mode_stream_sizes(scenario, config, specs, modes: list, mode) -> tuple[int, ...] | None:
+    """The stream sizes a scenario measures in `mode`: every size (None) in its first mode and
+    wherever the sizes or a preset's were chosen; in a further mode of a default sweep, the
+    call-bound sizes (up to CALL_BOUND_BYTES, where a mode's enqueue and hand-over costs can
+    change the choice) and the largest (the bandwidth-bound figure, confirmed). Its hand-offs,
+    which pay the mode's hand-over at every size, are swept whole."""
+    if mode is None or config.sizes is not None or config.preset or mode in modes_for(scenario, specs, modes)[:1]:
+        return None
+    sizes = scenario.sizes(config)
+    return tuple(n for n in sizes if n <= CALL_BOUND_BYTES or n == max(sizes))
 
 
 def mpi_reason(scenario, job) -> str | None:

@@ -1,0 +1,128 @@
+"""Decision-driven sampling across scenarios (issues 33 and 34): a group far behind the best figure
+the run knows at its size is decided in FAR_SAMPLES samples; the second sharing mode of a default
+sweep measures its streams at the call-bound sizes and the largest only; the run's header says both."""
+
+import itertools
+from types import SimpleNamespace
+
+from click.testing import CliRunner
+
+from gpuipc_bench.cli import cli
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.engine.sampler import FAR_SAMPLES, Counts, Sample, Sampler, best_key
+from gpuipc_bench.harness.known import KnownBest
+from gpuipc_bench.harness.plan import CALL_BOUND_BYTES, second_mode_stream_sizes, shuffle_paths
+from gpuipc_bench.results import read_results
+
+MIB = 1 << 20
+
+
+def _sampler(known=(), stream_sizes=None, sharing="time-sliced"):
+    config = SimpleNamespace(order_seed=None, sample_order="interleaved", known_best=tuple(known),
+                             stream_sizes=stream_sizes)
+    ctx = SimpleNamespace(row_fields={"scenario": "staging", "workers": 2, "sharing": sharing}, clock=None,
+                          phase=lambda *a, **k: None, spec=None, store=lambda name, word: None,
+                          wait=lambda *a, **k: None, load=lambda name: 0, config=config)
+    return Sampler(ctx, Counts(warmup=1, min_samples=6, max_samples=9))
+
+
+def _group(measure="stream", nbytes=256 * MIB, variant="pinned"):
+    return dict(path="staging", variant=variant, measure=measure, metric="bandwidth", src="0", dst="0", bytes=nbytes)
+
+
+def _taken(sampler, groups, seconds):
+    noise = itertools.cycle((1.0, 1.2, 0.85, 1.1, 0.95))  # never settles by the interval: 9 samples unless decided
+    made = [sampler.run(g, lambda trial, s=s: Sample(s * next(noise), 1), timer=True, reps=1)
+            for g, s in zip(groups, seconds)]
+    rows = list(sampler.interleave(made, "k"))
+    return [sum(1 for r in rows if r["variant"] == g["variant"] and r["measure"] == g["measure"]) for g in groups]
+
+
+def _known(seconds, measure="stream", sharing="time-sliced", nbytes=256 * MIB):
+    key = best_key(dict(measure=measure, metric="bandwidth", sharing=sharing, workers=2, src="0", dst="0",
+                        bytes=nbytes))
+    return [(*key, seconds)]
+
+
+def test_a_group_far_behind_an_earlier_scenarios_best_stops_at_far_samples():
+    """staging at 256 MiB, 20x behind what ipc measured earlier in the run: 3 samples, not 9."""
+    assert _taken(_sampler(_known(1e-4)), [_group()], [2e-3]) == [FAR_SAMPLES]
+
+
+def test_a_group_near_the_best_goes_on():
+    """1.5x behind: a runner-up whose ratio matters; it takes its samples as before."""
+    assert _taken(_sampler(_known(1e-4)), [_group()], [1.5e-4]) == [9]
+
+
+def test_the_best_of_another_sharing_mode_or_size_or_measure_does_not_count():
+    for known in (_known(1e-4, sharing="mps"), _known(1e-4, nbytes=64 * MIB), _known(1e-4, measure="handoff")):
+        assert _taken(_sampler(known), [_group()], [2e-3]) == [9]
+
+
+def test_a_rival_far_ahead_decides_a_group_and_the_leader_stops_at_min_samples():
+    """In one scenario: 'pageable' 4x behind 'pinned' stops at 3; 'pinned', clear of its only rival, at 6."""
+    counts = _taken(_sampler(), [_group(variant="pinned"), _group(variant="pageable")], [1e-3, 4e-3])
+    assert counts == [6, FAR_SAMPLES]
+
+
+def test_the_second_mode_skips_the_streams_it_does_not_plan_and_keeps_hand_offs_and_ceilings():
+    sampler = _sampler(stream_sizes=(4, MIB, 256 * MIB))
+    counts = _taken(sampler, [_group("stream", 64 * MIB), _group("handoff", 64 * MIB, variant="pinned2")], [1e-3, 1e-3])
+    assert counts == [0, 9]
+    assert _taken(_sampler(stream_sizes=(4, MIB, 256 * MIB)), [_group("stream", 256 * MIB)], [1e-3]) == [9]
+    ceiling = sampler.run(dict(_group("stream", 64 * MIB), path="ceiling", variant="d2d@0"),
+                          lambda trial: Sample(1e-3, 1), timer=True, phase="ceiling")
+    assert len(list(ceiling)) == 6  # constant samples: --min-samples, measured though no stream group is
+
+
+def test_known_best_keeps_the_lowest_median_of_verified_path_rows_with_enough_samples():
+    known = KnownBest()
+    base = dict(measure="stream", metric="bandwidth", sharing="time-sliced", workers=2, src="0", dst="0", bytes=4096,
+                scenario="ipc", verified=True)
+    for s in (3e-6, 2e-6, 4e-6):
+        known.add(dict(base, path="ipc", variant="ce", seconds=s))
+    for s in (1e-6, 1e-6, 1e-6):
+        known.add(dict(base, path="ceiling", variant="d2d@0", seconds=s))  # a ceiling: never a leader
+        known.add(dict(base, path="vmm", variant="ce", seconds=s, verified=False))  # bytes wrong: no figure
+    for s in (1e-7, 1e-7):
+        known.add(dict(base, path="mempool", variant="ce", seconds=s))  # 2 samples: not yet
+    assert known.rows() == ((*best_key(base), 3e-6),)
+
+
+def test_second_mode_stream_sizes():
+    class Scenario:
+        name, sharing_modes = "ipc", True
+
+        def sizes(self, config):
+            return (4, 4096, 65536, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB)
+
+    first, second = SimpleNamespace(name="time-sliced", scenarios=()), SimpleNamespace(name="mps", scenarios=())
+    specs = [SimpleNamespace(device=0, mig=""), SimpleNamespace(device=0, mig="")]
+    default = RunConfig(scenarios=("ipc",))
+    assert second_mode_stream_sizes(Scenario(), default, specs, [first, second], first) is None
+    assert second_mode_stream_sizes(Scenario(), default, specs, [first, second], second) == (
+        4, 4096, 65536, CALL_BOUND_BYTES, 256 * MIB)
+    for config in (RunConfig(scenarios=("ipc",), sizes=(4, 64 * MIB)), RunConfig(scenarios=("ipc",), preset="quick")):
+        assert second_mode_stream_sizes(Scenario(), config, specs, [first, second], second) is None
+    assert second_mode_stream_sizes(Scenario(), default, specs, [second], second) is None  # mps alone: its first
+
+
+def test_the_host_paths_run_after_the_device_paths_of_their_process_set():
+    def scenario(name, through_host=False, last=False):
+        return SimpleNamespace(name=name, persistent_workers=True, start_method="fork", through_host=through_host,
+                               last_in_set=last)
+    names = [scenario("staging", True), scenario("ipc"), scenario("hostpool", True, True), scenario("mmap", True),
+             scenario("vmm")]
+    for seed in range(20):
+        order = [run[0].name for run in shuffle_paths([(s, "w", None) for s in names], seed)]
+        assert set(order[:2]) == {"ipc", "vmm"} and set(order[2:4]) == {"staging", "mmap"} and order[4] == "hostpool"
+
+
+def test_the_header_has_the_wall_time_from_the_commands_start_and_the_far_behind_rule(tmp_path):
+    out = tmp_path / "r.csv"
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "4K", "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    meta = read_results(out)[1]
+    assert float(meta["seconds.wall"]) >= float(meta["seconds.total"]) >= 0
+    assert 0 <= float(meta["seconds.startup"]) <= float(meta["seconds.wall"])
+    assert "stops after 3 samples" in meta["sampling.far_behind"]

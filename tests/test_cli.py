@@ -206,11 +206,11 @@ def test_pairs_all_plans_each_pair_scenario_once_per_ordered_pair():
     machine = fake_machine((80 << 30,) * 4)
     config = RunConfig(scenarios=("ipc", "host"))
     plan = [(SCENARIOS[n], SCENARIOS[n].workers(config, machine)) for n in ("ipc", "host")]
-    expanded = plan_pairs(plan, config, machine, "all")
+    expanded = plan_pairs(plan, config, machine, "all", full=True)[0]
     ipc = [[spec.device for spec in specs] for scenario, specs in expanded if scenario.name == "ipc"]
     assert len(ipc) == 12 and sorted(map(tuple, ipc)) == [(a, b) for a in range(4) for b in range(4) if a != b]
     assert [s.name for s, _ in expanded].count("host") == 1  # not a GPU pair scenario
-    assert [[spec.device for spec in specs] for _, specs in plan_pairs(plan[:1], config, machine, ((1, 0),))] \
+    assert [[spec.device for spec in specs] for _, specs in plan_pairs(plan[:1], config, machine, ((1, 0),))[0]] \
         == [[1, 0]]
 
 
@@ -230,7 +230,7 @@ def test_plain_run_on_several_gpus_adds_the_first_nvlink_pair():
     assert default_pair(machine) == (2, 3)
     config = RunConfig(scenarios=("ipc", "latency", "peer", "host"))
     plan = [(SCENARIOS[n], SCENARIOS[n].workers(config, machine)) for n in ("ipc", "latency", "peer", "host")]
-    got = [(s.name, [spec.device for spec in specs]) for s, specs in plan_pairs(plan, config, machine, "default")]
+    got = [(s.name, [spec.device for spec in specs]) for s, specs in plan_pairs(plan, config, machine, "default")[0]]
     assert got == [("ipc", [0, 0]), ("ipc", [2, 3]), ("latency", [0, 0]), ("latency", [2, 3]), ("peer", [2, 3]),
                    ("host", [None] * len(plan[3][1]))]
 
@@ -257,27 +257,6 @@ def test_pairs_all_on_a_machine_without_two_gpus_says_so(tmp_path):
 
     result = CliRunner().invoke(cli, ["run", "-s", "host", "--pairs", "all", "-o", str(tmp_path / "x.csv")])
     assert result.exit_code == 2 and "--pairs all: this machine has 0 GPU(s), no pair of two" in result.output
-
-
-def test_a_run_over_several_gpu_pairs_says_what_it_will_cost_before_it_starts():
-    from types import SimpleNamespace
-
-    from gpuipc_bench.harness.plan import PAIR_SECONDS, pairs_estimate
-
-    def spec(device):
-        return SimpleNamespace(device=device)
-
-    pairable = SimpleNamespace(pairable=True)
-    same = SimpleNamespace(pairable=False)
-    twelve = [(pairable, [spec(a), spec(b)]) for a in range(4) for b in range(4) if a != b]
-    plan = twelve * 2 + [(same, [spec(0), spec(0)])]
-    said = pairs_estimate(plan, "quick")
-    minutes = PAIR_SECONDS["quick"] * 12 / 60
-    assert said.startswith(f"24 scenario runs across 12 ordered GPU pairs: about {minutes:.0f} min")
-    assert "N(N-1)" in said and "two H200s" in said and "--quick on four" in said
-    assert "about 5 min" in pairs_estimate(plan, "")  # 12 pairs at about 27 s
-    assert "about" not in pairs_estimate(plan, "thorough").split("(")[0]  # no figure for --thorough: none said
-    assert pairs_estimate(twelve[:1]) is None  # one pair: nothing to warn about
 
 
 # --------------------------------------------------------------------------- --out where no file can be written

@@ -68,6 +68,8 @@ CASES: list[tuple[list[str], list[str]]] = [
     ([*RUN, "--pairs", "0_1"], ["--pairs", "not a pair of GPU indices"]),
     ([*RUN, "--pairs", "0-1", "--devices", "0"], ["--pairs", "--devices"]),
     ([*RUN, "--pairs", "all"], ["--pairs all", "no pair of two"]),
+    ([*RUN, "--full"], ["--full", "give --pairs all too"]),
+    ([*RUN, "--full", "--pairs", "0-1"], ["--full", "give --pairs all too"]),
     ([*RUN, "--sharing", "shared"], ["--sharing shared", "unknown sharing mode 'shared'"]),
     ([*RUN, "--sharing", "mps,mps"], ["--sharing mps,mps", "names a mode twice"]),
     ([*RUN, "--sharing", ","], ["--sharing", "give one or more of"]),

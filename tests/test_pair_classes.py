@@ -1,146 +1,139 @@
-"""One answer per link class of GPU pairs, on crafted runs: pairs that agree share one line
-with their spread; a pair that chooses otherwise beyond delta is named; NV18 and PCIe pairs
-are two classes; the summary's line budgets at 80 columns hold as pairs multiply; the JSON
-decisions say where the answer put them."""
+"""`--pairs all` by link class (issue 34): one pair per class swept whole, the others at their
+headline figures and swept whole only where one falls outside its class; the plan's estimate."""
 
-from __future__ import annotations
+import dataclasses
 
-import json
-import random
-
+import pytest
 from click.testing import CliRunner
-from fakes import KIB, META, MIB, figure, frame, write_run
 
-from gpuipc_bench.analysis import analyse
+from fakes import h100_node
 from gpuipc_bench.cli import cli
-from gpuipc_bench.report.answer import summary_lines
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.harness.classes import (
+    RESWEEP_BEYOND, PairClasses, Resweep, group_pairs, headline_sizes, link_class)
+from gpuipc_bench.harness.estimate import estimate_seconds, estimate_text
+from gpuipc_bench.harness.plan import plan_pairs, plan_runs, registry
+from gpuipc_bench.harness.pool import set_key
+from gpuipc_bench.analysis.model import link_class as header_link_class
 
-NV18 = {**META, "link.0-1": "NV18", "link.0-2": "NV18", "link.1-2": "NV18"}
-SIZES = (4, 64, KIB, 16 * KIB, 256 * KIB, 4 * MIB, 64 * MIB, 256 * MIB)
-
-
-def link_time(gbps: float, floor: float = 2e-6):
-    return lambda s: floor + s / (gbps * 1e9)
-
-
-def pair(src, dst, ce=1.0, sm=1.1, sizes=(4 * KIB, 256 * MIB), measure="stream", jitter=1.0):
-    """peer/ce and peer/sm across one pair: sm `sm` times ce's time (ce at 390 GB/s)."""
-    ce_t, sm_t = link_time(390 / (ce * jitter)), link_time(390 / (sm * jitter))
-    return [figure("peer", "ce", ce_t, sizes=sizes, src=src, dst=dst, ceiling="", sharing="exclusive",
-                   measure=measure),
-            figure("peer", "sm", sm_t, sizes=sizes, src=src, dst=dst, ceiling="", sharing="exclusive",
-                   measure=measure)]
+MIB = 1 << 20
+ALL = ("staging", "ipc", "vmm", "mempool", "hostpool", "mmap", "latency", "peer", "nccl", "torch", "nvshmem",
+       "sharing", "host", "barrier")
 
 
-def text_of(groups, meta=NV18, width=80) -> str:
-    analysis = analyse(frame([r for g in groups for r in g]), meta)
-    return "\n".join(t for t, _ in summary_lines(analysis, "run.csv", width))
+def _plan(machine, names=ALL, **config):
+    config = RunConfig(scenarios=tuple(names), **config)
+    return [(registry()[n], registry()[n].workers(config, machine)) for n in names], config
 
 
-def test_two_pairs_that_agree_are_one_line_with_their_spread():
-    groups = pair("0", "1") + pair("1", "0", jitter=1.01)
-    answer = analyse(frame([r for g in groups for r in g]), NV18).answer
-    (section,) = answer.sections
-    assert section.link_class == "NV18" and section.links == (("0", "1"), ("1", "0")) and section.cross_gpu
-    (band,) = section.bands
-    assert band.pick == "peer/ce" and not band.differ and {d.link for d in band.decisions} == set(section.links)
-    text = text_of(groups)
-    words = " ".join(text.split())
-    assert "2 GPU pairs over NV18 (0→1, 1→0) exclusive · stream" in words
-    assert "peer copy engine: 387 GB/s at 256 MiB (385–389 over 2 pairs) → peer/ce" in words
-    assert "differs" not in words
-    assert "GPU 0 → GPU 1" not in text and "GPU 1 → GPU 0" not in text
+def _where(expanded, name):
+    return [((specs[0].device, specs[-1].device), scenario.sizes(config))
+            for scenario, specs in expanded if scenario.name == name for config in [RunConfig(scenarios=(name,))]]
 
 
-def test_a_pair_that_chooses_otherwise_beyond_delta_is_named():
-    groups = pair("0", "1") + pair("1", "0") + pair("0", "2", ce=1.2)  # on 0 -> 2 the kernel copy wins
-    answer = analyse(frame([r for g in groups for r in g]), NV18).answer
-    (section,) = answer.sections
-    (band,) = section.bands
-    assert band.pick == "peer/ce" and [(d.link, d.bytes) for d in band.differ] == [(("0", "2"), 256 * MIB)]
-    assert {d.link for d in band.decisions if d.bytes == 256 * MIB} == {("0", "1"), ("1", "0")}
-    words = " ".join(text_of(groups).split())
-    assert "389 GB/s at 256 MiB (388–389 over 2 pairs)" in words
-    assert "GPU 0 → 2 differs at 256 MiB: peer/sm 354 GB/s (peer/ce 1.09× there)" in words
+def test_one_class_one_pair_swept_whole_the_others_at_their_headline_figures():
+    machine = h100_node(4)
+    plan, config = _plan(machine)
+    expanded, classes, rest = plan_pairs(plan, config, machine, "all")
+    assert classes.full == ((0, 1),) and len(classes.headline) == 11
+    assert len(set(classes.classes.values())) == 1 and "NV18" in classes.classes[(2, 3)]
+    largest = max(registry()["ipc"].sizes(config))
+    ipc = dict(_where(expanded, "ipc"))
+    assert len(ipc) == 12 and ipc[(0, 1)] == registry()["ipc"].sizes(config)
+    assert all(ipc[pair] == (4096, largest) for pair in classes.headline)
+    assert all(sizes == (4096,) for pair, sizes in _where(expanded, "latency") if pair != (0, 1))
+    for name in ("staging", "vmm", "peer", "nvshmem"):  # whole on the class's pair only
+        assert [pair for pair, _ in _where(expanded, name)] == [(0, 1)]
+    # a headline pair's whole sweep, kept for a resweep: every other pairable scenario, ipc's other sizes
+    names = [s.name for s, _ in rest[(2, 3)]]
+    assert "staging" in names and "peer" in names and "ipc" in names
+    ipc_rest = next(s for s, _ in rest[(2, 3)] if s.name == "ipc")
+    assert set(ipc_rest.sizes(config)) | {4096, largest} == set(registry()["ipc"].sizes(config))
 
 
-def test_a_pair_within_delta_is_not_named():
-    groups = pair("0", "1") + pair("1", "0") + pair("0", "2", ce=1.0, sm=1.01)  # 1% apart: within delta
-    words = " ".join(text_of(groups).split())
-    assert "differs" not in words and "over 3 pairs" in words
+def test_two_link_classes_each_get_a_pair_swept_whole():
+    machine = h100_node(4)
+    links = {(a, b): "NV18" if {a, b} in ({0, 1}, {2, 3}) else "SYS" for a in range(4) for b in range(4) if a != b}
+    machine = dataclasses.replace(machine, links=links)
+    classes = group_pairs([(a, b) for a in range(4) for b in range(4) if a != b], machine)
+    assert classes.full == ((0, 1), (0, 2)) and classes.classes[(0, 2)].startswith("SYS")
+    assert classes.classes[(3, 2)] == classes.classes[(0, 1)]
+    assert link_class(machine, 2, 0) == link_class(machine, 0, 2)
+    # the planner's class and the analysis's (from the header) name the same NVML link
+    assert header_link_class(machine.metadata(), "0", "1") in link_class(machine, 0, 1)
 
 
-def test_nvlink_and_pcie_pairs_are_two_classes_same_gpu_first():
-    meta = {**META, "link.0-1": "NV18", "link.0-2": "PHB", "link.1-2": "PHB"}
-    groups = pair("0", "1") + pair("1", "0") + pair("0", "2", ce=3.0, sm=3.3) + pair("2", "0", ce=3.0, sm=3.3)
-    groups += [figure("ipc", "ce", link_time(1400), sizes=(4 * KIB, 256 * MIB), ceiling=""),
-               figure("ipc", "sm", link_time(1200), sizes=(4 * KIB, 256 * MIB), ceiling="")]
-    answer = analyse(frame([r for g in groups for r in g]), meta).answer
-    assert [(s.link_class, s.links) for s in answer.sections] == [
-        ("", (("0", "0"),)), ("NV18", (("0", "1"), ("1", "0"))), ("PHB", (("0", "2"), ("2", "0")))]
-    text = text_of(groups, meta)
-    assert text.index("GPU 0 → GPU 0 · same GPU") < text.index("2 GPU pairs over NV18") \
-        < text.index("2 GPU pairs over PHB")
+def test_full_sweeps_every_pair_and_needs_pairs_all(tmp_path):
+    machine = h100_node(4)
+    plan, config = _plan(machine, ("ipc",))
+    expanded, classes, rest = plan_pairs(plan, config, machine, "all", full=True)
+    assert len(classes.full) == 12 and not classes.headline and not rest
+    assert all(sizes == registry()["ipc"].sizes(config) for _, sizes in _where(expanded, "ipc"))
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "--full", "-o", str(tmp_path / "x.csv")])
+    assert result.exit_code == 2 and "--full" in result.output and "--pairs all" in result.output
+    assert "Traceback" not in result.output
 
 
-def varied_run(gpus: int, seed: int = 3, same_gpu: bool = False):
-    """Every ordered pair of `gpus` GPUs, both measures, eight sizes, four paths whose order
-    changes with the size (a kernel copy ahead below 64 KiB, the copy engine above), each
-    pair's figures off by up to 1% at random; one pair whose copy engine is 30% slower at 4
-    MiB. same_gpu: GPU 0's own answer in two sharing modes too."""
-    rng = random.Random(seed)
-    groups = []
-    links = [(str(a), str(b)) for a in range(gpus) for b in range(gpus) if a != b]
-    for src, dst in links:
-        for measure in ("handoff", "stream"):
-            add = 15e-6 if measure == "handoff" else 0.0
-            for path, variant, gbps, floor in (("peer", "ce", 390, 2.2e-6), ("ipc", "ce", 388, 2.2e-6),
-                                               ("peer", "sm", 340, 1.5e-6), ("ipc", "sm", 300, 1.6e-6)):
-                j = 1 + rng.uniform(-0.01, 0.01)
-                slow = 1.3 if (src, dst, variant) == ("1", "0", "ce") else 1.0
-
-                def t(s, gbps=gbps, floor=floor, j=j, slow=slow, add=add):
-                    return (add + floor + s / (gbps * 1e9)) * j * (slow if s == 4 * MIB else 1.0)
-
-                groups.append(figure(path, variant, t, sizes=SIZES, src=src, dst=dst, ceiling="",
-                                     sharing="exclusive", measure=measure))
-    if same_gpu:
-        for sharing, hand in (("time-sliced", 270e-6), ("mps", 11e-6)):
-            for measure in ("handoff", "stream"):
-                add = hand if measure == "handoff" else 0.0
-                groups += [figure("ipc", "ce", lambda s, a=add: a + 2e-6 + s / 1400e9, sizes=SIZES, ceiling="",
-                                  sharing=sharing, measure=measure),
-                           figure("ipc", "sm", lambda s, a=add: a + 1.5e-6 + s / 1200e9, sizes=SIZES, ceiling="",
-                                  sharing=sharing, measure=measure)]
-    return groups
+def test_headline_sizes():
+    assert headline_sizes((4, 4096, 65536, 256 * MIB)) == (4096, 256 * MIB)
+    assert headline_sizes((4, 64)) == (64,)  # nothing from 4 KiB up: the largest
+    assert headline_sizes((1 * MIB, 64 * MIB)) == (MIB, 64 * MIB)
 
 
-def test_twelve_pairs_of_one_class_fit_40_lines():
-    meta = {**META, **{f"link.{a}-{b}": "NV18" for a in range(4) for b in range(a + 1, 4)}}
-    text = text_of(varied_run(4), meta)
-    lines = text.splitlines()
-    assert len(lines) <= 40, text
-    assert max(len(line) for line in lines) <= 80
-    assert "12 GPU pairs over NV18 · exclusive · hand-off" in text
-    assert "GPU 1 → 0 differs at 4 MiB" in " ".join(text.split())
+def _rows(pair, seconds, figure=("ipc", "ce", "stream"), nbytes=256 * MIB, n=6):
+    path, variant, measure = figure
+    return [dict(src=str(pair[0]), dst=str(pair[1]), path=path, variant=variant, measure=measure, bytes=nbytes,
+                 seconds=seconds * (1 + 0.002 * (i % 3)), verified=True) for i in range(n)]
 
 
-def test_a_plain_run_on_a_multi_gpu_node_fits_50_lines():
-    text = text_of(varied_run(2, same_gpu=True))
-    lines = text.splitlines()
-    assert len(lines) <= 50, text
-    assert max(len(line) for line in lines) <= 80
-    assert text.index("GPU 0 → GPU 0 · same GPU") < text.index("2 GPU pairs over NV18")
+def test_a_pair_planted_slow_is_named_for_a_whole_sweep_and_the_others_are_not():
+    """One link at half rate: its 256 MiB stream takes twice the class median; 1% apart is noise."""
+    machine = h100_node(4)
+    classes = group_pairs([(a, b) for a in range(4) for b in range(4) if a != b], machine)
+    resweep = Resweep(classes)
+    for pair in classes.classes:
+        base = 6.8e-4 * (1.01 if pair == (1, 2) else 1.0)
+        for row in _rows(pair, base * (2.0 if pair == (2, 3) else 1.0)) + _rows(pair, 2.1e-5, ("ipc", "ce", "handoff"),
+                                                                                 4096):
+            resweep.add(row)
+    found = resweep.pairs()
+    assert list(found) == [(2, 3)]
+    assert "ipc/ce stream at 256 MiB took 2.00x the median of its class (12 pairs)" in found[(2, 3)]
+    assert RESWEEP_BEYOND == pytest.approx(0.04)
 
 
-def test_json_decisions_carry_their_link_class_and_pairs(tmp_path):
-    groups = pair("0", "1") + pair("1", "0") + pair("0", "2", ce=1.2)
-    path = write_run(tmp_path, "pairs.csv", groups, meta=NV18)
-    result = CliRunner().invoke(cli, ["report", str(path), "--format", "json"])
-    assert result.exit_code == 0, result.output
-    (run,) = json.loads(result.output)["runs"]
-    by_link = {(d["src"], d["dst"], d["bytes"]): d for d in run["decisions"]}
-    d = by_link[("0", "2", 256 * MIB)]
-    assert d["link_class"] == "NV18" and d["pairs"] == [["0", "1"], ["0", "2"], ["1", "0"]]
-    assert d["choice"] == "peer/sm" and d["class_choice"] == "peer/ce" and d["differs"] is True
-    assert by_link[("1", "0", 256 * MIB)]["differs"] is False and {"outcome", "class", "members", "next"} <= set(d)
+def test_a_pair_swept_whole_is_never_named_and_failed_checks_do_not_count():
+    machine = h100_node(2)
+    classes = PairClasses({(0, 1): "c", (1, 0): "c"}, full=((0, 1),), headline=((1, 0),))
+    resweep = Resweep(classes)
+    for row in _rows((0, 1), 3e-4) + [dict(r, verified=False) for r in _rows((1, 0), 9e-4)]:
+        resweep.add(row)
+    assert resweep.pairs() == {}
+    for row in _rows((0, 1), 9e-4, n=6):  # the class's own pair far off: it is swept whole already
+        resweep.add(row)
+    assert machine.gpu_count == 2 and resweep.pairs() == {}
+
+
+def test_ab_and_ba_share_one_process_set():
+    specs = registry()["ipc"].workers(RunConfig(scenarios=("ipc",), devices=(0, 1)), h100_node(2))
+    back = registry()["ipc"].workers(RunConfig(scenarios=("ipc",), devices=(1, 0)), h100_node(2))
+    assert set_key(specs, None, {}) == set_key(back, None, {})
+    assert set_key(specs, "mps", {}) != set_key(specs, None, {})
+
+
+@pytest.mark.parametrize("gpus, most", [(2, 60), (4, 90), (8, 150)])
+def test_the_estimate_of_pairs_all_grows_with_classes_not_pairs(gpus, most):
+    machine = h100_node(gpus)
+    plan, config = _plan(machine)
+    grouped = estimate_seconds(plan_runs(plan_pairs(plan, config, machine, "all")[0], []), config, [])
+    whole = estimate_seconds(plan_runs(plan_pairs(plan, config, machine, "all", full=True)[0], []), config, [])
+    assert grouped <= most and whole > 2 * grouped if gpus > 2 else whole > grouped
+
+
+def test_the_estimate_is_said_with_how_the_pairs_are_measured():
+    machine = h100_node(4)
+    classes = group_pairs([(a, b) for a in range(4) for b in range(4) if a != b], machine)
+    text = estimate_text(75.4, 12, classes)
+    assert text.startswith("this run: about 75 s (estimated from its plan) over 12 ordered GPU pairs: 1 swept whole")
+    assert "11 at their headline figures" in text and "--full" in text
+    assert "min" in estimate_text(200, 12)

@@ -243,7 +243,7 @@ def _measure(names, machine, runner: Runner, job, on_row, timeout: float, sample
         try:
             plan, _ = plan_scenarios(config, scenarios, machine, explicit=False, job=job)
             if scenario.pairable and scenario.gpus_needed >= 2 and machine.gpu_count >= 2:
-                plan = plan_pairs(plan, config, machine, "all")
+                plan = plan_pairs(plan, config, machine, "all", full=True)[0]  # every pair's figures
         except UsageError as exc:  # waived here: the reason is the path's
             reason = scenario.waive_reason(machine) or str(exc)
             found[name] = f"waived: {reason}"

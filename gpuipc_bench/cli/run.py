@@ -89,6 +89,11 @@ def _samples_text(preset: str) -> str:
               help="Run each GPU pair scenario (peer, ipc, vmm, mempool, staging, ...) once for every ordered "
                    "pair of GPUs ('all': every pair of this node) or for the pairs given (0-1,1-0): producer on "
                    "A, consumer on B. Default: one pair, as --devices says.")
+@click.option("--full", is_flag=True,
+              help="With --pairs all: sweep every path and size on every pair. Without it, one pair per link "
+                   "class (NVLink count, or PCIe path) is swept whole and every other pair measures its headline "
+                   "figures (ipc's copy-engine stream at the largest size and 4 KiB hand-off, the device "
+                   "one-way latency), swept whole only where one falls outside its class.")
 @click.option("--sharing", default=None, metavar="MODE[,MODE]",
               help="How the two processes of a same-GPU pair share it: 'time-sliced' (no MPS: their contexts "
                    "take turns), 'mps' (clients of an MPS daemon the run starts, or the one already serving "
@@ -117,7 +122,7 @@ def _samples_text(preset: str) -> str:
               help="Seed of that order. Default: a new one per run, written in the CSV header (order_seed).")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
         force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None,
-        sample_order="interleaved", order_seed=None):
+        sample_order="interleaved", order_seed=None, full=False):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -141,7 +146,7 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
     try:
         _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
              force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing, fresh=launcher == "fork-fresh",
-             order=(sample_order, random.randrange(2**31) if order_seed is None else order_seed))
+             order=(sample_order, random.randrange(2**31) if order_seed is None else order_seed), full=full)
         code = 0
     except click.exceptions.Exit as exc:
         code = exc.exit_code
@@ -165,7 +170,7 @@ def _select_by_uuid(devices):
 
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
          force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False,
-         order=("declared", None)):
+         order=("declared", None), full=False):
     if pairs is not None and devices:
         raise UsageError("--pairs and --devices both choose the GPUs: give one of them")
     devices, visible = _select_by_uuid(devices)
@@ -176,7 +181,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         options = PlanOptions(scenario_names=scenario_names, sizes=sizes, preset=preset or "", iterations=iterations,
                               min_samples=min_samples, max_samples=max_samples, warmup=warmup, devices=devices,
                               visible=visible, workers=workers, timeout=timeout, chunk=chunk, pairs=pairs,
-                              sharing=sharing, fresh=fresh, order=order, job=job)
+                              sharing=sharing, fresh=fresh, order=order, job=job, full=full)
         config = run_config(options)
         default_name = out is None  # taken by exclusive create before the run starts (see below)
         out = out or default_results_path()
@@ -206,7 +211,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             getattr(scenario, "prebuild", lambda: None)()
         try:
             run_plan(planned.runs, config, planned.machine, out, err, quiet, verbose, job, planned.modes,
-                     planned.mig_notes)
+                     planned.mig_notes, planned=planned)
         except BenchError:
             if plot is not None:
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure

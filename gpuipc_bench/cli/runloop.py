@@ -31,7 +31,7 @@ def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(), notes=None):
+def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=(), notes=None, planned=None):
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     from gpuipc_bench.machine import mig
@@ -52,6 +52,7 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
     results.set_meta("sampling.far_behind", f"a group every sample of which is over {FAR_BEHIND:g}x the best "
                                             f"median known at its size stops after {FAR_SAMPLES} samples")
     known = KnownBest()  # the run's figures so far: what each later scenario's sampler compares with
+    resweep = _start_resweep(planned, results)
     mark("header written")
     failures: list[tuple[str, BenchError, int]] = []
     done: list[str] = []
@@ -66,8 +67,16 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
             sets.prestart(dict.fromkeys(s for s, _ in plan))
         with progress:
             runs = plan_runs(plan, list(modes))  # the paths of a process set in a seeded order (not 'declared')
-            for scenario, specs, mode in shuffle_paths(runs, config.order_seed if config.sample_order != "declared"
-                                                       else None):
+            queue = shuffle_paths(runs, config.order_seed if config.sample_order != "declared" else None)
+            index = 0
+            while True:
+                if index == len(queue) and resweep is not None:  # the first pass is done: pairs outside their class
+                    queue += _resweeps(resweep, planned, results, err, quiet)
+                    resweep = None
+                if index == len(queue):
+                    break
+                scenario, specs, mode = queue[index]
+                index += 1
                 if mode is not current:
                     if current is not None:
                         for note in current.leave():
@@ -98,7 +107,7 @@ def run_plan(plan, config, machine, out, err, quiet, verbose, job=None, modes=()
                     results.set_meta(f"sampling.stream_sizes.{scenario.name}.{mode.name}",
                                      ",".join(str(n) for n in scenario_config.stream_sizes))
                 callbacks = dict(
-                    on_row=lambda row: (results.add([row]), known.add(row)),
+                    on_row=lambda row: (results.add([row]), known.add(row), resweep and resweep.add(row)),
                     on_progress=lambda n, task=task: progress.advance(task, n),
                     on_status=lambda text, task=task: progress.update(task, doing=_fit(text, 34)),
                     on_note=lambda key, text: results.set_meta(f"note.{key}", text),
@@ -207,6 +216,35 @@ def process_seconds() -> float:
             return max(0.0, float(up.read().split()[0]) - started)
     except (OSError, ValueError, IndexError):
         return time.monotonic() - _IMPORTED
+
+
+def _start_resweep(planned, results):
+    """The run's estimate and, with --pairs all, its pairs' link classes into the header; a Resweep
+    (harness.classes) where headline pairs may need their whole sweep, else None."""
+    if planned is None:
+        return None
+    results.set_meta("estimate.seconds", f"{planned.estimate:.1f}")
+    if planned.pair_classes is None:
+        return None
+    for key, value in planned.pair_classes.metadata().items():
+        results.set_meta(key, value)
+    if not planned.pair_classes.headline:
+        return None
+    from gpuipc_bench.harness.classes import Resweep
+
+    return Resweep(planned.pair_classes)
+
+
+def _resweeps(resweep, planned, results, err, quiet) -> list:
+    """The runs that sweep whole each headline pair whose figures fall outside its class, said and
+    kept in the header (pairs.resweep.A>B: why)."""
+    added = []
+    for (a, b), why in resweep.pairs().items():
+        results.set_meta(f"pairs.resweep.{a}>{b}", why)
+        if not quiet:
+            err.print(f"[yellow]note[/]: GPU {a} → {b}: {escape(why)}; sweeping it whole", soft_wrap=True)
+        added += [(scenario, specs, None) for scenario, specs in planned.resweep_runs.get((a, b), [])]
+    return added
 
 
 def _set_aside(results, out, error) -> BenchError:

@@ -114,6 +114,9 @@ class Scenario:
     # Its bytes cross pinned host memory (staging, mmap, hostpool): in a shared process set it runs after the
     # device paths, whose figures then decide its far-behind groups early (harness.plan.shuffle_paths).
     through_host: bool = False
+    # Set on a copy by the plan: the sizes of its sweep this run measures (a headline pair's,
+    # harness.classes.headline); None: the whole sweep
+    only_sizes: tuple[int, ...] | None = None
     # Why the scenario cannot run with MPI ranks as its workers ('' if it can).
     mpi_waiver: str = ""
 
@@ -128,6 +131,8 @@ class Scenario:
     def sizes(self, config: "RunConfig") -> tuple[int, ...]:
         """The sizes this scenario measures in this run (resolved once, by the plan)."""
         sizes = config.sizes if config.sizes is not None else self.default_sizes(config.preset)
+        if self.only_sizes is not None:
+            sizes = [n for n in sizes if n in self.only_sizes]
         return tuple(sorted(sizes))
 
     def waive_reason(self, machine: "Machine") -> str | None:

@@ -73,12 +73,19 @@ def default_pair(machine) -> tuple[int, int]:
     return 0, 1
 
 
-def plan_pairs(plan, config, machine, pairs):
+def plan_pairs(plan, config, machine, pairs, full: bool = False):
     """Each pairable scenario of the plan (its workers: a producer GPU and a consumer GPU) once
-    per ordered pair of GPUs. `pairs`: 'all', the pairs given, or 'default' (a plain run on a
-    node of several GPUs): the same-GPU runs stay and each pairable scenario runs once more
-    across default_pair(); those needing two GPUs (nccl, peer) run on that pair only."""
+    per ordered pair of GPUs: (runs, PairClasses or None, {pair: the runs that sweep it whole}).
+    `pairs`: the pairs given (each swept whole), 'default' (a plain run on a node of several GPUs:
+    the same-GPU runs stay and each pairable scenario runs once more across default_pair(); those
+    needing two GPUs, nccl and peer, run on that pair only) or 'all': every ordered pair, one pair
+    per link class swept whole and the others at their headline figures (harness.classes), unless
+    `full`. The third item holds each headline pair's whole sweep, for the pairs whose headline
+    figures fall outside their class."""
+    from gpuipc_bench.harness.classes import group_pairs, headline, sized
+
     same_gpu_too = pairs == "default"
+    grouped = pairs == "all"
     if pairs == "default":
         pairs = (default_pair(machine),)
     elif pairs == "all":
@@ -89,16 +96,31 @@ def plan_pairs(plan, config, machine, pairs):
         if max(a, b) >= machine.gpu_count:
             raise UsageError(f"--pairs {a}-{b}: GPU {max(a, b)} does not exist (this machine has "
                              f"{machine.gpu_count})")
-    expanded = []
+    classes = group_pairs(pairs, machine, full=full) if grouped else None
+    expanded: list = []
+    rest: dict[tuple[int, int], list] = {}  # a headline pair's runs beyond its headline ones
     for scenario, specs in plan:
         if not scenario.pairable:
             expanded.append((scenario, specs))
             continue
         if same_gpu_too and scenario.gpus_needed < 2:
             expanded.append((scenario, specs))
-        expanded += [(scenario, scenario.workers(dataclasses.replace(config, devices=pair), machine))
-                     for pair in pairs]
-    return expanded
+        for pair in pairs:
+            workers = scenario.workers(dataclasses.replace(config, devices=pair), machine)
+            if classes is None or pair in classes.full:
+                expanded.append((scenario, workers))
+                continue
+            reduced = headline(scenario, config)
+            if reduced is not None:
+                expanded.append((reduced, workers))
+                measured = set(reduced.sizes(config))
+                remaining = tuple(n for n in scenario.sizes(config) if n not in measured)
+                if not remaining:
+                    continue
+                rest.setdefault(pair, []).append((sized(scenario, remaining), workers))
+            else:
+                rest.setdefault(pair, []).append((scenario, workers))
+    return expanded, classes, rest
 
 
 def plan_modes(sharing: str | None, machine, job=None) -> tuple[list, str | None]:
@@ -150,25 +172,6 @@ def plan_runs(plan, modes: list) -> list:
     for mode in modes:
         runs += [(s, w, mode) for s, w in plan if mode in modes_for(s, w, modes)[1:]]
     return runs
-
-
-# Seconds an ordered GPU pair took with every pairable scenario: the default sizes on two H200s over
-# NV18 (results/h200x2-pair-default.csv, the pairable scenarios' seconds); --quick on four H200s
-# (results/h200x4-pairs-all-quick.csv, run with the quick sizes and samples of its tool version)
-PAIR_SECONDS = {"": 27.0, "quick": 17.0}
-
-
-def pairs_estimate(plan, preset: str = "") -> str | None:
-    """What a run over several GPU pairs is about to cost, said before it starts; None for one pair."""
-    cross = [(s, w) for s, w in plan if s.pairable and w[0].device != w[-1].device]
-    ordered = {(w[0].device, w[-1].device) for _, w in cross}
-    if len(ordered) < 2:
-        return None
-    per = PAIR_SECONDS.get(preset)
-    about = f"about {per * len(ordered) / 60:.0f} min " if per else ""
-    return (f"{len(cross)} scenario runs across {len(ordered)} ordered GPU pairs: {about}(the count grows as "
-            f"N(N-1) with N GPUs; a pair took about {PAIR_SECONDS['']:.0f} s at the default sizes on two "
-            f"H200s, {PAIR_SECONDS['quick']:.0f} s with --quick on four)")
 
 
 def shuffle_paths(runs: list, seed: int | None) -> list:
@@ -277,6 +280,7 @@ class PlanOptions:
     pairs: str | None = None
     sharing: str | None = None
     fresh: bool = False  # --launcher fork-fresh
+    full: bool = False  # --full: with --pairs all, every pair swept whole
     order: tuple[str, int | None] = ("declared", None)  # --sample-order, --order-seed
     job: Any = None  # the MPI job whose ranks are the workers, or None
 
@@ -293,6 +297,9 @@ class Plan:
     modes: list
     mig_notes: dict[str, str]
     notes: list[tuple[str, str]]
+    estimate: float = 0.0  # seconds the run should take (harness.estimate)
+    pair_classes: Any = None  # --pairs all: harness.classes.PairClasses
+    resweep_runs: dict = dataclasses.field(default_factory=dict)  # headline pair -> its whole sweep's other runs
 
 
 def run_config(options: PlanOptions) -> "RunConfig":
@@ -301,6 +308,9 @@ def run_config(options: PlanOptions) -> "RunConfig":
 
     if options.pairs is not None and options.devices:
         raise UsageError("--pairs and --devices both choose the GPUs: give one of them")
+    if options.full and options.pairs != "all":
+        raise UsageError("--full: sweeps every GPU pair whole with --pairs all (without it one pair per link "
+                         "class is); give --pairs all too")
     names = resolve_names(options.scenario_names, registry(), options.preset)
     workers, job = options.workers, options.job
     if job is not None:
@@ -324,6 +334,7 @@ def run_config(options: PlanOptions) -> "RunConfig":
 def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     """Probe the machine and plan the run: scenarios, GPU pairs, MIG instances, memory, sharing
     modes. `config`: run_config(options), possibly adjusted by the caller (its worker log)."""
+    from gpuipc_bench.harness.estimate import estimate_seconds, estimate_text
     from gpuipc_bench.machine.probe import probe
 
     config = run_config(options) if config is None else config
@@ -343,11 +354,9 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     pairs = options.pairs
     if pairs is None and not devices and job is None and machine.gpu_count >= 2:
         pairs = "default"  # a plain run on a node of several GPUs answers across one pair too
+    classes, rest = None, {}
     if pairs is not None:
-        plan = plan_pairs(plan, config, machine, pairs)
-        said = pairs_estimate(plan, config.preset)
-        if said:  # a long run: say how long it grows before it starts
-            notes.append(("estimate", said))
+        plan, classes, rest = plan_pairs(plan, config, machine, pairs, full=options.full)
     mig_notes: dict[str, str] = {}
     if job is None and not devices:  # each GPU with MIG on: pairs within an instance and across two
         from gpuipc_bench.machine.mig import plan_mig
@@ -368,7 +377,11 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     for name, reason in waived:
         by_reason.setdefault(reason, []).append(name)
     notes += [("skipped", f"{', '.join(names)}: {reason}") for reason, names in by_reason.items()]
-    return Plan(config, machine, plan, modes, mig_notes, notes)
+    estimate = estimate_seconds(plan_runs(plan, modes), config, modes, second_mode_stream_sizes)
+    ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
+    if len(ordered) > 1:  # a run over several pairs: how long it takes, before it starts
+        notes.append(("estimate", estimate_text(estimate, len(ordered), classes)))
+    return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest)
 
 
 def stop_stale_daemons() -> list[str]:

@@ -43,10 +43,17 @@ LEAVE_S = 2.0  # how long a set's workers get to leave on their own at its end
 
 
 def set_key(specs, mode_name: str | None, env: dict[str, str]) -> tuple:
-    """What decides which process set a scenario runs in."""
-    return (mode_name, tuple(sorted(env.items())),
-            tuple((s.rank, s.role, s.device, getattr(s, "mig", ""), tuple(getattr(s, "cpus", ()) or ()))
-                  for s in specs))
+    """What decides which process set a scenario runs in: the mode, its environment and where the
+    workers sit, not their ranks: GPU pair A>B and B>A run in one set, its roles swapped
+    (WorkerSet.run), so `--pairs all` starts one set per unordered pair."""
+    return (mode_name, tuple(sorted(env.items())), tuple(sorted(place(s) for s in specs)))
+
+
+def place(spec) -> tuple:
+    """Where a worker sits: its GPU (-1: none), MIG instance and CPUs; what a set's process keeps
+    (its CUDA context) from scenario to scenario."""
+    device = -1 if spec.device is None else int(spec.device)
+    return (device, getattr(spec, "mig", ""), tuple(getattr(spec, "cpus", ()) or ()))
 
 
 class WorkerSet:
@@ -94,6 +101,7 @@ class WorkerSet:
         failure ends the set (self.broken). `idle`: the workers of the run's other sets, watched
         meanwhile (one that dies ends this scenario)."""
         outcome = Outcome(scenario.name)
+        self.assign(specs)
         segment = Segment.create(len(specs), scenario.mailbox_slots(config, specs))
         shared: Any = None
 
@@ -130,6 +138,21 @@ class WorkerSet:
             finally:
                 segment.close()
         return outcome
+
+    def assign(self, specs) -> None:
+        """Each spec of this scenario to the worker that sits where it does (the set's workers in the
+        specs' order, each taking its spec's rank and role: what supervision names)."""
+        free = list(range(len(self.workers)))
+        order = []
+        for spec in specs:
+            index = next(i for i in free if place(self.workers[i].spec) == place(spec))
+            free.remove(index)
+            order.append(index)
+        self.workers = [self.workers[i] for i in order]
+        self.tasks = [self.tasks[i] for i in order]
+        for worker, spec in zip(self.workers, specs):
+            worker.spec = spec
+        self.specs = list(specs)
 
     def let_go(self) -> None:
         """Tell every (idle) worker to leave, without waiting: close() then reaps them, given

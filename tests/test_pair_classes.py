@@ -121,7 +121,7 @@ def test_ab_and_ba_share_one_process_set():
     assert set_key(specs, "mps", {}) != set_key(specs, None, {})
 
 
-@pytest.mark.parametrize("gpus, most", [(2, 60), (4, 90), (8, 150)])
+@pytest.mark.parametrize("gpus, most", [(2, 45), (4, 60), (8, 120)])
 def test_the_estimate_of_pairs_all_grows_with_classes_not_pairs(gpus, most):
     machine = h100_node(gpus)
     plan, config = _plan(machine)

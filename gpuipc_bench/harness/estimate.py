@@ -38,10 +38,14 @@ def estimate_seconds(runs, config, modes: list, stream_sizes=None) -> float:
         fixed, per_size = COSTS.get(scenario.name, DEFAULT_COST)
         if len({spec.device for spec in specs}) > 1:
             fixed, per_size = fixed * ACROSS_GPUS, per_size * ACROSS_GPUS
-        if shares_processes(scenario):  # one set per unordered pair and mode (harness.pool.set_key)
-            key = (tuple(sorted(str(spec.device) for spec in specs)), getattr(mode, "name", None))
-            if key not in sets:
-                sets.add(key)
+        if shares_processes(scenario):  # a worker per GPU, slot and mode, forked once (harness.pool)
+            slots: dict = {}
+            keys = set()
+            for spec in specs:
+                slots[spec.device] = slots.get(spec.device, 0) + 1
+                keys.add((getattr(mode, "name", None), str(spec.device), slots[spec.device]))
+            if keys - sets:
+                sets |= keys
                 total += SET_START_S
         sizes = scenario.sizes(config)
         swept = float(len(sizes))

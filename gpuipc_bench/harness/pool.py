@@ -59,15 +59,17 @@ def place(spec) -> tuple:
 class WorkerSet:
     """The persistent workers of one set: forked on the first scenario, fed one task per scenario."""
 
-    def __init__(self, specs, env: dict[str, str], worker_log: str = ""):
+    def __init__(self, specs, env: dict[str, str], worker_log: str = "", members: list | None = None):
+        """Fork one worker per spec, or (`members`: (Worker, task connection) per spec) take
+        workers forked before, as a set of another GPU pair did (WorkerSets)."""
         self.specs = list(specs)
         self.env = dict(env)
         self.broken = False
         self.scenarios = 0  # how many this set has run
         self.leaving: float | None = None  # when the workers were told to leave (let_go)
-        self.workers: list[Worker] = []
-        self.tasks: list[multiprocessing.connection.Connection] = []
-        for spec in self.specs:
+        self.workers: list[Worker] = [worker for worker, _ in members or ()]
+        self.tasks: list[multiprocessing.connection.Connection] = [tasks for _, tasks in members or ()]
+        for spec in self.specs if members is None else ():
             reader, writer = FORK.Pipe(duplex=False)  # the worker's messages to us
             task_reader, task_writer = FORK.Pipe(duplex=False)  # our tasks to the worker
             process = FORK.Process(target=_set_main, args=(task_reader, writer, spec, self.env, worker_log),
@@ -84,15 +86,6 @@ class WorkerSet:
 
     def alive(self) -> bool:
         return not self.broken and all(w.process.is_alive() for w in self.workers)
-
-    def idle_loss(self) -> str | None:
-        """How a worker of this set ended while it waited for its next scenario, or None."""
-        if self.broken or self.leaving is not None:
-            return None
-        for worker in self.workers:
-            if not worker.process.is_alive():
-                return idle_death_message(worker)
-        return None
 
     def run(self, scenario, config, specs, on_row: Callable[[dict], None],
             on_progress: Callable[[int], None] | None = None, on_status: Callable[[str], None] | None = None,
@@ -158,6 +151,8 @@ class WorkerSet:
         """Tell every (idle) worker to leave, without waiting: close() then reaps them, given
         LEAVE_S from now (their CUDA contexts go down while the parent renders the answer)."""
         for tasks in self.tasks:
+            if tasks is None:  # told to leave already (WorkerSets.let_go)
+                continue
             try:
                 tasks.send(None)
             except OSError:
@@ -176,7 +171,8 @@ class WorkerSet:
         if graceful:
             self.let_go()
         for tasks in self.tasks:
-            tasks.close()
+            if tasks is not None:
+                tasks.close()
         self.tasks = []
         deadline = time.monotonic()
         if graceful and self.leaving is not None:  # let_go() above set it (or earlier, at the run's end)
@@ -192,13 +188,19 @@ class WorkerSet:
 
 
 class WorkerSets:
-    """Every persistent set of a run, by set_key; end_mode() ends a mode's sets, close() all."""
+    """Every persistent worker of a run. A worker sits on one GPU (MIG instance, CPUs) in one mode:
+    the members, by (mode, environment, place, slot). A scenario runs in a set (by set_key) made of
+    the members that sit where its workers do, the missing ones forked: GPU pairs 0>1, 0>2 and 1>2
+    start three workers, not six (each keeps its CUDA context for every pair it is part of).
+    end_mode_other_than() ends a mode's workers, close() all."""
 
     def __init__(self, worker_log: str = "", persistent: bool = True):
         self.worker_log, self.persistent = worker_log, persistent
         self.sets: dict[tuple, WorkerSet] = {}
-        self.started = 0  # sets forked over the run (a test's and the notes' count)
+        self.members: dict[tuple, tuple[Worker, Any]] = {}  # (mode, env, place, slot) -> (worker, its task pipe)
+        self.started = 0  # times workers were forked over the run (a test's and the notes' count)
         self.forkserver = False  # started by prestart(): stopped by end()
+        self.leaving: float | None = None  # when every worker was told to leave (let_go)
 
     def prestart(self, scenarios) -> None:
         """Before the first worker: start multiprocessing's fork server, with the modules of the
@@ -232,43 +234,86 @@ class WorkerSets:
         key = set_key(specs, mode_name, env)
         workers = self.sets.get(key)
         if workers is not None and not workers.alive():
-            workers.close()
+            self.drop(workers, close=True)
             workers = None
         if workers is None:
             self.end_mode_other_than(mode_name)
-            mark("set fork", scenario.name)
-            workers = self.sets[key] = WorkerSet(specs, env, self.worker_log)
-            self.started += 1
-        idle = [w for other in self.sets.values() if other is not workers for w in other.workers]
+            workers = self.sets[key] = self.assemble(scenario, specs, mode_name, env)
+        mine = {id(w) for w in workers.workers}
+        idle = [w for w, _ in self.members.values() if id(w) not in mine]
         outcome = workers.run(scenario, config, specs, idle=idle, **callbacks)
         if isinstance(outcome.error, WorkerLost):
-            self.close()  # every set: the run ends
-        if workers.broken:
-            self.sets.pop(key, None)
+            self.close()  # every worker: the run ends
+        elif workers.broken:
+            self.drop(workers)
         return outcome
 
+    def assemble(self, scenario, specs, mode_name: str | None, env: dict[str, str]) -> WorkerSet:
+        """The set for `specs`: a member for each (forked now where none sits there yet)."""
+        slots: dict[tuple, int] = {}
+        keys = []
+        for spec in specs:
+            where = place(spec)
+            keys.append((mode_name, tuple(sorted(env.items())), where, slots.get(where, 0)))
+            slots[where] = slots.get(where, 0) + 1
+        missing = [(key, spec) for key, spec in zip(keys, specs)
+                   if key not in self.members or not self.members[key][0].process.is_alive()]
+        if missing:
+            mark("set fork", scenario.name)
+            fresh = WorkerSet([spec for _, spec in missing], env, self.worker_log)
+            self.started += 1
+            for (key, _), worker, tasks in zip(missing, fresh.workers, fresh.tasks):
+                self.members[key] = (worker, tasks)
+        return WorkerSet(specs, env, self.worker_log, members=[self.members[key] for key in keys])
+
+    def drop(self, workers: WorkerSet, close: bool = False) -> None:
+        """A set that broke (its workers ended by its run, or here with `close`): its members leave
+        the pool, and every set that holds one of them goes too."""
+        gone = {id(w) for w in workers.workers}
+        if close:
+            workers.close(graceful=False)
+        self.members = {k: m for k, m in self.members.items() if id(m[0]) not in gone}
+        for key in [k for k, v in self.sets.items() if v is workers or gone & {id(w) for w in v.workers}]:
+            self.sets.pop(key).broken = True
+
     def idle_loss(self) -> str | None:
-        """How a worker of an idle set ended while it waited, or None (every worker alive)."""
-        return next((lost for lost in (w.idle_loss() for w in self.sets.values()) if lost), None)
+        """How an idle worker ended while it waited, or None (every worker alive)."""
+        if self.leaving is not None:
+            return None
+        for worker, _ in self.members.values():
+            if not worker.process.is_alive():
+                return idle_death_message(worker)
+        return None
 
     def end_mode_other_than(self, mode_name: str | None) -> None:
-        """End the sets of every other sharing mode (no context of one mode stays on the GPU while
+        """End the workers of every other sharing mode (no context of one mode stays on the GPU while
         another runs: an MPS daemon and time-sliced contexts would share it)."""
+        others = [k for k in self.members if k[0] != mode_name]
+        if others:
+            self._everyone([self.members.pop(k) for k in others]).close()
         for key in [k for k in self.sets if k[0] != mode_name]:
-            self.sets.pop(key).close()
+            self.sets.pop(key)
+
+    def _everyone(self, members=None) -> WorkerSet:
+        """One set of the members given (default: all), to tell them to leave or end them at once."""
+        members = list(self.members.values()) if members is None else members
+        together = WorkerSet([worker.spec for worker, _ in members], {}, self.worker_log, members=members)
+        together.leaving = self.leaving
+        return together
 
     def close(self) -> None:
-        for workers in self.sets.values():
-            workers.close()
-        self.sets = {}
+        self._everyone().close()
+        self.sets, self.members = {}, {}
 
     def let_go(self) -> None:
         """The run's work is done: every worker is told to leave now; end() reaps them."""
-        for workers in self.sets.values():
-            workers.let_go()
+        everyone = self._everyone()
+        everyone.let_go()
+        self.leaving = everyone.leaving
+        self.members = {k: (worker, None) for k, (worker, _) in self.members.items()}  # their task pipes are closed
 
     def end(self) -> None:
-        """The run's end: every set, and the fork server (its children are gone by now)."""
+        """The run's end: every worker, and the fork server (its children are gone by now)."""
         self.close()
         if self.forkserver:
             import multiprocessing.forkserver

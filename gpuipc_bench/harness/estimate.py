@@ -9,21 +9,22 @@ from __future__ import annotations
 
 from gpuipc_bench.engine.scenario import shares_processes
 
-START_S, END_S = 1.5, 2.5  # imports, probe and header; the answer analysed, written and printed
-SET_START_S = 1.2  # a persistent process set: its workers' CUDA contexts
+START_S, END_S = 1.4, 2.8  # imports, probe and header; the answer analysed, written and printed, the exit
+SET_START_S = 1.0  # a persistent process set: its workers' CUDA contexts
 # scenario -> (fixed seconds per run: set-up rows, rings, a library or processes of its own; seconds per
-# size swept at the default sample counts)
+# size swept at the default sample counts), fitted to three traced runs of this version on one H100
+# (two default runs and a --quick run, results/h100-speed-*.csv) and a --pairs all run on four H200s
 COSTS: dict[str, tuple[float, float]] = {
-    "ipc": (0.8, 0.25), "vmm": (0.1, 0.22), "mempool": (0.2, 0.22), "hostpool": (0.2, 0.12),
-    "staging": (0.9, 0.45), "mmap": (0.8, 0.4), "latency": (0.2, 0.2), "peer": (2.5, 0.3),
-    "nccl": (3.0, 0.3), "torch": (1.0, 0.15), "nvshmem": (1.2, 0.15), "symm": (2.0, 0.2),
-    "sharing": (1.5, 1.5), "host": (0.3, 0.1), "barrier": (0.6, 0.0),
+    "ipc": (0.18, 0.150), "vmm": (0.09, 0.185), "mempool": (0.09, 0.220), "hostpool": (0.22, 0.044),
+    "staging": (0.79, 0.194), "mmap": (0.62, 0.396), "latency": (0.35, 0.070), "peer": (2.20, 0.088),
+    "nccl": (1.76, 0.053), "torch": (0.79, 0.070), "nvshmem": (0.88, 0.088), "symm": (1.76, 0.088),
+    "sharing": (1.85, 0.088), "host": (0.26, 0.070), "barrier": (0.18, 0.000),
 }
 DEFAULT_COST = (1.0, 0.3)
 DEFAULT_MID_SAMPLES = 7.0  # a group's samples in a default run (6 to 9): the per-size costs are for it
 # Two GPUs: no hand-over between two contexts on one GPU (a time-sliced one costs ~0.3 ms a sample); on two H200s
 # over NV18 ipc's default sweep took 1.2 s against 3.0 s time-sliced on one H100
-ACROSS_GPUS = 0.5
+ACROSS_GPUS = 0.7
 
 
 def estimate_seconds(runs, config, modes: list, stream_sizes=None) -> float:
@@ -38,14 +39,10 @@ def estimate_seconds(runs, config, modes: list, stream_sizes=None) -> float:
         fixed, per_size = COSTS.get(scenario.name, DEFAULT_COST)
         if len({spec.device for spec in specs}) > 1:
             fixed, per_size = fixed * ACROSS_GPUS, per_size * ACROSS_GPUS
-        if shares_processes(scenario):  # a worker per GPU, slot and mode, forked once (harness.pool)
-            slots: dict = {}
-            keys = set()
-            for spec in specs:
-                slots[spec.device] = slots.get(spec.device, 0) + 1
-                keys.add((getattr(mode, "name", None), str(spec.device), slots[spec.device]))
-            if keys - sets:
-                sets |= keys
+        if shares_processes(scenario):  # one set per ordered pair and mode (harness.pool.set_key)
+            key = (tuple(str(spec.device) for spec in specs), getattr(mode, "name", None))
+            if key not in sets:
+                sets.add(key)
                 total += SET_START_S
         sizes = scenario.sizes(config)
         swept = float(len(sizes))

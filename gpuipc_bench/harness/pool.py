@@ -43,10 +43,11 @@ LEAVE_S = 2.0  # how long a set's workers get to leave on their own at its end
 
 
 def set_key(specs, mode_name: str | None, env: dict[str, str]) -> tuple:
-    """What decides which process set a scenario runs in: the mode, its environment and where the
-    workers sit, not their ranks: GPU pair A>B and B>A run in one set, its roles swapped
-    (WorkerSet.run), so `--pairs all` starts one set per unordered pair."""
-    return (mode_name, tuple(sorted(env.items())), tuple(sorted(place(s) for s in specs)))
+    """What decides which process set a scenario runs in: the mode, its environment and each
+    worker's rank, role and place. Never shared between GPU pairs, nor between A>B and B>A: on four
+    H200s (driver 580.159.04) a worker that had taken part in one pair's IPC failed the next pair's
+    cudaIpcOpenEventHandle with cudaErrorMapBufferObjectFailed in 6 of 11 pairs."""
+    return (mode_name, tuple(sorted(env.items())), tuple((s.rank, s.role, *place(s)) for s in specs))
 
 
 def place(spec) -> tuple:
@@ -188,16 +189,14 @@ class WorkerSet:
 
 
 class WorkerSets:
-    """Every persistent worker of a run. A worker sits on one GPU (MIG instance, CPUs) in one mode:
-    the members, by (mode, environment, place, slot). A scenario runs in a set (by set_key) made of
-    the members that sit where its workers do, the missing ones forked: GPU pairs 0>1, 0>2 and 1>2
-    start three workers, not six (each keeps its CUDA context for every pair it is part of).
-    end_mode_other_than() ends a mode's workers, close() all."""
+    """Every persistent worker of a run (the members, by their set's key and index). A scenario runs
+    in the set of its workers (set_key), forked on first use; end_mode_other_than() ends a mode's
+    workers, close() all."""
 
     def __init__(self, worker_log: str = "", persistent: bool = True):
         self.worker_log, self.persistent = worker_log, persistent
         self.sets: dict[tuple, WorkerSet] = {}
-        self.members: dict[tuple, tuple[Worker, Any]] = {}  # (mode, env, place, slot) -> (worker, its task pipe)
+        self.members: dict[tuple, tuple[Worker, Any]] = {}  # (set_key, index) -> (worker, its task pipe)
         self.started = 0  # times workers were forked over the run (a test's and the notes' count)
         self.forkserver = False  # started by prestart(): stopped by end()
         self.leaving: float | None = None  # when every worker was told to leave (let_go)
@@ -250,12 +249,8 @@ class WorkerSets:
 
     def assemble(self, scenario, specs, mode_name: str | None, env: dict[str, str]) -> WorkerSet:
         """The set for `specs`: a member for each (forked now where none sits there yet)."""
-        slots: dict[tuple, int] = {}
-        keys = []
-        for spec in specs:
-            where = place(spec)
-            keys.append((mode_name, tuple(sorted(env.items())), where, slots.get(where, 0)))
-            slots[where] = slots.get(where, 0) + 1
+        key = set_key(specs, mode_name, env)
+        keys = [(key, index) for index in range(len(specs))]  # the set's own: never another set's (set_key)
         missing = [(key, spec) for key, spec in zip(keys, specs)
                    if key not in self.members or not self.members[key][0].process.is_alive()]
         if missing:
@@ -288,7 +283,7 @@ class WorkerSets:
     def end_mode_other_than(self, mode_name: str | None) -> None:
         """End the workers of every other sharing mode (no context of one mode stays on the GPU while
         another runs: an MPS daemon and time-sliced contexts would share it)."""
-        others = [k for k in self.members if k[0] != mode_name]
+        others = [k for k in self.members if k[0][0] != mode_name]
         if others:
             self._everyone([self.members.pop(k) for k in others]).close()
         for key in [k for k in self.sets if k[0] != mode_name]:

@@ -1,4 +1,4 @@
-"""What the README renderers share: the reference runs read and summarised once, and the number formats.
+"""What the page renderers share: the pages, the reference runs read and summarised once, the number formats.
 
 Medians and their 95% intervals are the tool's own (gpuipc_bench.analysis.summarize: robust.median_ci,
 order statistics); below 6 samples the interval is the samples' range, marked †, as the analysis does.
@@ -15,6 +15,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parent.parent.parent
 RESULTS = ROOT / "results"
 README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 BLOCK = re.compile(r"^<!-- figures:(?P<name>[\w-]+) begin -->\n(?P<body>.*?)^<!-- figures:(?P=name) end -->$",
                    re.M | re.S)
 RANGE_MARK = "†"  # fewer than 6 samples: the interval is the samples' range
@@ -23,7 +24,12 @@ KIB = 1 << 10
 
 
 class FigureError(Exception):
-    """A figure the README asks for is not in its CSV (or is there more than once)."""
+    """A figure a page asks for is not in its CSV (or is there more than once)."""
+
+
+def pages(root: Path = ROOT) -> list[Path]:
+    """The pages whose figure blocks are rendered and checked: README.md, then docs/**/*.md by path."""
+    return [root / "README.md", *sorted((root / "docs").rglob("*.md"))]
 
 
 class Run:

@@ -8,7 +8,7 @@ one that is none of:
     blocks (`1,489` and `1489` are one value; `43%` and `±43%` are `43`);
   - a message size: a power of two (or 0) followed by ` B`, ` KiB`, ` MiB` or ` GiB`, alone or as a
     list or range (`4 B–4 MiB`, `16 and 256 B`): what a run was asked to measure, not what it measured;
-  - a GPU's index (`GPU 0`, `GPUs 0 and 1`, `0 → 1`);
+  - an index: of a GPU, an NVSHMEM PE, an MPI rank or a worker (`GPU 0`, `GPUs 0 and 1`, `0 → 1`, `rank 0`);
   - one of ALLOWED, the short list below: versions, interface values (exit codes, the answer's width)
     and the statistics' fixed parameters.
 
@@ -28,24 +28,23 @@ from readme_lib import BLOCK
 # The short allowlist, each entry a pattern over the prose around the number and why it is not a figure.
 # The number it allows is the one inside the group named `n`.
 ALLOWED: list[tuple[str, str]] = [
-    (r"Python (?P<n>3\.10)", "the oldest Python the package installs on (pyproject.toml)"),
-    (r"CUDA (?P<n>1[23])\b", "the CUDA major versions of the cuda12/cuda13 extras"),
-    (r"nixl-cu1[23]==(?P<n>[\d.]+)|NIXL (?P<n2>[\d.]+)", "the NIXL release the install line pins"),
-    (r"Open MPI (?P<n>4\.1)", "the Open MPI release the MPI tests ran with"),
+    (r"\b(?:Python|CUDA|NIXL|UCX|Open MPI|NVSHMEM|libnvshmem|nvshmem4py|PyTorch|torch|CuPy|cuda-bindings|driver"
+     r"|nvbandwidth v?|nccl-tests|NCCL) (?P<n>\d+(?:\.\d+)*)", "a version of a named piece of software"),
+    (r"nixl-cu1[23]==(?P<n>[\d.]+)", "the NIXL release the install line pins"),
     (r"schema(?:-| )(?P<n>[123])\b", "the CSV format's version (`schema_version` in every header)"),
-    (r"\bexits? (?:code |status )?(?P<n>\d{1,3})\b|\bexit codes? (?P<n2>\d)\b|(?P<n3>\d{1,3}) for\b",
-     "exit codes, an interface"),
-    (r"(?P<n>80) (?:columns|characters)", "the width the terminal output keeps to (a test checks it)"),
+    (r"\bexits? (?:with )?(?:code |status )?(?P<n>\d{1,3})\b|\bexit codes? (?P<n2>\d{1,3})\b",
+     "an exit code, an interface"),
+    (r"(?P<n>80) (?:columns|characters|lines)", "the width the output keeps to; the limit on a CLI function"),
     (r"(?P<n>95)% interval", "the confidence of every interval the tool reports (robust.median_ci)"),
     (r"δ = (?P<n>2)%", "the default of --min-effect"),
-    (r"\b(?P<n>20\d\d)\b", "a year"),
+    (r"\b(?P<n>20[0-3]\d)\b", "a year"),
 ]
 
-NUMBER = re.compile(r"(?<![\w.])\d+(?:[.,]\d+)*(?![\w])")
+NUMBER = re.compile(r"(?<![\w.#])\d+(?:[.,]\d+)*(?![\w])")
 NAME = re.compile(r"\b[A-Za-z_][\w]*(?:[-.][\w]+)*")  # a name with digits in it is not a number
-SIZE_UNIT = re.compile(r"(?:\s*(?:,|and|or|to|–|-|\.\.)\s*\d+)*\s+(?:B|KiB|MiB|GiB)\b")
-GPU_INDEX_BEFORE = re.compile(r"(?:\bGPUs?|\bGPU \d+ (?:and|or|to)|→|->)\s*$")
-GPU_INDEX_AFTER = re.compile(r"^\s*(?:→|->)")
+SIZE_UNIT = re.compile(r"(?:\s*(?:,|and|or|to|–|-|\.\.)\s*\d+)*(?:\s+(?:B|KiB|MiB|GiB)\b|-bytes?\b)")
+INDEX_BEFORE = re.compile(r"(?:\b(?:GPUs?|PEs?|ranks?|workers?)|\b(?:GPU|PE|rank|worker) \d+ (?:and|or|to)|→|->)\s*$")
+INDEX_AFTER = re.compile(r"^\s*(?:→|->)")
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
 INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
 COMMENT = re.compile(r"<!--.*?-->", re.S)
@@ -120,7 +119,7 @@ def strays(text: str) -> list[Stray]:
         if _is_size(token, plain[end:end + 40]):
             continue
         before = plain[max(0, start - 12):start]
-        if GPU_INDEX_BEFORE.search(before) or GPU_INDEX_AFTER.match(plain[end:end + 4]):
+        if INDEX_BEFORE.search(before) or INDEX_AFTER.match(plain[end:end + 4]):
             continue
         # a size listed before the one that carries the unit (`4, 16 and 64 B`) is caught by _is_size
         line = plain.count("\n", 0, start) + 1

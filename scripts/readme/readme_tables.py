@@ -1,7 +1,8 @@
-"""The README's figure blocks, one renderer each (RENDERERS), from the reference runs in results/.
+"""The pages' figure blocks, one renderer each (RENDERERS), from the reference runs in results/.
 
 Each renderer takes the loaded runs (readme_lib.Runs) and returns the block's Markdown: a table
-(or a sentence) and the line naming its source files. figures.py puts them in the README.
+(or a sentence) and the line naming its source files. readme_figures.py puts them in the pages
+(README.md and docs/**/*.md).
 """
 
 from __future__ import annotations
@@ -15,17 +16,12 @@ from readme_lib import (
 from readme_nixl import NIXL_RENDERERS
 from readme_nvshmem import NVSHMEM_RENDERERS
 from readme_pairs import PAIR_RENDERERS
+from readme_speed import SPEED_RENDERERS
 from readme_summaries import SUMMARY_RENDERERS
 
 H100, H200 = "h100-default.csv", "h200-default.csv"
 MODES = "h100-default-modes.csv"
-BOTH = "h100-both-modes-default.csv"  # this version's default run (persistent sets, the sweep's choices)
-QUICK = "h100-both-modes-quick.csv"
-QUICK_COLD = "h100-both-modes-quick-cold.csv"
-# one call on one H100: the previous version (b5a794b) and this one, back to back (BOTH is this one's second)
-BEFORE_OLD = ("h100-before-after-old-1.csv",)
-BEFORE_NEW = "h100-before-after-new-1.csv"
-FORK, FRESH = "h100-fork-vs-fresh-fork.csv", "h100-fork-vs-fresh-fresh.csv"  # one call, the two launchers
+BOTH = "h100-both-modes-default.csv"  # the default run with persistent process sets, both sharing modes
 NEIGHBOUR = "h100-busy-neighbour.csv"
 PAIRS = "h100x2-nvlink-pairs-all.csv"
 PAIRS_DEFAULT = "h100x2-nvlink-default.csv"
@@ -50,21 +46,6 @@ def size(nbytes: int) -> str:
 
 
 # --------------------------------------------------------------------------- one GPU
-
-
-def runtime(runs: Runs) -> str:
-    both, quick, cold = runs[BOTH], runs[QUICK], runs[QUICK_COLD]
-    old = [runs[name] for name in BEFORE_OLD]
-    total = lambda run: float(run.meta["seconds.total"])  # noqa: E731
-    seconds = {k.split(".", 1)[1]: float(v) for k, v in both.meta.items() if k.startswith("seconds.")}
-    top = sorted(((v, k) for k, v in seconds.items() if k != "total"), reverse=True)[:4]
-    return (f"On one H100 the default run, every path (nvshmem and torch included) time-sliced and under "
-            f"the run's own MPS daemon, took **{num(seconds['total'])} s** (`seconds.total` of `results/{BOTH}`, "
-            f"with `--plot`; most of it {', '.join(f'{k} {num(v)} s' for v, k in top)}; "
-            f"{num(total(runs[BEFORE_NEW]))} s in `{BEFORE_NEW}`) and `--quick` {num(total(quick))} s "
-            f"(`results/{QUICK}`; {num(total(cold))} s with a cold kernel cache, `{QUICK_COLD}`). In the same "
-            f"call on the same machine the previous version (317af10) took "
-            f"{' and '.join(num(total(r)) + ' s' for r in old)} (`{'`, `'.join(BEFORE_OLD)}`).")
 
 
 def neighbour(runs: Runs) -> str:
@@ -356,7 +337,6 @@ def handles(runs: Runs) -> str:
 
 
 RENDERERS: dict[str, Callable[[Runs], str]] = {
-    "runtime": runtime,
     "neighbour": neighbour,
     "bulk-256": bulk_256,
     "bounds": bounds,
@@ -370,4 +350,5 @@ RENDERERS: dict[str, Callable[[Runs], str]] = {
     **SUMMARY_RENDERERS,
     **NIXL_RENDERERS,
     **NVSHMEM_RENDERERS,
+    **SPEED_RENDERERS,
 }

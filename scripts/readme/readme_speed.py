@@ -1,0 +1,150 @@
+"""The pages' run times and nvbandwidth comparisons (SPEED_RENDERERS), from files' own facts.
+
+A run's time is its wall time as the CSV header records it (`seconds.wall`: from the command's start
+to the results written), with the `/usr/bin/time` wall time results/README.md lists for the file
+beside it; nvbandwidth's time is the one its output file's first line records.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from readme_lib import KIB, MIB, RANGED, RESULTS, FigureError, Runs, gbps, num, seconds, source, table
+
+SPEED = ("h100-speed-default-1.csv", "h100-speed-default-2.csv", "h100-speed-default-3.csv")
+SPEED_QUICK = "h100-speed-quick.csv"
+SPEED_PREVIOUS = "h100-speed-previous-version.csv"
+SPEED_NVBANDWIDTH = "h100-speed-nvbandwidth.txt"
+X4 = "h200x4-pairs-all.csv"
+X4_NVBANDWIDTH = "h200x4-pairs-all-nvbandwidth.txt"
+CATALOGUE = RESULTS / "README.md"
+WALL = re.compile(r"((?:\d+\.\d+(?:, | and ))*\d+\.\d+) s wall")
+
+
+def listed_wall(name: str) -> list[float]:
+    """The `/usr/bin/time` wall times results/README.md lists in the row of `name` (one a file of the row)."""
+    for row in CATALOGUE.read_text().splitlines():
+        cells = row.split(" | ")
+        if row.startswith("| ") and f"`{name}`" in cells[0]:
+            found = WALL.search(cells[-1])
+            if found:
+                return [float(x) for x in re.split(r", | and ", found.group(1))]
+    raise FigureError(f"results/README.md lists no wall time for {name}")
+
+
+def header_wall(runs: Runs, name: str) -> float:
+    """The run's wall time from its CSV header (`seconds.wall`)."""
+    meta = runs[name].meta
+    if "seconds.wall" not in meta:
+        raise FigureError(f"{name} has no seconds.wall in its header")
+    return float(meta["seconds.wall"])
+
+
+def nvbandwidth_wall(runs: Runs, name: str) -> float:
+    """nvbandwidth's wall time, as the first line of its committed output says (`21.76 s wall`)."""
+    first = runs.text(name).splitlines()[0]
+    found = re.search(r"([\d.]+) s wall", first)
+    if not found:
+        raise FigureError(f"{name}: no wall time on its first line")
+    return float(found.group(1))
+
+
+def nvbandwidth_sum(runs: Runs, name: str, test: str) -> float:
+    """The `SUM <test> <GB/s>` line of nvbandwidth's output."""
+    found = re.search(rf"^SUM {re.escape(test)} ([\d.]+)$", runs.text(name), re.M)
+    if not found:
+        raise FigureError(f"{name}: no SUM line for {test}")
+    return float(found.group(1))
+
+
+def nvbandwidth_matrix(runs: Runs, name: str, test: str) -> dict[tuple[int, int], float]:
+    """(row GPU, column GPU) -> GB/s of one of nvbandwidth's matrices."""
+    text = runs.text(name)
+    start = text.index(f"Running {test}.")
+    lines = text[start:].splitlines()[2:]
+    cols = [int(c) for c in lines[0].split()]
+    out = {}
+    for line in lines[1:]:
+        parts = line.split()
+        if not parts or not parts[0].isdigit():
+            break
+        for col, cell in zip(cols, parts[1:]):
+            if cell != "N/A":
+                out[(int(parts[0]), col)] = float(cell)
+    return out
+
+
+def _times(values: list[float]) -> str:
+    return ", ".join(num(v, 1) for v in values[:-1]) + f" and {num(values[-1], 1)} s"
+
+
+def runtime(runs: Runs) -> str:
+    """The README's headline: the default run's and --quick's wall time on one H100, nvbandwidth beside."""
+    walls = [header_wall(runs, name) for name in SPEED]
+    timed = listed_wall(SPEED[0])
+    quick, quick_timed = header_wall(runs, SPEED_QUICK), listed_wall(SPEED_QUICK)
+    return (f"On one H100 the default run (every path, both sharing modes) took {_times(walls)} in three runs "
+            f"back to back, from the command's start to its results written (`seconds.wall` in the headers of "
+            f"`results/{SPEED[0]}`, `-2.csv`, `-3.csv`; {_times(timed)} by `/usr/bin/time`, as "
+            f"`results/README.md` lists them), and `--quick` {num(quick, 1)} s "
+            f"({num(quick_timed[0], 1)} s by `/usr/bin/time`, `results/{SPEED_QUICK}`). NVIDIA's nvbandwidth "
+            f"ran its full suite in {num(nvbandwidth_wall(runs, SPEED_NVBANDWIDTH), 1)} s on the same machine "
+            f"(`results/{SPEED_NVBANDWIDTH}`).")
+
+
+def speed_history(runs: Runs) -> str:
+    """The same machine, the same call: the tool before decision-driven sampling against the speed runs."""
+    previous = runs[SPEED_PREVIOUS].meta
+    walls = [header_wall(runs, name) for name in SPEED]
+    return (f"In the same call on the same H100 the tool as it was at commit f071d0f, before a group far "
+            f"behind the best figure at its size stopped after three samples, took "
+            f"{num(listed_wall(SPEED_PREVIOUS)[0], 1)} s by `/usr/bin/time` (`seconds.total` "
+            f"{num(float(previous['seconds.total']), 1)}; its header has no `seconds.wall` yet; "
+            f"`results/{SPEED_PREVIOUS}`), against {_times(listed_wall(SPEED[0]))} for the three default runs "
+            f"(`seconds.wall` {_times(walls)}).")
+
+
+def nvbandwidth_h100(runs: Runs) -> str:
+    """nvbandwidth's host and device-local copies on the H100 of the speed runs."""
+    tests = [("host_to_device_memcpy_ce", "pinned host → device (copy engine)"),
+             ("device_to_host_memcpy_ce", "device → pinned host (copy engine)"),
+             ("device_local_copy", "device-local copy")]
+    rows = [[what, f"`{test}`", num(nvbandwidth_sum(runs, SPEED_NVBANDWIDTH, test))] for test, what in tests]
+    return table(["nvbandwidth on one H100", "test", "GB/s"], rows, right_from=2) + "\n\n" + source(
+        SPEED_NVBANDWIDTH, note="; nvbandwidth v0.8, not a run of this tool; the machine of the H100 speed runs")
+
+
+def pairs_x4(runs: Runs) -> str:
+    """Every ordered pair of four H200s: the tool's ipc/ce at 256 MiB against nvbandwidth's CE copy."""
+    run = runs[X4]
+    read = nvbandwidth_matrix(runs, X4_NVBANDWIDTH, "device_to_device_memcpy_read_ce")
+    full = set(run.meta.get("pairs.full", "").split(","))
+    resweep = {k.split(".", 2)[2] for k in run.meta if k.startswith("pairs.resweep.")}
+    rows = []
+    for (src, dst), nv in sorted(read.items()):
+        pair = f"{src}>{dst}"
+        r = run.fig(scenario="ipc", path="ipc", variant="ce", measure="stream", metric="bandwidth",
+                    src=str(src), dst=str(dst), bytes=256 * MIB)
+        how = "swept whole" if pair in full else "swept whole (outside its class)" if pair in resweep \
+            else "headline figures"
+        ll = run.fig(scenario="latency", path="peer", variant="device-ll", metric="latency", src=str(src),
+                     dst=str(dst), bytes=4 * KIB)
+        rows.append([f"GPU {src} → GPU {dst}", how, gbps(r), num(nv, 2), f"{r['median_gbps'] / nv:.1%}", seconds(ll)])
+    header = ["pair", "measured", "ipc/ce 256 MiB streamed, GB/s", "nvbandwidth read CE, GB/s", "ratio",
+              "device-ll 4 KiB, one-way µs"]
+    sentence = (f"`gpuipc-bench run --pairs all` on four H200s, every pair NV18: "
+                f"{num(header_wall(runs, X4), 1)} s wall (`seconds.wall`; {num(listed_wall(X4)[0], 1)} s by "
+                f"`/usr/bin/time`), the plan's estimate printed before it {num(float(run.meta['estimate.seconds']), 1)} s "
+                f"(`estimate.seconds`, which leaves the re-sweeps out); nvbandwidth's read and write CE matrices "
+                f"took {num(nvbandwidth_wall(runs, X4_NVBANDWIDTH), 1)} s in the same call.")
+    return sentence + "\n\n" + table(header, rows, right_from=2) + "\n\n" + source(
+        X4, X4_NVBANDWIDTH, note="; nvbandwidth v0.8 `device_to_device_memcpy_read_ce`, its matrix's row → column" + RANGED)
+
+
+SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {
+    "runtime": runtime,
+    "speed-history": speed_history,
+    "nvbandwidth-h100": nvbandwidth_h100,
+    "pairs-x4": pairs_x4,
+}

@@ -6,8 +6,9 @@ one that is none of:
 
   - a value rendered on the same page: its digits appear as a number in one of the page's figure
     blocks (`1,489` and `1489` are one value; `43%` and `±43%` are `43`);
-  - a message size: a power of two (or 0) followed by ` B`, ` KiB`, ` MiB` or ` GiB`, alone or as a
-    list or range (`4 B–4 MiB`, `16 and 256 B`): what a run was asked to measure, not what it measured;
+  - a size: a power of two (or 0) followed by ` B`, ` KiB`, ` MiB`, ` GiB`, ` bytes` or `-byte`, alone or
+    as a list or range (`4 B–4 MiB`, `16 and 256 B`): what a run was asked to measure (or a layout's
+    unit), not what it measured;
   - an index: of a GPU, an NVSHMEM PE, an MPI rank or a worker (`GPU 0`, `GPUs 0 and 1`, `0 → 1`, `rank 0`);
   - one of ALLOWED, the short list below: versions, interface values (exit codes, the answer's width)
     and the statistics' fixed parameters.
@@ -32,8 +33,8 @@ ALLOWED: list[tuple[str, str]] = [
      r"|nvbandwidth v?|nccl-tests|NCCL) (?P<n>\d+(?:\.\d+)*)", "a version of a named piece of software"),
     (r"nixl-cu1[23]==(?P<n>[\d.]+)", "the NIXL release the install line pins"),
     (r"schema(?:-| )(?P<n>[123])\b", "the CSV format's version (`schema_version` in every header)"),
-    (r"\bexits? (?:with )?(?:code |status )?(?P<n>\d{1,3})\b|\bexit codes? (?P<n2>\d{1,3})\b",
-     "an exit code, an interface"),
+    (r"\bexit(?:s| codes?| status)?(?: with)? (?P<n>\d{1,3}(?:(?:, | or | and )\d{1,3})*)\b",
+     "exit codes, an interface"),
     (r"(?P<n>80) (?:columns|characters|lines)", "the width the output keeps to; the limit on a CLI function"),
     (r"(?P<n>95)% interval", "the confidence of every interval the tool reports (robust.median_ci)"),
     (r"δ = (?P<n>2)%", "the default of --min-effect"),
@@ -42,7 +43,7 @@ ALLOWED: list[tuple[str, str]] = [
 
 NUMBER = re.compile(r"(?<![\w.#])\d+(?:[.,]\d+)*(?![\w])")
 NAME = re.compile(r"\b[A-Za-z_][\w]*(?:[-.][\w]+)*")  # a name with digits in it is not a number
-SIZE_UNIT = re.compile(r"(?:\s*(?:,|and|or|to|–|-|\.\.)\s*\d+)*(?:\s+(?:B|KiB|MiB|GiB)\b|-bytes?\b)")
+SIZE_UNIT = re.compile(r"(?:\s*(?:,|and|or|to|–|-|\.\.)\s*\d+)*(?:\s+(?:B|KiB|MiB|GiB|bytes?)\b|-bytes?\b)")
 INDEX_BEFORE = re.compile(r"(?:\b(?:GPUs?|PEs?|ranks?|workers?)|\b(?:GPU|PE|rank|worker) \d+ (?:and|or|to)|→|->)\s*$")
 INDEX_AFTER = re.compile(r"^\s*(?:→|->)")
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
@@ -96,12 +97,12 @@ def _is_size(token: str, after: str) -> bool:
     return n.isdigit() and (int(n) == 0 or int(n) & (int(n) - 1) == 0)
 
 
-def _allowed_spans(text: str) -> set[tuple[int, int]]:
-    spans = set()
+def _allowed_spans(text: str) -> list[tuple[int, int]]:
+    """Where ALLOWED's `n` groups lie in the prose: a number inside one of these is allowed."""
+    spans = []
     for pattern, _why in ALLOWED:
         for m in re.finditer(pattern, text):
-            for group, start in ((g, m.start(g)) for g in m.groupdict() if m.group(g) is not None):
-                spans.add((start, start + len(m.group(group))))
+            spans.extend(m.span(g) for g in m.groupdict() if m.group(g) is not None)
     return spans
 
 
@@ -114,7 +115,7 @@ def strays(text: str) -> list[Stray]:
     found = []
     for m in NUMBER.finditer(named):
         token, start, end = m.group(0), m.start(), m.end()
-        if value(token) in rendered or (start, end) in allowed:
+        if value(token) in rendered or any(lo <= start and end <= hi for lo, hi in allowed):
             continue
         if _is_size(token, plain[end:end + 40]):
             continue

@@ -142,9 +142,52 @@ def pairs_x4(runs: Runs) -> str:
         X4, X4_NVBANDWIDTH, note="; nvbandwidth v0.8 `device_to_device_memcpy_read_ce`, its matrix's row → column" + RANGED)
 
 
+def speed_scenarios(runs: Runs) -> str:
+    """Where the default and --quick runs' time went: each scenario's seconds from the headers."""
+    names = [*SPEED, SPEED_QUICK]
+    metas = [runs[name].meta for name in names]
+    scenarios = {k.split(".", 1)[1] for meta in metas for k in meta
+                 if k.startswith("seconds.") and k not in ("seconds.total", "seconds.wall", "seconds.startup")}
+
+    def cell(meta: dict, key: str) -> str:
+        return num(float(meta[key]), 1) if key in meta else "—"
+
+    order = sorted(scenarios, key=lambda sc: -sum(float(m.get(f"seconds.{sc}", 0)) for m in metas[:3]))
+    rows = [["start-up (imports, probe, MPS daemon)"] + [cell(m, "seconds.startup") for m in metas]]
+    rows += [[f"`{sc}`"] + [cell(m, f"seconds.{sc}") for m in metas] for sc in order]
+    rows += [["the scenarios and start-up (`seconds.total`)"] + [cell(m, "seconds.total") for m in metas],
+             ["to the results written (`seconds.wall`)"] + [cell(m, "seconds.wall") for m in metas],
+             ["the plan's estimate (`estimate.seconds`)"] + [cell(m, "estimate.seconds") for m in metas],
+             ["persistent process sets (`worker_sets`)"] + [m.get("worker_sets", "—") for m in metas]]
+    header = ["seconds", "default, run 1", "run 2", "run 3", "`--quick`"]
+    return table(header, rows) + "\n\n" + source(*names, note="; the `seconds.*` facts of each CSV header")
+
+
+SMALL = "h100-default-modes.csv"
+SMALL_ROWS = [("ipc", "ce", "stream"), ("ipc", "push", "handoff"), ("staging", "pinned-hostsync", "handoff"),
+              ("staging", "pinned", "handoff")]
+
+
+def small_sizes(runs: Runs) -> str:
+    """Below 4 KiB a GPU path costs its calls or its hand-over: the medians of a sweep with every step of x4."""
+    run = runs[SMALL]
+    sizes = sorted({int(b) for b in run.summary["bytes"] if 0 < int(b) <= 4 * KIB})
+    rows = []
+    for path, variant, measure in SMALL_ROWS:
+        cells = [seconds(run.fig(scenario=path, path=path, variant=variant, measure=measure, metric="bandwidth",
+                                 src="0", dst="0", bytes=b, sharing="time-sliced")) for b in sizes]
+        rows.append([f"{path}/{variant} {measure}"] + cells)
+    from gpuipc_bench.sizes import format_size
+
+    header = ["µs per transfer, one H100, time-sliced"] + [format_size(b) for b in sizes]
+    return table(header, rows) + "\n\n" + source(SMALL, note=RANGED)
+
+
 SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {
     "runtime": runtime,
     "speed-history": speed_history,
     "nvbandwidth-h100": nvbandwidth_h100,
     "pairs-x4": pairs_x4,
+    "speed-scenarios": speed_scenarios,
+    "small-sizes": small_sizes,
 }

@@ -73,6 +73,32 @@ def neighbour(runs: Runs) -> str:
     return table(["ipc/push, one H100", "4 KiB hand-off", "64 MiB stream"], rows) + "\n\n" + source(NEIGHBOUR)
 
 
+MPS25 = "h100-mps25-quick.csv"
+
+
+def mps25(runs: Runs) -> str:
+    """ipc/push under MPS with every client at all the SMs and at a quarter of them (`mps_thread_pct`).
+
+    From the rows: the summary groups by `sharing`, which is `mps` for both."""
+    import statistics
+
+    df = runs[MPS25].frame
+    part = df[(df["scenario"] == "ipc") & (df["path"] == "ipc") & (df["variant"] == "push")
+              & (df["metric"] == "bandwidth")]
+    rows = []
+    for measure, nbytes in (("handoff", 4 * KIB), ("handoff", 64 * MIB), ("stream", 4 * KIB), ("stream", 64 * MIB)):
+        cells = []
+        for pct in (100, 25):
+            xs = part[(part["measure"] == measure) & (part["bytes"] == nbytes)
+                      & (part["mps_thread_pct"].astype(str) == str(pct))]["bandwidth_gbps"].tolist()
+            if not xs:
+                raise FigureError(f"{MPS25}: no ipc/push {measure} at {nbytes} B with mps_thread_pct {pct}")
+            cells.append(with_interval(statistics.median(xs), min(xs), max(xs), ranged=len(xs) < 6))
+        rows.append([f"ipc/push {measure}", size(nbytes)] + cells)
+    header = ["one H100, MPS", "size", "every client all SMs, GB/s", "every client 25% of the SMs, GB/s"]
+    return table(header, rows, right_from=2) + "\n\n" + source(MPS25, note="; `--quick`, three samples a group" + RANGED)
+
+
 BULK_ROWS = [
     ("ipc", "ce", "stream", "consumer pulls, copy engine"),
     ("ipc", "sm", "stream", "consumer pulls, kernel"),
@@ -338,6 +364,7 @@ def handles(runs: Runs) -> str:
 
 RENDERERS: dict[str, Callable[[Runs], str]] = {
     "neighbour": neighbour,
+    "mps25": mps25,
     "bulk-256": bulk_256,
     "bounds": bounds,
     "setup": setup_table,

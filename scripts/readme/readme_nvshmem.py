@@ -61,10 +61,36 @@ def nvshmem_perftest(runs: Runs) -> str:
     lt = table(["put+signal, one way", "nvshmem/device-putsig (one warp; this tool)",
                 "shmem_put_signal_ping_pong_latency (one thread; perftest, round trip / 2)"], lat)
     gpu = run.meta.get("gpu.0.name", "GPU")
-    return (bw + "\n\n" + lt + "\n\n"
+    return (bw + "\n\n" + lt + "\n\n" + comparison(runs) + "\n\n"
             + source(TOOL, PERFTEST, note=f"; 2× {gpu}, one call; this tool's figures median [95% interval], "
                      "the perftests' as they print them (their mean over 200 iterations in one kernel, or 500 "
                      "round trips)"))
+
+
+def comparison(runs: Runs) -> str:
+    """What the tables say, in figures: agreement at the large sizes, the 1 MiB gap, the share of the ceilings."""
+    run = runs[TOOL]
+
+    def tool(variant: str, nbytes: int) -> float:
+        return float(run.fig(scenario="nvshmem", variant=variant, measure="stream", bytes=nbytes)["median_gbps"])
+
+    def ceiling(variant: str, nbytes: int) -> float:
+        return float(run.fig(scenario="nvshmem", path="ceiling", variant=variant, bytes=nbytes)["median_gbps"])
+
+    pairs = (("device-put", "shmem_put_bw"), ("device-get", "shmem_get_bw"))
+    agree = max(abs(tool(v, n) / perftest(runs, t, "c32t512", n) - 1) for v, t in pairs for n in (64 << 20, 256 << 20))
+    lower = [1 - tool(v, 1 << 20) / perftest(runs, t, "c32t512", 1 << 20) for v, t in pairs]
+    put_us = (1 << 20) / tool("device-put", 1 << 20) / 1e3
+    their_us = (1 << 20) / perftest(runs, "shmem_put_bw", "c32t512", 1 << 20) / 1e3
+    big = 256 << 20
+    shares = [tool(v, big) / ceiling("peer@0>1/producer", big) for v, _ in pairs]
+    sm = ceiling("peer-sm@0>1/producer", big)
+    return (f"In figures: at 64 and 256 MiB the device-initiated put and get agree with the perftests within "
+            f"{agree:.1%}; at 1 MiB they are {min(lower):.0%}–{max(lower):.0%} lower (a 1 MiB put costs "
+            f"{put_us:.1f} µs a message in the tool against {their_us:.1f} µs in the perftest); at 256 MiB the "
+            f"device-initiated ones reach {min(shares):.0%}–{max(shares):.0%} of the peer copy's ceiling, where an "
+            f"SM copy kernel in one process reaches {sm:.0f} GB/s ({sm / ceiling('peer@0>1/producer', big):.0%}, "
+            f"the `peer-sm@0>1` ceiling).")
 
 
 NVSHMEM_RENDERERS: dict[str, Callable[[Runs], str]] = {"nvshmem-perftest": nvshmem_perftest}

@@ -125,6 +125,52 @@ def nccl(runs: Runs) -> str:
                                  "algbw, one process driving both GPUs" + RANGED)
 
 
+TWO_WAY = "h200x2-nccl-two-way.csv"
+TWO_WAY_TESTS = "h200x2-nccl-tests-sendrecv-1proc-2proc.txt"
+
+
+def nccl_tests_runs(text: str) -> dict[str, dict[int, tuple[float, float]]]:
+    """'1proc-1' -> {bytes: (out-of-place µs, algbw GB/s)} for each `### nccl-tests-<name>.txt` part."""
+    out: dict[str, dict[int, tuple[float, float]]] = {}
+    for part in text.split("### nccl-tests-")[1:]:
+        name = part.split(".txt", 1)[0]
+        for line in part.splitlines():
+            fields = line.split()
+            if not line.startswith("#") and len(fields) >= 8 and fields[0].isdigit():
+                out.setdefault(name, {})[int(fields[0])] = (float(fields[5]), float(fields[6]))
+    if not out:
+        raise FigureError(f"{TWO_WAY_TESTS}: no result lines")
+    return out
+
+
+def nccl_two_way(runs: Runs) -> str:
+    """nccl-tests with one process driving both GPUs and with two MPI processes, against the tool's two-way."""
+    tests = nccl_tests_runs(runs.text(TWO_WAY_TESTS))
+    run = runs[TWO_WAY]
+    sizes = (64 * MIB, 256 * MIB)
+    rows = []
+    for name in sorted(tests):
+        procs, _, nth = name.partition("-")
+        what = f"nccl-tests `sendrecv_perf`, {'one process, both GPUs' if procs == '1proc' else 'two MPI processes'}"
+        rows.append([f"{what} (run {nth})"] + [f"{tests[name][b][1]:.2f} GB/s, {tests[name][b][0]:.2f} µs"
+                                               for b in sizes])
+    tool = [run.fig(scenario="nccl", variant="sendrecv", src="0", dst="1", bytes=b, measure="stream") for b in sizes]
+    rows.append(["this tool's two-way `sendrecv`, two processes"]
+                + [f"{gbps(r)} GB/s, {num(r['median_s'] * 1e6)} µs" for r in tool])
+    extra = []
+    for nbytes, r in zip(sizes, tool):
+        theirs = statistics.mean(t[nbytes][0] for t in tests.values())
+        extra.append((nbytes, r["median_s"] * 1e6 - theirs, r["median_s"] * 1e6))
+    sentence = ("The tool's two-way transfer takes " + " and ".join(
+        f"{num(d)} µs more than nccl-tests' mean at {num(b / MIB, 0)} MiB ({d / t:.1%} of the tool's time)"
+        for b, d, t in extra)
+        + "; one process or two makes no difference to nccl-tests.")
+    header = ["GPU 0 → GPU 1, two H200s over NV18", "64 MiB", "256 MiB"]
+    return table(header, rows) + "\n\n" + sentence + "\n\n" + source(
+        TWO_WAY, TWO_WAY_TESTS, note="; nccl-tests: out-of-place algbw and time as printed; this tool: median [95% "
+        "interval] and the median time per transfer")
+
+
 def mpi(runs: Runs) -> str:
     run = runs[MPI]
     r = run.fig(scenario="ipc", variant="ce", measure="stream", bytes=256 * MIB, metric="bandwidth")
@@ -163,5 +209,6 @@ PAIR_RENDERERS: dict[str, Callable[[Runs], str]] = {
     "pairs-latency": pairs_latency,
     "nccl": nccl,
     "mpi": mpi,
+    "nccl-two-way": nccl_two_way,
     "samples-rule": samples_rule,
 }

@@ -125,3 +125,104 @@ def gpu_fallback(runs: Runs) -> str:
 
 
 NIXL_RENDERERS.update({"nixl-gpu": nixl_gpu, "nixl-blocks": nixl_blocks, "nixl-gpu-fallback": gpu_fallback})
+
+
+SWEEP = (("h100-nixl-256m.csv", "as UCX chooses"),
+         ("h100-nixl-256m-ucx-cuda-ipc-max-streams-1.csv", "`UCX_CUDA_IPC_MAX_STREAMS=1`"),
+         ("h100-nixl-256m-ucx-cuda-ipc-cache-n.csv", "`UCX_CUDA_IPC_CACHE=n`"))
+GET_ZCOPY = "h100-nixl-read-ucx-get-zcopy-y.csv"
+
+
+def _transport(run, variant: str, nbytes: int) -> str:
+    said = run.frame[(run.frame["variant"] == variant) & (run.frame["bytes"] == nbytes)
+                     & (run.frame["src"].astype(str) == "0")]["transport"]
+    return ", ".join(t for t in dict.fromkeys(said) if t) or "—"
+
+
+def nixl_ucx_sweep(runs: Runs) -> str:
+    """One H100, 256 MiB on one GPU: the WRITE under three cuda_ipc settings, the READ's transport, and the
+    READ with get-zcopy forced on."""
+    rows = []
+    for name, setting in SWEEP:
+        run = runs[name]
+        keys = dict(scenario="nixl", src="0", dst="0", bytes=256 << 20)
+        hand = run.fig(**keys, variant="write", measure="handoff")
+        stream = run.fig(**keys, variant="write", measure="stream")
+        ceiling = run.fig(scenario="nixl", path="ceiling", variant="d2d@0", bytes=256 << 20)
+        read = run.fig(**keys, variant="read", measure="stream")
+        rows.append([setting, f"{seconds(hand)} µs ({fraction(hand)})", f"{seconds(stream)} µs ({fraction(stream)})",
+                     f"{seconds(ceiling)} µs", f"{gbps(read)} GB/s, {_transport(run, 'read', 256 << 20)}"])
+    header = ["one H100, 256 MiB, GPU 0 → GPU 0", "write hand-off", "write stream", "ceiling d2d@0",
+              "read stream, UCX's report"]
+    run = runs[GET_ZCOPY]
+    cells = [run.fig(scenario="nixl-read", variant="read", measure="stream", src="0", dst="0", bytes=n)
+             for n in (1 << 20, 256 << 20)]
+    zcopy = (f"With `UCX_CUDA_IPC_ENABLE_GET_ZCOPY=y` set before the run (`results/{GET_ZCOPY}`) the READ took "
+             f"{_transport(run, 'read', 256 << 20)}: {gbps(cells[0])} GB/s at 1 MiB and {gbps(cells[1])} GB/s at "
+             f"256 MiB ({fraction(cells[1])} of `d2d@0`).")
+    return (table(header, rows) + "\n\n" + zcopy + "\n\n"
+            + source(*(n for n, _ in SWEEP), GET_ZCOPY, note="; median [95% interval] (% of the d2d@0 ceiling "
+                     "measured in the same run); each setting its own run, `note.nixl.ucx_settings` in its header"))
+
+
+def nixl_gap(runs: Runs) -> str:
+    """The gap to the link in figures: the fixed cost per request, 1 MiB, and 256 MiB against the copy."""
+    run = runs[NIXL_GPU]
+    links = (("0", "0", "d2d@0"), ("0", "1", "peer@0>1"))
+
+    def fig(variant, measure, src, dst, nbytes):
+        return run.fig(scenario="nixl", variant=variant, measure=measure, src=src, dst=dst, bytes=nbytes)
+
+    def ceiling(key, nbytes):
+        return run.fig(scenario="nixl", path="ceiling", variant=key, bytes=nbytes)
+
+    figures = [(fig(v, m, s, d, n), k) for s, d, k in links for v in ("write", "read") for m in ("stream", "handoff")
+               for n in (4 << 10, 1 << 20)]
+    small = [f["median_s"] * 1e6 for f, _ in figures if f["bytes"] == 4 << 10]
+    copies = [ceiling(k, 4 << 10)["median_s"] * 1e6 for _, _, k in links]
+    mid = [f for f, _ in figures if f["bytes"] == 1 << 20]
+    shares = [f["median_gbps"] / ceiling(k, 1 << 20)["median_gbps"] for f, k in figures if f["bytes"] == 1 << 20]
+
+    def at(variant, src, dst, key):
+        f = fig(variant, "stream", src, dst, 256 << 20)
+        c = ceiling(key, 256 << 20)
+        return f"{f['median_s'] * 1e6:.0f} µs", f"{c['median_s'] * 1e6:.0f} µs", f"{fraction(f)}"
+
+    nv_read, nv_write = at("read", "0", "1", "peer@0>1"), at("write", "0", "1", "peer@0>1")
+    one_write, one_read = at("write", "0", "0", "d2d@0"), at("read", "0", "0", "d2d@0")
+    return (f"Every request pays a fixed cost of {min(small):.1f}–{max(small):.1f} µs (the 4 KiB figures, against a "
+            f"copy of {min(copies):.2f}–{max(copies):.2f} µs in one process), which holds 1 MiB to "
+            f"{min(f['median_gbps'] for f in mid):.1f}–{max(f['median_gbps'] for f in mid):.1f} GB/s "
+            f"({min(shares):.0%}–{max(shares):.0%} of the link). At 256 MiB, streamed: the NV18 READ {nv_read[0]} "
+            f"against the peer copy's {nv_read[1]} ({nv_read[2]}), the NV18 WRITE {nv_write[0]} ({nv_write[2]}); on "
+            f"one GPU, time-sliced, the WRITE {one_write[0]} against the device copy's {one_write[1]} "
+            f"({one_write[2]}) and the READ {one_read[0]} ({one_read[2]}).\n\n" + source(NIXL_GPU))
+
+
+NIXL_RENDERERS.update({"nixl-ucx-sweep": nixl_ucx_sweep, "nixl-gap": nixl_gap})
+
+
+NOTIF_PROBE = "cpu-probe-nixl-notif.txt"
+
+
+def nixl_notif_probe(runs: Runs) -> str:
+    """What scripts/probes/probe_nixl_notif.py printed in its two runs: µs from the post to DONE and to the
+    notification seen, per way of waiting and of sending the notification."""
+    cells: dict[tuple[str, str], list[str]] = {}
+    runs_seen = 0
+    for line in runs.text(NOTIF_PROBE).splitlines():
+        if line.startswith("# run"):
+            runs_seen += 1
+            continue
+        fields = line.split()
+        if len(fields) == 4 and fields[2].replace(".", "", 1).isdigit():
+            cells.setdefault((fields[0], fields[1]), []).extend(fields[2:])
+    header = ["initiator waits", "notification"] + [f"run {r + 1}: {what}" for r in range(runs_seen)
+                                                    for what in ("DONE", "seen")]
+    rows = [[waits, note] + values for (waits, note), values in cells.items()]
+    return table(header, rows, right_from=2) + "\n\n" + source(
+        NOTIF_PROBE, note="; not a run of this tool: a 4 KiB WRITE host to host between two bare processes, "
+        "µs from the post, median of its repetitions")
+
+
+NIXL_RENDERERS["nixl-notif-probe"] = nixl_notif_probe

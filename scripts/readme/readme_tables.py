@@ -13,6 +13,7 @@ from collections.abc import Callable
 from readme_lib import (
     KIB, MIB, RANGED, FigureError, Run, Runs, fraction, gbps, num, seconds, source, table, with_interval,
 )
+from readme_fleet import FLEET_RENDERERS
 from readme_nixl import NIXL_RENDERERS
 from readme_nvshmem import NVSHMEM_RENDERERS
 from readme_pairs import PAIR_RENDERERS
@@ -398,4 +399,5 @@ RENDERERS: dict[str, Callable[[Runs], str]] = {
     **NIXL_RENDERERS,
     **NVSHMEM_RENDERERS,
     **SPEED_RENDERERS,
+    **FLEET_RENDERERS,
 }

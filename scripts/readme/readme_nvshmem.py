@@ -93,4 +93,44 @@ def comparison(runs: Runs) -> str:
             f"the `peer-sm@0>1` ceiling).")
 
 
-NVSHMEM_RENDERERS: dict[str, Callable[[Runs], str]] = {"nvshmem-perftest": nvshmem_perftest}
+PROBES = (("h100-probe-nvshmem-put.txt", "H100"), ("h200-probe-nvshmem-put.txt", "H200"))
+
+
+def probe_columns(text: str) -> dict[str, dict[str, dict[int, float]]]:
+    """PE -> column -> {bytes: ns per copy} from scripts/probes/probe_nvshmem_put.py's tables."""
+    out: dict[str, dict[str, dict[int, float]]] = {}
+    pe, columns = "", []
+    for line in text.splitlines():
+        if line.startswith("PE "):
+            pe = line.split(":")[0]
+        elif line.strip().startswith("bytes"):
+            columns = line.split("(")[0].split()[1:]
+        elif pe and columns and line.split() and line.split()[0].isdigit():
+            fields = line.split()
+            for i, column in enumerate(columns):
+                out.setdefault(pe, {}).setdefault(column, {})[int(fields[0])] = float(fields[1 + 2 * i])
+    if not out:
+        raise FigureError("no probe tables found")
+    return out
+
+
+def probe_put(runs: Runs) -> str:
+    """A put against cudaMemcpyAsync into the same peer buffer, one process; and one copy in the two PEs."""
+    rows = []
+    for name, gpu in PROBES:
+        tables = probe_columns(runs.text(name))
+        put = [abs(t["put"][n] / t["ce-peer"][n] - 1) for t in tables.values() for n in t["put"]]
+        sizes = sorted({n for t in tables.values() for n in t["ce"]})
+        pes = sorted(tables)
+        between = [abs(tables[pes[0]]["ce"][n] / tables[pes[1]]["ce"][n] - 1) for n in sizes]
+        rows.append([gpu, f"`{name}`", f"{max(put):.1%}", f"{max(between):.1%}"])
+    header = ["GPU", "the probe's output", "a put against `cudaMemcpyAsync` into the same peer buffer, largest "
+              "difference over sizes and PEs", "one `cudaMemcpyAsync` in PE 0 against PE 1, largest difference"]
+    return table(header, rows, right_from=2) + "\n\n" + (
+        "<sub>Rendered from `results/h100-probe-nvshmem-put.txt`, `results/h200-probe-nvshmem-put.txt` by "
+        "`scripts/readme/readme_figures.py`; medians of ns per copy, 4 B to 256 MiB, as the probe printed "
+        "them.</sub>")
+
+
+NVSHMEM_RENDERERS: dict[str, Callable[[Runs], str]] = {"nvshmem-perftest": nvshmem_perftest,
+                                                         "probe-nvshmem-put": probe_put}

@@ -14,6 +14,7 @@ from readme_lib import (
     KIB, MIB, RANGED, FigureError, Run, Runs, fraction, gbps, num, seconds, source, table, with_interval,
 )
 from readme_fleet import FLEET_RENDERERS
+from readme_methods import METHOD_RENDERERS
 from readme_nixl import NIXL_RENDERERS
 from readme_nvshmem import NVSHMEM_RENDERERS
 from readme_pairs import PAIR_RENDERERS
@@ -400,4 +401,5 @@ RENDERERS: dict[str, Callable[[Runs], str]] = {
     **NVSHMEM_RENDERERS,
     **SPEED_RENDERERS,
     **FLEET_RENDERERS,
+    **METHOD_RENDERERS,
 }

@@ -1,5 +1,5 @@
-"""The README's figures are the reference runs' figures: `python -m pytest` fails on drift
-(scripts/readme/readme_figures.py renders every figure block from results/)."""
+"""The pages' figures are the reference runs' figures: `python -m pytest` fails on drift
+(scripts/readme/readme_figures.py renders every figure block of README.md and docs/**/*.md from results/)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,30 @@ import readme_lib as lib  # noqa: E402
 from readme_tables import RENDERERS  # noqa: E402
 
 
-def test_readme_figures_match_results():
+def test_every_page_matches_results():
+    used = set()
+    for page in lib.pages():
+        text = page.read_text()
+        assert figures.render(text, RENDERERS) == text, (
+            f"{page.name} differs from results/: run `python scripts/readme/readme_figures.py --check`")
+        used.update(m["name"] for m in lib.BLOCK.finditer(text))
+    assert used == set(RENDERERS), "a renderer has no block on any page, or a block no renderer"
+
+
+def test_the_pages_are_the_readme_and_docs():
+    names = [p.relative_to(lib.ROOT).as_posix() for p in lib.pages()]
+    assert names[0] == "README.md"
+    assert "docs/results.md" in names and "docs/methods/measuring.md" in names
+    assert all(n == "README.md" or n.startswith("docs/") for n in names)
+
+
+def test_the_readme_is_short_and_links_every_page():
     text = lib.README.read_text()
-    rendered = figures.render(text, RENDERERS)
-    assert rendered == text, "README.md differs from results/: run `python scripts/readme/readme_figures.py --check`"
-    names = {m["name"] for m in lib.BLOCK.finditer(text)}
-    assert names == set(RENDERERS), "a renderer has no block in the README, or a block no renderer"
+    assert len(text.splitlines()) <= 300
+    for page in lib.pages()[1:]:
+        rel = page.relative_to(lib.ROOT).as_posix()
+        if page.parent == lib.DOCS:  # every top-level page is linked; docs/methods/ through its index
+            assert f"]({rel})" in text, f"README.md does not link {rel}"
 
 
 def test_check_fails_and_shows_a_diff_on_drift(tmp_path, capsys):
@@ -30,8 +48,22 @@ def test_check_fails_and_shows_a_diff_on_drift(tmp_path, capsys):
     assert block in text
     drifted = tmp_path / "README.md"
     drifted.write_text(text.replace(block, block + "the default run takes about 80 s\n", 1))
-    assert figures.main(["--check", "--readme", str(drifted)]) == 1
+    assert figures.main(["--check", "--page", str(drifted)]) == 1
     assert "-the default run takes about 80 s" in capsys.readouterr().out
+
+
+def test_check_fails_on_a_stray_number_in_the_prose(tmp_path, capsys):
+    page = tmp_path / "page.md"
+    page.write_text("A figure typed by hand: 47.6 GB/s.\n")
+    assert figures.main(["--check", "--page", str(page)]) == 1
+    assert "'47.6'" in capsys.readouterr().err
+
+
+def test_a_block_name_once_per_page_and_on_several_pages():
+    page = "<!-- figures:range-covers begin -->\n<!-- figures:range-covers end -->\n"
+    assert "75.0%" in figures.render(page, RENDERERS)  # the same block may sit on several pages
+    with pytest.raises(lib.FigureError, match="twice"):
+        figures.render(page + page, RENDERERS)
 
 
 def test_unknown_block_is_an_error():

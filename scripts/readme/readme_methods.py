@@ -84,7 +84,8 @@ VERDICT: list[Row] = [
      "a figure at this share of its ceiling or more is the ceiling's copy: one mechanism"),
     ("gpuipc_bench.analysis.summary", "CALL_BOUND", "×",
      "below this many times a ceiling's per-call floor a figure is call-bound (time per transfer, not GB/s)"),
-    ("gpuipc_bench.analysis.breakeven", "AMORTISE_OVER", "", "transfers one set-up is charged over (`--amortise-over`)"),
+    ("gpuipc_bench.analysis.breakeven", "AMORTISE_OVER", "",
+     "transfers one set-up is charged over (`--amortise-over`)"),
     (SCENARIO, "PRESETS.quick.0", "", "samples per group under `--quick`"),
 ]
 

@@ -10,13 +10,14 @@ one that is none of:
     as a list or range (`4 B–4 MiB`, `16 and 256 B`): what a run was asked to measure (or a layout's
     unit), not what it measured;
   - an index: of a GPU, an NVSHMEM PE, an MPI rank or a worker (`GPU 0`, `GPUs 0 and 1`, `0 → 1`, `rank 0`);
-  - one of ALLOWED, the short list below: versions, interface values (exit codes, the answer's width)
-    and the statistics' fixed parameters.
+  - one of ALLOWED, the short list below: versions of named software, the CSV schema's version, exit
+    codes, the width the output keeps to, and the confidence of the tool's intervals.
 
 What is not prose: figure blocks, fenced code blocks, inline code (`...`), HTML comments, link targets
 and image paths. A number glued to letters is part of a name (`H100`, `NV18`, `cuda12`, `x4`, `4KiB`)
 and not a number. A figure the prose needs goes into a figure block (a sentence renderer is a few
-lines in readme_tables.py) and may then be quoted in the prose of its page.
+lines in one of the readme_*.py modules, registered in readme_tables.RENDERERS) and may then be
+quoted in the prose of its page.
 """
 
 from __future__ import annotations
@@ -31,20 +32,17 @@ from readme_lib import BLOCK
 ALLOWED: list[tuple[str, str]] = [
     (r"\b(?:Python|CUDA|NIXL|UCX|Open MPI|NVSHMEM|libnvshmem|nvshmem4py|PyTorch|torch|CuPy|cuda-bindings|driver"
      r"|nvbandwidth v?|nccl-tests|NCCL) (?P<n>\d+(?:\.\d+)*)", "a version of a named piece of software"),
-    (r"nixl-cu1[23]==(?P<n>[\d.]+)", "the NIXL release the install line pins"),
     (r"schema(?:-| )(?P<n>[123])\b", "the CSV format's version (`schema_version` in every header)"),
-    (r"\bexit(?:s| codes?| status)?(?: with)? (?P<n>\d{1,3}(?:(?:, | or | and )\d{1,3})*)\b",
+    (r"\b[Ee]xit(?:s| codes?| status)?(?: with)? (?P<n>\d{1,3}(?:(?:, | or | and )\d{1,3})*)\b",
      "exit codes, an interface"),
     (r"(?P<n>80) (?:columns|characters|lines)", "the width the output keeps to; the limit on a CLI function"),
     (r"(?P<n>95)% interval", "the confidence of every interval the tool reports (robust.median_ci)"),
-    (r"δ = (?P<n>2)%", "the default of --min-effect"),
-    (r"\b(?P<n>20[0-3]\d)\b", "a year"),
 ]
 
 NUMBER = re.compile(r"(?<![\w.#])\d+(?:[.,]\d+)*(?![\w])")
 NAME = re.compile(r"\b[A-Za-z_][\w]*(?:[-.][\w]+)*")  # a name with digits in it is not a number
 SIZE_UNIT = re.compile(r"(?:\s*(?:,|and|or|to|–|-|\.\.)\s*\d+)*(?:\s+(?:B|KiB|MiB|GiB|bytes?)\b|-bytes?\b)")
-INDEX_BEFORE = re.compile(r"(?:\b(?:GPUs?|PEs?|ranks?|workers?)|\b(?:GPU|PE|rank|worker) \d+ (?:and|or|to)|→|->)\s*$")
+INDEX_BEFORE = re.compile(r"(?:\b(?:GPUs?|PEs?|ranks?|workers?)|\b(?:GPU|PE|rank|worker)s? \d+ (?:and|or|to)|→|->)\s*$")
 INDEX_AFTER = re.compile(r"^\s*(?:→|->)")
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.M | re.S)
 INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
@@ -122,7 +120,6 @@ def strays(text: str) -> list[Stray]:
         before = plain[max(0, start - 12):start]
         if INDEX_BEFORE.search(before) or INDEX_AFTER.match(plain[end:end + 4]):
             continue
-        # a size listed before the one that carries the unit (`4, 16 and 64 B`) is caught by _is_size
         line = plain.count("\n", 0, start) + 1
         row = text.splitlines()[line - 1]
         found.append(Stray(line, token, row.strip()[:100]))

@@ -1,5 +1,5 @@
 """The README's NVSHMEM comparison (NVSHMEM_RENDERERS): the tool's nvshmem path across an NV18 pair
-beside NVIDIA's own perftests built and run on the same node in the same call
+beside NVIDIA's own perftests built and run on the same node one after the other
 (scripts/device/nvshmem-perftest.sh), from results/h200x2-nvshmem-pair.csv and the perftests'
 output, results/h200x2-nvshmem-perftest.txt."""
 
@@ -62,7 +62,7 @@ def nvshmem_perftest(runs: Runs) -> str:
                 "shmem_put_signal_ping_pong_latency (one thread; perftest, round trip / 2)"], lat)
     gpu = run.meta.get("gpu.0.name", "GPU")
     return (bw + "\n\n" + lt + "\n\n" + comparison(runs) + "\n\n"
-            + source(TOOL, PERFTEST, note=f"; 2× {gpu}, one call; this tool's figures median [95% interval], "
+            + source(TOOL, PERFTEST, note=f"; 2× {gpu}, the same node; this tool's figures median [95% interval], "
                      "the perftests' as they print them (their mean over 200 iterations in one kernel, or 500 "
                      "round trips)"))
 

@@ -94,10 +94,10 @@ def runtime(runs: Runs) -> str:
 
 
 def speed_history(runs: Runs) -> str:
-    """The same machine, the same call: the tool before decision-driven sampling against the speed runs."""
+    """The same machine, back to back: the tool before decision-driven sampling against the speed runs."""
     previous = runs[SPEED_PREVIOUS].meta
     walls = [header_wall(runs, name) for name in SPEED]
-    return (f"In the same call on the same H100 the tool as it was at commit f071d0f, before a group far "
+    return (f"Run back to back with them on the same H100, the tool as it was at commit f071d0f, before a group far "
             f"behind the best figure at its size stopped after three samples, took "
             f"{num(listed_wall(SPEED_PREVIOUS)[0], 1)} s by `/usr/bin/time` (`seconds.total` "
             f"{num(float(previous['seconds.total']), 1)}; its header has no `seconds.wall` yet; "
@@ -135,11 +135,12 @@ def pairs_x4(runs: Runs) -> str:
               "device-ll 4 KiB, one-way µs"]
     sentence = (f"`gpuipc-bench run --pairs all` on four H200s, every pair NV18: "
                 f"{num(header_wall(runs, X4), 1)} s wall (`seconds.wall`; {num(listed_wall(X4)[0], 1)} s by "
-                f"`/usr/bin/time`), the plan's estimate printed before it {num(float(run.meta['estimate.seconds']), 1)} s "
+                f"`/usr/bin/time`), the plan's estimate printed before it "
+                f"{num(float(run.meta['estimate.seconds']), 1)} s "
                 f"(`estimate.seconds`, which leaves the re-sweeps out); nvbandwidth's read and write CE matrices "
-                f"took {num(nvbandwidth_wall(runs, X4_NVBANDWIDTH), 1)} s in the same call.")
-    return sentence + "\n\n" + table(header, rows, right_from=2) + "\n\n" + source(
-        X4, X4_NVBANDWIDTH, note="; nvbandwidth v0.8 `device_to_device_memcpy_read_ce`, its matrix's row → column" + RANGED)
+                f"took {num(nvbandwidth_wall(runs, X4_NVBANDWIDTH), 1)} s right after it on the same node.")
+    note = "; nvbandwidth v0.8 `device_to_device_memcpy_read_ce`, its matrix's row → column" + RANGED
+    return sentence + "\n\n" + table(header, rows, right_from=2) + "\n\n" + source(X4, X4_NVBANDWIDTH, note=note)
 
 
 def speed_scenarios(runs: Runs) -> str:
@@ -152,7 +153,10 @@ def speed_scenarios(runs: Runs) -> str:
     def cell(meta: dict, key: str) -> str:
         return num(float(meta[key]), 1) if key in meta else "—"
 
-    order = sorted(scenarios, key=lambda sc: -sum(float(m.get(f"seconds.{sc}", 0)) for m in metas[:3]))
+    def spent(sc: str) -> float:  # over the three default runs; ties by name
+        return round(sum(float(m.get(f"seconds.{sc}", 0)) for m in metas[:3]), 3)
+
+    order = sorted(sorted(scenarios), key=lambda sc: -spent(sc))
     rows = [["start-up (imports, probe, MPS daemon)"] + [cell(m, "seconds.startup") for m in metas]]
     rows += [[f"`{sc}`"] + [cell(m, f"seconds.{sc}") for m in metas] for sc in order]
     rows += [["the scenarios and start-up (`seconds.total`)"] + [cell(m, "seconds.total") for m in metas],

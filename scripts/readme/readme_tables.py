@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable
 
 from readme_lib import (
-    KIB, MIB, RANGED, FigureError, Run, Runs, fraction, gbps, num, seconds, source, table, with_interval,
+    KIB, MIB, RANGED, FigureError, Run, Runs, fraction, gbps, seconds, source, table, with_interval,
 )
 from readme_fleet import FLEET_RENDERERS
 from readme_methods import METHOD_RENDERERS
@@ -98,7 +98,8 @@ def mps25(runs: Runs) -> str:
             cells.append(with_interval(statistics.median(xs), min(xs), max(xs), ranged=len(xs) < 6))
         rows.append([f"ipc/push {measure}", size(nbytes)] + cells)
     header = ["one H100, MPS", "size", "every client all SMs, GB/s", "every client 25% of the SMs, GB/s"]
-    return table(header, rows, right_from=2) + "\n\n" + source(MPS25, note="; `--quick`, three samples a group" + RANGED)
+    note = "; `--quick`, three samples a group" + RANGED
+    return table(header, rows, right_from=2) + "\n\n" + source(MPS25, note=note)
 
 
 BULK_ROWS = [

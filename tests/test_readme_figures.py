@@ -42,6 +42,18 @@ def test_the_readme_is_short_and_links_every_page():
             assert f"]({rel})" in text, f"README.md does not link {rel}"
 
 
+def test_every_relative_link_resolves():
+    import re
+
+    broken = []
+    for page in lib.pages():
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            path = target.split("#", 1)[0]
+            if path and "://" not in path and not (page.parent / path).exists():
+                broken.append(f"{page.relative_to(lib.ROOT)}: {target}")
+    assert broken == []
+
+
 def test_check_fails_and_shows_a_diff_on_drift(tmp_path, capsys):
     text = lib.README.read_text()
     block = "<!-- figures:runtime begin -->\n"

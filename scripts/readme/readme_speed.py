@@ -187,6 +187,22 @@ def small_sizes(runs: Runs) -> str:
     return table(header, rows) + "\n\n" + source(SMALL, note=RANGED)
 
 
+X4_PLAIN = "h200x4-plain.csv"
+X4_PLAIN_NVBANDWIDTH = "h200x4-nvbandwidth-d2d.txt"
+
+
+def plain_x4(runs: Runs) -> str:
+    """A plain run on a four-GPU node: its wall time, the plan's estimate, nvbandwidth's beside it."""
+    meta = runs[X4_PLAIN].meta
+    return (f"A plain `gpuipc-bench run` on a node of four H200s (every pair NV18) measures the same-GPU pairs "
+            f"in both sharing modes and every pair scenario across GPUs 0 and 1: it took "
+            f"{num(header_wall(runs, X4_PLAIN), 1)} s wall (`seconds.wall`; {num(listed_wall(X4_PLAIN)[0], 1)} s "
+            f"by `/usr/bin/time`; the plan's estimate {num(float(meta['estimate.seconds']), 1)} s, "
+            f"{meta.get('worker_sets', '?')} persistent process sets), and nvbandwidth's device-to-device read "
+            f"and write matrices and SM latency {num(nvbandwidth_wall(runs, X4_PLAIN_NVBANDWIDTH), 1)} s on the "
+            f"same node.\n\n" + source(X4_PLAIN, X4_PLAIN_NVBANDWIDTH))
+
+
 SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {
     "runtime": runtime,
     "speed-history": speed_history,
@@ -194,4 +210,5 @@ SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {
     "pairs-x4": pairs_x4,
     "speed-scenarios": speed_scenarios,
     "small-sizes": small_sizes,
+    "plain-x4": plain_x4,
 }

@@ -22,9 +22,9 @@ from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.harness.plan import PlanOptions, make_plan, run_config
 from gpuipc_bench.results.writing import claim_free_name, default_results_path
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
-from gpuipc_bench.engine.scenario import (
-    DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
-    THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES,
+from gpuipc_bench.defaults import (
+    CHUNK_BYTES, DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
+    THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES, TIMEOUT_S,
 )
 from gpuipc_bench.sizes import describe_sizes, format_size
 
@@ -76,8 +76,9 @@ def _samples_text(preset: str) -> str:
               help="CSV file to write. Default: results/<UTC time>-<host>.csv")
 @click.option("--force", is_flag=True, help="Overwrite --out (and the --plot files) if they exist.")
 @click.option("--chunk", "chunk", type=SizesType(), default=None,
-              help="Chunk size of pipelined staging (default 16MiB; a message is cut into at most 64).")
-@click.option("--timeout", type=Bounded("timeout", float), default=60.0, show_default=True,
+              help=f"Chunk size of pipelined staging (default {CHUNK_BYTES >> 20}MiB; a message is cut into at "
+                   "most 64).")
+@click.option("--timeout", type=Bounded("timeout", float), default=TIMEOUT_S, show_default=True,
               help="Seconds a worker may go without progress before the run is ended (a long "
                    "phase that makes progress is never cut short).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary; just the CSV path.")

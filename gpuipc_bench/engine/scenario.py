@@ -167,21 +167,32 @@ def shares_processes(scenario) -> bool:
 
 
 MPS_THREAD_PCT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-# A mode that adds to its base (a busy neighbour: 'mps+copy') names itself here; the rows carry that name
-SHARING_LABEL_ENV = "GPUIPC_BENCH_SHARING"
 
 
-def sharing_mode(devices: list[int | None]) -> str:
-    """How workers share their GPUs: 'time-sliced' when two processes share one GPU ('mps' when
-    an MPS daemon serves this process), 'exclusive' when each has its own, 'none' without GPUs."""
-    from gpuipc_bench.modes.daemon import serves_this_process
-
+def sharing_mode(devices: list[int | None], mode: str | None = None) -> str:
+    """How workers share their GPUs: 'none' without GPUs, 'exclusive' when each has its own, and
+    where processes share one GPU, its mode (same_gpu_mode)."""
     gpus = [d for d in devices if d is not None]
     if not gpus:
         return "none"
     if len(set(gpus)) == len(gpus):
         return "exclusive"
-    return "mps" if serves_this_process() else "time-sliced"
+    return same_gpu_mode(mode)
+
+
+def same_gpu_mode(mode: str | None = None) -> str:
+    """The rows' `sharing` of processes on one GPU: the run's sharing mode, `mode`, whose name the
+    parent that started it hands to the workers ('time-sliced', 'mps', 'time-sliced+compute'; the
+    rows of 'mps:25' say 'mps', their share in mps_thread_pct, and those of a busy neighbour beside
+    a share, 'mps:25+copy', say 'mps' too); where none was handed (MPI ranks, a scenario run on
+    its own), what this process is: 'mps' when an MPS daemon serves it, else 'time-sliced'."""
+    if mode is None:
+        from gpuipc_bench.modes.daemon import serves_this_process
+
+        return "mps" if serves_this_process() else "time-sliced"
+    base = base_mode(mode)
+    kind = base.partition(":")[0]
+    return mode if base == kind else kind
 
 
 def unlink_driver_files(pid: int) -> None:
@@ -215,6 +226,7 @@ class WorkerContext:
     send: Callable[[tuple], None]  # message to the parent; used for progress
     faults: "FaultPlan | None" = None  # test hook, see faults.py
     clock: "Callable[[], float] | None" = None  # this worker's GPU's SM clock in MHz (gpu/clock.py), if it has one
+    mode: str | None = None  # the run's sharing mode these workers are in (its name), None: none handed
     row_fields: dict = dataclasses.field(default_factory=dict)  # stamped on every row (begin())
     _slots: dict = dataclasses.field(default_factory=dict)
     _handles: dict = dataclasses.field(default_factory=dict)
@@ -244,12 +256,11 @@ class WorkerContext:
             except (OSError, AttributeError):
                 pass  # a restricted cpuset: run where we are allowed to
         if sharing is None:  # a pair on MIG instances is 'mig', within one instance or across two
-            sharing = "mig" if any(s.mig for s in self.specs) else sharing_mode([s.device for s in self.specs])
-            label = os.environ.get(SHARING_LABEL_ENV, "")
-            if base_mode(label) == sharing:  # the same base, and a busy neighbour beside it
-                sharing = label
+            sharing = "mig" if any(s.mig for s in self.specs) else sharing_mode([s.device for s in self.specs],
+                                                                                 self.mode)
         self.row_fields.update(scenario=scenario, workers=self.nworkers, sharing=sharing)
-        if base_mode(sharing) == "mps":  # the share of the SMs this client may use (MPS's default: all)
+        # the share of the SMs this client may use, as CUDA reads it (MPS's default: all)
+        if base_mode(sharing) == "mps":
             self.row_fields["mps_thread_pct"] = int(os.environ.get(MPS_THREAD_PCT_ENV) or 100)
 
     def sync(self) -> None:

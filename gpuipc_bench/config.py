@@ -8,6 +8,7 @@ import stat
 import tempfile
 from pathlib import Path
 
+from gpuipc_bench import defaults
 from gpuipc_bench.errors import UsageError
 
 
@@ -45,15 +46,16 @@ def check_bound(name: str, value: float) -> None:
 class RunConfig:
     scenarios: tuple[str, ...]
     sizes: tuple[int, ...] | None = None  # None: each scenario's default sweep
-    min_samples: int = 6  # timed samples per group: at least this many ...
-    max_samples: int = 20  # ... and at most this many (the median's interval decides between)
-    warmup: int = 1
+    # The run's defaults (gpuipc_bench.defaults); the plan sets them from the preset and the options
+    min_samples: int = defaults.MIN_SAMPLES  # timed samples per group: at least this many ...
+    max_samples: int = defaults.MAX_SAMPLES  # ... and at most this many (the median's interval decides between)
+    warmup: int = defaults.WARMUP
     iterations: int | None = None  # a fixed count: min_samples = max_samples = iterations (--iterations)
     preset: str = ""  # "quick" or "thorough": the scenarios' preset sweeps (the CLI sets its sample counts)
     devices: tuple[int, ...] | None = None  # None: the scenario picks (GPU 0, or 0 and 1)
     workers: int | None = None  # None: the scenario's default
-    timeout: float = 60.0  # seconds a worker may stay silent at a barrier or a wait
-    chunk_bytes: int = 16 << 20  # pipelined staging chunk
+    timeout: float = defaults.TIMEOUT_S  # seconds a worker may stay silent at a barrier or a wait
+    chunk_bytes: int = defaults.CHUNK_BYTES  # pipelined staging chunk
     launcher: str = "fork"  # "fork" (forked workers) or "mpi" (the job's ranks are the workers)
     extra: tuple[tuple[str, str], ...] = ()  # scenario-specific knobs, kept hashable
     sharing: tuple[str, ...] = ()  # the sharing modes same-GPU pairs run in (gpuipc_bench.modes); () none chosen

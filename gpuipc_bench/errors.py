@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 
 class BenchError(Exception):
     """An error the user should read as a sentence, not a traceback."""
@@ -83,3 +85,9 @@ class Interrupted(BaseException):
     @property
     def exit_code(self) -> int:
         return 128 + self.signum
+
+
+def signal_name(signum: int) -> str:
+    """The words for the signal that ended a command: 'interrupted', 'terminated', 'hung up'."""
+    words: dict[int, str] = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}
+    return words.get(signum, f"signal {signum}")

@@ -20,9 +20,9 @@ from typing import Sequence, cast
 
 import numpy as np
 
+from gpuipc_bench.defaults import MIN_SAMPLES, SAMPLE_CAP
+
 CONFIDENCE = 0.95
-MIN_SAMPLES = 6
-MAX_SAMPLES = 20
 PRECISION = 0.01  # the interval of the median within +-1%
 WIDE_RANGE = 0.05  # (max - min) / median above this ...
 WIDE_MIN_SAMPLES = 12  # ... needs this many samples
@@ -137,7 +137,7 @@ def two_states(values: Sequence[float], gap: float = 0.02, min_share: float = 0.
     return (high / low - 1 if low else math.inf), i / n
 
 
-def enough(values: Sequence[float], min_n: int = MIN_SAMPLES, max_n: int = MAX_SAMPLES,
+def enough(values: Sequence[float], min_n: int = MIN_SAMPLES, max_n: int = SAMPLE_CAP,
            rel: float = PRECISION, wide: float = WIDE_RANGE, wide_n: int = WIDE_MIN_SAMPLES) -> bool:
     """Whether the sample loop may stop: max_n reached, or min_n reached with the median's
     interval within +-rel (and wide_n reached when the range is wide)."""

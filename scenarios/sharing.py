@@ -24,9 +24,10 @@ kernels, 4 bytes, both protocols).
 Time-sliced and MPS are the run's sharing modes (gpuipc_bench.modes, --sharing): the
 scenario runs once per mode with a fresh group of workers, each of which the harness made
 an MPS client of the run's daemon (or pointed at an empty private pipe folder) before its
-first CUDA call; the workers learn which from their environment. Under MPS the group's
-first worker checks with get_server_list / get_client_list that every worker of the group
-is a client of the daemon's server; when one is not, that half is waived with a note.
+first CUDA call; the harness hands the workers the mode's name (where it hands none, they tell
+from their environment). Under MPS the group's first worker checks with get_server_list /
+get_client_list that every worker of the group is a client of the daemon's server; when one is
+not, that half is waived with a note.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.engine.pingpong import IDLE, INITIATOR, PROTOCOLS, RESPONDER, DevicePingPong
 from gpuipc_bench.engine.sampler import Sample, Sampler
-from gpuipc_bench.engine.scenario import Scenario, WorkerSpec, gpu_cpus
+from gpuipc_bench.engine.scenario import Scenario, WorkerSpec, gpu_cpus, same_gpu_mode
+from gpuipc_bench.results import base_mode
 
 TIME_SLICED, MPS = "time-sliced", "mps"
 DEFAULT_SIZES = (64 << 20,)
@@ -168,8 +170,8 @@ class SharingWorker:
     def __init__(self, ctx, scenario):
         self.ctx, self.config, self.shared = ctx, ctx.config, ctx.shared
         self.m = scenario.group_size(ctx.config)
-        # The harness set this worker's mode before anything initialised CUDA (gpuipc_bench.modes)
-        self.group = MPS if mps.serves_this_process() else TIME_SLICED
+        # The harness set this worker's mode before anything initialised CUDA and named it (gpuipc_bench.modes)
+        self.group = base_mode(same_gpu_mode(ctx.mode))  # TIME_SLICED or MPS
         self.local = ctx.rank
         self.device = ctx.spec.device
         self.sizes = scenario.sizes(ctx.config)

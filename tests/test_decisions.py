@@ -222,7 +222,7 @@ def _read(path):
 
 
 def test_the_quick_preset_ranks_every_size_it_measures():
-    from gpuipc_bench.engine.scenario import PRESETS, QUICK_GPU_SIZES
+    from gpuipc_bench.defaults import PRESETS, QUICK_GPU_SIZES
 
     n, most, _ = PRESETS["quick"]
     assert n == most == 3

@@ -174,7 +174,7 @@ def test_a_path_that_must_run_last_in_its_set_stays_last_whatever_the_seed():
 def test_the_paths_of_a_set_are_shuffled_from_the_seed_unless_declared(tmp_path, monkeypatch):
     """The run hands its --order-seed to the path shuffle under the default order and 'shuffled',
     and none under 'declared' (the shuffle itself: the test above)."""
-    import gpuipc_bench.cli.runloop as run_module
+    import gpuipc_bench.harness.session as run_module
     from gpuipc_bench.cli import cli
 
     seen = []

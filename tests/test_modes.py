@@ -179,6 +179,38 @@ def test_rows_under_mps_carry_the_thread_percentage(monkeypatch, fake_mps, no_le
     assert got == {"mps": {("mps", 100)}, "mps:25": {("mps", 25)}}
 
 
+def test_the_mode_handed_to_the_workers_names_their_rows_as_their_environment_did(monkeypatch, fake_mps, no_leaks):
+    """The harness hands each worker its mode's name (fresh workers and a persistent set): the rows
+    say what the workers, told only the mode's environment, found themselves."""
+    from gpuipc_bench.harness.pool import WorkerSets
+
+    fake_gpu.install(monkeypatch)
+    config = RunConfig(scenarios=("ipc",), sizes=(4099,), min_samples=2, max_samples=2, timeout=20.0)
+    scenario = SCENARIOS["ipc"]
+    specs = scenario.workers(config, None)
+    sliced, quarter = modes.make(("time-sliced", "mps:25"))
+    sets = WorkerSets()
+    try:
+        for mode in (sliced, quarter):
+            mode.start()
+            seen = {}
+            for how in ("environment", "fresh", "set"):
+                rows: list[dict] = []
+                if how == "set":
+                    outcome = sets.run(scenario, config, specs, mode_name=mode.name, env=mode.env(),
+                                       on_row=rows.append)
+                else:
+                    outcome = run_scenario(scenario, config, specs, on_row=rows.append, env=mode.env(),
+                                           mode_name=mode.name if how == "fresh" else None)
+                assert outcome.ok, outcome.error
+                seen[how] = {(r["sharing"], r["mps_thread_pct"]) for r in rows}
+            assert seen["fresh"] == seen["set"] == seen["environment"], mode.name
+            assert seen["set"] == ({("time-sliced", None)} if mode is sliced else {("mps", 25)})
+    finally:
+        sets.end()
+        modes.end_all([sliced, quarter])
+
+
 def test_latency_under_mps_keeps_its_cpu_rows_apart(monkeypatch, fake_mps, no_leaks):
     """The flag ping-pong and the barrier are CPU rows ('none'): no thread percentage on them."""
     fake_gpu.install(monkeypatch)

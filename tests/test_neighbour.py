@@ -98,8 +98,8 @@ def test_the_mode_starts_its_neighbour_once_and_ends_it_when_the_run_leaves(monk
     mode.start()  # each scenario of the mode asks: one neighbour
     assert mode.process.pid == first
     assert "a third process (pid" in mode.facts()["sharing.time-sliced+compute"]
-    # the base mode's (a private MPS pipe folder), and the name the rows carry
-    assert mode.env() == {**mode.base.env(), "GPUIPC_BENCH_SHARING": "time-sliced+compute"} and mode.base.env()
+    # the base mode's (a private MPS pipe folder); the name the rows carry is handed to the workers
+    assert mode.env() == mode.base.env() and mode.base.env()
     assert mode.leave() == [] and _gone(first)
     mode.start()  # back in the mode: a new neighbour
     second = mode.process.pid
@@ -228,24 +228,27 @@ def test_at_the_run_s_end_every_neighbour_ends_before_the_mps_daemon(monkeypatch
     assert order == ["neighbour ended", "daemon stopped"]
 
 
-@pytest.mark.parametrize("base, served, label", [
-    ("time-sliced", False, "time-sliced+compute"), ("mps", True, "mps+copy"),
-    ("mps", False, "time-sliced"),  # a label of another base is not believed: what the worker sees wins
+@pytest.mark.parametrize("name, label", [
+    ("time-sliced+compute", "time-sliced+compute"), ("mps+copy", "mps+copy"),
+    ("mps:25+copy", "mps"),  # beside a share of the SMs the rows say the base (mps_thread_pct: the share)
 ])
-def test_a_neighbour_mode_s_rows_carry_its_name(monkeypatch, base, served, label):
+def test_a_neighbour_mode_s_rows_carry_its_name(monkeypatch, name, label):
+    """The harness hands the workers the mode's name; the environment is not asked (here it would
+    say the other base)."""
     import gpuipc_bench.modes.daemon
     from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.engine.scenario import SHARING_LABEL_ENV, WorkerContext, WorkerSpec
+    from gpuipc_bench.engine.scenario import WorkerContext, WorkerSpec
 
-    mode = modes.make(modes.parse(f"{base}+{'copy' if base == 'mps' else 'compute'}"))[-1]
-    assert mode.env()[SHARING_LABEL_ENV] == mode.name
-    monkeypatch.setenv(SHARING_LABEL_ENV, mode.name)
-    monkeypatch.setattr(gpuipc_bench.modes.daemon, "serves_this_process", lambda: served)
+    mode = modes.make(modes.parse(name))[-1]
+    assert mode.name == name and mode.env() == mode.base.env()
+    mps = name.startswith("mps")
+    monkeypatch.setattr(gpuipc_bench.modes.daemon, "serves_this_process", lambda: not mps)
     specs = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 0)]
-    ctx = WorkerContext(specs[0], specs, RunConfig(scenarios=("ipc",)), None, None, None, lambda m: None)
+    ctx = WorkerContext(specs[0], specs, RunConfig(scenarios=("ipc",)), None, None, None, lambda m: None,
+                        mode=mode.name)
     ctx.begin("ipc")
     assert ctx.row_fields["sharing"] == label
-    assert ("mps_thread_pct" in ctx.row_fields) == served
+    assert ("mps_thread_pct" in ctx.row_fields) == mps
     from gpuipc_bench.results import new_row
 
     row = new_row(**ctx.row_fields, path="ipc", variant="ce", measure="handoff", metric="bandwidth", src=0, dst=0,

@@ -21,9 +21,9 @@ import textwrap
 import click
 
 from gpuipc_bench import __version__
-from gpuipc_bench.cli.console import signal_name, stderr_console
+from gpuipc_bench.cli.console import stderr_console
 from gpuipc_bench.cli import check, info, report, run
-from gpuipc_bench.errors import BenchError, Interrupted
+from gpuipc_bench.errors import BenchError, Interrupted, signal_name
 from gpuipc_bench.sizes import format_size
 
 

@@ -1,11 +1,9 @@
-"""What the commands print to: stdout (results) and stderr (progress, notes), and the
-words for the signal that ended a command."""
+"""What the commands print to: stdout (results) and stderr (progress, notes)."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 
 from rich.console import Console
 
@@ -28,8 +26,3 @@ def stdout_console() -> Console:
 
 def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, width=_width())
-
-
-def signal_name(signum: int) -> str:
-    return {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated", signal.SIGHUP: "hung up"}.get(
-        signum, f"signal {signum}")

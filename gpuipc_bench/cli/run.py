@@ -12,7 +12,7 @@ import click
 from rich.markup import escape
 
 from gpuipc_bench.cli.console import stderr_console
-from gpuipc_bench.cli.runloop import drop_if_empty, run_plan
+from gpuipc_bench.cli.progress import run_session
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import check_writable
 from gpuipc_bench.errors import BenchError, UsageError
@@ -20,11 +20,12 @@ from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.harness.plan import PlanOptions, make_plan, run_config
+from gpuipc_bench.harness.session import drop_if_empty
 from gpuipc_bench.results.writing import claim_free_name, default_results_path
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
-from gpuipc_bench.engine.scenario import (
-    DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
-    THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES,
+from gpuipc_bench.defaults import (
+    CHUNK_BYTES, DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
+    THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES, TIMEOUT_S,
 )
 from gpuipc_bench.sizes import describe_sizes, format_size
 
@@ -76,8 +77,9 @@ def _samples_text(preset: str) -> str:
               help="CSV file to write. Default: results/<UTC time>-<host>.csv")
 @click.option("--force", is_flag=True, help="Overwrite --out (and the --plot files) if they exist.")
 @click.option("--chunk", "chunk", type=SizesType(), default=None,
-              help="Chunk size of pipelined staging (default 16MiB; a message is cut into at most 64).")
-@click.option("--timeout", type=Bounded("timeout", float), default=60.0, show_default=True,
+              help=f"Chunk size of pipelined staging (default {CHUNK_BYTES >> 20}MiB; a message is cut into at "
+                   "most 64).")
+@click.option("--timeout", type=Bounded("timeout", float), default=TIMEOUT_S, show_default=True,
               help="Seconds a worker may go without progress before the run is ended (a long "
                    "phase that makes progress is never cut short).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar and no summary; just the CSV path.")
@@ -210,8 +212,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         for scenario in dict.fromkeys(s for s, _ in planned.runs):  # nvcc builds while the first paths run
             getattr(scenario, "prebuild", lambda: None)()
         try:
-            run_plan(planned.runs, config, planned.machine, out, err, quiet, verbose, job, planned.modes,
-                     planned.mig_notes, planned=planned)
+            run_session(planned, config, out, err, quiet, verbose, job)
         except BenchError:
             if plot is not None:
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure

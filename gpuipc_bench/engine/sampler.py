@@ -34,7 +34,7 @@ import os
 import random
 from typing import Callable, Iterator
 
-from gpuipc_bench import robust
+from gpuipc_bench import defaults, robust
 from gpuipc_bench.machine.mig import label_ends
 from gpuipc_bench.patterns import seed_for
 from gpuipc_bench.hooks.profiling import mark
@@ -80,9 +80,9 @@ class Sample:
 
 @dataclasses.dataclass(frozen=True)
 class Counts:
-    warmup: int = 1
-    min_samples: int = robust.MIN_SAMPLES
-    max_samples: int = robust.MAX_SAMPLES
+    warmup: int = defaults.WARMUP
+    min_samples: int = defaults.MIN_SAMPLES
+    max_samples: int = defaults.MAX_SAMPLES
 
     @classmethod
     def of(cls, config) -> "Counts":

@@ -14,7 +14,9 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from gpuipc_bench.robust import MIN_SAMPLES
+from gpuipc_bench.defaults import (
+    DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, QUICK_GPU_SIZES, QUICK_HOST_SIZES, THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES,
+)
 from gpuipc_bench.errors import BarrierAborted
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.hooks.profiling import mark
@@ -27,36 +29,6 @@ if TYPE_CHECKING:
     from gpuipc_bench.machine.probe import Machine
     from gpuipc_bench.ipc.segment import Segment
 
-# Sizes swept when --sizes is not given. GPU paths: 4 B, 4 KiB, 64 KiB, then 1 MiB to 256 MiB in
-# steps of 4 (every ceiling has plateaued by 256 MiB, the size of the nvbandwidth comparison; larger
-# sizes through --sizes). Below 4 KiB every GPU path is bound by its calls or its hand-over: on an
-# H100 the medians at 16, 64 and 256 B were those at 4 B (median ratio 1.000), so one size stands
-# for that band (a second one, 256 B, would cost about 4 s of a default run of both sharing
-# modes). Below 1 MiB the sweep steps by 16: in two default runs on H100s (both modes), the fastest
-# path of every sharing mode and measure at 16 KiB and at 256 KiB was that of the sizes on either
-# side (the IPC family's ties, staging/pinned-hostsync time-sliced), each size cost about 2.5 s of
-# the run, and every choice that flips (time-sliced hand-off at 4-16 MiB, MPS at 16-256 MiB) lies
-# above 1 MiB, where the steps stay 4.
-DEFAULT_GPU_SIZES = (4, 4 << 10, 64 << 10) + tuple(4 ** k for k in range(10, 15))  # .., 1 MiB .. 256 MiB
-DEFAULT_HOST_SIZES = tuple(4 ** k for k in range(1, 13))  # 4 B .. 16 MiB
-# --quick: three sizes (latency-bound, the knee, bandwidth-bound); --thorough: up to 1 GiB.
-QUICK_GPU_SIZES = (4 << 10, 1 << 20, 64 << 20)
-QUICK_HOST_SIZES = (4 << 10, 1 << 20)
-THOROUGH_GPU_SIZES = tuple(4 ** k for k in range(1, 16))  # 4 B .. 1 GiB
-THOROUGH_HOST_SIZES = tuple(4 ** k for k in range(1, 14))  # 4 B .. 64 MiB
-# (min samples, max samples, warm-up samples) without a preset. At most 12: on an H100 the groups that
-# went on to 20 (328 of 1290, 54% of the timed seconds) had a 95% interval of +-2.5% at 12 against
-# +-2.0% at 20 (medians), and the median of their first 12 lay inside the 20's interval in 327 of
-# 328: --thorough takes 20.
-# At most 9 in a default run (both sharing modes): in three default runs on H100s (both modes), the
-# 1,060 groups that went on to 12 had a 95% interval of +-3.2% at 9 against +-2.8% at 12 (medians),
-# and the median of their first 9 lay inside the 12's interval in all 1,060; the 3 samples more cost
-# about 5 s of a run.
-DEFAULT_SAMPLES = (MIN_SAMPLES, 9, 1)
-PRESETS = {  # --quick / --thorough: (min samples, max samples, warm-up samples)
-    "quick": (3, 3, 1),
-    "thorough": (20, 20, 3),
-}
 MAILBOX_SLOTS = 64  # the slots a scenario may name (ctx.slot), whatever its worker count
 SPIN_LIMIT_S = 0.05  # ctx.spin() spins this long, then waits like ctx.wait()
 
@@ -132,7 +104,7 @@ class Scenario:
         """The sizes this scenario measures in this run (resolved once, by the plan)."""
         sizes = config.sizes if config.sizes is not None else self.default_sizes(config.preset)
         if self.only_sizes is not None:
-            sizes = [n for n in sizes if n in self.only_sizes]
+            sizes = tuple(n for n in sizes if n in self.only_sizes)
         return tuple(sorted(sizes))
 
     def waive_reason(self, machine: "Machine") -> str | None:
@@ -195,21 +167,32 @@ def shares_processes(scenario) -> bool:
 
 
 MPS_THREAD_PCT_ENV = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
-# A mode that adds to its base (a busy neighbour: 'mps+copy') names itself here; the rows carry that name
-SHARING_LABEL_ENV = "GPUIPC_BENCH_SHARING"
 
 
-def sharing_mode(devices: list[int | None]) -> str:
-    """How workers share their GPUs: 'time-sliced' when two processes share one GPU ('mps' when
-    an MPS daemon serves this process), 'exclusive' when each has its own, 'none' without GPUs."""
-    from gpuipc_bench.modes.daemon import serves_this_process
-
+def sharing_mode(devices: list[int | None], mode: str | None = None) -> str:
+    """How workers share their GPUs: 'none' without GPUs, 'exclusive' when each has its own, and
+    where processes share one GPU, its mode (same_gpu_mode)."""
     gpus = [d for d in devices if d is not None]
     if not gpus:
         return "none"
     if len(set(gpus)) == len(gpus):
         return "exclusive"
-    return "mps" if serves_this_process() else "time-sliced"
+    return same_gpu_mode(mode)
+
+
+def same_gpu_mode(mode: str | None = None) -> str:
+    """The rows' `sharing` of processes on one GPU: the run's sharing mode, `mode`, whose name the
+    parent that started it hands to the workers ('time-sliced', 'mps', 'time-sliced+compute'; the
+    rows of 'mps:25' say 'mps', their share in mps_thread_pct, and those of a busy neighbour beside
+    a share, 'mps:25+copy', say 'mps' too); where none was handed (MPI ranks, a scenario run on
+    its own), what this process is: 'mps' when an MPS daemon serves it, else 'time-sliced'."""
+    if mode is None:
+        from gpuipc_bench.modes.daemon import serves_this_process
+
+        return "mps" if serves_this_process() else "time-sliced"
+    base = base_mode(mode)
+    kind = base.partition(":")[0]
+    return mode if base == kind else kind
 
 
 def unlink_driver_files(pid: int) -> None:
@@ -243,6 +226,7 @@ class WorkerContext:
     send: Callable[[tuple], None]  # message to the parent; used for progress
     faults: "FaultPlan | None" = None  # test hook, see faults.py
     clock: "Callable[[], float] | None" = None  # this worker's GPU's SM clock in MHz (gpu/clock.py), if it has one
+    mode: str | None = None  # the run's sharing mode these workers are in (its name), None: none handed
     row_fields: dict = dataclasses.field(default_factory=dict)  # stamped on every row (begin())
     _slots: dict = dataclasses.field(default_factory=dict)
     _handles: dict = dataclasses.field(default_factory=dict)
@@ -272,12 +256,11 @@ class WorkerContext:
             except (OSError, AttributeError):
                 pass  # a restricted cpuset: run where we are allowed to
         if sharing is None:  # a pair on MIG instances is 'mig', within one instance or across two
-            sharing = "mig" if any(s.mig for s in self.specs) else sharing_mode([s.device for s in self.specs])
-            label = os.environ.get(SHARING_LABEL_ENV, "")
-            if base_mode(label) == sharing:  # the same base, and a busy neighbour beside it
-                sharing = label
+            sharing = "mig" if any(s.mig for s in self.specs) else sharing_mode([s.device for s in self.specs],
+                                                                                 self.mode)
         self.row_fields.update(scenario=scenario, workers=self.nworkers, sharing=sharing)
-        if base_mode(sharing) == "mps":  # the share of the SMs this client may use (MPS's default: all)
+        # the share of the SMs this client may use, as CUDA reads it (MPS's default: all)
+        if base_mode(sharing) == "mps":
             self.row_fields["mps_thread_pct"] = int(os.environ.get(MPS_THREAD_PCT_ENV) or 100)
 
     def sync(self) -> None:

@@ -54,9 +54,11 @@ def run_scenario(
     on_status: Callable[[str], None] | None = None,
     on_note: Callable[[str, str], None] | None = None,
     env: dict[str, str] | None = None,
+    mode_name: str | None = None,
 ) -> Outcome:
     """Run one scenario across forked workers. Rows reach `on_row` as they arrive. `env`: what
-    each worker sets before its first CUDA call (the sharing mode's, gpuipc_bench.modes).
+    each worker sets before its first CUDA call (the sharing mode's, gpuipc_bench.modes);
+    `mode_name`: that mode's name, which the rows' `sharing` says (None: the workers tell).
 
     Returns an Outcome carrying the first real error (a worker's exception, death
     or hang). A signal (Interrupted or KeyboardInterrupt) propagates as Interrupted, with
@@ -74,7 +76,7 @@ def run_scenario(
     try:
         shared = scenario.prepare(config, specs)
         for spec in specs:
-            workers.append(_start_worker(scenario, spec, specs, config, segment, shared, env or {}))
+            workers.append(_start_worker(scenario, spec, specs, config, segment, shared, env or {}, mode_name))
         outcome.error = supervise(workers, segment, config, deliver, on_progress or (lambda n: None),
                                    on_status or (lambda text: None), on_note or (lambda key, text: None))
     except (KeyboardInterrupt, Interrupted) as exc:
@@ -94,14 +96,14 @@ def run_scenario(
     return outcome
 
 
-def _start_worker(scenario, spec, specs, config, segment, shared, env) -> Worker:
+def _start_worker(scenario, spec, specs, config, segment, shared, env, mode_name=None) -> Worker:
     # "spawn" (scenario.start_method): a fresh interpreter that gets the segment and the
     # scenario's shared objects by pickle (they map the same pages again: gpuipc_bench.ipc.shared).
     context = multiprocessing.get_context(scenario.start_method) if scenario.start_method != "fork" else FORK
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(
         target=_worker_main,
-        args=(scenario, spec, specs, config, segment, shared, writer, env),
+        args=(scenario, spec, specs, config, segment, shared, writer, env, mode_name),
         name=f"gpuipc-bench-{scenario.name}-{spec.rank}",
         daemon=True,
     )
@@ -110,12 +112,12 @@ def _start_worker(scenario, spec, specs, config, segment, shared, env) -> Worker
     return Worker(spec, process, reader)
 
 
-def _worker_main(scenario, spec, specs, config, segment, shared, conn, env=None) -> None:
+def _worker_main(scenario, spec, specs, config, segment, shared, conn, env=None, mode_name=None) -> None:
     enter_worker(spec, env, config.worker_log)
     name_worker(scenario, spec, specs)
     code = 1
     try:
-        code = run_worker(scenario, spec, specs, config, segment, shared, conn.send)
+        code = run_worker(scenario, spec, specs, config, segment, shared, conn.send, mode_name)
     finally:
         exit_worker(conn, code)
 
@@ -151,10 +153,12 @@ def worker_env(spec: WorkerSpec, env: dict[str, str] | None = None) -> dict[str,
     return out
 
 
-def run_worker(scenario, spec, specs, config, segment, shared, post: Callable[[tuple], None]) -> int:
+def run_worker(scenario, spec, specs, config, segment, shared, post: Callable[[tuple], None],
+               mode_name: str | None = None) -> int:
     """One worker's whole run, wherever it runs (a forked child, a spawned one, an MPI rank):
     every message goes to `post` ('row', 'progress', 'note', then 'done', 'aborted' or
-    'error'). Returns the exit code (1 after an error)."""
+    'error'). `mode_name`: the sharing mode the parent started for it (None: none handed).
+    Returns the exit code (1 after an error)."""
     rank = spec.rank
     try:
         segment.bind(rank)
@@ -167,9 +171,9 @@ def run_worker(scenario, spec, specs, config, segment, shared, post: Callable[[t
             segment.beat(rank)
             post(message)
 
-        ctx = WorkerContext(spec, specs, config, segment, barrier, shared, send, faults)
+        ctx = WorkerContext(spec, specs, config, segment, barrier, shared, send, faults, mode=mode_name)
         ctx.phase("setup")
-        with profiled(scenario.name, rank, lambda: str(ctx.row_fields.get("sharing", ""))):
+        with profiled(scenario.name, rank, lambda: str(ctx.row_fields.get("sharing", "") or mode_name or "")):
             for row in scenario.run(ctx):
                 send(("row", row))
         if segment.phase(spec.rank)[0] != "teardown":

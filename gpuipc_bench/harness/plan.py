@@ -392,10 +392,10 @@ def stop_stale_daemons() -> list[str]:
 
 
 def sample_counts(preset, min_samples, max_samples, warmup) -> dict[str, Any]:
-    """The sample counts: as given, else the preset's, else the defaults (6 to 20, 1 warm-up)."""
-    from gpuipc_bench.engine.scenario import DEFAULT_SAMPLES, PRESETS
+    """The sample counts: as given, else the preset's, else the defaults (gpuipc_bench.defaults)."""
+    from gpuipc_bench import defaults
 
-    low, high, warm = PRESETS.get(preset or "", DEFAULT_SAMPLES)
+    low, high, warm = defaults.sample_counts(preset)
     return dict(min_samples=low if min_samples is None else min_samples,
                 max_samples=high if max_samples is None else max_samples,
                 warmup=warm if warmup is None else warmup)

@@ -90,10 +90,11 @@ class WorkerSet:
 
     def run(self, scenario, config, specs, on_row: Callable[[dict], None],
             on_progress: Callable[[int], None] | None = None, on_status: Callable[[str], None] | None = None,
-            on_note: Callable[[str, str], None] | None = None, idle=()) -> Outcome:
+            on_note: Callable[[str, str], None] | None = None, idle=(), mode_name: str | None = None) -> Outcome:
         """launcher.run_scenario's counterpart in these workers: the same Outcome and messages. A
         failure ends the set (self.broken). `idle`: the workers of the run's other sets, watched
-        meanwhile (one that dies ends this scenario)."""
+        meanwhile (one that dies ends this scenario). `mode_name`: the sharing mode the set's
+        environment is of, handed to the workers (the rows' `sharing`)."""
         outcome = Outcome(scenario.name)
         self.assign(specs)
         segment = Segment.create(len(specs), scenario.mailbox_slots(config, specs))
@@ -110,7 +111,7 @@ class WorkerSet:
             for worker, tasks, spec in zip(self.workers, self.tasks, specs):
                 worker.finished, worker.error, worker.stopped_since = False, None, None
                 worker.started = time.monotonic()
-                tasks.send((scenario, spec, specs, config, segment, shared, fault))
+                tasks.send((scenario, spec, specs, config, segment, shared, fault, mode_name))
             self.scenarios += 1
             outcome.error = supervise(
                 self.workers, segment, config, deliver, on_progress or (lambda n: None),
@@ -229,7 +230,7 @@ class WorkerSets:
             return Outcome(scenario.name, error=WorkerLost(lost))
         if not (self.persistent and shares_processes(scenario)):
             self.close()  # no idle context of the run beside a scenario of its own processes
-            return launcher.run_scenario(scenario, config, specs, env=env, **callbacks)
+            return launcher.run_scenario(scenario, config, specs, env=env, mode_name=mode_name, **callbacks)
         key = set_key(specs, mode_name, env)
         workers = self.sets.get(key)
         if workers is not None and not workers.alive():
@@ -240,7 +241,7 @@ class WorkerSets:
             workers = self.sets[key] = self.assemble(scenario, specs, mode_name, env)
         mine = {id(w) for w in workers.workers}
         idle = [w for w, _ in self.members.values() if id(w) not in mine]
-        outcome = workers.run(scenario, config, specs, idle=idle, **callbacks)
+        outcome = workers.run(scenario, config, specs, idle=idle, mode_name=mode_name, **callbacks)
         if isinstance(outcome.error, WorkerLost):
             self.close()  # every worker: the run ends
         elif workers.broken:
@@ -331,11 +332,11 @@ def _set_main(tasks, conn, spec, env, worker_log) -> None:
                 break
             if task is None:
                 break
-            scenario, spec, specs, config, segment, shared, fault = task
+            scenario, spec, specs, config, segment, shared, fault, mode_name = task
             launcher.name_worker(scenario, spec, specs, " (persistent)")
             os.environ["GPUIPC_BENCH_FAULT"] = fault
             try:
-                code = launcher.run_worker(scenario, spec, specs, config, segment, shared, conn.send)
+                code = launcher.run_worker(scenario, spec, specs, config, segment, shared, conn.send, mode_name)
             finally:
                 for mapped in (segment, shared):
                     close = getattr(mapped, "close", None)

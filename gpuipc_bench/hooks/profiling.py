@@ -71,6 +71,5 @@ def profiled(scenario: str, rank: int, sharing: Callable[[], str] | None = None)
                 os.makedirs(folder, exist_ok=True)
                 profile.dump_stats(os.path.join(folder, f"{scenario}-{rank}-{os.getpid()}-{next(_COUNT)}.prof"))
         mark("end", scenario)
-        # the rows' mode; else scenario.SHARING_LABEL_ENV, by its value (scenario imports this module)
-        mode = (sharing() if sharing is not None else "") or os.environ.get("GPUIPC_BENCH_SHARING", "") or "none"
+        mode = (sharing() if sharing is not None else "") or "none"  # the rows' mode, else the one handed
         write_trace(f"{scenario}-{rank}-{mode}-{os.getpid()}")

@@ -52,9 +52,7 @@ class Neighbour(Mode):
         self.process, self.said = start_neighbour(self.kind, self.device or 0, self.base.env())
 
     def env(self) -> dict[str, str]:
-        from gpuipc_bench.engine.scenario import SHARING_LABEL_ENV
-
-        return {**self.base.env(), SHARING_LABEL_ENV: self.name}  # the rows say 'mps+copy', not 'mps'
+        return self.base.env()  # (the rows say 'mps+copy': the harness hands the workers the mode's name)
 
     def facts(self) -> dict[str, str]:
         facts = dict(self.base.facts())

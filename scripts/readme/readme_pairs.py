@@ -185,6 +185,7 @@ def mpi(runs: Runs) -> str:
 def samples_rule(runs: Runs) -> str:
     """How many samples the stop rule takes, and what stopping early does to the 20-sample medians."""
     from gpuipc_bench import robust
+    from gpuipc_bench.defaults import SAMPLE_CAP
 
     h100, n20 = runs[H100], runs[N20]
     keys = ["scenario", "path", "variant", "measure", "metric", "src", "dst", "bytes", "workers", "sharing"]
@@ -193,7 +194,7 @@ def samples_rule(runs: Runs) -> str:
     timed = n20.frame[n20.frame["metric"] != "setup"].sort_values("iteration", kind="stable")
     for _, part in timed.groupby(keys):
         xs = part["seconds"].tolist()
-        if len(xs) < robust.MAX_SAMPLES:
+        if len(xs) < SAMPLE_CAP:
             continue
         stop = next(n for n in range(1, len(xs) + 1) if robust.enough(xs[:n]))
         moved.append(abs(robust.median(xs[:stop]) / robust.median(xs) - 1))

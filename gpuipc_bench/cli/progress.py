@@ -1,0 +1,90 @@
+"""What `run` shows while its session runs (gpuipc_bench.harness.session): a line per scenario on
+stderr (what it does now, how far it is, the time spent and left), notes, the summary of the
+written file on stdout, and the end's lines (failed scenarios, the file written, the workers' log)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import click
+from rich.markup import escape
+
+from gpuipc_bench.cli.console import stdout_console
+from gpuipc_bench.errors import BenchError, WorkerFailed, signal_name
+from gpuipc_bench.harness.session import Reporter, RunInterrupted, Session, interrupted_where
+
+STATUS_WIDTH = 34  # the characters of a scenario line's status
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class ProgressReporter(Reporter):
+    """The session's reporter for the terminal: rich's Progress on `err` (none when quiet), the
+    notes beside it, and the summary of the written file."""
+
+    def __init__(self, err, out, quiet: bool):
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.err, self.out, self.quiet = err, out, quiet
+        self.progress = Progress(TextColumn("{task.description:>8}"), BarColumn(bar_width=16), TimeElapsedColumn(),
+                                 TextColumn("left"), TimeRemainingColumn(), TextColumn("{task.fields[doing]}"),
+                                 console=err, disable=quiet, transient=False)
+
+    def __enter__(self):
+        self.progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.progress.__exit__(*exc)
+
+    def started(self, label: str, total: int):
+        return self.progress.add_task(label, total=total, doing=""), label
+
+    def advance(self, line, steps: int) -> None:
+        self.progress.advance(line[0], steps)
+
+    def status(self, line, text: str) -> None:
+        self.progress.update(line[0], doing=_fit(text, STATUS_WIDTH))
+
+    def failed(self, line) -> None:
+        self.progress.update(line[0], description=f"[red]{line[1]}")
+
+    def note(self, text: str) -> None:
+        if not self.quiet:
+            self.err.print(f"[yellow]note[/]: {escape(text)}", soft_wrap=True)
+
+    def written(self, frame, metadata) -> None:
+        if not self.quiet:
+            from gpuipc_bench.report import render_run_summary
+
+            render_run_summary(frame, metadata, stdout_console(), source=self.out)
+
+
+def run_session(planned, config, out, err, quiet: bool, verbose: bool, job=None) -> None:
+    """Run the plan (with `config`, the caller's) into `out`, showing it; then the failed
+    scenarios, the file written and the workers' log. BenchError when a scenario failed; a
+    signal ends the command with 128 + its number, the file kept."""
+    session = Session(out, ProgressReporter(err, out, quiet), job=job)
+    try:
+        outcome = session.run(dataclasses.replace(planned, config=config))
+    except RunInterrupted as exc:
+        err.print(f"[red]{signal_name(exc.signum)}[/]{escape(interrupted_where(exc.scenario, exc.at))}; "
+                  f"{exc.rows} samples kept in {escape(str(out))}", soft_wrap=True)
+        if quiet:
+            print(out, flush=True)
+        raise click.exceptions.Exit(128 + exc.signum) from None
+    for name, error, rows in outcome.failures:
+        err.print(f"[red]error[/] in scenario {escape(name)} ({rows} samples kept): {escape(str(error))}",
+                  soft_wrap=True)
+        if verbose and isinstance(error, WorkerFailed) and error.traceback_text:
+            err.print(error.traceback_text, markup=False, highlight=False)
+    err.print(f"wrote {escape(str(out))} ({outcome.rows} rows{', partial' if outcome.partial else ''})"
+              + (f"; the workers' output and tracebacks: {escape(outcome.log)}" if outcome.log else ""),
+              soft_wrap=True)
+    if quiet:
+        print(out, flush=True)
+    if outcome.failures:
+        raise BenchError(f"{len(outcome.failures)} of {outcome.planned} scenarios failed; samples taken before "
+                         f"the failure are kept in {out}")

@@ -1,0 +1,415 @@
+"""A run's session: every planned scenario in its sharing mode and process set, the results file
+kept current as rows arrive (nothing lost on a fault), and the end: the workers and modes ended
+while the answer is written and rendered.
+
+    session = Session(out, reporter)         # reporter: what the caller shows (Reporter)
+    outcome = session.run(plan)              # harness.plan.Plan -> RunOutcome
+
+The session holds the worker sets (harness.pool), the results file, the figures known so far
+(harness.known), the resweep of GPU pairs outside their class (harness.classes), the sharing
+modes' start and leave, and the completed and failed scenarios. It prints nothing: it reports
+through the Reporter's callbacks (a line per scenario, its progress and status, notes, the
+written file), which `run` implements with rich's Progress and the summary. A signal ends it as
+RunInterrupted after the file is written (its status says so); a results file that cannot be
+written ends it as BenchError, the file set aside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES
+from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed, signal_name
+from gpuipc_bench.harness.header import run_header
+from gpuipc_bench.harness.known import KnownBest
+from gpuipc_bench.harness.plan import plan_runs, second_mode_stream_sizes, shuffle_paths
+from gpuipc_bench.harness.supervision import WorkerLost
+from gpuipc_bench.hooks.profiling import mark, write_trace
+from gpuipc_bench.modes import end_all as end_modes
+
+REWRITE_S = 5.0  # the results file's header is rewritten at most this often while a run goes on
+
+
+class Reporter:
+    """What a session says as it goes. This one says nothing (a check, a test); `run` shows a line
+    per scenario with its progress, notes on stderr and the summary of the written file."""
+
+    def __enter__(self) -> "Reporter":
+        """The scenarios start (after the header is written and the workers' imports begin)."""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """The scenarios are done, or a fault ends them."""
+
+    def started(self, label: str, total: int) -> Any:
+        """A scenario starts: its line ('ipc 0>1 mps'), `total` progress steps; a handle for the calls below."""
+
+    def advance(self, line: Any, steps: int) -> None:
+        """The scenario's workers made `steps` more steps."""
+
+    def status(self, line: Any, text: str) -> None:
+        """What its workers are doing now ('sample 3 of ce at 64 MiB')."""
+
+    def failed(self, line: Any) -> None:
+        """The scenario failed (its mode could not start, or a worker failed)."""
+
+    def note(self, text: str) -> None:
+        """Something the user should know now (a pair swept whole, the driver's refusal across MIG instances)."""
+
+    def written(self, frame, metadata: dict[str, str]) -> None:
+        """The results file is complete and closed; the workers and modes end meanwhile."""
+
+
+class RunInterrupted(Interrupted):
+    """A signal ended the session's scenarios: the file is written, its status naming the signal
+    and where it came (`rows`: the samples kept). A signal elsewhere stays a plain Interrupted."""
+
+    def __init__(self, signum: int, scenario: str = "", at: str = "", rows: int = 0):
+        super().__init__(signum, scenario, at)
+        self.rows = rows
+
+
+class Failure(NamedTuple):
+    scenario: str
+    error: BenchError
+    rows: int  # samples it kept
+
+
+@dataclasses.dataclass
+class RunOutcome:
+    """What a session did: the file, its rows, the failed scenarios, the final status, the workers'
+    log ('' when none was kept) and how many scenario runs were planned."""
+    path: Path | str  # as the caller named it
+    rows: int
+    failures: list[Failure]
+    status: str
+    log: str = ""
+    planned: int = 0
+
+    @property
+    def partial(self) -> bool:
+        return bool(self.failures)
+
+
+class Session:
+    """One run of a plan (harness.plan.Plan), its rows into `out`. `job`: the MPI job whose ranks
+    are the workers (None: forked workers). `sets`: the persistent worker sets (default
+    harness.pool.WorkerSets; a test's stand-in)."""
+
+    def __init__(self, out, reporter: Reporter | None = None, job=None, sets=None):
+        self.out = out
+        self.reporter = reporter or Reporter()
+        self.job = job
+        self.sets = sets
+        self.results: Any = None
+        self.failures: list[Failure] = []
+        self.done: list[str] = []
+
+    @property
+    def rows(self) -> int:
+        """The rows written so far."""
+        return len(self.results) if self.results is not None else 0
+
+    def run(self, plan) -> RunOutcome:
+        """Run every scenario of `plan`, then write the final header and hand the file to the
+        reporter while the workers and modes end. RunInterrupted (the file's status says which
+        signal, where) or BenchError (the file could not be written) end it early."""
+        from gpuipc_bench.harness.pool import WorkerSets
+        from gpuipc_bench.results import ResultsFile, ResultsWriteError
+
+        config, job = plan.config, self.job
+        if self.sets is None:  # the persistent workers (the fork launcher's; fork-fresh: none, each its own)
+            self.sets = WorkerSets(config.worker_log or "", persistent=config.launcher == "fork")
+        sets = self.sets
+        launched = job.metadata() if job else {"launcher": config.launcher}
+        self.results = results = ResultsFile(self.out, {
+            **run_header(config, plan.machine), **launched,
+            **{f"note.{key}": text for key, text in (plan.mig_notes or {}).items()}})
+        try:
+            results.write(partial=True, status="running")
+        except ResultsWriteError as exc:
+            raise self._set_aside(exc) from None
+        run_started = time.monotonic()  # (and the header's last rewrite)
+        results.set_meta("seconds.startup", f"{process_seconds():.1f}")  # the command's start to the header
+        results.set_meta("sampling.far_behind", f"a group every sample of which is over {FAR_BEHIND:g}x the best "
+                                                f"median known at its size stops after {FAR_SAMPLES} samples")
+        clean_end = False
+        try:
+            self._scenarios(plan, rewritten=run_started)
+            sets.let_go()  # their contexts go down while the answer is written and rendered (end() reaps them)
+            clean_end = True
+        except ResultsWriteError as exc:
+            # The results file could not be written (a full disk): raised by results.add() from inside the
+            # workers' loop, which stopped them at once; `finally` ends them; the file is set aside.
+            raise self._set_aside(exc) from None
+        except (Interrupted, KeyboardInterrupt) as exc:
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+            scenario, at = getattr(exc, "scenario", ""), getattr(exc, "at", "")
+            results.write(partial=True, status=f"{signal_name(signum)}{interrupted_where(scenario, at)} "
+                                               f"({signal.Signals(signum).name})"
+                                               + "".join(f"; {part}" for part in [self.status()] if part))
+            results.close()
+            raise RunInterrupted(signum, scenario, at, len(results)) from None
+        except BaseException as exc:
+            parts = [str(exc)] if isinstance(exc, BenchError) else []
+            results.write(partial=True, status="failed: " + "; ".join(parts + [self.status()]).strip("; "))
+            results.close()
+            raise
+        finally:
+            if not clean_end:
+                sets.end()  # every persistent worker (and the fork server) ends with the run, under every fault
+        return self._end(plan, run_started)
+
+    def _scenarios(self, plan, rewritten: float) -> None:
+        """Every run of the plan (and the resweeps the first pass asks for), in its sharing mode."""
+        config, results, sets, modes = plan.config, self.results, self.sets, list(plan.modes)
+        known = KnownBest()  # the run's figures so far: what each later scenario's sampler compares with
+        resweep = self._start_resweep(plan)
+        mark("header written")
+        current = None  # the mode of the scenario before: a mode left behind ends its busy neighbour
+        if self.job is None:
+            sets.prestart(dict.fromkeys(s for s, _ in plan.runs))
+        with self.reporter:
+            runs = plan_runs(plan.runs, modes)  # the paths of a process set in a seeded order (not 'declared')
+            queue = shuffle_paths(runs, config.order_seed if config.sample_order != "declared" else None)
+            index = 0
+            while True:
+                if index == len(queue) and resweep is not None:  # the first pass is done: pairs outside their class
+                    queue += self._resweeps(resweep, plan)
+                    resweep = None
+                if index == len(queue):
+                    break
+                scenario, specs, mode = queue[index]
+                index += 1
+                if mode is not current:
+                    if current is not None:
+                        for note in current.leave():
+                            results.set_meta(f"note.sharing.{current.name}", note)
+                    current = mode
+                outcome = self._one(scenario, specs, mode, plan, known, resweep)
+                if outcome is None:
+                    continue
+                # partial until the clean end: a run killed now (SIGKILL) must not read as complete. The
+                # rows are appended as they come; the header (status, seconds, notes) is rewritten at
+                # most every REWRITE_S (a rewrite of the whole file between paths cost ~0.1 s each)
+                if self.failures or time.monotonic() - rewritten >= REWRITE_S:
+                    results.write(partial=True, status=self.status(running=True))
+                    rewritten = time.monotonic()
+                if isinstance(outcome.error, WorkerLost):  # a process died or went silent: the run ends
+                    break
+
+    def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep):
+        """One scenario run in its mode: its rows into the file; its outcome (harness.launcher.Outcome),
+        or None where its mode could not start (a failure, counted)."""
+        from gpuipc_bench.machine import mig
+
+        config, results, modes = plan.config, self.results, list(plan.modes)
+        if mode is not None and hasattr(mode, "device"):
+            mode.device = specs[0].device  # a busy neighbour goes on the pair's GPU
+        line = self.reporter.started(run_label(scenario, specs, mode, plan), scenario.progress_total(config, specs))
+        started = time.monotonic()
+        mark("scenario", scenario.name, mode.name if mode is not None else "")
+        try:
+            env = start_mode(mode, results)
+            mark("mode started", mode.name if mode is not None else "")
+        except BenchError as exc:  # this mode cannot run: its scenarios fail, the others go on
+            self.failures.append(Failure(scenario.name, exc, 0))
+            self.reporter.failed(line)
+            return None
+        scenario_config = dataclasses.replace(
+            config, known_best=known.rows(),
+            stream_sizes=second_mode_stream_sizes(scenario, config, specs, modes, mode))
+        if scenario_config.stream_sizes is not None:
+            results.set_meta(f"sampling.stream_sizes.{scenario.name}.{mode.name}",
+                             ",".join(str(n) for n in scenario_config.stream_sizes))
+        reporter = self.reporter
+
+        def on_row(row: dict) -> None:
+            results.add([row])
+            known.add(row)
+            if resweep is not None:
+                resweep.add(row)
+
+        callbacks = dict(
+            on_row=on_row,
+            on_progress=lambda n: reporter.advance(line, n),
+            on_status=lambda text: reporter.status(line, text),
+            on_note=lambda key, text: results.set_meta(f"note.{key}", text),
+        )
+        if self.job is not None:  # the ranks are the workers
+            outcome = self.job.run_scenario(scenario, scenario_config, specs, **callbacks)
+        else:
+            outcome = self.sets.run(scenario, scenario_config, specs,
+                                    mode_name=mode.name if mode is not None else None, env=env, **callbacks)
+        refused = mig.refusal(scenario.name, specs, outcome.error)
+        if refused is not None:  # across MIG instances the driver said no: its words, not a failure
+            results.set_meta(f"note.{refused[0]}", refused[1])
+            reporter.note(refused[1])
+            self.done.append(scenario.name)
+        elif outcome.error is not None:
+            self.failures.append(Failure(scenario.name, outcome.error, outcome.rows))
+            reporter.failed(line)
+        else:
+            self.done.append(scenario.name)
+        mark("scenario ended", scenario.name)
+        spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))
+        results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs and modes
+        return outcome
+
+    def _end(self, plan, run_started: float) -> RunOutcome:
+        """The clean end: the final header written, the file handed to the reporter while the workers
+        are reaped and the modes end (the MPS daemon's quit and its reaping take ~1.4 s on an H100
+        node), then the failed workers' tracebacks into the workers' log."""
+        from gpuipc_bench.results import ResultsWriteError
+
+        results, sets = self.results, self.sets
+        closer = threading.Thread(target=end_workers_and_modes, args=(sets, plan.modes), name="gpuipc-bench-closer",
+                                  daemon=True)
+        status = self.status() or "nothing run"
+        try:
+            results.set_meta("worker_sets", str(sets.started))
+            results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
+            # the user's clock: from the command's start (imports, probe, daemons) to this write; the summary after
+            results.set_meta("seconds.wall", f"{process_seconds():.1f}")
+            try:
+                results.write(partial=bool(self.failures), status=status)
+            except ResultsWriteError as exc:
+                raise self._set_aside(exc) from None
+            results.close()
+            closer.start()
+            self.reporter.written(results.frame, results.metadata)
+        finally:
+            if closer.ident is not None:
+                closer.join()
+            sets.end()  # (nothing left to do unless the closer failed)
+            mark("sets ended")
+            write_trace(f"parent-{os.getpid()}")
+        return RunOutcome(self.out, len(results), list(self.failures), status,
+                          worker_log(plan.config, self.failures), len(plan.runs))
+
+    def _start_resweep(self, plan):
+        """The run's estimate and, with --pairs all, its pairs' link classes into the header; a Resweep
+        (harness.classes) where headline pairs may need their whole sweep, else None."""
+        results = self.results
+        results.set_meta("estimate.seconds", f"{plan.estimate:.1f}")
+        if plan.pair_classes is None:
+            return None
+        for key, value in plan.pair_classes.metadata().items():
+            results.set_meta(key, value)
+        if not plan.pair_classes.headline:
+            return None
+        from gpuipc_bench.harness.classes import Resweep
+
+        return Resweep(plan.pair_classes)
+
+    def _resweeps(self, resweep, plan) -> list:
+        """The runs that sweep whole each headline pair whose figures fall outside its class, said and
+        kept in the header (pairs.resweep.A>B: why)."""
+        added = []
+        for (a, b), why in resweep.pairs().items():
+            self.results.set_meta(f"pairs.resweep.{a}>{b}", why)
+            self.reporter.note(f"GPU {a} → {b}: {why}; sweeping it whole")
+            added += [(scenario, specs, None) for scenario, specs in plan.resweep_runs.get((a, b), [])]
+        return added
+
+    def _set_aside(self, error) -> BenchError:
+        """The error to end the run with when the results file could not be written: the file, cut
+        where the write failed, renamed to <name>.partial and named."""
+        partial = self.results.set_aside()
+        kept = f"; the rows written before it: {partial}" if partial else ""
+        return BenchError(f"--out {self.out}: {error.reason.lower()}{kept}")
+
+    def status(self, running: bool = False) -> str:
+        """The file's status: 'completed: a,b; failed: c (why); running'."""
+        parts = []
+        if self.done:
+            parts.append("completed: " + ",".join(dict.fromkeys(self.done)))
+        if self.failures:
+            parts.append("failed: " + "; ".join(f"{name} ({err})" for name, err, _ in self.failures))
+        if running:
+            parts.append("running")
+        return "; ".join(parts)
+
+
+def run_label(scenario, specs, mode, plan) -> str:
+    """A scenario run's line: 'ipc', 'ipc 0>1', 'ipc GPU 0 · A>B' (MIG), 'ipc mps' (of several modes)."""
+    from gpuipc_bench.machine import mig
+
+    devices = {spec.device for spec in specs}
+    label = scenario.name if len(devices) < 2 else f"{scenario.name} {specs[0].device}>{specs[-1].device}"
+    if mig.is_mig_pair(specs):
+        return f"{scenario.name} {mig.pair_label(specs, plan.machine)}"
+    if mode is not None and len(plan.modes) > 1:
+        label += f" {mode.name}"
+    return label
+
+
+def interrupted_where(scenario: str, at: str = "") -> str:
+    """' during ipc 64 MiB' (the scenario and the size in flight when a signal came), or ''."""
+    return f" during {scenario}{' ' + at if at else ''}" if scenario else ""
+
+
+_IMPORTED = time.monotonic()
+
+
+def process_seconds() -> float:
+    """Seconds since this process started (Linux: /proc), else since this module was imported."""
+    try:
+        with open("/proc/self/stat", encoding="ascii") as stat, open("/proc/uptime", encoding="ascii") as up:
+            started = int(stat.read().rsplit(")", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+            return max(0.0, float(up.read().split()[0]) - started)
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
+
+
+def end_workers_and_modes(sets, modes) -> None:
+    """The closer thread's work at a run's clean end: every worker reaped, then every mode ended (the
+    MPS daemon after its last client); the caller's finally ends both again, as at every fault."""
+    try:
+        sets.end()
+        end_modes(modes)
+    except Exception:  # noqa: BLE001 - the main thread's own end_modes and sets.end() report it
+        pass
+
+
+def start_mode(mode, results) -> dict[str, str]:
+    """Start a sharing mode on its first use (one MPS daemon per run); the environment its
+    workers set. BenchError when it cannot start."""
+    if mode is None:
+        return {}
+    mode.start()
+    for key, value in mode.facts().items():
+        results.set_meta(key, value)
+    return mode.env()
+
+
+def worker_log(config, failures) -> str:
+    """The run's worker log with the failed workers' tracebacks added, or '' (and removed) when
+    nothing was written to it."""
+    path = config.worker_log
+    if not path:
+        return ""
+    try:
+        with open(path, "a") as log:
+            for name, error, _ in failures:
+                if isinstance(error, WorkerFailed) and error.traceback_text:
+                    log.write(f"--- scenario {name}: {error}\n{error.traceback_text}\n")
+    except OSError:
+        return ""
+    return "" if drop_if_empty(path) else path
+
+
+def drop_if_empty(path: str) -> bool:
+    """Remove the worker log when no worker wrote to it; True when it is gone."""
+    try:
+        if path and os.path.getsize(path) == 0:
+            os.unlink(path)
+    except OSError:
+        pass
+    return not path or not os.path.exists(path)

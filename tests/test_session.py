@@ -1,0 +1,266 @@
+"""The run's session (gpuipc_bench.harness.session): the plan's scenarios in their modes, the
+results file kept current, failures named, a signal's status, what the reporter hears; with
+stand-in worker sets (no process is forked), and a committed reference run replayed through it,
+its rows and its summary as committed."""
+
+from __future__ import annotations
+
+import io
+import signal
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from fakes import fake_machine
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.engine.scenario import Scenario, WorkerSpec
+from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed
+from gpuipc_bench.harness import session as session_module
+from gpuipc_bench.harness.launcher import Outcome
+from gpuipc_bench.harness.plan import Plan
+from gpuipc_bench.harness.session import Reporter, RunInterrupted, Session
+from gpuipc_bench.harness.supervision import WorkerLost
+from gpuipc_bench.report import render_run_summary
+from gpuipc_bench.results import new_row, read_results
+
+HERE = Path(__file__).parent
+REFERENCE = HERE.parent / "results" / "h100-both-modes-quick.csv"
+REFERENCE_SUMMARY = HERE / "golden" / "h100-both-modes-quick-summary.txt"
+CPU = [WorkerSpec(0, "producer", None), WorkerSpec(1, "consumer", None)]
+SAME_GPU = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 0)]
+
+
+class Named(Scenario):
+    """A scenario that is only its name (its workers are the stand-in sets')."""
+
+    def __init__(self, name: str, sharing_modes: bool = False):
+        self.name, self.sharing_modes = name, sharing_modes
+
+
+class Sets:
+    """Stands in for harness.pool.WorkerSets: each run delivers the rows, progress, status and
+    notes its script says and returns its outcome (an error, or raises a signal)."""
+
+    def __init__(self, script=None):
+        self.script = script or {}  # scenario name -> (rows, error or exception to raise)
+        self.calls: list[tuple] = []  # (scenario, mode_name, env)
+        self.started = 1
+        self.ended = self.let_go_called = False
+
+    def prestart(self, scenarios) -> None:
+        pass
+
+    def run(self, scenario, config, specs, mode_name=None, env=None, on_row=None, on_progress=None,
+            on_status=None, on_note=None) -> Outcome:
+        self.calls.append((scenario.name, mode_name, env))
+        rows, error = self.script.get(scenario.name, ([host_row(scenario.name)], None))
+        if callable(rows):
+            rows = rows()
+        on_status(f"sample 1 of {scenario.name}")
+        for row in rows:
+            on_row(row)
+            on_progress(1)
+        on_note(f"{scenario.name}.said", "hello")
+        if isinstance(error, BaseException) and not isinstance(error, BenchError):
+            raise error
+        return Outcome(scenario.name, rows=len(rows), error=error)
+
+    def let_go(self) -> None:
+        self.let_go_called = True
+
+    def end(self) -> None:
+        self.ended = True
+
+
+class Heard(Reporter):
+    """What the session said, in order."""
+
+    def __init__(self):
+        self.events: list[tuple] = []
+        self.summary = ""
+
+    def __enter__(self):
+        self.events.append(("enter",))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.events.append(("exit",))
+
+    def started(self, label, total):
+        self.events.append(("started", label))
+        return label
+
+    def advance(self, line, steps):
+        self.events.append(("advance", line, steps))
+
+    def status(self, line, text):
+        self.events.append(("status", line, text))
+
+    def failed(self, line):
+        self.events.append(("failed", line))
+
+    def note(self, text):
+        self.events.append(("note", text))
+
+    def written(self, frame, metadata):
+        self.events.append(("written", len(frame), metadata["status"]))
+
+
+class Mode:
+    """A sharing mode that starts (or cannot), and leaves with a note."""
+
+    def __init__(self, name: str, fails: str = ""):
+        self.name, self.fails, self.scenarios = name, fails, ()
+        self.log: list[str] = []
+
+    def start(self):
+        self.log.append("start")
+        if self.fails:
+            raise BenchError(self.fails)
+
+    def facts(self):
+        return {f"sharing.{self.name}": "started"}
+
+    def env(self):
+        return {"MODE": self.name}
+
+    def leave(self):
+        self.log.append("leave")
+        return [f"{self.name} left"]
+
+    def stop(self):
+        self.log.append("stop")
+        return []
+
+
+def host_row(scenario: str, iteration: int = 0) -> dict:
+    return new_row(scenario=scenario, path="host", variant="memcpy", measure="stream", metric="bandwidth",
+                   src="host", dst="host", bytes=4096, iteration=iteration, batch=1, seconds=1e-6, verified=True,
+                   workers=2, sharing="none")
+
+
+def plan_of(*runs, modes=(), machine=None) -> Plan:
+    config = RunConfig(scenarios=tuple(dict.fromkeys(s.name for s, _ in runs)), iterations=3)
+    return Plan(config, machine or fake_machine(()), list(runs), list(modes), {}, [])
+
+
+def run_session(tmp_path, plan, sets, reporter=None):
+    reporter = reporter or Heard()
+    out = tmp_path / "run.csv"
+    outcome = Session(out, reporter, sets=sets).run(plan)
+    return outcome, reporter, out
+
+
+def test_every_row_is_written_and_each_scenario_reported(tmp_path):
+    sets = Sets()
+    outcome, heard, out = run_session(tmp_path, plan_of((Named("a"), CPU), (Named("b"), CPU)), sets)
+    frame, meta = read_results(out)
+    assert outcome.rows == len(frame) == 2 and outcome.failures == [] and not outcome.partial
+    assert outcome.status == meta["status"] == "completed: a,b" and meta["partial"] == "false"
+    assert outcome.path == out and outcome.planned == 2 and outcome.log == ""
+    assert meta["note.a.said"] == "hello" and float(meta["seconds.a"]) >= 0 and "seconds.total" in meta
+    assert meta["worker_sets"] == "1" and meta["estimate.seconds"] == "0.0"
+    assert heard.events == [
+        ("enter",),
+        ("started", "a"), ("status", "a", "sample 1 of a"), ("advance", "a", 1),
+        ("started", "b"), ("status", "b", "sample 1 of b"), ("advance", "b", 1),
+        ("exit",), ("written", 2, "completed: a,b")]
+    assert sets.let_go_called and sets.ended
+    assert [name for name, _, _ in sets.calls] == ["a", "b"]
+
+
+def test_a_failed_scenario_is_named_its_rows_kept_and_the_next_runs(tmp_path):
+    error = WorkerFailed("worker 1 (consumer, CPU) raised ValueError: no")
+    sets = Sets({"a": ([host_row("a"), host_row("a", 1)], error)})
+    outcome, heard, out = run_session(tmp_path, plan_of((Named("a"), CPU), (Named("b"), CPU)), sets)
+    assert [(f.scenario, f.rows) for f in outcome.failures] == [("a", 2)] and outcome.partial
+    frame, meta = read_results(out)
+    assert len(frame) == outcome.rows == 3 and meta["partial"] == "true"
+    assert meta["status"] == outcome.status == f"completed: b; failed: a ({error})"
+    assert ("failed", "a") in heard.events and [name for name, _, _ in sets.calls] == ["a", "b"]
+
+
+def test_a_lost_worker_ends_the_run(tmp_path):
+    sets = Sets({"a": ([], WorkerLost("worker 1 (consumer, CPU) died (SIGKILL)"))})
+    outcome, _, out = run_session(tmp_path, plan_of((Named("a"), CPU), (Named("b"), CPU)), sets)
+    assert [name for name, _, _ in sets.calls] == ["a"]
+    assert read_results(out)[1]["status"].startswith("failed: a (worker 1")
+
+
+def test_each_mode_starts_before_its_scenarios_leaves_after_them_and_is_handed_to_the_workers(tmp_path):
+    """Mode by mode; the mode's name and environment go to the workers; one that cannot start
+    fails its scenarios (no samples) and the others go on."""
+    sliced, mps, broken = Mode("time-sliced"), Mode("mps"), Mode("mps:25", fails="no daemon")
+    pair, alone = Named("ipc", sharing_modes=True), Named("host")
+    sets = Sets()
+    outcome, heard, out = run_session(tmp_path, plan_of((pair, SAME_GPU), (alone, CPU),
+                                                        modes=[sliced, mps, broken]), sets)
+    assert sets.calls == [("ipc", "time-sliced", {"MODE": "time-sliced"}), ("host", None, {}),
+                          ("ipc", "mps", {"MODE": "mps"})]
+    assert [(f.scenario, f.rows, str(f.error)) for f in outcome.failures] == [("ipc", 0, "no daemon")]
+    assert [e[1] for e in heard.events if e[0] == "started"] == ["ipc time-sliced", "host", "ipc mps", "ipc mps:25"]
+    assert ("failed", "ipc mps:25") in heard.events
+    meta = read_results(out)[1]
+    assert meta["note.sharing.time-sliced"] == "time-sliced left" and meta["note.sharing.mps"] == "mps left"
+    assert meta["sharing.mps"] == "started" and sliced.log[:2] == ["start", "leave"]
+    assert all(mode.log[-1] == "stop" for mode in (sliced, mps, broken))  # every mode ends with the run
+
+
+def test_a_signal_ends_the_session_with_the_file_written_and_the_workers_ended(tmp_path):
+    sets = Sets({"b": (lambda: [host_row("b")], Interrupted(signal.SIGTERM, "b", "4 KiB"))})
+    with pytest.raises(RunInterrupted) as caught:
+        run_session(tmp_path, plan_of((Named("a"), CPU), (Named("b"), CPU), (Named("c"), CPU)), sets)
+    assert (caught.value.signum, caught.value.scenario, caught.value.at, caught.value.rows) == (
+        signal.SIGTERM, "b", "4 KiB", 2)
+    frame, meta = read_results(tmp_path / "run.csv")
+    assert len(frame) == 2 and meta["partial"] == "true"
+    assert meta["status"] == "terminated during b 4 KiB (SIGTERM); completed: a"
+    assert sets.ended and not sets.let_go_called
+
+
+def test_a_reference_run_replayed_through_the_session_writes_its_rows_and_renders_as_committed(
+        tmp_path, monkeypatch):
+    """The behaviour check: a committed reference run's rows, delivered scenario run by scenario run
+    in their order, come out of the session's file as they went in, and its summary (rendered
+    where `run` renders it) is the committed one."""
+    frame, meta = read_results(REFERENCE)
+    blocks: list[tuple[str, list[dict]]] = []
+    for row in frame.to_dict("records"):
+        if not blocks or blocks[-1][0] != row["scenario"]:
+            blocks.append((row["scenario"], []))
+        blocks[-1][1].append({k: v for k, v in row.items() if not _missing(v)})
+    queue = iter(blocks)
+
+    class Replay(Sets):
+        def run(self, scenario, config, specs, **kwargs):
+            name, rows = next(queue)
+            assert name == scenario.name
+            self.script[name] = (rows, None)
+            return super().run(scenario, config, specs, **kwargs)
+
+    monkeypatch.setattr(session_module, "run_header", lambda config, machine: dict(meta))
+
+    class Render(Heard):
+        def written(self, written_frame, metadata):
+            self.summary = summary(written_frame, metadata)
+
+    plan = plan_of(*[(Named(name), CPU) for name, _ in blocks])
+    outcome, heard, out = run_session(tmp_path, plan, Replay(), Render())
+    written, written_meta = read_results(out)
+    assert outcome.rows == len(frame) and written_meta["status"] == meta["status"]
+    assert written.equals(frame)
+    assert heard.summary == summary(frame, meta) == REFERENCE_SUMMARY.read_text()
+
+
+def summary(frame, meta) -> str:
+    console = Console(record=True, width=80, color_system=None, file=io.StringIO())
+    render_run_summary(frame, meta, console, source="results/h100-both-modes-quick.csv")
+    return console.export_text()
+
+
+def _missing(value) -> bool:
+    try:
+        return value is None or value != value  # NaN, pd.NA raises
+    except TypeError:
+        return True

@@ -53,17 +53,17 @@ def parameters(rows: list[Row]) -> Callable[[Runs], str]:
     return render
 
 
-SCENARIO = "gpuipc_bench.engine.scenario"
 SAMPLER = "gpuipc_bench.engine.sampler"
 ROBUST = "gpuipc_bench.robust"
 STATS = "gpuipc_bench.analysis.stats"
+DEFAULTS = "gpuipc_bench.defaults"
 
 MEASURING: list[Row] = [
     (SAMPLER, "TARGET_SAMPLE_S", "ms", "the work one calibrated sample aims at"),
     (ROBUST, "PRECISION", "%", "a group stops once its median's 95% interval is this close to the median"),
-    (SCENARIO, "DEFAULT_SAMPLES.0", "", "`--min-samples` by default"),
-    (SCENARIO, "DEFAULT_SAMPLES.1", "", "`--max-samples` by default"),
-    (SCENARIO, "DEFAULT_SAMPLES.2", "", "`--warmup` by default: untimed samples per group"),
+    (DEFAULTS, "DEFAULT_SAMPLES.0", "", "`--min-samples` by default"),
+    (DEFAULTS, "DEFAULT_SAMPLES.1", "", "`--max-samples` by default"),
+    (DEFAULTS, "DEFAULT_SAMPLES.2", "", "`--warmup` by default: untimed samples per group"),
     (ROBUST, "WIDE_RANGE", "%", "a range of samples wider than this share of the median is wide ..."),
     (ROBUST, "WIDE_MIN_SAMPLES", "", "... and takes this many samples (or `--max-samples`, if fewer)"),
     (SAMPLER, "BEATEN_BY", "%", "a group slower than a rival in every sample, its median by more than this, stops "
@@ -86,7 +86,7 @@ VERDICT: list[Row] = [
      "below this many times a ceiling's per-call floor a figure is call-bound (time per transfer, not GB/s)"),
     ("gpuipc_bench.analysis.breakeven", "AMORTISE_OVER", "",
      "transfers one set-up is charged over (`--amortise-over`)"),
-    (SCENARIO, "PRESETS.quick.0", "", "samples per group under `--quick`"),
+    (DEFAULTS, "PRESETS.quick.0", "", "samples per group under `--quick`"),
 ]
 
 

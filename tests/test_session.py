@@ -264,3 +264,40 @@ def _missing(value) -> bool:
         return value is None or value != value  # NaN, pd.NA raises
     except TypeError:
         return True
+
+
+def test_a_headline_pair_outside_its_class_is_swept_whole_after_the_first_pass(tmp_path):
+    """--pairs all on four GPUs: GPU 2 -> 3's 256 MiB stream at half the rate of its class: once
+    every pair has run, its whole sweep is added, said with what it costs, and kept in the header."""
+    from fakes import h100_node
+    from gpuipc_bench.harness.classes import group_pairs
+
+    pairs = [(a, b) for a in range(4) for b in range(4) if a != b]
+
+    def specs(a, b):
+        return [WorkerSpec(0, "producer", a), WorkerSpec(1, "consumer", b)]
+
+    class PairSets(Sets):
+        def run(self, scenario, config, specs, mode_name=None, env=None, on_row=None, **callbacks) -> Outcome:
+            self.calls.append((scenario.name, specs[0].device, specs[-1].device))
+            a, b = specs[0].device, specs[-1].device
+            for i in range(6):
+                on_row(new_row(scenario=scenario.name, path="ipc", variant="ce", measure="stream",
+                               metric="bandwidth", src=str(a), dst=str(b), bytes=256 << 20, iteration=i, batch=1,
+                               seconds=6.8e-4 * (2.0 if (a, b) == (2, 3) else 1.0) * (1 + 0.001 * i),
+                               verified=True, workers=2, sharing="exclusive"))
+            return Outcome(scenario.name, rows=6)
+
+    machine = h100_node(4)
+    classes = group_pairs(pairs, machine)
+    plan = plan_of(*[(Named("ipc"), specs(a, b)) for a, b in pairs], machine=machine)
+    plan.pair_classes = classes
+    plan.resweep_runs = {pair: [(Named("staging"), specs(*pair))] for pair in classes.headline}
+    sets = PairSets()
+    outcome, heard, out = run_session(tmp_path, plan, sets)
+    assert sets.calls[:12] == [("ipc", a, b) for a, b in pairs] and sets.calls[12:] == [("staging", 2, 3)]
+    meta = read_results(out)[1]
+    assert "took 2.00x the median of its class" in meta["pairs.resweep.2>3"]
+    assert meta["pairs.full"] == "0>1" and "pairs.resweep.1>2" not in meta
+    said = [e[1] for e in heard.events if e[0] == "note" and "sweeping it whole" in e[1]]
+    assert len(said) == 1 and said[0].startswith("GPU 2 → 3: ipc/ce stream at 256 MiB") and "s more)" in said[0]

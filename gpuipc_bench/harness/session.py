@@ -311,11 +311,15 @@ class Session:
     def _resweeps(self, resweep, plan) -> list:
         """The runs that sweep whole each headline pair whose figures fall outside its class, said and
         kept in the header (pairs.resweep.A>B: why)."""
+        from gpuipc_bench.harness.estimate import END_S, START_S, estimate_seconds
+
         added = []
         for (a, b), why in resweep.pairs().items():
+            runs = [(scenario, specs, None) for scenario, specs in plan.resweep_runs.get((a, b), [])]
+            more = estimate_seconds(runs, plan.config, []) - START_S - END_S
             self.results.set_meta(f"pairs.resweep.{a}>{b}", why)
-            self.reporter.note(f"GPU {a} → {b}: {why}; sweeping it whole")
-            added += [(scenario, specs, None) for scenario, specs in plan.resweep_runs.get((a, b), [])]
+            self.reporter.note(f"GPU {a} → {b}: {why}; sweeping it whole (about {more:.0f} s more)")
+            added += runs
         return added
 
     def _set_aside(self, error) -> BenchError:

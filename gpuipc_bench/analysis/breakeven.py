@@ -175,7 +175,8 @@ def _break_even_on(info: PathInfo, link, halves, part: pd.DataFrame, composed: b
         return None
     if (ops["sharing"] == part["sharing"].iloc[0]).any():
         ops = ops[ops["sharing"] == part["sharing"].iloc[0]]
-    cost = {s: _setup_cost(ops, info.setup, s, samples) for s in sizes}
+    by_op = _ops_by_name(ops, info.setup)
+    cost = {s: _setup_cost(by_op, s, samples) for s in sizes}
 
     def crossing(n: int) -> Crossing:
         median = [cost[s][1] / n + path_t[s][1] < base_t[s][1] for s in sizes]
@@ -197,32 +198,54 @@ def _break_even_on(info: PathInfo, link, halves, part: pd.DataFrame, composed: b
     )
 
 
-def _setup_cost(ops: pd.DataFrame, names: Sequence[str], nbytes: int, samples) -> tuple[float, float, float]:
-    """(lo, median, hi) total seconds of the setup operations paid before a transfer of
-    `nbytes`. An operation measured at several sizes costs what it cost at this size (or the
-    next larger size measured, or the largest); one measured once costs that. Intervals: the
-    median's 95% interval, or the range of the samples below 6 of them."""
-    total = [0.0, 0.0, 0.0]
+def _ops_by_name(ops: pd.DataFrame, names: Sequence[str]) -> list[tuple[list, bool]]:
+    """Each setup operation's rows (in the frame's order) and whether it was measured at
+    several sizes, in the order of `names` (the operations measured)."""
+    rows = list(ops.itertuples(index=False))
+    out = []
     for op in names:
-        rows = ops[ops["variant"] == op]
-        if rows.empty:
-            continue
-        if rows["bytes"].nunique() > 1:
-            at = rows[rows["bytes"] == nbytes]
-            if at.empty:
-                larger = rows[rows["bytes"] > nbytes]
-                at = larger[larger["bytes"] == larger["bytes"].min()] if len(larger) else \
-                    rows[rows["bytes"] == rows["bytes"].max()]
+        mine = [r for r in rows if r.variant == op]
+        if mine:
+            out.append((mine, len({int(r.bytes) for r in mine}) > 1))
+    return out
+
+
+def _setup_cost(by_op: Sequence[tuple[list, bool]], nbytes: int, samples) -> tuple[float, float, float]:
+    """(lo, median, hi) total seconds of the setup operations paid before a transfer of
+    `nbytes` (by_op: _ops_by_name). An operation measured at several sizes costs what it cost
+    at this size (or the next larger size measured, or the largest); one measured once costs
+    that. Intervals: the median's 95% interval, or the range of the samples below 6 of them."""
+    total = [0.0, 0.0, 0.0]
+    for rows, sized in by_op:
+        if sized:
+            at = [r for r in rows if int(r.bytes) == nbytes]
+            if not at:
+                larger = [int(r.bytes) for r in rows if int(r.bytes) > nbytes]
+                size = min(larger) if larger else max(int(r.bytes) for r in rows)
+                at = [r for r in rows if int(r.bytes) == size]
             rows = at
-        row = rows.sort_values("median_s", kind="stable").iloc[-1]  # the dearest if several
-        lo, hi = row["ci_lo_s"], row["ci_hi_s"]
+        row = _dearest(rows)
+        lo, hi = row.ci_lo_s, row.ci_hi_s
         values = samples.get(condition(row), ())
         if not (math.isfinite(lo) and math.isfinite(hi)):
             finite = [v for v in values if math.isfinite(v)]
-            lo, hi = (min(finite), max(finite)) if finite else (row["median_s"], row["median_s"])
-        for k, v in enumerate((lo, row["median_s"], hi)):
+            lo, hi = (min(finite), max(finite)) if finite else (row.median_s, row.median_s)
+        for k, v in enumerate((lo, row.median_s, hi)):
             total[k] += float(v)
     return total[0], total[1], total[2]
+
+
+def _dearest(rows: Sequence):
+    """The row with the largest median, the last of equals (a NaN median: the last of those),
+    as the last row of the rows sorted by median (stable, NaN last)."""
+    nan = [r for r in rows if math.isnan(r.median_s)]
+    if nan:
+        return nan[-1]
+    best = rows[0]
+    for r in rows[1:]:
+        if r.median_s >= best.median_s:
+            best = r
+    return best
 
 
 def _crossing(sizes: Sequence[int], wins: Sequence[bool]) -> Crossing:

@@ -79,17 +79,19 @@ class BreakEven:
 
 
 def break_even(summary: pd.DataFrame, paths: Mapping[str, PathInfo], samples: Mapping[tuple, np.ndarray] | None = None,
-               amortise_over: int = AMORTISE_OVER, mixed_measures: bool = False) -> list[BreakEven]:
+               amortise_over: int = AMORTISE_OVER, mixed_measures: bool = False,
+               ranked: pd.DataFrame | None = None) -> list[BreakEven]:
     """For each path with setup operations: where it beats the baseline path once its setup
     is paid, on each link where both were measured (the same src, dst and sharing mode; a
     path measured only in halves, GPU -> host and host -> GPU, as their sum). The measure is
     `handoff` where both sides have it, else `stream` (mixed for schema 1). A setup cost
-    counts only if measured on the link's own devices (see _path_links)."""
+    counts only if measured on the link's own devices (see _path_links). `ranked`: the
+    summary's candidates (verdict.candidates), found here when not given."""
     if amortise_over < 1:
         raise ValueError("amortise_over must be at least 1")
     samples = samples or {}
     baseline = next((p.name for p in paths.values() if p.role == "baseline"), None)
-    rows = candidates(summary, paths)
+    rows = candidates(summary, paths) if ranked is None else ranked
     if not rows.empty:
         rows = rows[rows["metric"] == "bandwidth"]
     if baseline is None or rows.empty:
@@ -142,11 +144,14 @@ def _best_by_size(part: pd.DataFrame, composed: bool) -> dict[int, tuple[float, 
     """(lo, median, hi) seconds of the fastest variant at each size; a composed path adds its
     fastest GPU -> host half to its fastest host -> GPU half."""
     def fastest(rows: pd.DataFrame) -> dict[int, tuple[float, float, float]]:
-        best = {}
-        for row in rows.sort_values("median_s", kind="stable").itertuples(index=False):
-            lo = row.ci_lo_s if math.isfinite(row.ci_lo_s) else row.median_s
-            hi = row.ci_hi_s if math.isfinite(row.ci_hi_s) else row.median_s
-            best.setdefault(int(row.bytes), (float(lo), float(row.median_s), float(hi)))
+        median = rows["median_s"].to_numpy(dtype=float)
+        ends = zip(rows["ci_lo_s"].to_numpy(dtype=float).tolist(), median.tolist(),
+                   rows["ci_hi_s"].to_numpy(dtype=float).tolist(), rows["bytes"].to_numpy().tolist())
+        best: dict[int, tuple[float, float, float]] = {}
+        order = np.argsort(median, kind="stable").tolist()  # as sort_values: stable, NaN last
+        ordered = list(ends)
+        for lo, m, hi, nbytes in (ordered[i] for i in order):
+            best.setdefault(int(nbytes), (lo if math.isfinite(lo) else m, m, hi if math.isfinite(hi) else m))
         return best
 
     if not composed:

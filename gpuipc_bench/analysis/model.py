@@ -112,7 +112,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
     mixed = schema < 2  # schema 1 told neither the measure nor the roles: rank the old way, and say so
     samples = samples_by_condition(df)
     summary = summarize(df, samples=samples, paths=paths, meta=meta)
-    rows = candidates(summary, paths)
+    ranked = rows = candidates(summary, paths)
     summary["candidate"] = summary.index.isin(rows.index[rows["metric"] == "bandwidth"]) if not rows.empty \
         else False
     if mixed and not rows.empty:
@@ -128,7 +128,8 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
         warnings=warnings,
         answer=Answer(tuple(decisions), tuple(arranged), tuple(setup.values()),
                       tuple(relevant_warnings(warnings, decisions, rows)), tuple(handovers(summary))),
-        break_even=break_even(summary, paths, samples, amortise_over=amortise_over, mixed_measures=mixed),
+        break_even=break_even(summary, paths, samples, amortise_over=amortise_over, mixed_measures=mixed,
+                              ranked=ranked),
         min_effect=min_effect, amortise_over=amortise_over, fallbacks=fallbacks(df, summary, meta),
     )
 

@@ -147,12 +147,14 @@ def clock_warnings(frame: pd.DataFrame, meta: Mapping[str, str]) -> list[Stabili
         return []
     keys = ["scenario", "path", "variant", "metric", "measure", "src", "dst", "bytes", "workers", "sharing"]
     out = []
-    for key, group in rows.groupby(keys, dropna=False, sort=False):
+    lowest = rows.assign(_clock=pd.to_numeric(rows["sm_clock_mhz"])).groupby(
+        keys, dropna=False, sort=False)["_clock"].min()  # each group's lowest clock, groups as they first appear
+    for key, clock in lowest.items():
         scenario, path, variant, metric, measure, src, dst, nbytes, workers, sharing = key
         gpu = str(src) if str(src) in clocks else str(dst)
         if gpu not in clocks:
             continue
-        share = float(pd.to_numeric(group["sm_clock_mhz"]).min()) / clocks[gpu]
+        share = float(clock) / clocks[gpu]
         if share < LOW_CLOCK_FRACTION:
             out.append(StabilityWarning(LOW_CLOCK, str(scenario), str(path), str(variant), int(nbytes), str(metric),
                                         "" if pd.isna(measure) else str(measure), str(src), str(dst),

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from gpuipc_bench.analysis.conditions import condition, is_gpu
+from gpuipc_bench.analysis.conditions import condition, is_gpu, records
 from gpuipc_bench.analysis.verdict import MIXED, candidates
 from gpuipc_bench.paths import PathInfo
 
@@ -206,7 +206,7 @@ def _break_even_on(info: PathInfo, link, halves, part: pd.DataFrame, composed: b
 def _ops_by_name(ops: pd.DataFrame, names: Sequence[str]) -> list[tuple[list, bool]]:
     """Each setup operation's rows (in the frame's order) and whether it was measured at
     several sizes, in the order of `names` (the operations measured)."""
-    rows = list(ops.itertuples(index=False))
+    rows = records(ops)
     out = []
     for op in names:
         mine = [r for r in rows if r.variant == op]

@@ -18,7 +18,7 @@ from gpuipc_bench.analysis import stats
 from gpuipc_bench.analysis.handover import Handover, handovers
 from gpuipc_bench.analysis.bands import Band, bands, changes
 from gpuipc_bench.analysis.breakeven import AMORTISE_OVER, BreakEven, break_even
-from gpuipc_bench.analysis.conditions import is_gpu, link_rank
+from gpuipc_bench.analysis.conditions import is_gpu, link_rank, records
 from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES, samples_by_condition, summarize
 from gpuipc_bench.analysis.verdict import MEASURE_ORDER, MIXED, Decision, Figure, candidates, ceiling_times, decide
 from gpuipc_bench.analysis.mechanisms import declaration_order
@@ -148,9 +148,15 @@ def decide_all(rows: pd.DataFrame, summary: pd.DataFrame, samples: Mapping[tuple
 
     cost = setup_interval(setup, paths)
     out = []
-    for _, part in rows.groupby(["src", "dst", "sharing", "measure", "bytes"], sort=False):
-        figures = [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float))
-                   for r in part.itertuples(index=False)]
+    # the rows of each size (groupby's groups, in their order: first seen; rows with a key
+    # missing are in none), read once
+    group = rows.groupby(["src", "dst", "sharing", "measure", "bytes"], sort=False).ngroup().to_numpy()
+    parts: list[list] = [[] for _ in range(int(group.max()) + 1 if len(group) else 0)]
+    for g, r in zip(group.tolist(), records(rows)):
+        if g >= 0:
+            parts[g].append(r)
+    for part in parts:
+        figures = [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float)) for r in part]
         found = decide(figures, ceilings, cost, order, min_effect)
         if found is not None:
             out.append(found)
@@ -324,7 +330,7 @@ def relevant_warnings(warnings: Sequence[StabilityWarning], decisions: Sequence[
     verification of a figure that could have been a candidate."""
     at = {(d.src, d.dst, d.sharing, d.bytes, d.measure): d for d in decisions}
     ranges = {}
-    for r in rows.itertuples(index=False):
+    for r in records(rows):
         ranges[(r.path, r.variant, r.src, r.dst, r.sharing, int(r.bytes), r.condition[3])] = (r.min_s, r.max_s,
                                                                                              r.measure)
     out = []

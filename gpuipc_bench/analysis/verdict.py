@@ -37,7 +37,7 @@ import pandas as pd
 
 from gpuipc_bench.analysis import classes, stats
 from gpuipc_bench.analysis.classes import Figure
-from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, condition, label
+from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, condition, label, records
 from gpuipc_bench.analysis.mechanisms import gpu_signalled, mechanism
 from gpuipc_bench.paths import PathInfo
 
@@ -79,7 +79,7 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
 
 def _labelled(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(label=[label(p, v) for p, v in zip(rows["path"], rows["variant"])],
-                       condition=[condition(r) for r in rows.itertuples(index=False)])
+                       condition=[condition(r) for r in records(rows)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,7 +196,7 @@ def ceiling_times(summary: pd.DataFrame) -> dict[tuple[str, str, str, int], floa
     """(scenario, sharing, ceiling key, bytes) -> the ceiling's median seconds per transfer."""
     rows = summary[(summary["path"] == "ceiling") & (summary["metric"] == "bandwidth")]
     return CeilingTimes({(str(r.scenario), str(r.sharing), str(r.variant), int(r.bytes)): float(r.median_s)
-                         for r in rows.itertuples(index=False)})
+                         for r in records(rows)})
 
 
 def process_offset(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) -> float:

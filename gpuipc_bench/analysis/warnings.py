@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpuipc_bench import robust
-from gpuipc_bench.analysis.conditions import ABOVE_CEILING, condition
+from gpuipc_bench.analysis.conditions import ABOVE_CEILING, condition, records
 from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL, interval_halfwidth
 
 # Causes of a warning (report/causes.py words each one once).
@@ -85,7 +85,7 @@ def stability_warnings(summary: pd.DataFrame, samples: Mapping[tuple, np.ndarray
             src=row.src, dst=row.dst, workers=int(row.workers), sharing=row.sharing, value=float(value),
             share=float(share)))
 
-    for row in summary.itertuples(index=False):
+    for row in records(summary):
         if _is_false(row.verified):
             warn(FAILED_VERIFICATION, row)
         over = above_ceiling(row)

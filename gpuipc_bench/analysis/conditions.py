@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import math
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -41,7 +42,7 @@ def key_value(value):
     return value
 
 
-_ROW_TYPES: dict[tuple, type] = {}
+_ROW_TYPES: dict[tuple, Any] = {}  # namedtuple types by their fields
 
 
 def records(frame: pd.DataFrame) -> list:
@@ -51,9 +52,9 @@ def records(frame: pd.DataFrame) -> list:
     fields = tuple(frame.columns)
     if not frame.columns.is_unique:
         return list(frame.itertuples(index=False))
-    row_type = _ROW_TYPES.get(fields)
+    row_type: Any = _ROW_TYPES.get(fields)
     if row_type is None:
-        row_type = _ROW_TYPES[fields] = collections.namedtuple("Pandas", fields, rename=True)  # type: ignore[misc]
+        row_type = _ROW_TYPES[fields] = collections.namedtuple("Pandas", fields, rename=True)
     return list(map(row_type._make, zip(*(frame[c] for c in fields))))
 
 

@@ -315,11 +315,11 @@ def _ranks_and_ties(xa: Sequence[float], xb: Sequence[float]) -> tuple[int, int,
     """(the sum over a of the first index of its value among both samples sorted, the sum of
     the index after its last, the sizes of the groups of equal values): a plain loop for a
     few samples, numpy for more."""
+    tied: list[int] = []
     if len(xa) + len(xb) <= _NUMPY_RANKS_FROM:
         both = sorted([*xa, *xb])
         first = sum(bisect.bisect_left(both, v) for v in xa)
         end = sum(bisect.bisect_right(both, v) for v in xa)
-        tied: list[int] = []
         run, previous = 1, both[0]
         for v in both[1:]:
             if v == previous:
@@ -334,7 +334,6 @@ def _ranks_and_ties(xa: Sequence[float], xb: Sequence[float]) -> tuple[int, int,
     a = np.asarray(xa, dtype=float)
     values = np.sort(np.concatenate((a, np.asarray(xb, dtype=float))))
     first_at, end_at = np.searchsorted(values, a, "left"), np.searchsorted(values, a, "right")
-    tied: list[int] = []
     if (values[1:] == values[:-1]).any():
         counts = np.unique(values, return_counts=True)[1]
         tied = [int(t) for t in counts[counts > 1]]

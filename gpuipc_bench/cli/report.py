@@ -85,10 +85,13 @@ def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, f
 
 
 def _report_terminal(runs, sources, analyses, detailed: bool) -> None:
-    """Each run's report, then, for several, their comparison."""
+    """Each run's report, then, for several, their comparison. The comparison's decisions are
+    those of the default --min-effect and --amortise-over, as this report has always shown
+    them (markdown and json compare the decisions of the options given): with other options
+    the runs are analysed again for it."""
     from rich.text import Text
 
-    from gpuipc_bench.report import render_comparison_terminal, render_terminal
+    from gpuipc_bench.report import analyse_runs, render_comparison_terminal, render_terminal
 
     console = stdout_console()
     for i, (source, (frame, meta), analysis) in enumerate(zip(sources, runs, analyses)):
@@ -97,7 +100,16 @@ def _report_terminal(runs, sources, analyses, detailed: bool) -> None:
         render_terminal(frame, meta, console, source=source, detailed=detailed, analysis=analysis)
     if len(runs) > 1:
         console.rule("comparison", style="bold", characters="═")
-        render_comparison_terminal(runs, sources, console, analyses)
+        render_comparison_terminal(runs, sources, console,
+                                   analyses if _default_options(analyses) else analyse_runs(runs))
+
+
+def _default_options(analyses) -> bool:
+    """Whether the runs were analysed with the default --min-effect and --amortise-over."""
+    from gpuipc_bench.analysis.breakeven import AMORTISE_OVER
+    from gpuipc_bench.analysis.stats import MIN_EFFECT
+
+    return all(a.min_effect == MIN_EFFECT and a.amortise_over == AMORTISE_OVER for a in analyses)
 
 
 def _stems(files) -> list[str]:

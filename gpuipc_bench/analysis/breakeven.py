@@ -15,11 +15,15 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from gpuipc_bench.analysis.conditions import condition, is_gpu
+from gpuipc_bench.analysis.conditions import CONDITION_KEYS, condition, is_gpu, records
 from gpuipc_bench.analysis.verdict import MIXED, candidates
 from gpuipc_bench.paths import PathInfo
 
 AMORTISE_OVER = 1000
+# The columns the break-even reads of the candidates and of the setup operations.
+_FIGURE_COLUMNS = ("path", "variant", "metric", "measure", "src", "dst", "sharing", "bytes", "median_s", "ci_lo_s",
+                   "ci_hi_s")
+_SETUP_COLUMNS = tuple(dict.fromkeys(CONDITION_KEYS + ("median_s", "ci_lo_s", "ci_hi_s", "samples")))
 
 # --------------------------------------------------------------------------- break-even
 
@@ -79,71 +83,80 @@ class BreakEven:
 
 
 def break_even(summary: pd.DataFrame, paths: Mapping[str, PathInfo], samples: Mapping[tuple, np.ndarray] | None = None,
-               amortise_over: int = AMORTISE_OVER, mixed_measures: bool = False) -> list[BreakEven]:
+               amortise_over: int = AMORTISE_OVER, mixed_measures: bool = False,
+               ranked: pd.DataFrame | None = None) -> list[BreakEven]:
     """For each path with setup operations: where it beats the baseline path once its setup
     is paid, on each link where both were measured (the same src, dst and sharing mode; a
     path measured only in halves, GPU -> host and host -> GPU, as their sum). The measure is
     `handoff` where both sides have it, else `stream` (mixed for schema 1). A setup cost
-    counts only if measured on the link's own devices (see _path_links)."""
+    counts only if measured on the link's own devices (see _path_links). `ranked`: the
+    summary's candidates (verdict.candidates), found here when not given."""
     if amortise_over < 1:
         raise ValueError("amortise_over must be at least 1")
     samples = samples or {}
     baseline = next((p.name for p in paths.values() if p.role == "baseline"), None)
-    rows = candidates(summary, paths)
+    rows = candidates(summary, paths) if ranked is None else ranked
     if not rows.empty:
         rows = rows[rows["metric"] == "bandwidth"]
     if baseline is None or rows.empty:
         return []
-    setup = summary[summary["metric"] == "setup"]
-    base_rows = rows[rows["path"] == baseline]
+    # the rows read once (only the columns read), then cut in plain Python: a pandas cut costs
+    # a copy of every column
+    figures = records(rows[list(_FIGURE_COLUMNS)])
+    setup = records(summary.loc[summary["metric"] == "setup", list(_SETUP_COLUMNS)])
+    base_rows = [r for r in figures if r.path == baseline]
     out: list[BreakEven] = []
     for info in paths.values():
         if not info.setup or info.name == baseline or not info.ranked:
             continue
-        for link, halves, part, composed in _path_links(rows[rows["path"] == info.name]):
-            for sharing in pd.unique(part["sharing"]):
-                item = _break_even_on(info, link, halves, part[part["sharing"] == sharing], composed,
-                                      base_rows[(base_rows["src"] == link[0]) & (base_rows["dst"] == link[1])
-                                                & (base_rows["sharing"] == sharing)],
+        for link, halves, part, composed in _path_links([r for r in figures if r.path == info.name]):
+            for sharing in dict.fromkeys(r.sharing for r in part):
+                item = _break_even_on(info, link, halves, [r for r in part if _same(r.sharing, sharing)], composed,
+                                      [r for r in base_rows if _same(r.src, link[0]) and _same(r.dst, link[1])
+                                       and _same(r.sharing, sharing)],
                                       setup, samples, amortise_over, mixed_measures, baseline)
                 if item is not None:
                     out.append(item)
     return out
 
 
-def _path_links(rows: pd.DataFrame):
-    """(link, the links its setup may be measured on, rows, composed) for each link of a path.
-    A setup cost belongs to a link when it was measured between its two devices (either
-    direction), or between one of them and the host (a host buffer registered by one of the
-    two processes); never on another device."""
+def _same(a, b) -> bool:
+    """a == b as a pandas comparison says it: never for a missing value."""
+    return a is not None and b is not None and a == b
+
+
+def _path_links(rows: list):
+    """(link, the links its setup may be measured on, rows, composed) for each link of a path
+    (rows: records, in the summary's order). A setup cost belongs to a link when it was
+    measured between its two devices (either direction), or between one of them and the host
+    (a host buffer registered by one of the two processes); never on another device."""
     def own(*devices) -> set[tuple[str, str]]:
         ends = set(devices) | {"host"}
         return {(a, b) for a in ends for b in ends if a in devices or b in devices}
 
-    gpu_src, gpu_dst = _gpu(rows["src"]), _gpu(rows["dst"])
-    full = rows[gpu_src & gpu_dst]
-    for (src, dst), part in full.groupby(["src", "dst"], sort=False):
+    full: dict[tuple, list] = {}
+    for r in rows:
+        if is_gpu(r.src) and is_gpu(r.dst):
+            full.setdefault((r.src, r.dst), []).append(r)
+    for (src, dst), part in full.items():
         yield (src, dst), own(src, dst), part, False
-    if not full.empty:
+    if full:
         return
-    down = rows[gpu_src & (rows["dst"] == "host").to_numpy()]
-    up = rows[(rows["src"] == "host").to_numpy() & gpu_dst]
-    for src in pd.unique(down["src"]):
-        for dst in pd.unique(up["dst"]):
-            part = pd.concat([down[down["src"] == src], up[up["dst"] == dst]])
+    down = [r for r in rows if is_gpu(r.src) and _same(r.dst, "host")]
+    up = [r for r in rows if _same(r.src, "host") and is_gpu(r.dst)]
+    for src in dict.fromkeys(r.src for r in down):
+        for dst in dict.fromkeys(r.dst for r in up):
+            part = [r for r in down if _same(r.src, src)] + [r for r in up if _same(r.dst, dst)]
             yield (src, dst), own(src, dst), part, True
 
 
-def _gpu(devices: pd.Series) -> np.ndarray:
-    return np.array([is_gpu(d) for d in devices], dtype=bool)
-
-
-def _best_by_size(part: pd.DataFrame, composed: bool) -> dict[int, tuple[float, float, float]]:
+def _best_by_size(part: list, composed: bool) -> dict[int, tuple[float, float, float]]:
     """(lo, median, hi) seconds of the fastest variant at each size; a composed path adds its
     fastest GPU -> host half to its fastest host -> GPU half."""
-    def fastest(rows: pd.DataFrame) -> dict[int, tuple[float, float, float]]:
-        best = {}
-        for row in rows.sort_values("median_s", kind="stable").itertuples(index=False):
+    def fastest(rows: list) -> dict[int, tuple[float, float, float]]:
+        best: dict[int, tuple[float, float, float]] = {}
+        # by median, stable, NaN last (as sort_values)
+        for row in sorted(rows, key=lambda r: (math.isnan(r.median_s), 0.0 if math.isnan(r.median_s) else r.median_s)):
             lo = row.ci_lo_s if math.isfinite(row.ci_lo_s) else row.median_s
             hi = row.ci_hi_s if math.isfinite(row.ci_hi_s) else row.median_s
             best.setdefault(int(row.bytes), (float(lo), float(row.median_s), float(hi)))
@@ -151,31 +164,34 @@ def _best_by_size(part: pd.DataFrame, composed: bool) -> dict[int, tuple[float, 
 
     if not composed:
         return fastest(part)
-    down, up = fastest(part[part["dst"] == "host"]), fastest(part[part["src"] == "host"])
+    down = fastest([r for r in part if _same(r.dst, "host")])
+    up = fastest([r for r in part if _same(r.src, "host")])
     return {s: tuple(d + u for d, u in zip(down[s], up[s])) for s in sorted(set(down) & set(up))}
 
 
-def _break_even_on(info: PathInfo, link, halves, part: pd.DataFrame, composed: bool, base: pd.DataFrame,
-                   setup: pd.DataFrame, samples, amortise_over: int, mixed: bool, baseline: str) -> BreakEven | None:
-    if base.empty or part.empty:
+def _break_even_on(info: PathInfo, link, halves, part: list, composed: bool, base: list,
+                   setup: list, samples, amortise_over: int, mixed: bool, baseline: str) -> BreakEven | None:
+    if not base or not part:
         return None
     if mixed:
         measure = MIXED
     else:
-        shared = [m for m in ("handoff", "stream") if (part["measure"] == m).any() and (base["measure"] == m).any()]
+        shared = [m for m in ("handoff", "stream") if any(_same(r.measure, m) for r in part)
+                  and any(_same(r.measure, m) for r in base)]
         if not shared:
             return None
         measure = shared[0]
-        part, base = part[part["measure"] == measure], base[base["measure"] == measure]
+        part, base = [r for r in part if _same(r.measure, measure)], [r for r in base if _same(r.measure, measure)]
     path_t, base_t = _best_by_size(part, composed), _best_by_size(base, False)
     sizes = sorted(set(path_t) & set(base_t))
-    ops = setup[(setup["path"] == info.name) & setup["variant"].isin(info.setup)
-                & np.array([(s, d) in halves for s, d in zip(setup["src"], setup["dst"])], dtype=bool)]
-    if not sizes or ops.empty:
+    ops = [r for r in setup if _same(r.path, info.name) and r.variant in info.setup and (r.src, r.dst) in halves]
+    if not sizes or not ops:
         return None
-    if (ops["sharing"] == part["sharing"].iloc[0]).any():
-        ops = ops[ops["sharing"] == part["sharing"].iloc[0]]
-    cost = {s: _setup_cost(ops, info.setup, s, samples) for s in sizes}
+    sharing = part[0].sharing
+    if any(_same(r.sharing, sharing) for r in ops):
+        ops = [r for r in ops if _same(r.sharing, sharing)]
+    by_op = _ops_by_name(ops, info.setup)
+    cost = {s: _setup_cost(by_op, s, samples) for s in sizes}
 
     def crossing(n: int) -> Crossing:
         median = [cost[s][1] / n + path_t[s][1] < base_t[s][1] for s in sizes]
@@ -185,44 +201,65 @@ def _break_even_on(info: PathInfo, link, halves, part: pd.DataFrame, composed: b
         return dataclasses.replace(c, earliest=_crossing(sizes, favourable).from_bytes,
                                    latest=_crossing(sizes, unfavourable).from_bytes)
 
-    present = tuple(op for op in info.setup if (ops["variant"] == op).any())
+    present = tuple(op for op in info.setup if any(_same(r.variant, op) for r in ops))
     return BreakEven(
-        path=info.name, src=str(link[0]), dst=str(link[1]), sharing=str(part["sharing"].iloc[0]), measure=measure,
-        baseline=baseline, variants=tuple(pd.unique(part["variant"])), setup=present,
+        path=info.name, src=str(link[0]), dst=str(link[1]), sharing=str(sharing), measure=measure,
+        baseline=baseline, variants=tuple(dict.fromkeys(r.variant for r in part)), setup=present,
         setup_s=cost[sizes[-1]][1], setup_lo_s=cost[sizes[-1]][0], setup_hi_s=cost[sizes[-1]][2],
-        setup_min_s=cost[sizes[0]][1], setup_samples=int(ops["samples"].min()),
-        size_dependent=any(ops.loc[ops["variant"] == op, "bytes"].nunique() > 1 for op in present),
+        setup_min_s=cost[sizes[0]][1], setup_samples=int(min(r.samples for r in ops)),
+        size_dependent=any(len({r.bytes for r in ops if _same(r.variant, op)}) > 1 for op in present),
         amortise_over=amortise_over, amortised=crossing(amortise_over), per_transfer=crossing(1),
         sizes=tuple(int(s) for s in sizes), composed=composed,
     )
 
 
-def _setup_cost(ops: pd.DataFrame, names: Sequence[str], nbytes: int, samples) -> tuple[float, float, float]:
-    """(lo, median, hi) total seconds of the setup operations paid before a transfer of
-    `nbytes`. An operation measured at several sizes costs what it cost at this size (or the
-    next larger size measured, or the largest); one measured once costs that. Intervals: the
-    median's 95% interval, or the range of the samples below 6 of them."""
-    total = [0.0, 0.0, 0.0]
+def _ops_by_name(rows: Sequence, names: Sequence[str]) -> list[tuple[list, bool]]:
+    """Each setup operation's rows (records, in the summary's order) and whether it was
+    measured at several sizes, in the order of `names` (the operations measured)."""
+    out = []
     for op in names:
-        rows = ops[ops["variant"] == op]
-        if rows.empty:
-            continue
-        if rows["bytes"].nunique() > 1:
-            at = rows[rows["bytes"] == nbytes]
-            if at.empty:
-                larger = rows[rows["bytes"] > nbytes]
-                at = larger[larger["bytes"] == larger["bytes"].min()] if len(larger) else \
-                    rows[rows["bytes"] == rows["bytes"].max()]
+        mine = [r for r in rows if r.variant == op]
+        if mine:
+            out.append((mine, len({int(r.bytes) for r in mine}) > 1))
+    return out
+
+
+def _setup_cost(by_op: Sequence[tuple[list, bool]], nbytes: int, samples) -> tuple[float, float, float]:
+    """(lo, median, hi) total seconds of the setup operations paid before a transfer of
+    `nbytes` (by_op: _ops_by_name). An operation measured at several sizes costs what it cost
+    at this size (or the next larger size measured, or the largest); one measured once costs
+    that. Intervals: the median's 95% interval, or the range of the samples below 6 of them."""
+    total = [0.0, 0.0, 0.0]
+    for rows, sized in by_op:
+        if sized:
+            at = [r for r in rows if int(r.bytes) == nbytes]
+            if not at:
+                larger = [int(r.bytes) for r in rows if int(r.bytes) > nbytes]
+                size = min(larger) if larger else max(int(r.bytes) for r in rows)
+                at = [r for r in rows if int(r.bytes) == size]
             rows = at
-        row = rows.sort_values("median_s", kind="stable").iloc[-1]  # the dearest if several
-        lo, hi = row["ci_lo_s"], row["ci_hi_s"]
+        row = _dearest(rows)
+        lo, hi = row.ci_lo_s, row.ci_hi_s
         values = samples.get(condition(row), ())
         if not (math.isfinite(lo) and math.isfinite(hi)):
             finite = [v for v in values if math.isfinite(v)]
-            lo, hi = (min(finite), max(finite)) if finite else (row["median_s"], row["median_s"])
-        for k, v in enumerate((lo, row["median_s"], hi)):
+            lo, hi = (min(finite), max(finite)) if finite else (row.median_s, row.median_s)
+        for k, v in enumerate((lo, row.median_s, hi)):
             total[k] += float(v)
     return total[0], total[1], total[2]
+
+
+def _dearest(rows: Sequence):
+    """The row with the largest median, the last of equals (a NaN median: the last of those),
+    as the last row of the rows sorted by median (stable, NaN last)."""
+    nan = [r for r in rows if math.isnan(r.median_s)]
+    if nan:
+        return nan[-1]
+    best = rows[0]
+    for r in rows[1:]:
+        if r.median_s >= best.median_s:
+            best = r
+    return best
 
 
 def _crossing(sizes: Sequence[int], wins: Sequence[bool]) -> Crossing:

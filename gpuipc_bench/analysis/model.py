@@ -18,7 +18,7 @@ from gpuipc_bench.analysis import stats
 from gpuipc_bench.analysis.handover import Handover, handovers
 from gpuipc_bench.analysis.bands import Band, bands, changes
 from gpuipc_bench.analysis.breakeven import AMORTISE_OVER, BreakEven, break_even
-from gpuipc_bench.analysis.conditions import is_gpu, link_rank
+from gpuipc_bench.analysis.conditions import is_gpu, link_rank, records
 from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES, samples_by_condition, summarize
 from gpuipc_bench.analysis.verdict import MEASURE_ORDER, MIXED, Decision, Figure, candidates, ceiling_times, decide
 from gpuipc_bench.analysis.mechanisms import declaration_order
@@ -112,7 +112,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
     mixed = schema < 2  # schema 1 told neither the measure nor the roles: rank the old way, and say so
     samples = samples_by_condition(df)
     summary = summarize(df, samples=samples, paths=paths, meta=meta)
-    rows = candidates(summary, paths)
+    ranked = rows = candidates(summary, paths)
     summary["candidate"] = summary.index.isin(rows.index[rows["metric"] == "bandwidth"]) if not rows.empty \
         else False
     if mixed and not rows.empty:
@@ -128,7 +128,8 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
         warnings=warnings,
         answer=Answer(tuple(decisions), tuple(arranged), tuple(setup.values()),
                       tuple(relevant_warnings(warnings, decisions, rows)), tuple(handovers(summary))),
-        break_even=break_even(summary, paths, samples, amortise_over=amortise_over, mixed_measures=mixed),
+        break_even=break_even(summary, paths, samples, amortise_over=amortise_over, mixed_measures=mixed,
+                              ranked=ranked),
         min_effect=min_effect, amortise_over=amortise_over, fallbacks=fallbacks(df, summary, meta),
     )
 
@@ -147,9 +148,15 @@ def decide_all(rows: pd.DataFrame, summary: pd.DataFrame, samples: Mapping[tuple
 
     cost = setup_interval(setup, paths)
     out = []
-    for _, part in rows.groupby(["src", "dst", "sharing", "measure", "bytes"], sort=False):
-        figures = [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float))
-                   for r in part.itertuples(index=False)]
+    # the rows of each size (groupby's groups, in their order: first seen; rows with a key
+    # missing are in none), read once
+    group = rows.groupby(["src", "dst", "sharing", "measure", "bytes"], sort=False).ngroup().to_numpy()
+    parts: list[list] = [[] for _ in range(int(group.max()) + 1 if len(group) else 0)]
+    for g, r in zip(group.tolist(), records(rows)):
+        if g >= 0:
+            parts[g].append(r)
+    for part in parts:
+        figures = [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float)) for r in part]
         found = decide(figures, ceilings, cost, order, min_effect)
         if found is not None:
             out.append(found)
@@ -197,7 +204,8 @@ def setup_costs(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> dict[st
     """Each path's set-up cost (the operations it declares), by path in declared order. An
     operation measured on several links or sizes counts at its dearest median (the largest
     size's, for one measured per size: `size_dependent`, with the smallest size's in min_s)."""
-    setup = summary[summary["metric"] == "setup"]
+    setup = summary.loc[summary["metric"] == "setup",  # only the columns read: its cuts copy fewer
+                        ["path", "variant", "bytes", "samples", "median_s", "ci_lo_s", "ci_hi_s", "min_s", "max_s"]]
     out: dict[str, SetupCost] = {}
     for info in paths.values():
         ops = setup[(setup["path"] == info.name) & setup["variant"].isin(info.setup)]
@@ -323,7 +331,7 @@ def relevant_warnings(warnings: Sequence[StabilityWarning], decisions: Sequence[
     verification of a figure that could have been a candidate."""
     at = {(d.src, d.dst, d.sharing, d.bytes, d.measure): d for d in decisions}
     ranges = {}
-    for r in rows.itertuples(index=False):
+    for r in records(rows):
         ranges[(r.path, r.variant, r.src, r.dst, r.sharing, int(r.bytes), r.condition[3])] = (r.min_s, r.max_s,
                                                                                              r.measure)
     out = []

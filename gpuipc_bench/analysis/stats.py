@@ -27,6 +27,7 @@ delta = max(MIN_EFFECT, what the two figures' process sets measured of one ceili
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import functools
 import math
@@ -128,37 +129,90 @@ class Comparison:
 
 def compare(a: Sequence[float], b: Sequence[float], delta: float = MIN_EFFECT, alpha: float = ALPHA) -> Comparison:
     """The outcome of a against b (see the module's docstring)."""
-    xa, xb = _finite(a), _finite(b)
-    if not xa or not xb:
+    return compare_prepared(Prepared(a), Prepared(b), delta, alpha)
+
+
+class Prepared:
+    """One figure's samples, made ready once for the many comparisons a decision makes with it
+    (verdict.decide compares each figure of a size with the others): the finite samples, their
+    two states, and per part compared (all of them, the fast or the slow state) its median,
+    ends and sorted logarithms. compare_prepared gives what compare gives, to the bit."""
+
+    __slots__ = ("xs", "two", "_parts", "_interval")
+
+    def __init__(self, values: Sequence[float]):
+        self.xs = _finite(values)
+        self.two = states(self.xs) if self.xs else None
+        self._parts: dict[str, _Part] = {}
+        self._interval: tuple[float, float, float] | None = None
+
+    def part(self, which: str = "") -> _Part:
+        """The samples compared: all ('') or those of the 'fast' or the 'slow' state."""
+        found = self._parts.get(which)
+        if found is None:
+            values = self.xs if not which else self.two[1] if which == "fast" else self.two[2]  # type: ignore[index]
+            found = self._parts[which] = _Part(values)
+        return found
+
+    @property
+    def interval(self) -> tuple[float, float, float]:
+        """median_interval of the samples."""
+        if self._interval is None:
+            self._interval = median_interval(self.xs)
+        return self._interval
+
+
+class _Part:
+    """Samples as compare uses them: their count, median, ends and sorted logarithms."""
+
+    __slots__ = ("values", "n", "median", "lo", "hi", "_logs")
+
+    def __init__(self, values: list[float]):
+        self.values = values
+        self.n = len(values)
+        self.median = robust.median(values)
+        self.lo, self.hi = (min(values), max(values)) if values else (math.nan, math.nan)
+        self._logs: np.ndarray | None = None
+
+    @property
+    def logs(self) -> np.ndarray:
+        if self._logs is None:
+            self._logs = np.log(np.asarray(sorted(self.values), dtype=float))
+        return self._logs
+
+
+def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha: float = ALPHA) -> Comparison:
+    """compare() of two figures' prepared samples."""
+    if not a.xs or not b.xs:
         return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta)
-    two = (states(xa), states(xb))
     both: tuple[States, States] | None = None
     compared = ""
-    if two[0] is not None and two[1] is not None:
-        (sa, fa, wa), (sb, fb, wb) = two
+    if a.two is not None and b.two is not None:
+        (sa, fa, wa), (sb, fb, wb) = a.two, b.two
         both = (sa, sb)
         if min(len(fa), len(fb)) >= MIN_STATE:
-            xa, xb, compared = fa, fb, "fast"
+            compared = "fast"
         elif min(len(wa), len(wb)) >= MIN_STATE:
-            xa, xb, compared = wa, wb, "slow"
+            compared = "slow"
         else:
             both = None
-    ma, mb = robust.median(xa), robust.median(xb)
-    if not (ma > 0 and mb > 0) or min(xa + xb) <= 0:
+    xa, xb = a.part(compared), b.part(compared)
+    ma, mb = xa.median, xb.median
+    if not (ma > 0 and mb > 0) or min(xa.lo, xb.lo) <= 0:
         return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta)
     ratio = mb / ma
-    ratio_lo, ratio_hi = ratio_interval(xa, xb, alpha)
-    separated = (max(xa) < min(xb) or max(xb) < min(xa)) and separation_p(len(xa), len(xb)) <= alpha
-    p = mann_whitney_p(xa, xb)
+    ratio_lo, ratio_hi = _log_ratio_interval(xa.logs, xb.logs, alpha)
+    separated = (xa.hi < xb.lo or xb.hi < xa.lo) and separation_p(xa.n, xb.n) <= alpha
+    p = _u_test_p(xa.values, xb.values)
     reach = max(ratio_hi, 1 / ratio_lo) - 1 if math.isfinite(ratio_lo) and ratio_lo > 0 else math.nan
     top = 1 + delta
     if ratio_lo >= top:
         outcome = FASTER
     elif ratio_hi <= 1 / top:
         outcome = SLOWER
-    elif min(len(xa), len(xb)) >= MIN_SAME and 1 / top <= ratio_lo and ratio_hi <= top:
+    elif min(xa.n, xb.n) >= MIN_SAME and 1 / top <= ratio_lo and ratio_hi <= top:
         outcome = SAME
-    elif min(len(xa), len(xb)) >= MIN_SAME and reach <= WITHIN_MAX:
+    elif min(xa.n, xb.n) >= MIN_SAME and reach <= WITHIN_MAX:
         outcome = WITHIN
     else:
         outcome = UNDECIDED
@@ -171,6 +225,11 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA)
     with P(U <= k - 1) <= alpha under the null. (NaN, NaN) when no k exists (e.g. 2 against 2)."""
     xa = np.log(np.asarray(sorted(_finite(a)), dtype=float))
     xb = np.log(np.asarray(sorted(_finite(b)), dtype=float))
+    return _log_ratio_interval(xa, xb, alpha)
+
+
+def _log_ratio_interval(xa: np.ndarray, xb: np.ndarray, alpha: float) -> tuple[float, float]:
+    """ratio_interval of the sorted logarithms of the samples."""
     m, n = len(xa), len(xb)
     if not m or not n:
         return math.nan, math.nan
@@ -184,7 +243,8 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA)
             xb = xb[np.linspace(0, n - 1, n // 2).round().astype(int)]
         k = max(1, round(k * len(xa) * len(xb) / (m * n)))
         m, n = len(xa), len(xb)
-    diffs = np.sort(np.subtract.outer(xb, xa), axis=None)
+    # the k-th smallest and k-th largest of the m*n differences (a partial sort finds the same two)
+    diffs = np.partition(np.subtract.outer(xb, xa), (k - 1, m * n - k), axis=None)
     return float(np.exp(diffs[k - 1])), float(np.exp(diffs[m * n - k]))
 
 
@@ -225,47 +285,73 @@ def mann_whitney_p(a: Sequence[float], b: Sequence[float]) -> float:
     of U counted) when there are no ties and each side has at most EXACT_MAX samples, else
     the normal approximation with the tie correction and a continuity correction.
     1.0 when either side is empty or every value is the same."""
-    xa, xb = _finite(a), _finite(b)
+    return _u_test_p(_finite(a), _finite(b))
+
+
+def _u_test_p(xa: Sequence[float], xb: Sequence[float]) -> float:
+    """mann_whitney_p of two lists of finite samples, its ranks and ties counted by sorted
+    search: the same p (each midrank is half an integer, so their sum is exact in any order)."""
     m, n = len(xa), len(xb)
     if not m or not n:
         return 1.0
-    ranks = _midranks(xa + xb)
-    u = sum(ranks[:m]) - m * (m + 1) / 2
-    ties = _tie_sizes(xa + xb)
-    if not any(t > 1 for t in ties) and max(m, n) <= EXACT_MAX:
-        counts = _u_counts(m, n)
-        total = sum(counts)
+    first, end, tied = _ranks_and_ties(xa, xb)
+    # a's midranks, (first index of its value + last index) / 2 + 1, summed
+    u = (first + end - m) / 2 + m - m * (m + 1) / 2
+    if not tied and max(m, n) <= EXACT_MAX:
+        below_k, total = _u_cumulative(m, n)
         k = round(u)
-        below = sum(counts[: k + 1]) / total
-        above = sum(counts[k:]) / total
+        below = below_k[k] / total
+        above = (total - (below_k[k - 1] if k > 0 else 0)) / total
         return min(1.0, 2 * min(below, above))
     big = m + n
-    variance = m * n / 12 * ((big + 1) - sum(t ** 3 - t for t in ties) / (big * (big - 1)))
+    variance = m * n / 12 * ((big + 1) - sum(t ** 3 - t for t in tied) / (big * (big - 1)))
     if variance <= 0:
         return 1.0
     z = max(0.0, abs(u - m * n / 2) - 0.5) / math.sqrt(variance)
     return math.erfc(z / math.sqrt(2))
 
 
-def _midranks(values: list[float]) -> list[float]:
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    i = 0
-    while i < len(order):
-        j = i
-        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
-            j += 1
-        for k in range(i, j + 1):
-            ranks[order[k]] = (i + j) / 2 + 1
-        i = j + 1
-    return ranks
+def _ranks_and_ties(xa: Sequence[float], xb: Sequence[float]) -> tuple[int, int, list[int]]:
+    """(the sum over a of the first index of its value among both samples sorted, the sum of
+    the index after its last, the sizes of the groups of equal values): a plain loop for a
+    few samples, numpy for more."""
+    tied: list[int] = []
+    if len(xa) + len(xb) <= _NUMPY_RANKS_FROM:
+        both = sorted([*xa, *xb])
+        first = sum(bisect.bisect_left(both, v) for v in xa)
+        end = sum(bisect.bisect_right(both, v) for v in xa)
+        run, previous = 1, both[0]
+        for v in both[1:]:
+            if v == previous:
+                run += 1
+            else:
+                if run > 1:
+                    tied.append(run)
+                run, previous = 1, v
+        if run > 1:
+            tied.append(run)
+        return first, end, tied
+    a = np.asarray(xa, dtype=float)
+    values = np.sort(np.concatenate((a, np.asarray(xb, dtype=float))))
+    first_at, end_at = np.searchsorted(values, a, "left"), np.searchsorted(values, a, "right")
+    if (values[1:] == values[:-1]).any():
+        counts = np.unique(values, return_counts=True)[1]
+        tied = [int(t) for t in counts[counts > 1]]
+    return int(first_at.sum()), int(end_at.sum()), tied
 
 
-def _tie_sizes(values: list[float]) -> list[int]:
-    counts: dict[float, int] = {}
-    for v in values:
-        counts[v] = counts.get(v, 0) + 1
-    return list(counts.values())
+_NUMPY_RANKS_FROM = 64  # samples of both figures together from which numpy ranks them
+
+
+@functools.cache
+def _u_cumulative(m: int, n: int) -> tuple[tuple[int, ...], int]:
+    """(the running sums of _u_counts(m, n), their total)."""
+    counts = _u_counts(m, n)
+    running, total = [], 0
+    for c in counts:
+        total += c
+        running.append(total)
+    return tuple(running), total
 
 
 @functools.cache

@@ -29,6 +29,7 @@ from gpuipc_bench.analysis.conditions import (
     CONDITION_KEYS,
     is_gpu,
     key_value,
+    records,
 )
 from gpuipc_bench.paths import PathInfo, from_metadata, path_order
 from gpuipc_bench.results import METRICS, base_mode
@@ -112,16 +113,16 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
     ids, keys = condition_ids(df)
     verified = _per_condition(ids, df["verified"], _all_verified)
     resident = _per_condition(ids, df["l2_resident"], _mostly)
-    records = []
+    figures = []
     for key, flag, l2 in zip(keys, verified, resident):
         record = dict(zip(CONDITION_KEYS, key))
         record.update(_figures(samples[key], record["bytes"], record["metric"]))
         record["verified"] = flag
         record["l2_resident"] = l2
-        records.append(record)
+        figures.append(record)
     columns = [c for c in SUMMARY_COLUMNS if c not in ("ceiling_gbps", "fraction_of_ceiling", "ceiling_peak_gbps",
                                                        "call_bound")]
-    summary = pd.DataFrame.from_records(records, columns=columns)
+    summary = pd.DataFrame.from_records(figures, columns=columns)
     summary["verified"] = summary["verified"].astype("boolean")
     summary["l2_resident"] = summary["l2_resident"].astype("boolean")
     summary["bimodal"] = summary["bimodal"].astype(bool)
@@ -131,7 +132,7 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
     summary["ceiling_gbps"] = [
         _ceiling_for(ceilings, r.scenario, r.sharing, r.ceiling, int(r.bytes), sources)
         if r.ceiling and not str(r.variant).endswith(AGGREGATE_SUFFIX) else math.nan
-        for r in summary.itertuples(index=False)
+        for r in records(summary)
     ]
     summary["fraction_of_ceiling"] = summary["median_gbps"] / summary["ceiling_gbps"]
     _call_floor(summary, ceilings, sources)
@@ -159,7 +160,7 @@ def _call_floor(summary: pd.DataFrame, ceilings: dict[tuple, float],
     for (sc, sh, _, b) in ceilings:
         sizes_of.setdefault((sc, sh), set()).add(b)
     curves: dict[tuple, dict] = {}  # one curve per (scenario, sharing, ceiling), not one per row
-    for r in summary.itertuples(index=False):
+    for r in records(summary):
         if not r.ceiling or str(r.variant).endswith(AGGREGATE_SUFFIX):
             peak.append(math.nan)
             bound.append(False)

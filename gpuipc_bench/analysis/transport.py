@@ -16,6 +16,8 @@ import dataclasses
 
 import pandas as pd
 
+from gpuipc_bench.analysis.conditions import records
+
 FALLBACK_FRACTION = 0.10
 FALLBACK_FROM = 1 << 20
 LIBRARIES = ("nixl", "nccl")
@@ -87,7 +89,7 @@ def fallbacks(frame: pd.DataFrame, summary: pd.DataFrame, meta: dict) -> list[Fa
     reported = frame[frame["path"].isin(LIBRARIES)].groupby(keys, dropna=False)["transport"].agg(
         lambda t: ", ".join(dict.fromkeys(str(x) for x in t if str(x) not in ("", "nan"))))
     out = []
-    for r in rows.itertuples(index=False):
+    for r in records(rows):
         transport = reported.get((r.scenario, r.path, r.variant, r.measure, r.src, r.dst, r.bytes), "")
         if not transport or direct(transport):
             continue

@@ -37,7 +37,7 @@ import pandas as pd
 
 from gpuipc_bench.analysis import classes, stats
 from gpuipc_bench.analysis.classes import Figure
-from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, condition, label
+from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, condition, label, records
 from gpuipc_bench.analysis.mechanisms import gpu_signalled, mechanism
 from gpuipc_bench.paths import PathInfo
 
@@ -79,7 +79,7 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
 
 def _labelled(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(label=[label(p, v) for p, v in zip(rows["path"], rows["variant"])],
-                       condition=[condition(r) for r in rows.itertuples(index=False)])
+                       condition=[condition(r) for r in records(rows)])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,11 +176,27 @@ class Decision:
             else math.nan
 
 
+class CeilingTimes(dict):
+    """ceiling_times' mapping, which also keeps its positive times by (sharing, ceiling key,
+    bytes): ceiling_spread asks for them at every comparison of a decision."""
+
+    _by_size: dict[tuple[str, str, int], list[float]] | None = None
+
+    def by_size(self) -> dict[tuple[str, str, int], list[float]]:
+        if self._by_size is None:
+            found: dict[tuple[str, str, int], list[float]] = {}
+            for (_, sharing, variant, nbytes), t in self.items():
+                if t > 0:
+                    found.setdefault((sharing, variant, nbytes), []).append(t)
+            self._by_size = found
+        return self._by_size
+
+
 def ceiling_times(summary: pd.DataFrame) -> dict[tuple[str, str, str, int], float]:
     """(scenario, sharing, ceiling key, bytes) -> the ceiling's median seconds per transfer."""
     rows = summary[(summary["path"] == "ceiling") & (summary["metric"] == "bandwidth")]
-    return {(str(r.scenario), str(r.sharing), str(r.variant), int(r.bytes)): float(r.median_s)
-            for r in rows.itertuples(index=False)}
+    return CeilingTimes({(str(r.scenario), str(r.sharing), str(r.variant), int(r.bytes)): float(r.median_s)
+                         for r in records(rows)})
 
 
 def process_offset(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) -> float:
@@ -207,8 +223,11 @@ def ceiling_spread(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) ->
     if str(a.scenario) == str(b.scenario) or not a.ceiling or ceiling_base(a.ceiling) != ceiling_base(b.ceiling):
         return 0.0
     key = ceiling_base(a.ceiling)
-    found = [t for (scenario, sharing, variant, nbytes), t in ceilings.items()
-             if sharing == str(a.sharing) and nbytes == int(a.bytes) and variant == key and t > 0]
+    if isinstance(ceilings, CeilingTimes):
+        found = list(ceilings.by_size().get((str(a.sharing), key, int(a.bytes)), ()))
+    else:
+        found = [t for (scenario, sharing, variant, nbytes), t in ceilings.items()
+                 if sharing == str(a.sharing) and nbytes == int(a.bytes) and variant == key and t > 0]
     found += [t for t in (_ceiling_time(ceilings, r, key) for r in (a, b)) if t > 0]
     return max(found) / min(found) - 1 if len(found) >= 2 else 0.0
 
@@ -226,9 +245,42 @@ def delta_for(a, b, ceilings: Mapping[tuple[str, str, str, int], float], min_eff
     return max(min_effect, process_offset(a, b, ceilings), ceiling_spread(a, b, ceilings))
 
 
+class _Ceilinged:
+    """What delta_for reads of one figure's row, read once for its many comparisons: its
+    scenario, sharing mode, size and ceiling key, its processes' offset (process_offset) and
+    its ceiling's time (NaN where none)."""
+
+    __slots__ = ("scenario", "sharing", "bytes", "ceiling", "key", "offset", "time")
+
+    def __init__(self, row, ceilings: Mapping[tuple[str, str, str, int], float]):
+        self.scenario, self.sharing, self.bytes = str(row.scenario), str(row.sharing), int(row.bytes)
+        self.ceiling = bool(row.ceiling)
+        self.key = ceiling_base(row.ceiling)
+        both = [ceilings.get((self.scenario, self.sharing, self.key + who, self.bytes)) for who in ROLE_SUFFIXES]
+        self.offset = abs(both[0] / both[1] - 1) if all(t is not None and t > 0 for t in both) else None  # type: ignore[operator]
+        self.time = _ceiling_time(ceilings, row, self.key)
+
+
+def _delta(a: _Ceilinged, b: _Ceilinged, ceilings: Mapping[tuple[str, str, str, int], float],
+           min_effect: float) -> float:
+    """delta_for(a, b) of two figures' _Ceilinged facts: the same figure."""
+    offset = max([0.0] + [r.offset for r in (a, b) if r.offset is not None])
+    spread = 0.0
+    if a.scenario != b.scenario and a.ceiling and a.key == b.key:
+        if isinstance(ceilings, CeilingTimes):
+            found = list(ceilings.by_size().get((a.sharing, a.key, a.bytes), ()))
+        else:
+            found = [t for (scenario, sharing, variant, nbytes), t in ceilings.items()
+                     if sharing == a.sharing and nbytes == a.bytes and variant == a.key and t > 0]
+        found += [t for t in (a.time, b.time) if t > 0]
+        spread = max(found) / min(found) - 1 if len(found) >= 2 else 0.0
+    return max(min_effect, offset, spread)
+
+
 def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int], float],
            setup_cost: classes.SetupCost, order: Callable[[str], tuple],
-           min_effect: float = stats.MIN_EFFECT, prefer: str | None = None, prefer_why: str = "") -> Decision | None:
+           min_effect: float = stats.MIN_EFFECT, prefer: str | None = None, prefer_why: str = "",
+           _known: tuple[dict, dict, dict] | None = None) -> Decision | None:
     """The decision among the figures of one size (one link, sharing mode and measure); None
     with fewer than two figures (nothing compared). `setup_cost`: a label's set-up (lo,
     median, hi) seconds; `order`: its place among the declared paths; `prefer`: the label to
@@ -237,12 +289,30 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     if len(figures) < 2:
         return None
     figures = sorted(figures, key=lambda f: f.median_s)
-    cache: dict[tuple[int, int], stats.Comparison] = {}
+    # the comparisons and each figure's prepared samples, kept for the decisions remade from this
+    # one (as_choice): the same figures, compared once (keyed by the figures, which they keep alive)
+    known = _known if _known is not None else ({}, {}, {})
+    cache: dict[tuple[int, int], stats.Comparison] = known[0]
+    prepared: dict[int, stats.Prepared] = known[1]
+    facts: dict[int, _Ceilinged] = known[2]
+
+    def ceilinged(f: Figure) -> _Ceilinged:
+        found = facts.get(id(f))
+        if found is None:
+            found = facts[id(f)] = _Ceilinged(f.row, ceilings)
+        return found
+
+    def prep(f: Figure) -> stats.Prepared:
+        found = prepared.get(id(f))
+        if found is None:
+            found = prepared[id(f)] = stats.Prepared(f.samples)
+        return found
 
     def compare(a: Figure, b: Figure) -> stats.Comparison:
         key = (id(a), id(b))
         if key not in cache:
-            cache[key] = stats.compare(a.samples, b.samples, delta_for(a.row, b.row, ceilings, min_effect))
+            cache[key] = stats.compare_prepared(prep(a), prep(b),
+                                                _delta(ceilinged(a), ceilinged(b), ceilings, min_effect))
         return cache[key]
 
     def beats(a: Figure, b: Figure) -> bool:
@@ -290,8 +360,8 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         else math.nan
     nbytes = int(choice.row.bytes)
     row = choice.row
-    lo, median, hi = stats.median_interval(choice.samples)
-    found_states = tuple(_states(f.samples) for f in figures)
+    lo, median, hi = prep(choice).interval
+    found_states = tuple(_two(prep(f)) for f in figures)
     return Decision(
         src=str(row.src), dst=str(row.dst), sharing=str(row.sharing), measure=str(row.measure), bytes=nbytes,
         outcome=outcome, cls=win.name, members=tuple(f.label for f in win.members), choice=choice.label, why=why,
@@ -303,7 +373,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         call_bound=bool(row.call_bound), l2_resident=None if pd.isna(row.l2_resident) else bool(row.l2_resident),
         samples=min(len(f.samples) for f in (choice, *((nxt.anchor,) if nxt else ()))),
         compared=tuple(f.label for f in figures), compared_s=tuple(f.median_s for f in figures),
-        compared_ci=tuple(_ends(f.samples) for f in figures),
+        compared_ci=tuple(_ends_of(prep(f)) for f in figures),
         compared_fraction=tuple(float(f.row.fraction_of_ceiling) for f in figures),
         separated=bool(vs and vs.separated and outcome == stats.FASTER),
         delta=vs.delta if vs is not None else max([r.delta for _, r in rest] or [min_effect]),
@@ -311,14 +381,14 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         states=found_states[figures.index(choice)], compared_states=found_states,
         leader_range=(float(np.nanmin(lead.anchor.samples)), float(np.nanmax(lead.anchor.samples))),
         beaten=tuple(sorted(beaten)),
-        again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why))
+        again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why, known))
 
 
-def _states(samples: np.ndarray) -> stats.States | None:
-    found = stats.states(samples)
-    return found[0] if found is not None else None
+def _two(samples: stats.Prepared) -> stats.States | None:
+    return samples.two[0] if samples.two is not None else None
 
 
-def _ends(samples: np.ndarray) -> tuple[float, float]:
-    lo, _, hi = stats.median_interval(samples)
+def _ends_of(samples: stats.Prepared) -> tuple[float, float]:
+    lo, _, hi = samples.interval
     return (lo, hi)
+

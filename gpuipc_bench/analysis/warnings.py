@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from gpuipc_bench import robust
-from gpuipc_bench.analysis.conditions import ABOVE_CEILING, condition
+from gpuipc_bench.analysis.conditions import ABOVE_CEILING, condition, records
 from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL, interval_halfwidth
 
 # Causes of a warning (report/causes.py words each one once).
@@ -85,7 +85,7 @@ def stability_warnings(summary: pd.DataFrame, samples: Mapping[tuple, np.ndarray
             src=row.src, dst=row.dst, workers=int(row.workers), sharing=row.sharing, value=float(value),
             share=float(share)))
 
-    for row in summary.itertuples(index=False):
+    for row in records(summary):
         if _is_false(row.verified):
             warn(FAILED_VERIFICATION, row)
         over = above_ceiling(row)
@@ -147,12 +147,14 @@ def clock_warnings(frame: pd.DataFrame, meta: Mapping[str, str]) -> list[Stabili
         return []
     keys = ["scenario", "path", "variant", "metric", "measure", "src", "dst", "bytes", "workers", "sharing"]
     out = []
-    for key, group in rows.groupby(keys, dropna=False, sort=False):
+    lowest = rows.assign(_clock=pd.to_numeric(rows["sm_clock_mhz"])).groupby(
+        keys, dropna=False, sort=False)["_clock"].min()  # each group's lowest clock, groups as they first appear
+    for key, clock in lowest.items():
         scenario, path, variant, metric, measure, src, dst, nbytes, workers, sharing = key
         gpu = str(src) if str(src) in clocks else str(dst)
         if gpu not in clocks:
             continue
-        share = float(pd.to_numeric(group["sm_clock_mhz"]).min()) / clocks[gpu]
+        share = float(clock) / clocks[gpu]
         if share < LOW_CLOCK_FRACTION:
             out.append(StabilityWarning(LOW_CLOCK, str(scenario), str(path), str(variant), int(nbytes), str(metric),
                                         "" if pd.isna(measure) else str(measure), str(src), str(dst),

@@ -6,7 +6,6 @@ import click
 from rich.markup import escape
 
 from gpuipc_bench.cli.console import stdout_console
-from gpuipc_bench.harness.plan import registry
 
 
 @click.command("list")
@@ -14,6 +13,7 @@ def list_cmd():
     """List the scenarios and whether each can run on this machine (and if not, why)."""
     from rich.table import Table
 
+    from gpuipc_bench.harness.plan import registry
     from gpuipc_bench.machine.probe import probe
 
     machine = probe()

@@ -50,8 +50,7 @@ def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, f
     gpuipc-bench report H100.csv H200.csv            side by side, with ratios
     """
     from gpuipc_bench.report import (
-        check_reportable, load_runs, render_comparison_terminal, render_csv, render_json, render_markdown_runs,
-        render_terminal,
+        analyse_runs, check_reportable, load_runs, render_csv, render_json, render_markdown_runs,
     )
 
     if plot_format and plot is None:
@@ -66,31 +65,51 @@ def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, f
         check_reportable(path, frame, meta)
     sources = [str(path) for path in files]
     options = {"min_effect": min_effect / 100, "amortise_over": amortise_over}
+    analyses = analyse_runs(runs, **options)  # once per run: every format and the plots render these
     if fmt == "markdown":
-        click.echo(render_markdown_runs(runs, sources, **options))
+        click.echo(render_markdown_runs(runs, sources, analyses=analyses, **options))
     elif fmt == "csv":
-        click.echo(render_csv(runs, sources), nl=False)
+        click.echo(render_csv(runs, sources, analyses), nl=False)
     elif fmt == "json":
-        click.echo(render_json(runs, sources, **options))
+        click.echo(render_json(runs, sources, analyses=analyses, **options))
     elif summary:
         from gpuipc_bench.report import render_run_summary
 
         console = stdout_console()
-        for source, (frame, meta) in zip(sources, runs):
-            render_run_summary(frame, meta, console, source=source, **options)
+        for source, (frame, meta), analysis in zip(sources, runs, analyses):
+            render_run_summary(frame, meta, console, source=source, analysis=analysis)
     else:
-        from rich.text import Text
-
-        console = stdout_console()
-        for i, (source, (frame, meta)) in enumerate(zip(sources, runs)):
-            if len(runs) > 1:
-                console.rule(Text(f"run {i + 1}: {source}"), style="bold", characters="═")
-            render_terminal(frame, meta, console, source=source, detailed=detailed, **options)
-        if len(runs) > 1:
-            console.rule("comparison", style="bold", characters="═")
-            render_comparison_terminal(runs, sources, console)
+        _report_terminal(runs, sources, analyses, detailed)
     if plot is not None:
-        _report_plots(runs, files, plot, plot_format)
+        _report_plots(runs, files, plot, plot_format, analyses)
+
+
+def _report_terminal(runs, sources, analyses, detailed: bool) -> None:
+    """Each run's report, then, for several, their comparison. The comparison's decisions are
+    those of the default --min-effect and --amortise-over, as this report has always shown
+    them (markdown and json compare the decisions of the options given): with other options
+    the runs are analysed again for it."""
+    from rich.text import Text
+
+    from gpuipc_bench.report import analyse_runs, render_comparison_terminal, render_terminal
+
+    console = stdout_console()
+    for i, (source, (frame, meta), analysis) in enumerate(zip(sources, runs, analyses)):
+        if len(runs) > 1:
+            console.rule(Text(f"run {i + 1}: {source}"), style="bold", characters="═")
+        render_terminal(frame, meta, console, source=source, detailed=detailed, analysis=analysis)
+    if len(runs) > 1:
+        console.rule("comparison", style="bold", characters="═")
+        render_comparison_terminal(runs, sources, console,
+                                   analyses if _default_options(analyses) else analyse_runs(runs))
+
+
+def _default_options(analyses) -> bool:
+    """Whether the runs were analysed with the default --min-effect and --amortise-over."""
+    from gpuipc_bench.analysis.breakeven import AMORTISE_OVER
+    from gpuipc_bench.analysis.stats import MIN_EFFECT
+
+    return all(a.min_effect == MIN_EFFECT and a.amortise_over == AMORTISE_OVER for a in analyses)
 
 
 def _stems(files) -> list[str]:
@@ -102,11 +121,11 @@ def _stems(files) -> list[str]:
     return stems
 
 
-def _report_plots(runs, files, plot: Path, plot_format) -> None:
+def _report_plots(runs, files, plot: Path, plot_format, analyses) -> None:
     from gpuipc_bench.plots import save_plots
 
     written = []
-    for (frame, meta), stem in zip(runs, _stems(files)):
-        written += save_plots(frame, meta, plot, stem, plot_format, several=len(runs) > 1)
+    for (frame, meta), stem, analysis in zip(runs, _stems(files), analyses):
+        written += save_plots(frame, meta, plot, stem, plot_format, several=len(runs) > 1, summary=analysis.summary)
     # a file a line: paths stay whole, and the line stays inside 80 columns unless one path is longer
     stderr_console().print("plots: " + "".join(f"\n  {p}" for p in written), soft_wrap=True, markup=False)

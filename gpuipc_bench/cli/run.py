@@ -12,15 +12,11 @@ import click
 from rich.markup import escape
 
 from gpuipc_bench.cli.console import stderr_console
-from gpuipc_bench.cli.progress import run_session
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import check_writable
 from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
-from gpuipc_bench.modes import end_all as end_modes
 from gpuipc_bench.hooks.profiling import mark
-from gpuipc_bench.harness.plan import PlanOptions, make_plan, run_config
-from gpuipc_bench.harness.session import drop_if_empty
 from gpuipc_bench.results.writing import claim_free_name, default_results_path
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.defaults import (
@@ -173,6 +169,12 @@ def _select_by_uuid(devices):
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
          force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False,
          order=("declared", None), full=False):
+    # the run's machinery, imported here: the other commands (report, list, info) need none of it
+    from gpuipc_bench.cli.progress import run_session
+    from gpuipc_bench.harness.plan import PlanOptions, make_plan, run_config
+    from gpuipc_bench.harness.session import drop_if_empty
+    from gpuipc_bench.modes import end_all as end_modes
+
     if pairs is not None and devices:
         raise UsageError("--pairs and --devices both choose the GPUs: give one of them")
     devices, visible = _select_by_uuid(devices)

@@ -61,28 +61,33 @@ def analyse_runs(runs: Sequence[Run], min_effect: float | None = None,
 
 def render_run_summary(frame: pd.DataFrame, meta: Mapping[str, str], console: Console,
                        source: str | Path | None = None, min_effect: float | None = None,
-                       amortise_over: int | None = None) -> None:
+                       amortise_over: int | None = None, analysis: RunAnalysis | None = None) -> None:
     """The one-screen answer, what `run` prints at the end and `report RUN.csv --summary`
     prints (answer.py): a line per decision band of each link, sharing mode and measure,
     the set-up costs, the confidence, the warnings that could change a line, and the command
-    that shows everything (`gpuipc-bench report SOURCE`), wrapped at the console's width."""
-    from gpuipc_bench.analysis import analyse
+    that shows everything (`gpuipc-bench report SOURCE`), wrapped at the console's width.
+    `analysis`: the run's, when the caller has it (else analysed here)."""
     from gpuipc_bench.report import answer, terminal
 
-    analysis = analyse(frame, meta, min_effect=min_effect, amortise_over=amortise_over)
+    if analysis is None:
+        from gpuipc_bench.analysis import analyse
+
+        analysis = analyse(frame, meta, min_effect=min_effect, amortise_over=amortise_over)
     terminal.render_summary(answer.summary_lines(analysis, str(source) if source else None, console.width), console)
 
 
 def render_terminal(df: pd.DataFrame, meta: Mapping[str, str], console: Console, source: str | None = None,
                     detailed: bool = False, min_effect: float | None = None,
-                    amortise_over: int | None = None) -> None:
+                    amortise_over: int | None = None, analysis: RunAnalysis | None = None) -> None:
     """The full report of one run: a table per path, metric, link and measure (every size),
     the verdict and break-even, the warnings (a line per cause). detailed: every column and
-    every warning's figures."""
-    from gpuipc_bench.analysis import analyse
+    every warning's figures. `analysis`: the run's, when the caller has it."""
     from gpuipc_bench.report import document, terminal
 
-    analysis = analyse(df, meta, min_effect=min_effect, amortise_over=amortise_over)
+    if analysis is None:
+        from gpuipc_bench.analysis import analyse
+
+        analysis = analyse(df, meta, min_effect=min_effect, amortise_over=amortise_over)
     terminal.render_report(document.build_report(analysis, source, detailed), console)
 
 
@@ -115,13 +120,14 @@ def render_markdown(df: pd.DataFrame, meta: Mapping[str, str], source: str | Non
 
 
 def render_markdown_runs(runs: Sequence[Run], sources: Sequence[str | None], min_effect: float | None = None,
-                         amortise_over: int | None = None) -> str:
+                         amortise_over: int | None = None, analyses: Sequence[RunAnalysis] | None = None) -> str:
     """One run: its summary. Several: the comparison first (machine differences, ratio tables
-    of each run against run 1), then each run's summary."""
+    of each run against run 1), then each run's summary. `analyses`: the runs', when the
+    caller has them."""
     from gpuipc_bench.analysis import compare
     from gpuipc_bench.report import document, markdown, wording
 
-    analyses = analyse_runs(runs, min_effect, amortise_over)
+    analyses = list(analyses) if analyses is not None else analyse_runs(runs, min_effect, amortise_over)
     if len(analyses) == 1:
         doc = document.build_report(analyses[0], sources[0])
         return markdown.fit(markdown.sections(doc, analyses[0]))
@@ -138,20 +144,21 @@ def render_markdown_runs(runs: Sequence[Run], sources: Sequence[str | None], min
     return markdown.fit(parts)
 
 
-def render_csv(runs: Sequence[Run], sources: Sequence[str]) -> str:
+def render_csv(runs: Sequence[Run], sources: Sequence[str], analyses: Sequence[RunAnalysis] | None = None) -> str:
+    """The runs' summaries (which no option changes) as CSV."""
     from gpuipc_bench.report import data
 
-    return data.render_csv(analyse_runs(runs), sources)
+    return data.render_csv(list(analyses) if analyses is not None else analyse_runs(runs), sources)
 
 
 def render_json(runs: Sequence[Run], sources: Sequence[str], min_effect: float | None = None,
-                amortise_over: int | None = None) -> str:
+                amortise_over: int | None = None, analyses: Sequence[RunAnalysis] | None = None) -> str:
     from gpuipc_bench.analysis import compare
     from gpuipc_bench.report import data
 
     from gpuipc_bench.analysis import compare_decisions
 
-    analyses = analyse_runs(runs, min_effect, amortise_over)
+    analyses = list(analyses) if analyses is not None else analyse_runs(runs, min_effect, amortise_over)
     comparison = compare([a.summary for a in analyses]) if len(analyses) > 1 else None
     changes = compare_decisions([a.answer.decisions for a in analyses]) if len(analyses) > 1 else []
     return data.render_json(analyses, sources, comparison, changes)

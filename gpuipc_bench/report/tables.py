@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 import pandas as pd
 
 from gpuipc_bench.analysis.breakeven import BreakEven
-from gpuipc_bench.analysis.conditions import link_rank
+from gpuipc_bench.analysis.conditions import link_rank, records
 from gpuipc_bench.analysis.model import RunAnalysis
 from gpuipc_bench.analysis.warnings import FAILED_VERIFICATION, above_ceiling
 from gpuipc_bench.report.causes import cause_of
@@ -152,7 +152,8 @@ def _measure_table(scenario, path, metric, measure, part: pd.DataFrame, detailed
     bandwidth = metric == "bandwidth"
     has_ceiling = bandwidth and part["fraction_of_ceiling"].notna().any()
     show_n = detailed or varying["samples"]
-    flags = [_flags(r) for r in part.itertuples(index=False)]
+    part_rows = records(part)
+    flags = [_flags(r) for r in part_rows]
 
     columns = [Column("size"), Column("variant", "left", 0, wrap=True)] + _key_columns(varying)
     if show_n:
@@ -176,7 +177,7 @@ def _measure_table(scenario, path, metric, measure, part: pd.DataFrame, detailed
         columns.append(Column("flags", "left", 2, wrap=True))
 
     rows, groups = [], []
-    for row, flag in zip(part.itertuples(index=False), flags):
+    for row, flag in zip(part_rows, flags):
         cells = [format_size(int(row.bytes)), str(row.variant)] + _key_cells(row, varying)
         if show_n:
             cells.append(str(int(row.samples)))
@@ -224,7 +225,7 @@ def setup_table(setup: pd.DataFrame, detailed: bool, representative: bool = Fals
     if detailed:
         columns.append(Column("95% CI ms", priority=3))
     rows, groups = [], []
-    for row in setup.itertuples(index=False):
+    for row in records(setup):
         cells = [str(row.path), str(row.variant), link(row.src, row.dst)]
         cells += [str(getattr(row, k)) for k in ("workers", "sharing") if varying[k]]
         if show_size:
@@ -314,11 +315,12 @@ def _headline_bandwidth(part: pd.DataFrame) -> Table:
     columns += [Column("median µs", priority=2), Column("GB/s"), Column("95% CI GB/s", priority=1)]
     if has_ceiling:
         columns.append(Column("% ceiling", priority=1))
-    flags = [_flags(r) for r in part.itertuples(index=False)]
+    part_rows = records(part)
+    flags = [_flags(r) for r in part_rows]
     if any(flags):
         columns.append(Column("flags", "left", 2, True))
     rows, groups = [], []
-    for row, flag in zip(part.itertuples(index=False), flags):
+    for row, flag in zip(part_rows, flags):
         cells = lead(row) + [fmt_num(row.median_s * 1e6), fmt_num(row.median_gbps),
                              fmt_interval(row.ci_lo_gbps, row.ci_hi_gbps)]
         if has_ceiling:
@@ -340,7 +342,7 @@ def _ceiling_matrix(ceilings: pd.DataFrame, sizes: Sequence[int]) -> Table:
     columns += [Column(format_size(s)) for s in sizes]
     rows, groups = [], []
     for (scenario, sharing, variant), part in ceilings.groupby(["scenario", "sharing", "variant"], sort=False):
-        at = {int(r.bytes): r for r in part.itertuples(index=False)}
+        at = {int(r.bytes): r for r in records(part)}
         cells = [str(variant), link(part["src"].iloc[0], part["dst"].iloc[0])]
         if several:
             cells.append(f"{scenario}, {sharing}")
@@ -359,7 +361,7 @@ def _headline_latency(part: pd.DataFrame) -> Table:
     title = " · ".join(["one-way latency at a few sizes, fastest first on each link"] + extra)
     columns += [Column("median µs"), Column("95% CI µs", priority=1)]
     rows = [lead(r) + [fmt_num(r.median_s * 1e6), fmt_interval(r.ci_lo_s * 1e6, r.ci_hi_s * 1e6)]
-            for r in part.itertuples(index=False)]
+            for r in records(part)]
     return Table(title, "latency", columns, rows, [int(b) for b in part["bytes"]])
 
 
@@ -427,7 +429,7 @@ def comparison_tables(comparison: pd.DataFrame, run: int) -> list[Table]:
                 values = dict(zip(keys, key))
                 cells = [f"{values['path']}/{values['variant']}", MEASURE_SHORT.get(values["measure"],
                                                                                      values["measure"])]
-                at = {int(r.bytes): r for r in group.itertuples(index=False)}
+                at = {int(r.bytes): r for r in records(group)}
                 cells += [fmt_ratio(at[s].ratio, at[s].ratio_lo, at[s].ratio_hi) if s in at else DASH
                           for s in sizes]
                 rows.append(cells)

@@ -10,6 +10,7 @@ as they are.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,10 @@ GAP = 3  # between two columns of a rich SIMPLE_HEAD table: padding, divider, pa
 MIN_WORDS_WIDTH = 8  # the narrowest a column of words may wrap to
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _cells(text: str) -> int:
+    """Terminal cells of a text (rich's count), once per text: a report asks for the same cells
+    at every width it tries."""
     from rich.cells import cell_len
 
     return cell_len(text)
@@ -86,6 +90,9 @@ def print_table(table: Table, console: Console) -> None:
                               overflow="fold" if col.wrap else "ellipsis")
     # Separate the sizes only where a size has several rows (variants) to keep apart.
     sectioned = table.kind in ("bandwidth", "latency") and len(set(table.groups)) < len(table.groups)
+    if _total(widths) <= console.width and all(widths):  # rich lays the columns out as given: no collapsing
+        console.print(_Rows(rich_table, table, sectioned))
+        return
     previous = object()
     for group, row in zip(table.groups or [None] * len(table.rows), table.rows):
         if sectioned and group != previous and rich_table.row_count:
@@ -93,6 +100,101 @@ def print_table(table: Table, console: Console) -> None:
         previous = group
         rich_table.add_row(*(_styled(col.name, cell) for col, cell in zip(table.columns, row)))
     console.print(rich_table)
+
+
+class _Rows:
+    """A table as rich.table.Table renders it, its rows laid out here: the same segments, in a
+    fraction of the time (rich renders every cell through a padding, a wrap and a crop).
+
+    Only what print_table asks of rich: the SIMPLE_HEAD box without edges, default padding,
+    columns of the widths given (their sum fits the console: rich collapses none), unstyled
+    columns and rows, each cell a Text of one style (_styled). rich renders the header (an empty copy of
+    the table) and every cell that is not one line that fits its column (words to wrap, a
+    tab): the rest are one segment each, justified as rich justifies."""
+
+    def __init__(self, header, table: Table, sectioned: bool):
+        self.header = header  # the rich Table, with its columns and no rows
+        self.table = table
+        self.sectioned = sectioned
+
+    def __rich_console__(self, console: Console, options):
+        from rich.control import strip_control_codes
+        from rich.padding import Padding
+        from rich.segment import Segment
+        from rich.style import Style
+
+        header = self.header
+        yield from console.render(header, options)
+        columns = header.columns
+        n = len(columns)
+        pads = [(0 if i == 0 else 1, 0 if i == n - 1 else 1) for i in range(n)]
+        full = [col.width + left + right for col, (left, right) in zip(columns, pads)]
+        table_width = sum(full) + header._extra_width
+        table_options = options.update(width=table_width, highlight=header.highlight, height=None)
+        cell_options = [table_options.update(width=w, justify=col.justify, no_wrap=col.no_wrap, overflow=col.overflow,
+                                             height=None, highlight=col.highlight) for col, w in zip(columns, full)]
+        row_style = Style.null()
+        cell_styles = [console.get_style(col.style or "") + row_style for col in columns]
+        border_style = console.get_style(header.style or "") + console.get_style(header.border_style or "")
+        from rich.box import SIMPLE_HEAD
+
+        box = SIMPLE_HEAD.substitute(options, safe=console.safe_box if header.safe_box is None else header.safe_box)
+        dividers = []
+        for vertical in (box.mid_vertical, box.foot_vertical):
+            divider = Segment(vertical, border_style)
+            dividers.append(divider if divider.text.strip() else
+                            Segment(divider.text, row_style.background_style + divider.style))
+        section = [Segment(box.get_row(full, "row", edge=False), border_style), Segment.line()]
+        new_line = Segment.line()
+        null = Style.null()
+        styles: dict[str, Style | None] = {}
+
+        def text_style(name: str) -> Style | None:
+            """The style rich gives the segment of a one-line Text of this style (joined lines
+            carry it as a span over the blank base style)."""
+            if name not in styles:
+                styles[name] = Style.combine((console.get_style("", default=null),
+                                              console.get_style(name, default=null))) if name else None
+            return styles[name]
+
+        rows = list(zip(self.table.groups or [None] * len(self.table.rows), self.table.rows))
+        names = [col.name for col in self.table.columns]
+        layout = [(columns[i].width, columns[i].justify, pads[i][0], pads[i][1], not cell_styles[i]
+                   and columns[i].justify in ("left", "right")) for i in range(n)]
+        previous: object = object()
+        for index, (group, row) in enumerate(rows):
+            if self.sectioned and group != previous and index:
+                yield from section  # add_section() before this row: the line after the one above
+            previous = group
+            cells = []
+            for i, cell in enumerate(row):
+                width, justify, left, right, plain_column = layout[i]
+                style = _style_of(names[i], cell)
+                plain = strip_control_codes(cell)  # as Text(cell) keeps it
+                length = _cells(plain)
+                if plain_column and length <= width and "\n" not in plain and "\t" not in plain \
+                        and (justify == "left" or plain == plain.rstrip()):
+                    fill = " " * (width - length)
+                    line = [Segment(plain + fill if justify == "left" else fill + plain, text_style(style))]
+                    if left:
+                        line.insert(0, Segment(" " * left, null))
+                    if right:
+                        line.append(Segment(" " * right, null))
+                    cells.append([line])
+                else:
+                    cells.append(console.render_lines(Padding(_styled(names[i], cell), (0, right, 0, left)),
+                                                      cell_options[i], style=cell_styles[i]))
+            height = max(len(lines) for lines in cells)
+            if height > 1:
+                cells = [Segment.set_shape(Segment.align_top(lines, w, height, style), w, height)
+                         for lines, w, style in zip(cells, full, cell_styles)]
+            divider = dividers[1 if index == len(rows) - 1 else 0]
+            for line_no in range(height):
+                for i, lines in enumerate(cells):
+                    yield from lines[line_no]
+                    if i < n - 1:
+                        yield divider
+                yield new_line
 
 
 def _wrapped(header: str, width: int) -> str:
@@ -110,11 +212,16 @@ def _wrapped(header: str, width: int) -> str:
 def _styled(column: str, cell: str):
     from rich.text import Text
 
+    return Text(cell, style=_style_of(column, cell))
+
+
+def _style_of(column: str, cell: str) -> str:
+    """The style of a cell of the column."""
     if column in ("verified",):
-        return Text(cell, style="green" if cell == "✓" else "bold red" if cell == "✗" else "")
+        return "green" if cell == "✓" else "bold red" if cell == "✗" else ""
     if column.startswith("median") or column == "flags" and cell:
-        return Text(cell, style="bold" if column.startswith("median") else "yellow")
-    return Text(cell)
+        return "bold" if column.startswith("median") else "yellow"
+    return ""
 
 
 # --------------------------------------------------------------------------- header, verdict, warnings

@@ -88,6 +88,7 @@ class ResultsFile:
         self._append: Any = None  # the written file, open for appending rows
         self.write_error: ResultsWriteError | None = None  # the first failed write; none is tried after it
         self._written = False  # whether write() has replaced the file with ours
+        self._frame: pd.DataFrame | None = None  # the rows as a frame, until rows are added
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
         """Append rows (dicts as made by new_row; they are checked again); once the file has
@@ -95,6 +96,8 @@ class ResultsFile:
         host = self.metadata.get("host", "")
         new = [{**checked, "node": checked["node"] or host} for checked in (new_row(**row) for row in rows)]
         self._rows.extend(new)
+        if new:
+            self._frame = None
         if self._append is not None and new:
             try:
                 self._append.write(format_rows(new))
@@ -137,9 +140,13 @@ class ResultsFile:
 
     @property
     def frame(self) -> pd.DataFrame:
+        """The rows added so far, typed; built once for the final write and the summary after it
+        (again only once rows are added). Read it, never change it in place."""
         if not self._rows:
             return empty_frame()
-        return typed_frame(pandas_module().DataFrame.from_records(self._rows, columns=list(COLUMNS)))
+        if self._frame is None:
+            self._frame = typed_frame(pandas_module().DataFrame.from_records(self._rows, columns=list(COLUMNS)))
+        return self._frame
 
     def __len__(self) -> int:
         return len(self._rows)

@@ -197,6 +197,23 @@ def test_a_planted_figure_is_scaled_for_its_node_only(monkeypatch):
     assert slow["d2d"] == pytest.approx(base["d2d"] / 2) and again["d2d"] == pytest.approx(base["d2d"])
 
 
+def test_a_fixed_figure_takes_its_value_before_a_slow_plant_scales_it(monkeypatch):
+    """fixed:NODE:FIGURE:VALUE: the fleet tests' healthy figures without a shared machine's noise."""
+    frame, _ = read_results(REPO / "results" / "h100-default-modes.csv")
+    monkeypatch.setenv(plant.PLANT_ENV, "fixed:*:h2d:12.5;slow:n2:h2d:0.5;fixed:n1:barrier:3")
+    n1 = {f.name: f.value for f in figures_of(frame, "n1")}
+    n2 = {f.name: f.value for f in figures_of(frame, "n2")}
+    monkeypatch.delenv(plant.PLANT_ENV)
+    measured = {f.name: f.value for f in figures_of(frame, "n1")}
+    assert n1["h2d"] == 12.5 and n2["h2d"] == 6.25  # a bandwidth at half
+    assert n1["barrier"] == 3 and n2["barrier"] == measured["barrier"] != 3
+    assert n1["d2d"] == measured["d2d"]  # the other figures as measured
+    for bad in ("0", "-1", "nan", "inf", "fast"):
+        monkeypatch.setenv(plant.PLANT_ENV, f"fixed:*:h2d:{bad}")
+        with pytest.raises(ValueError, match=f"fixed:\\*:h2d:{bad}: VALUE must be a finite number above 0"):
+            figures_of(frame, "n1")
+
+
 def _fig(name="h2d", value=55.0, ceiling=None, gpus="0", unit="GB/s"):
     return Figure(name, gpus, value, unit, ceiling)
 

@@ -36,6 +36,9 @@ H100_FACTS = {"gpu_count": "1", "gpu.0.name": "NVIDIA H100 80GB HBM3", "gpu.0.pc
 BENCH = [sys.executable, "-m", "gpuipc_bench.cli"]
 
 
+WITHOUT_NIXL = "without:nixl-host-read"  # a check whose subject is not NIXL's figure (it takes a third of one)
+
+
 def bench(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("GPUIPC_BENCH_")}
     full.update(env or {})
@@ -118,7 +121,8 @@ def test_a_hidden_gpu_is_named():
 
 
 def test_check_with_the_gpu_hidden_reports_no_gpu_cleanly(tmp_path):
-    done = bench("check", "--format", "json", "-o", str(tmp_path / "c.csv"), env={"CUDA_VISIBLE_DEVICES": ""})
+    done = bench("check", "--format", "json", "-o", str(tmp_path / "c.csv"),
+                 env={"CUDA_VISIBLE_DEVICES": "", plant.PLANT_ENV: WITHOUT_NIXL})
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     gpu_paths = [e for e in events if e["kind"] == "path" and e["figure"] in ("ipc", "vmm", "mempool", "peer")]
@@ -482,8 +486,8 @@ def test_json_lines_carry_one_event_per_check():
 
 def test_check_of_this_node_learn_and_judge_round_trip(tmp_path):
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
-    for out in (one, two):
-        done = bench("check", "-o", str(out), "--format", "json")
+    for out in (one, two):  # (NIXL's figure in a one-node check: tests/test_nixl_path.py)
+        done = bench("check", "-o", str(out), "--format", "json", env={plant.PLANT_ENV: WITHOUT_NIXL})
         assert done.returncode == 0, done.stderr
     _, meta = read_results(one)
     node = meta["check.nodes"]
@@ -496,7 +500,7 @@ def test_check_of_this_node_learn_and_judge_round_trip(tmp_path):
     assert cpu.hosts == 1 and not cpu.band and cpu.sources == (f"one.csv:{node}", f"two.csv:{node}")
     # two runs of one node are one host: a figure far below it warns, measured twice, and the check passes
     done = bench("check", "--expect", str(learned), "-o", str(tmp_path / "slow.csv"), "--format", "junit",
-                 env={plant.PLANT_ENV: "slow:*:host-memcpy:0.05"})
+                 env={plant.PLANT_ENV: "slow:*:host-memcpy:0.05;" + WITHOUT_NIXL})
     assert done.returncode == 0, done.stderr
     root = ET.fromstring(done.stdout)
     assert root.find(".//failure") is None

@@ -36,6 +36,9 @@ H100_FACTS = {"gpu_count": "1", "gpu.0.name": "NVIDIA H100 80GB HBM3", "gpu.0.pc
 BENCH = [sys.executable, "-m", "gpuipc_bench.cli"]
 
 
+WITHOUT_NIXL = "without:nixl-host-read"  # a check whose subject is not NIXL's figure (it takes a third of one)
+
+
 def bench(*args, env=None, cwd=None) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if not k.startswith("GPUIPC_BENCH_")}
     full.update(env or {})
@@ -118,7 +121,8 @@ def test_a_hidden_gpu_is_named():
 
 
 def test_check_with_the_gpu_hidden_reports_no_gpu_cleanly(tmp_path):
-    done = bench("check", "--format", "json", "-o", str(tmp_path / "c.csv"), env={"CUDA_VISIBLE_DEVICES": ""})
+    done = bench("check", "--format", "json", "-o", str(tmp_path / "c.csv"),
+                 env={"CUDA_VISIBLE_DEVICES": "", plant.PLANT_ENV: WITHOUT_NIXL})
     assert done.returncode == 0, done.stderr
     events = [json.loads(line) for line in done.stdout.splitlines()]
     gpu_paths = [e for e in events if e["kind"] == "path" and e["figure"] in ("ipc", "vmm", "mempool", "peer")]
@@ -195,6 +199,23 @@ def test_a_planted_figure_is_scaled_for_its_node_only(monkeypatch):
     again = {f.name: f.value for f in figures_of(frame, "n2", attempt=1)}
     assert slow["h2d"] == pytest.approx(base["h2d"] / 2) and again["h2d"] == pytest.approx(base["h2d"] / 2)
     assert slow["d2d"] == pytest.approx(base["d2d"] / 2) and again["d2d"] == pytest.approx(base["d2d"])
+
+
+def test_a_fixed_figure_takes_its_value_before_a_slow_plant_scales_it(monkeypatch):
+    """fixed:NODE:FIGURE:VALUE: the fleet tests' healthy figures without a shared machine's noise."""
+    frame, _ = read_results(REPO / "results" / "h100-default-modes.csv")
+    monkeypatch.setenv(plant.PLANT_ENV, "fixed:*:h2d:12.5;slow:n2:h2d:0.5;fixed:n1:barrier:3")
+    n1 = {f.name: f.value for f in figures_of(frame, "n1")}
+    n2 = {f.name: f.value for f in figures_of(frame, "n2")}
+    monkeypatch.delenv(plant.PLANT_ENV)
+    measured = {f.name: f.value for f in figures_of(frame, "n1")}
+    assert n1["h2d"] == 12.5 and n2["h2d"] == 6.25  # a bandwidth at half
+    assert n1["barrier"] == 3 and n2["barrier"] == measured["barrier"] != 3
+    assert n1["d2d"] == measured["d2d"]  # the other figures as measured
+    for bad in ("0", "-1", "nan", "inf", "fast"):
+        monkeypatch.setenv(plant.PLANT_ENV, f"fixed:*:h2d:{bad}")
+        with pytest.raises(ValueError, match=f"fixed:\\*:h2d:{bad}: VALUE must be a finite number above 0"):
+            figures_of(frame, "n1")
 
 
 def _fig(name="h2d", value=55.0, ceiling=None, gpus="0", unit="GB/s"):
@@ -465,8 +486,8 @@ def test_json_lines_carry_one_event_per_check():
 
 def test_check_of_this_node_learn_and_judge_round_trip(tmp_path):
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
-    for out in (one, two):
-        done = bench("check", "-o", str(out), "--format", "json")
+    for out in (one, two):  # (NIXL's figure in a one-node check: tests/test_nixl_path.py)
+        done = bench("check", "-o", str(out), "--format", "json", env={plant.PLANT_ENV: WITHOUT_NIXL})
         assert done.returncode == 0, done.stderr
     _, meta = read_results(one)
     node = meta["check.nodes"]
@@ -479,7 +500,7 @@ def test_check_of_this_node_learn_and_judge_round_trip(tmp_path):
     assert cpu.hosts == 1 and not cpu.band and cpu.sources == (f"one.csv:{node}", f"two.csv:{node}")
     # two runs of one node are one host: a figure far below it warns, measured twice, and the check passes
     done = bench("check", "--expect", str(learned), "-o", str(tmp_path / "slow.csv"), "--format", "junit",
-                 env={plant.PLANT_ENV: "slow:*:host-memcpy:0.05"})
+                 env={plant.PLANT_ENV: "slow:*:host-memcpy:0.05;" + WITHOUT_NIXL})
     assert done.returncode == 0, done.stderr
     root = ET.fromstring(done.stdout)
     assert root.find(".//failure") is None

@@ -5,8 +5,10 @@ answer and the pairs'), for every committed reference run."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -73,10 +75,10 @@ def two_measures(source: Path, tmp_path: Path) -> Path:
     return path
 
 
-def budget(df: pd.DataFrame, meta: dict) -> int:
+def budget(analysis) -> int:
     """The summary's line budget at 80 columns: 25 for one GPU (or links to the host) in one
     sharing mode; 40 for two sharing modes, or GPU pairs alone; 50 for both."""
-    decisions = analyse(df, meta).answer.decisions
+    decisions = analysis.answer.decisions
     cross = [d for d in decisions if d.src.isdigit() and d.dst.isdigit() and d.src != d.dst]
     modes = {d.sharing for d in decisions if d not in cross}
     if cross and modes:
@@ -84,12 +86,42 @@ def budget(df: pd.DataFrame, meta: dict) -> int:
     return 40 if cross or len(modes) > 1 else 25
 
 
+@dataclasses.dataclass
+class Summarised:
+    path: Path
+    name: str  # as a user in the checkout types it: results/NAME.csv
+    text: str  # the summary at 80 columns, rendered by render_run_summary with `name` as its source
+    analysis: Any  # the RunAnalysis render_run_summary rendered it from
+
+
+@pytest.fixture(scope="module", params=REFERENCES, ids=[p.stem for p in REFERENCES])
+def reference(request) -> Summarised:
+    """Each committed reference run read, analysed and summarised once for every test of it below
+    (the analysis of a large run takes seconds, and there are dozens): render_run_summary's own
+    analysis is kept, not made again. Module-scoped and parametrized, so pytest runs a run's tests
+    one after the other and holds one run's analysis at a time."""
+    import gpuipc_bench.analysis as analysis_module
+
+    path = request.param
+    made = []
+    real = analysis_module.analyse
+
+    def keep(*args, **kwargs):
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    name = f"results/{path.name}"
+    with pytest.MonkeyPatch.context() as patch:  # render_run_summary imports analyse as it is called
+        patch.setattr(analysis_module, "analyse", keep)
+        text = summary_text(path, source=name)
+    assert len(made) == 1, "render_run_summary analysed the run once"
+    return Summarised(path, name, text, made[0])
+
+
 @pytest.mark.skipif(not REFERENCES, reason="reference runs not in this checkout")
-@pytest.mark.parametrize("path", REFERENCES, ids=[p.stem for p in REFERENCES])
-def test_summary_of_each_reference_run_fits_its_budget(path):
-    name = f"results/{path.name}"  # as a user in the checkout types it
-    text = summary_text(path, source=name)
-    assert_one_screen(text, lines=budget(*read_results(path)))
+def test_summary_of_each_reference_run_fits_its_budget(reference):
+    text, name = reference.text, reference.name
+    assert_one_screen(text, lines=budget(reference.analysis))
     assert text.startswith("gpuipc-bench · vm · ")
     assert " ".join(text.split()).endswith(f"every table and warning: gpuipc-bench report {name}")
 
@@ -167,11 +199,10 @@ def test_the_h100_answer_time_sliced_then_mps_fits_40_lines_with_one_band_per_me
 
 
 @pytest.mark.skipif(not REFERENCES, reason="reference runs not in this checkout")
-@pytest.mark.parametrize("path", REFERENCES, ids=[p.stem for p in REFERENCES])
-def test_no_next_is_faster_than_the_choice_and_no_number_loses_its_unit(path):
+def test_no_next_is_faster_than_the_choice_and_no_number_loses_its_unit(reference):
     import re
 
-    text = summary_text(path)
+    text = reference.text
     for ratio in re.findall(r"next [^·]*?(\d[\d.,]*)(?:–[\d.,]+)?×", " ".join(text.split())):
         assert float(ratio.replace(",", "")) >= 1, ratio
     units = ("B ", "KiB", "MiB", "GiB", "µs", "ms", "s ", "GB/s", "%")
@@ -180,7 +211,7 @@ def test_no_next_is_faster_than_the_choice_and_no_number_loses_its_unit(path):
     assert "±0.0%" not in text
     # the ratio is measured from the choice: below 1 only where the outcome is open (the choice is
     # declared, not the fastest median), never where it is called faster
-    for d in analyse(*read_results(path)).answer.decisions:
+    for d in reference.analysis.answer.decisions:
         assert d.outcome != "faster" or d.ratio_lo >= 1 + d.delta, (d.bytes, d.choice, d.next, d.ratio)
 
 

@@ -104,6 +104,9 @@ def figures_of(frame, node: str = "", attempt: int = 0) -> list[Figure]:
     out = []
     for spec in SPECS:
         for figure in _take(spec, frame):
+            fixed = plant.fixed_value(node, figure.name)
+            if fixed is not None:
+                figure = dataclasses.replace(figure, value=fixed)
             factor = plant.figure_factor(node, figure.name, attempt)
             if factor != 1.0:
                 value = figure.value * factor if figure.higher_better else figure.value / factor

@@ -7,6 +7,10 @@ GPUIPC_BENCH_CHECK_PLANT      plants, separated by ';':
   slow:NODE:FIGURE:FACTOR     every measurement of FIGURE on NODE comes out FACTOR times as good
                               (0.3: a bandwidth at 30%, a latency 1/0.3 times as long)
   flutter:NODE:FIGURE:FACTOR  the same, the first measurement only (a re-measure passes)
+  fixed:NODE:FIGURE:VALUE     every measurement of FIGURE on NODE comes out as VALUE (its unit: GB/s or
+                              µs; a finite number above 0), before slow and flutter scale it: the
+                              fleet rule's input without the noise of nodes that share a machine's cores
+                              (the scenario still runs and its rows keep what was measured)
   kill:NODE[:SECONDS]         NODE's leading rank waits SECONDS (default 0), then SIGKILLs itself
                               instead of sending its report to rank 0
   hang:NODE                   NODE's leading rank never sends its report
@@ -74,6 +78,23 @@ def figure_factor(node: str, figure: str, attempt: int, environ=os.environ) -> f
             if parts[0] == "slow" or attempt == 0:
                 factor *= float(parts[3])
     return factor
+
+
+def fixed_value(node: str, figure: str, environ=os.environ) -> float | None:
+    """The value a fixed plant gives `figure` on `node` (its unit), None: as measured. A VALUE that
+    is no finite number above 0 raises ValueError naming the plant."""
+    import math
+
+    value = None
+    for parts in _plants(environ):
+        if len(parts) == 4 and parts[0] == "fixed" and _matches(parts[1], node) and parts[2] == figure:
+            try:
+                value = float(parts[3])
+            except ValueError:
+                value = math.nan
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{PLANT_ENV}: {':'.join(parts)}: VALUE must be a finite number above 0")
+    return value
 
 
 def left_out(scenario: str, environ=os.environ) -> bool:

@@ -17,7 +17,6 @@ from gpuipc_bench.engine.sampler import SETUP_REPEATS
 
 import fake_gpu
 from conftest import ours
-from gpuipc_bench import robust
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import UsageError, WorkerFailed
 from gpuipc_bench.gpu.memory import Ring, reps_for, ring_capacity
@@ -94,8 +93,8 @@ def test_every_worker_takes_the_same_samples_and_the_timer_decides(monkeypatch, 
     for (variant, nbytes), n in by_group.items():
         got = sorted(r["iteration"] for r in rows if r["variant"] == variant and r["bytes"] == nbytes)
         assert got == list(range(n))
-        seconds = [r["seconds"] for r in rows if r["variant"] == variant and r["bytes"] == nbytes]
-        assert n == 9 or robust.enough(seconds, 3, 9)  # stopped by the rule, or at the maximum
+        # why a group stopped (its interval, a rival far ahead or apart: engine.sampler) is tested with
+        # crafted samples in test_interleave.py and test_far_behind.py; real host timing cannot pin it
     assert all(r["workers"] == 3 and r["scenario"] == "host" for r in rows)
     assert {r["measure"] for r in rows if r["variant"] == "shared-buffer"} == {"handoff"}
 

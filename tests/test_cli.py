@@ -216,7 +216,8 @@ def test_pairs_all_plans_each_pair_scenario_once_per_ordered_pair():
 
 def test_plain_run_on_several_gpus_adds_the_first_nvlink_pair():
     """Same-GPU runs stay; each pairable scenario (latency too) runs once more across the first
-    NVLink pair; a scenario that needs two GPUs runs on that pair only."""
+    NVLink pair, after every same-GPU run (one process set for them); a scenario that needs two GPUs
+    runs on that pair only."""
     import dataclasses as dc
 
     from gpuipc_bench.config import RunConfig
@@ -231,8 +232,8 @@ def test_plain_run_on_several_gpus_adds_the_first_nvlink_pair():
     config = RunConfig(scenarios=("ipc", "latency", "peer", "host"))
     plan = [(SCENARIOS[n], SCENARIOS[n].workers(config, machine)) for n in ("ipc", "latency", "peer", "host")]
     got = [(s.name, [spec.device for spec in specs]) for s, specs in plan_pairs(plan, config, machine, "default")[0]]
-    assert got == [("ipc", [0, 0]), ("ipc", [2, 3]), ("latency", [0, 0]), ("latency", [2, 3]), ("peer", [2, 3]),
-                   ("host", [None] * len(plan[3][1]))]
+    assert got == [("ipc", [0, 0]), ("latency", [0, 0]), ("host", [None] * len(plan[3][1])), ("ipc", [2, 3]),
+                   ("latency", [2, 3]), ("peer", [2, 3])]
 
 
 @pytest.mark.parametrize("args, words", [

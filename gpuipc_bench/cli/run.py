@@ -86,7 +86,10 @@ def _samples_text(preset: str) -> str:
 @click.option("--pairs", type=PairsType(), default=None, metavar="all|A-B,...",
               help="Run each GPU pair scenario (peer, ipc, vmm, mempool, staging, ...) once for every ordered "
                    "pair of GPUs ('all': every pair of this node) or for the pairs given (0-1,1-0): producer on "
-                   "A, consumer on B. Default: one pair, as --devices says.")
+                   "A, consumer on B. Default: one pair, as --devices says; on a node of several GPUs without "
+                   "--devices, the same-GPU pair in each sharing mode, then every pair scenario once across the "
+                   "first NVLink pair, in one process set of its own (interleaved with the same-GPU runs, each "
+                   "change forked a set again: 16 sets where 4 do).")
 @click.option("--full", is_flag=True,
               help="With --pairs all: sweep every path and size on every pair. Without it, one pair per link "
                    "class (NVLink count, or PCIe path) is swept whole and every other pair measures its headline "

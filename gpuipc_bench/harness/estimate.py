@@ -1,59 +1,108 @@
 """What a run will take, from its plan, said before it starts (and kept in the header as
-`estimate.seconds` beside the measured `seconds.wall`): the command's start and end, one start per
-process set, and each scenario run's fixed cost plus a cost per size it sweeps, scaled by the
-samples a group takes. The costs are seconds measured on an H100 host (traced default and --quick
-runs of this version, `GPUIPC_BENCH_TRACE`); a host of another kind differs (hosts of one model by up
-to 25%)."""
+`estimate.seconds` beside the measured `seconds.wall`): the command's start and end, each start of
+processes the run makes, and each scenario run's fixed cost plus a cost per size it sweeps, scaled
+by the samples a group takes.
+
+Starts of processes are counted as the run makes them (`set_starts`, harness.pool.WorkerSets): a
+persistent process set is forked on its first use and ended when a run of another sharing mode
+forks one or a scenario with processes of its own runs, and forked again on its next use; every
+such scenario starts its own. Each start costs more on a node of several GPUs: every worker's
+CUDA initialisation opens every GPU it sees. Runs measured at once (harness.rounds) cost their
+longest.
+
+The costs are seconds measured on an H100 host (traced default and --quick runs,
+`GPUIPC_BENCH_TRACE`) and checked against the four-H200 runs in results/ (tests/test_estimate.py);
+a host of another kind differs (hosts of one model by up to 25%)."""
 
 from __future__ import annotations
 
 from gpuipc_bench.engine.scenario import shares_processes
 
 START_S, END_S = 1.4, 2.8  # imports, probe and header; the answer analysed, written and printed, the exit
-SET_START_S = 1.0  # a persistent process set: its workers' CUDA contexts
+SET_START_S = 1.0  # a persistent process set forked: its workers' CUDA contexts, one GPU on the node
+# Each further GPU of the node, per start of processes (a set forked, a scenario's own processes): on four
+# H200s a set fork took ~1.7 s (plain run: 16 forks, the ipc to latency scenarios 1.6-1.8 s each above their
+# sweeps) against 1.0 on one H100, and torch's and nvshmem's own processes 0.5-0.9 s more a run than on one H200
+NODE_GPU_START_S = 0.23
 # scenario -> (fixed seconds per run: set-up rows, rings, a library or processes of its own; seconds per
 # size swept at the default sample counts), fitted to three traced runs of this version on one H100
-# (two default runs and a --quick run, results/h100-speed-*.csv) and a --pairs all run on four H200s
+# (two default runs and a --quick run, results/h100-speed-*.csv); peer and nccl, which need two GPUs, to
+# the four-H200 runs (results/h200x4-*.csv: 3.7-4.2 and 2.5-3.2 s a run)
 COSTS: dict[str, tuple[float, float]] = {
     "ipc": (0.18, 0.150), "vmm": (0.09, 0.185), "mempool": (0.09, 0.220), "hostpool": (0.22, 0.044),
-    "staging": (0.79, 0.194), "mmap": (0.62, 0.396), "latency": (0.35, 0.070), "peer": (2.20, 0.088),
-    "nccl": (1.76, 0.053), "torch": (0.79, 0.070), "nvshmem": (0.88, 0.088), "symm": (1.76, 0.088),
+    "staging": (0.79, 0.194), "mmap": (0.62, 0.396), "latency": (0.35, 0.070), "peer": (2.60, 0.088),
+    "nccl": (1.60, 0.053), "torch": (0.79, 0.070), "nvshmem": (0.88, 0.088), "symm": (1.76, 0.088),
     "sharing": (1.85, 0.088), "host": (0.26, 0.070), "barrier": (0.18, 0.000),
 }
 DEFAULT_COST = (1.0, 0.3)
 DEFAULT_MID_SAMPLES = 7.0  # a group's samples in a default run (6 to 9): the per-size costs are for it
 # Two GPUs: no hand-over between two contexts on one GPU (a time-sliced one costs ~0.3 ms a sample); on two H200s
-# over NV18 ipc's default sweep took 1.2 s against 3.0 s time-sliced on one H100
+# over NV18 ipc's default sweep took 1.2 s against 3.0 s time-sliced on one H100. The sweep only: a run's
+# fixed cost (set-up rows, a library's start, its processes) is no smaller across GPUs (four H200s: nccl 2.5 s,
+# torch 2.5 s, nvshmem 3.1 s a pair)
 ACROSS_GPUS = 0.7
+ACROSS_GPUS_COSTS = ("peer", "nccl")  # fitted across GPUs already: their sweep is not scaled again
 
 
-def estimate_seconds(runs, config, modes: list, stream_sizes=None) -> float:
-    """Seconds the planned `runs` ((scenario, specs, mode) in run order) should take here.
-    `stream_sizes(scenario, config, specs, modes, mode)`: the stream sizes a run measures where not
-    every size (harness.plan.second_mode_stream_sizes), or None."""
+def set_key(specs, mode) -> tuple:
+    """The process set a run takes (harness.pool.set_key: one per ordered pair or GPU, and mode)."""
+    return tuple(str(spec.device) for spec in specs), getattr(mode, "name", None)
+
+
+def set_starts(runs) -> list[bool]:
+    """For each run ((scenario, specs, mode), in run order): whether processes start for it. A
+    persistent set forks on its first use; a run of another mode ends the sets of this one
+    (WorkerSets.end_mode_other_than), a scenario with processes of its own ends every set (and
+    starts its own), so the next use forks again."""
+    alive: set = set()
+    starts = []
+    for scenario, specs, mode in runs:
+        if not shares_processes(scenario):
+            alive.clear()
+            starts.append(True)
+            continue
+        key = set_key(specs, mode)
+        alive = {k for k in alive if k[1] == key[1]}
+        starts.append(key not in alive)
+        alive.add(key)
+    return starts
+
+
+def run_seconds(scenario, specs, mode, config, modes: list, stream_sizes=None) -> float:
+    """Seconds one scenario run takes in its processes, their start left out (start_seconds)."""
+    fixed, per_size = COSTS.get(scenario.name, DEFAULT_COST)
+    if len({spec.device for spec in specs}) > 1 and scenario.name not in ACROSS_GPUS_COSTS:
+        per_size *= ACROSS_GPUS
     samples = (config.min_samples + config.max_samples) / 2 + config.warmup - 1
     scale = max(0.3, samples / DEFAULT_MID_SAMPLES)
+    sizes = scenario.sizes(config)
+    swept = float(len(sizes))
+    streams = stream_sizes(scenario, config, specs, modes, mode) if stream_sizes else None
+    if streams is not None:  # hand-offs at every size, streams at these: about half the groups
+        swept = (len(sizes) + len(streams)) / 2
+    return fixed + per_size * swept * scale
+
+
+def start_seconds(scenario, gpus: int) -> float:
+    """Seconds a start of processes costs on a node of `gpus` GPUs, beyond the scenario's fixed cost
+    (a persistent set's fork; a scenario with processes of its own has their start in its COSTS)."""
+    node = NODE_GPU_START_S * max(0, gpus - 1)
+    return node + (SET_START_S if shares_processes(scenario) else 0.0)
+
+
+def estimate_seconds(runs, config, modes: list, stream_sizes=None, gpus: int = 1) -> float:
+    """Seconds the planned `runs` ((scenario, specs, mode) in run order) should take here, on a node
+    of `gpus` GPUs. `stream_sizes(scenario, config, specs, modes, mode)`: the stream sizes a run
+    measures where not every size (harness.plan.second_mode_stream_sizes), or None."""
     total = START_S + END_S
-    sets: set = set()
-    for scenario, specs, mode in runs:
-        fixed, per_size = COSTS.get(scenario.name, DEFAULT_COST)
-        if len({spec.device for spec in specs}) > 1:
-            fixed, per_size = fixed * ACROSS_GPUS, per_size * ACROSS_GPUS
-        if shares_processes(scenario):  # one set per ordered pair and mode (harness.pool.set_key)
-            key = (tuple(str(spec.device) for spec in specs), getattr(mode, "name", None))
-            if key not in sets:
-                sets.add(key)
-                total += SET_START_S
-        sizes = scenario.sizes(config)
-        swept = float(len(sizes))
-        streams = stream_sizes(scenario, config, specs, modes, mode) if stream_sizes else None
-        if streams is not None:  # hand-offs at every size, streams at these: about half the groups
-            swept = (len(sizes) + len(streams)) / 2
-        total += fixed + per_size * swept * scale
+    for (scenario, specs, mode), starts in zip(runs, set_starts(runs)):
+        total += run_seconds(scenario, specs, mode, config, modes, stream_sizes)
+        if starts:
+            total += start_seconds(scenario, gpus)
     return total
 
 
-def estimate_text(seconds: float, pairs: int, classes=None) -> str:
+def estimate_text(seconds: float, pairs: int, classes=None, rounds=None) -> str:
     """The line said before a run over several GPU pairs starts."""
     about = f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
     how = ""
@@ -62,4 +111,6 @@ def estimate_text(seconds: float, pairs: int, classes=None) -> str:
         how = (f": {len(classes.full)} swept whole (one per link class, {kinds} class{'es' if kinds > 1 else ''}), "
                f"{len(classes.headline)} at their headline figures, swept whole only where one falls outside "
                "its class; --full sweeps every pair")
+    if rounds is not None and rounds.rounds:
+        how += f"; the headline pairs in {len(rounds.rounds)} rounds of disjoint pairs at once"
     return f"this run: about {about} (estimated from its plan) over {pairs} ordered GPU pairs{how}"

@@ -316,7 +316,7 @@ class Session:
         added = []
         for (a, b), why in resweep.pairs().items():
             runs = [(scenario, specs, None) for scenario, specs in plan.resweep_runs.get((a, b), [])]
-            more = estimate_seconds(runs, plan.config, []) - START_S - END_S
+            more = estimate_seconds(runs, plan.config, [], gpus=plan.machine.gpu_count) - START_S - END_S
             self.results.set_meta(f"pairs.resweep.{a}>{b}", why)
             self.reporter.note(f"GPU {a} → {b}: {why}; sweeping it whole (about {more:.0f} s more)")
             added += runs

@@ -1,0 +1,142 @@
+"""The plan's estimate against the committed runs' measured wall time (issue 34: within 25%): each run's
+plan rebuilt by make_plan from its header (the command's options, the node's GPU count, its sharing
+modes) on a fake node, its estimate (plus the re-sweeps the run added, which the session estimates as
+it adds them) against the `/usr/bin/time` wall time results/README.md lists for it."""
+
+import dataclasses
+import re
+import sys
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import ROOT
+from fakes import h100_node
+from gpuipc_bench.harness import plan as planning
+from gpuipc_bench.harness.estimate import END_S, START_S, estimate_seconds, set_starts
+from gpuipc_bench.modes.mps import Mps
+from gpuipc_bench.results.reading import read_results
+
+sys.path.append(str(ROOT / "scripts" / "readme"))  # appended: nothing here may shadow an installed module
+from readme_speed import CATALOGUE, listed_wall  # noqa: E402
+
+WITHIN = 0.25
+# the committed runs of this version's process sets (their headers say the command, the node, the modes)
+RUNS = ("h100-speed-default-1.csv", "h100-speed-default-2.csv", "h100-speed-quick.csv",
+        "h200x4-plain.csv", "h200x4-pairs-all.csv")
+
+
+@pytest.fixture
+def fake_node(monkeypatch):
+    """make_plan on a fake node of N NVLinked GPUs with every default scenario and both modes able
+    to run (what the committed runs' nodes had): returns plan_for(gpus, **options)."""
+    monkeypatch.setattr(planning, "stop_stale_daemons", lambda: [])
+    monkeypatch.setattr(Mps, "unavailable", lambda self: None)
+    for name in ("torch", "nvshmem"):
+        monkeypatch.setattr(type(planning.registry()[name]), "waive_reason", lambda self, machine: None)
+
+    def plan_for(gpus, **options):
+        monkeypatch.setattr("gpuipc_bench.machine.probe.probe", lambda: h100_node(gpus))
+        return planning.make_plan(planning.PlanOptions(**options))
+
+    return plan_for
+
+
+def header(name: str) -> dict[str, str]:
+    return read_results(ROOT / "results" / name)[1]
+
+
+def committed_options(meta: dict[str, str]) -> dict:
+    command = meta["command"]
+    options: dict = {"preset": "quick"} if "--quick" in command else {}
+    if "--pairs all" in command:
+        options["pairs"] = "all"
+    return options
+
+
+def user_wall(name: str) -> float:
+    """The run's wall time by `/usr/bin/time` as results/README.md lists it (one a file of its row)."""
+    row = next(r for r in CATALOGUE.read_text().splitlines() if r.startswith("| ") and f"`{name}`" in r.split(" | ")[0])
+    files = re.findall(r"`([^`]+\.csv)`", row.split(" | ")[0])
+    walls = listed_wall(name)
+    return walls[files.index(name)] if len(walls) == len(files) else walls[0]
+
+
+def resweep_seconds(plan, meta: dict[str, str]) -> float:
+    """What the session's estimate of the re-sweeps the run added (pairs.resweep.A>B) comes to."""
+    pairs = [tuple(int(g) for g in re.findall(r"\d+", key)) for key in meta if key.startswith("pairs.resweep.")]
+    runs = [(s, w, None) for pair in pairs for s, w in plan.resweep_runs[pair]]
+    return estimate_seconds(runs, plan.config, [], gpus=plan.machine.gpu_count) - START_S - END_S if runs else 0.0
+
+
+def as_committed(plan, meta: dict[str, str]) -> list:
+    """The plan's runs in the order the committed run took them: its plain run on several GPUs ran each
+    scenario's run across the pair right after its same-GPU one (this version runs them after every
+    same-GPU run: test_a_plain_run_forks_four_sets_where_the_committed_one_forked_16)."""
+    if "pairs" in committed_options(meta) or plan.machine.gpu_count < 2:
+        return plan.runs
+    same = [run for run in plan.runs if len({spec.device for spec in run[1]}) == 1]
+    across = {run[0].name: run for run in plan.runs if len({spec.device for spec in run[1]}) > 1}
+    out = []
+    for run in same:
+        out.append(run)
+        if run[0].name in across:
+            out.append(across.pop(run[0].name))
+    return out + list(across.values())
+
+
+def committed_estimate(plan, meta: dict[str, str]) -> float:
+    runs = planning.plan_runs(as_committed(plan, meta), plan.modes)
+    return estimate_seconds(runs, plan.config, plan.modes, planning.second_mode_stream_sizes, plan.machine.gpu_count)
+
+
+@pytest.mark.parametrize("name", RUNS)
+def test_the_estimate_is_within_a_quarter_of_the_committed_runs_wall_time(fake_node, name):
+    meta = header(name)
+    plan = fake_node(int(meta["gpu_count"]), **committed_options(meta))
+    assert [m.name for m in plan.modes] == meta["sharing.modes"].split(",")
+    estimate = committed_estimate(plan, meta) + resweep_seconds(plan, meta)
+    wall = user_wall(name)
+    assert abs(estimate / wall - 1) <= WITHIN, f"{name}: estimated {estimate:.1f} s, measured {wall} s"
+
+
+def forks(runs) -> int:
+    return sum(starts for (scenario, _, _), starts in zip(runs, set_starts(runs))
+               if scenario.persistent_workers and scenario.start_method == "fork")
+
+
+def test_the_process_sets_counted_are_the_ones_the_committed_runs_forked(fake_node):
+    """The estimate counts the starts the run makes: the header's worker_sets for the persistent sets
+    (the pairs-all run's two re-sweeps forked a set each after its first pass)."""
+    for name, resweeps in (("h200x4-plain.csv", 0), ("h200x4-pairs-all.csv", 2)):
+        meta = header(name)
+        plan = fake_node(4, **committed_options(meta))
+        runs = planning.plan_runs(as_committed(plan, meta), plan.modes)
+        assert forks(runs) + resweeps == int(meta["worker_sets"]), name
+
+
+def test_a_plain_run_forks_four_sets_where_the_committed_one_forked_16(fake_node):
+    """Its runs across the pair after the same-GPU ones: one set for them, and the same-GPU mode's set
+    not ended and forked again at each: the estimate shows the gain."""
+    meta = header("h200x4-plain.csv")
+    plan = fake_node(4)
+    runs = planning.plan_runs(plan.runs, plan.modes)
+    assert forks(runs) == 4 and int(meta["worker_sets"]) == 16
+    assert committed_estimate(plan, meta) - plan.estimate > 12 * 1.5
+    across = [i for i, run in enumerate(runs) if len({spec.device for spec in run[1]}) > 1]
+    assert across == list(range(across[0], across[0] + len(across)))  # one block
+    assert all(run[2] is None for run in runs[across[0]:across[-1] + 1])
+
+
+def test_set_starts_follow_the_pool():
+    """A set forks on first use, again after a scenario of its own processes or a mode switch."""
+    registry = planning.registry()
+    ipc, peer = registry["ipc"], registry["peer"]
+    config = planning.run_config(planning.PlanOptions(scenario_names=("ipc",)))
+    one = ipc.workers(config, h100_node(2))
+    two = ipc.workers(dataclasses.replace(config, devices=(0, 1)), h100_node(2))
+    pair = peer.workers(dataclasses.replace(config, devices=(0, 1)), h100_node(2))
+    ts, mps = SimpleNamespace(name="time-sliced"), SimpleNamespace(name="mps")
+    runs = [(ipc, one, ts), (ipc, one, ts), (ipc, two, None), (ipc, one, ts), (peer, pair, None), (ipc, one, ts),
+            (ipc, one, mps)]
+    assert set_starts(runs) == [True, False, True, True, True, True, True]

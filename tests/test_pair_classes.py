@@ -11,8 +11,10 @@ from gpuipc_bench.cli import cli
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.harness.classes import (
     RESWEEP_BEYOND, PairClasses, Resweep, group_pairs, headline_sizes, link_class)
-from gpuipc_bench.harness.estimate import estimate_seconds, estimate_text
-from gpuipc_bench.harness.plan import plan_pairs, plan_runs, registry
+from gpuipc_bench.harness.estimate import estimate_text
+from gpuipc_bench.harness.plan import plan_pairs, plan_runs, registry, second_mode_stream_sizes
+from gpuipc_bench.harness.rounds import estimate_with_rounds, plan_rounds
+from gpuipc_bench.modes import make as make_modes
 from gpuipc_bench.harness.pool import set_key
 from gpuipc_bench.analysis.model import link_class as header_link_class
 
@@ -121,14 +123,22 @@ def test_ab_and_ba_have_process_sets_of_their_own():
     assert set_key(specs, "mps", {}) != set_key(specs, None, {})
 
 
-# 8 GPUs: 133 s in the plan today, above the 120 s the speed issue asks: disjoint pairs measured at once
-# (rounds) are what is left to get there
-@pytest.mark.parametrize("gpus, most", [(2, 45), (4, 60), (8, 140)])
+# The plan's estimate as make_plan computes it: both sharing modes (the same-GPU sharing scenario runs in
+# each), every start of processes on a node of that many GPUs, and the headline pairs in rounds of disjoint
+# pairs (harness.rounds). An 8-GPU NVSwitch node: 105 s (the issue asks at most 120 s; 133 s before the rounds,
+# counted with one GPU's start costs and no modes)
+@pytest.mark.parametrize("gpus, most", [(2, 45), (4, 60), (8, 120)])
 def test_the_estimate_of_pairs_all_grows_with_classes_not_pairs(gpus, most):
     machine = h100_node(gpus)
     plan, config = _plan(machine)
-    grouped = estimate_seconds(plan_runs(plan_pairs(plan, config, machine, "all")[0], []), config, [])
-    whole = estimate_seconds(plan_runs(plan_pairs(plan, config, machine, "all", full=True)[0], []), config, [])
+    modes = make_modes(("time-sliced", "mps"))
+
+    def estimate(full: bool) -> float:
+        expanded, classes, _ = plan_pairs(plan, config, machine, "all", full=full)
+        return estimate_with_rounds(plan_runs(expanded, modes), config, modes, second_mode_stream_sizes, gpus,
+                                    plan_rounds(classes, machine, config))
+
+    grouped, whole = estimate(False), estimate(True)
     assert grouped <= most and whole > 2 * grouped if gpus > 2 else whole > grouped
 
 

@@ -377,3 +377,22 @@ def test_every_gpu_pair_has_workers_of_its_own(sets):
     pids = [w.process.pid for w, _ in sets.members.values()]
     sets.close()
     assert _gone(pids) and sets.members == {}
+
+
+def test_a_round_s_sets_are_forked_before_it_and_retired_after_it(sets):
+    """harness.rounds: prepare() forks a set where none is alive (once), retire() tells its workers to
+    leave at once and takes them out of the pool (no idle loss named for them), close() reaps them; a
+    later run of that set forks a fresh one."""
+    scenario = SCENARIOS["host"]
+    specs = scenario.workers(RunConfig(scenarios=("host",)), None)
+    sets.prepare(scenario, specs)
+    sets.prepare(scenario, specs)
+    assert sets.started == 1
+    pids = [w.process.pid for w, _ in sets.members.values()]
+    sets.retire(specs)
+    assert sets.members == {} and sets.sets == {} and sets.idle_loss() is None
+    assert _gone(pids)  # they left on their own, told to
+    outcome, rows = _run(sets)
+    assert outcome.ok and rows and sets.started == 2
+    sets.close()
+    assert sets.retired == []

@@ -94,7 +94,10 @@ def _samples_text(preset: str) -> str:
               help="With --pairs all: sweep every path and size on every pair. Without it, one pair per link "
                    "class (NVLink count, or PCIe path) is swept whole and every other pair measures its headline "
                    "figures (ipc's copy-engine stream at the largest size and 4 KiB hand-off, the device "
-                   "one-way latency), swept whole only where one falls outside its class.")
+                   "one-way latency), swept whole only where one falls outside its class. On a node whose every "
+                   "pair is NVLink, the headline pairs run in rounds of disjoint pairs at once, proved first: the "
+                   "first round alone and together, the rest at once only where no figure differs beyond 2% "
+                   "(rounds.* in the header name the pairs).")
 @click.option("--sharing", default=None, metavar="MODE[,MODE]",
               help="How the two processes of a same-GPU pair share it: 'time-sliced' (no MPS: their contexts "
                    "take turns), 'mps' (clients of an MPS daemon the run starts, or the one already serving "

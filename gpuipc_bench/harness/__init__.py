@@ -9,5 +9,6 @@
   supervision.py the worker protocol: one dispatch of the workers' messages, how a worker failed
   known.py       the best figures the run knows so far (a group far behind them decided early)
   classes.py     GPU pairs by link class, and the resweep of a pair outside its class
-  estimate.py    how long a plan should take
+  estimate.py    how long a plan should take: the starts of processes the run makes, each run's costs
+  rounds.py      disjoint GPU pairs at once (--pairs all on an all-NVLink node): the tournament, the proof
 """

@@ -307,6 +307,7 @@ class Plan:
     estimate: float = 0.0  # seconds the run should take (harness.estimate)
     pair_classes: Any = None  # --pairs all: harness.classes.PairClasses
     resweep_runs: dict = dataclasses.field(default_factory=dict)  # headline pair -> its whole sweep's other runs
+    rounds: Any = None  # --pairs all on an all-NVLink node: harness.rounds.Rounds (disjoint pairs at once)
 
 
 def run_config(options: PlanOptions) -> "RunConfig":
@@ -341,7 +342,8 @@ def run_config(options: PlanOptions) -> "RunConfig":
 def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     """Probe the machine and plan the run: scenarios, GPU pairs, MIG instances, memory, sharing
     modes. `config`: run_config(options), possibly adjusted by the caller (its worker log)."""
-    from gpuipc_bench.harness.estimate import estimate_seconds, estimate_text
+    from gpuipc_bench.harness.estimate import estimate_text
+    from gpuipc_bench.harness.rounds import estimate_with_rounds, plan_rounds
     from gpuipc_bench.machine.probe import probe
 
     config = run_config(options) if config is None else config
@@ -384,11 +386,13 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     for name, reason in waived:
         by_reason.setdefault(reason, []).append(name)
     notes += [("skipped", f"{', '.join(names)}: {reason}") for reason, names in by_reason.items()]
-    estimate = estimate_seconds(plan_runs(plan, modes), config, modes, second_mode_stream_sizes, machine.gpu_count)
+    rounds = plan_rounds(classes, machine, config) if job is None else None
+    estimate = estimate_with_rounds(plan_runs(plan, modes), config, modes, second_mode_stream_sizes,
+                                    machine.gpu_count, rounds)
     ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
     if len(ordered) > 1:  # a run over several pairs: how long it takes, before it starts
-        notes.append(("estimate", estimate_text(estimate, len(ordered), classes)))
-    return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest)
+        notes.append(("estimate", estimate_text(estimate, len(ordered), classes, rounds)))
+    return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest, rounds)
 
 
 def stop_stale_daemons() -> list[str]:

@@ -201,6 +201,7 @@ class WorkerSets:
         self.started = 0  # times workers were forked over the run (a test's and the notes' count)
         self.forkserver = False  # started by prestart(): stopped by end()
         self.leaving: float | None = None  # when every worker was told to leave (let_go)
+        self.retired: list[WorkerSet] = []  # sets told to leave before the run's end (retire), reaped at close()
 
     def prestart(self, scenarios) -> None:
         """Before the first worker: start multiprocessing's fork server, with the modules of the
@@ -247,6 +248,30 @@ class WorkerSets:
         elif workers.broken:
             self.drop(workers)
         return outcome
+
+    def prepare(self, scenario, specs, mode_name: str | None = None, env: dict[str, str] | None = None) -> None:
+        """Fork the set `scenario` will run in, where none is alive yet (harness.rounds: the sets of
+        a round are forked here, in the caller's thread, before their runs start in threads)."""
+        if not (self.persistent and shares_processes(scenario)):
+            return
+        key = set_key(specs, mode_name, env or {})
+        workers = self.sets.get(key)
+        if workers is None or not workers.alive():
+            if workers is not None:
+                self.drop(workers, close=True)
+            self.end_mode_other_than(mode_name)
+            self.sets[key] = self.assemble(scenario, specs, mode_name, env or {})
+
+    def retire(self, specs, mode_name: str | None = None, env: dict[str, str] | None = None) -> None:
+        """The set of `specs` has done its work for the run: its workers are told to leave now (their
+        contexts go down while other sets work) and reaped at close()."""
+        key = set_key(specs, mode_name, env or {})
+        self.sets.pop(key, None)
+        members = [self.members.pop((key, i)) for i in range(len(specs)) if (key, i) in self.members]
+        if members:
+            leaving = self._everyone(members)
+            leaving.let_go()
+            self.retired.append(leaving)
 
     def assemble(self, scenario, specs, mode_name: str | None, env: dict[str, str]) -> WorkerSet:
         """The set for `specs`: a member for each (forked now where none sits there yet)."""
@@ -299,7 +324,9 @@ class WorkerSets:
 
     def close(self) -> None:
         self._everyone().close()
-        self.sets, self.members = {}, {}
+        for leaving in self.retired:
+            leaving.close()
+        self.sets, self.members, self.retired = {}, {}, []
 
     def let_go(self) -> None:
         """The run's work is done: every worker is told to leave now; end() reaps them."""

@@ -29,6 +29,7 @@ from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed, signal_na
 from gpuipc_bench.harness.header import run_header
 from gpuipc_bench.harness.known import KnownBest
 from gpuipc_bench.harness.plan import plan_runs, second_mode_stream_sizes, shuffle_paths
+from gpuipc_bench.harness.rounds import Proof, Round, run_round, schedule
 from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.hooks.profiling import mark, write_trace
 from gpuipc_bench.modes import end_all as end_modes
@@ -110,6 +111,7 @@ class Session:
         self.results: Any = None
         self.failures: list[Failure] = []
         self.done: list[str] = []
+        self.lock = threading.Lock()  # the results, figures and seconds, fed from a round's threads (harness.rounds)
 
     @property
     def rows(self) -> int:
@@ -178,6 +180,8 @@ class Session:
         with self.reporter:
             runs = plan_runs(plan.runs, modes)  # the paths of a process set in a seeded order (not 'declared')
             queue = shuffle_paths(runs, config.order_seed if config.sample_order != "declared" else None)
+            queue = schedule(queue, plan.rounds)  # disjoint pairs' headline runs at once (harness.rounds)
+            proof = Proof()
             index = 0
             while True:
                 if index == len(queue) and resweep is not None:  # the first pass is done: pairs outside their class
@@ -185,6 +189,12 @@ class Session:
                     resweep = None
                 if index == len(queue):
                     break
+                if isinstance(queue[index], Round):
+                    outcomes = self._round(queue[index], plan, known, resweep, proof)
+                    index += 1
+                    if any(isinstance(o.error, WorkerLost) for o in outcomes if o is not None):
+                        break
+                    continue
                 scenario, specs, mode = queue[index]
                 index += 1
                 if mode is not current:
@@ -204,9 +214,24 @@ class Session:
                 if isinstance(outcome.error, WorkerLost):  # a process died or went silent: the run ends
                     break
 
-    def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep):
-        """One scenario run in its mode: its rows into the file; its outcome (harness.launcher.Outcome),
-        or None where its mode could not start (a failure, counted)."""
+    def _round(self, item, plan, known: KnownBest, resweep, proof) -> list:
+        """A round of disjoint pairs (harness.rounds.run_round); its header keys after it."""
+        def one(run, keep: bool, tee) -> Any:
+            scenario, specs, mode = run
+            return self._one(scenario, specs, mode, plan, known, resweep, keep=keep, tee=tee)
+
+        outcomes = run_round(item, plan.rounds, proof, one, self.sets)
+        for key, value in plan.rounds.metadata().items():
+            self.results.set_meta(key, value)
+        if item.proof and plan.rounds.together is not None:
+            how = "their pairs at once" if plan.rounds.together else "one pair at a time"
+            self.reporter.note(f"GPU pairs in rounds: {plan.rounds.proof}; the other rounds run {how} "
+                               "(rounds.* in the header)")
+        return outcomes
+
+    def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep, keep: bool = True, tee=None):
+        """One scenario run in its mode: its rows into the file (`keep`; and to `tee`); its outcome
+        (harness.launcher.Outcome), or None where its mode could not start (a failure, counted)."""
         from gpuipc_bench.machine import mig
 
         config, results, modes = plan.config, self.results, list(plan.modes)
@@ -231,10 +256,15 @@ class Session:
         reporter = self.reporter
 
         def on_row(row: dict) -> None:
-            results.add([row])
-            known.add(row)
-            if resweep is not None:
-                resweep.add(row)
+            with self.lock:
+                if tee is not None:
+                    tee(row)
+                if not keep:  # the together pass of a round's proof: its evidence only
+                    return
+                results.add([row])
+                known.add(row)
+                if resweep is not None:
+                    resweep.add(row)
 
         callbacks = dict(
             on_row=on_row,
@@ -258,8 +288,9 @@ class Session:
         else:
             self.done.append(scenario.name)
         mark("scenario ended", scenario.name)
-        spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))
-        results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")  # summed over GPU pairs and modes
+        with self.lock:  # summed over GPU pairs and modes (and over the pairs of a round, which overlap)
+            spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))
+            results.set_meta(f"seconds.{scenario.name}", f"{spent:.1f}")
         return outcome
 
     def _end(self, plan, run_started: float) -> RunOutcome:
@@ -298,6 +329,8 @@ class Session:
         (harness.classes) where headline pairs may need their whole sweep, else None."""
         results = self.results
         results.set_meta("estimate.seconds", f"{plan.estimate:.1f}")
+        for key, value in (plan.rounds.metadata() if plan.rounds is not None else {}).items():
+            results.set_meta(key, value)
         if plan.pair_classes is None:
             return None
         for key, value in plan.pair_classes.metadata().items():

@@ -282,6 +282,7 @@ class PlanOptions:
     fresh: bool = False  # --launcher fork-fresh
     full: bool = False  # --full: with --pairs all, every pair swept whole
     order: tuple[str, int | None] = ("declared", None)  # --sample-order, --order-seed
+    budget: float | None = None  # --budget: seconds the run may take (None: the first pass and a short resampling)
     job: Any = None  # the MPI job whose ranks are the workers, or None
 
 
@@ -300,6 +301,7 @@ class Plan:
     estimate: float = 0.0  # seconds the run should take (harness.estimate)
     pair_classes: Any = None  # --pairs all: harness.classes.PairClasses
     resweep_runs: dict = dataclasses.field(default_factory=dict)  # headline pair -> its whole sweep's other runs
+    budget: float | None = None  # --budget (harness.resample)
 
 
 def run_config(options: PlanOptions) -> "RunConfig":
@@ -381,7 +383,16 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
     if len(ordered) > 1:  # a run over several pairs: how long it takes, before it starts
         notes.append(("estimate", estimate_text(estimate, len(ordered), classes)))
-    return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest)
+    check_budget(options.budget, estimate)
+    return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest, options.budget)
+
+
+def check_budget(budget: float | None, estimate: float) -> None:
+    """Refuse a --budget below the first pass's estimate: the first pass runs whole, and the
+    resampling pass takes what is left."""
+    if budget is not None and budget < estimate:
+        raise UsageError(f"--budget {budget:g}: the first pass alone should take about {estimate:.0f} s here "
+                         "(estimated from its plan); give at least that, or leave --budget out")
 
 
 def stop_stale_daemons() -> list[str]:

@@ -202,17 +202,44 @@ class Session:
                     results.write(partial=True, status=self.status(running=True))
                     rewritten = time.monotonic()
                 if isinstance(outcome.error, WorkerLost):  # a process died or went silent: the run ends
-                    break
+                    return
+            self._resample(plan, known, current)
 
-    def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep):
+    def _resample(self, plan, known: KnownBest, current) -> None:
+        """The resampling pass (harness.resample): the groups where a decision is open or can move,
+        measured again on a fresh process set (replica 2) while the run's budget allows. Not under
+        MPI (the job's ranks are its only processes)."""
+        from gpuipc_bench.harness.resample import Resampler
+
+        if self.job is not None:
+            self.results.set_meta("sampling.budget", "the first pass only (an MPI job's ranks are its processes)")
+            return
+        state = {"mode": current, "fresh": False}
+
+        def measure(scenario, specs, mode, config, replica):
+            if not state["fresh"]:  # the first pass's persistent sets end: the pass forks fresh ones
+                self.sets.close()
+                state["fresh"] = True
+            if mode is not state["mode"]:
+                if state["mode"] is not None:
+                    for note in state["mode"].leave():
+                        self.results.set_meta(f"note.sharing.{state['mode'].name}", note)
+                state["mode"] = mode
+            return self._one(scenario, specs, mode, plan, known, None, config, replica)
+
+        Resampler(plan, self.results, self.reporter, process_seconds, plan.budget).run(measure)
+
+    def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep, config=None, replica: int = 1):
         """One scenario run in its mode: its rows into the file; its outcome (harness.launcher.Outcome),
-        or None where its mode could not start (a failure, counted)."""
+        or None where its mode could not start (a failure, counted). `config` (default the plan's) and
+        `replica`: a run of the resampling pass, its rows tagged with its process set."""
         from gpuipc_bench.machine import mig
 
-        config, results, modes = plan.config, self.results, list(plan.modes)
+        config, results, modes = config or plan.config, self.results, list(plan.modes)
         if mode is not None and hasattr(mode, "device"):
             mode.device = specs[0].device  # a busy neighbour goes on the pair's GPU
-        line = self.reporter.started(run_label(scenario, specs, mode, plan), scenario.progress_total(config, specs))
+        label = run_label(scenario, specs, mode, plan) + (f" #{replica}" if replica > 1 else "")
+        line = self.reporter.started(label, scenario.progress_total(config, specs))
         started = time.monotonic()
         mark("scenario", scenario.name, mode.name if mode is not None else "")
         try:
@@ -231,6 +258,8 @@ class Session:
         reporter = self.reporter
 
         def on_row(row: dict) -> None:
+            if replica > 1:
+                row = {**row, "replica": replica}
             results.add([row])
             known.add(row)
             if resweep is not None:

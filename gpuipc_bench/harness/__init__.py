@@ -10,4 +10,5 @@
   known.py       the best figures the run knows so far (a group far behind them decided early)
   classes.py     GPU pairs by link class, and the resweep of a pair outside its class
   estimate.py    how long a plan should take
+  resample.py    after the first pass: where a decision is open or can move, measured again on a fresh set
 """

@@ -6,7 +6,8 @@ while the answer is written and rendered.
     outcome = session.run(plan)              # harness.plan.Plan -> RunOutcome
 
 The session holds the worker sets (harness.pool), the results file, the figures known so far
-(harness.known), the resweep of GPU pairs outside their class (harness.classes), the sharing
+(harness.known), the resweep of GPU pairs outside their class (harness.classes), the resampling
+pass where a decision is open or can move (harness.resample, within --budget), the sharing
 modes' start and leave, and the completed and failed scenarios. It prints nothing: it reports
 through the Reporter's callbacks (a line per scenario, its progress and status, notes, the
 written file), which `run` implements with rich's Progress and the summary. A signal ends it as
@@ -252,7 +253,7 @@ class Session:
         scenario_config = dataclasses.replace(
             config, known_best=known.rows(),
             stream_sizes=second_mode_stream_sizes(scenario, config, specs, modes, mode))
-        if scenario_config.stream_sizes is not None:
+        if scenario_config.stream_sizes is not None and replica == 1:
             results.set_meta(f"sampling.stream_sizes.{scenario.name}.{mode.name}",
                              ",".join(str(n) for n in scenario_config.stream_sizes))
         reporter = self.reporter

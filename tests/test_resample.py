@@ -196,3 +196,24 @@ def test_a_budget_below_the_first_pass_is_refused():
         check_budget(20.0, 38.2)
     check_budget(40.0, 38.2)
     check_budget(None, 38.2)
+
+
+def test_a_run_of_the_pass_samples_only_the_groups_it_names():
+    """RunConfig.only_groups: the named (path, variant, measure, bytes) groups are sampled, the others
+    at the same size are not (done before their first sample), in every worker alike."""
+    from types import SimpleNamespace
+
+    from gpuipc_bench.engine.sampler import Counts, Sample, Sampler
+
+    named = frozenset({("ipc", "ce", "handoff", OPEN)})
+    config = SimpleNamespace(order_seed=None, sample_order="interleaved", known_best=(), stream_sizes=None,
+                             only_groups=named)
+    ctx = SimpleNamespace(row_fields={"scenario": "ipc", "workers": 2, "sharing": "time-sliced"}, clock=None,
+                          phase=lambda *a, **k: None, spec=None, store=lambda name, word: None,
+                          wait=lambda *a, **k: None, load=lambda name: 0, config=config)
+    sampler = Sampler(ctx, Counts(warmup=1, min_samples=6, max_samples=9))
+    groups = [dict(path="ipc", variant=v, measure="handoff", metric="bandwidth", src="0", dst="0", bytes=OPEN)
+              for v in ("ce", "push")]
+    made = [sampler.run(g, lambda trial: Sample(1e-3, 1), timer=True) for g in groups]
+    rows = list(sampler.interleave(made, "k"))
+    assert {r["variant"] for r in rows} == {"ce"} and len(rows) >= 6

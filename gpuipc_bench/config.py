@@ -21,6 +21,7 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
     "warmup": (0, 10_000, "untimed samples per group"),
     "workers": (1, 64, "worker processes"),
     "timeout": (0.1, 86_400, "seconds"),
+    "budget": (1, 86_400, "seconds"),  # run's --budget
     "min_effect": (0, 100, "percent"),  # report's --min-effect
 }
 
@@ -68,6 +69,9 @@ class RunConfig:
     # seconds) rows (engine.sampler: a group far behind them is decided in FAR_SAMPLES samples)
     stream_sizes: tuple[int, ...] | None = None
     known_best: tuple[tuple, ...] = ()
+    # The resampling pass's run (harness.resample): the groups it measures again, (path, variant, measure,
+    # bytes); None: every group (its set-up operations and ceilings are measured whatever this says)
+    only_groups: frozenset[tuple[str, str, str, int]] | None = None
 
     def __post_init__(self):
         if self.iterations is not None:

@@ -45,6 +45,9 @@ SAMPLE_CAP = max(high for _, high, _ in (DEFAULT_SAMPLES, *PRESETS.values()))
 
 TIMEOUT_S = 60.0  # seconds a worker may stay silent at a barrier or a wait (--timeout)
 CHUNK_BYTES = 16 << 20  # pipelined staging's chunk (--chunk)
+# Without --budget: seconds the resampling pass (harness.resample) may add after the first pass, where a
+# decision is open or can move (a fresh process set starts in ~1 s; a path's few groups at one size take tenths)
+DEFAULT_RESAMPLE_S = 3.0
 
 
 def sample_counts(preset: str = "") -> tuple[int, int, int]:

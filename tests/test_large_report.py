@@ -82,7 +82,7 @@ def row(**cells: str) -> list[str]:
             "src": "0", "dst": "0", "bytes": "4096", "iteration": "0", "batch": "10", "seconds": "2.5e-06",
             "bandwidth_gbps": "1.6384", "verified": "True", "workers": "2", "sharing": "exclusive",
             "ceiling": "d2d@0", "l2_resident": "", "mps_thread_pct": "", "transport": "", "node": "n1",
-            "seq": "0", "sm_clock_mhz": "", "note": "x"}
+            "seq": "0", "sm_clock_mhz": "", "replica": "1", "note": "x"}
     base.update(cells)
     return [base[c] for c in [*COLUMNS, "note"]]
 
@@ -99,7 +99,7 @@ EDGE_ROWS = [
     row(metric="latency", measure="pingpong", bandwidth_gbps="nan", sharing="mps", mps_thread_pct="25"),
     row(metric="latency", measure="pingpong", bandwidth_gbps="-inf", sharing="mps", mps_thread_pct=" 50 "),
     row(metric="setup", measure="", variant="ipc_open", bandwidth_gbps="", verified="", transport="P2P/CUMEM"),
-    row(node="ünïcode-node", seq="-1", iteration="12", verified="0", bytes="67108864", batch="1"),
+    row(node="ünïcode-node", seq="-1", iteration="12", verified="0", bytes="67108864", batch="1", replica="2"),
 ]
 
 

@@ -12,14 +12,12 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fakes import fake_machine
-from gpuipc_bench.config import RunConfig
-from gpuipc_bench.engine.scenario import Scenario, WorkerSpec
+from fakes import CPU, SAME_GPU, Heard, Named, Sets, host_row, plan_of, run_session
+from gpuipc_bench.engine.scenario import WorkerSpec
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed
 from gpuipc_bench.harness import session as session_module
 from gpuipc_bench.harness.launcher import Outcome
-from gpuipc_bench.harness.plan import Plan
-from gpuipc_bench.harness.session import Reporter, RunInterrupted, Session
+from gpuipc_bench.harness.session import RunInterrupted
 from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.report import render_run_summary
 from gpuipc_bench.results import new_row, read_results
@@ -27,84 +25,6 @@ from gpuipc_bench.results import new_row, read_results
 HERE = Path(__file__).parent
 REFERENCE = HERE.parent / "results" / "h100-both-modes-quick.csv"
 REFERENCE_SUMMARY = HERE / "golden" / "h100-both-modes-quick-summary.txt"
-CPU = [WorkerSpec(0, "producer", None), WorkerSpec(1, "consumer", None)]
-SAME_GPU = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 0)]
-
-
-class Named(Scenario):
-    """A scenario that is only its name (its workers are the stand-in sets')."""
-
-    def __init__(self, name: str, sharing_modes: bool = False):
-        self.name, self.sharing_modes = name, sharing_modes
-
-
-class Sets:
-    """Stands in for harness.pool.WorkerSets: each run delivers the rows, progress, status and
-    notes its script says and returns its outcome (an error, or raises a signal)."""
-
-    def __init__(self, script=None):
-        self.script = script or {}  # scenario name -> (rows, error or exception to raise)
-        self.calls: list[tuple] = []  # (scenario, mode_name, env)
-        self.started = 1
-        self.ended = self.let_go_called = False
-
-    def prestart(self, scenarios) -> None:
-        pass
-
-    def run(self, scenario, config, specs, mode_name=None, env=None, on_row=None, on_progress=None,
-            on_status=None, on_note=None) -> Outcome:
-        self.calls.append((scenario.name, mode_name, env))
-        rows, error = self.script.get(scenario.name, ([host_row(scenario.name)], None))
-        if callable(rows):
-            rows = rows()
-        on_status(f"sample 1 of {scenario.name}")
-        for row in rows:
-            on_row(row)
-            on_progress(1)
-        on_note(f"{scenario.name}.said", "hello")
-        if isinstance(error, BaseException) and not isinstance(error, BenchError):
-            raise error
-        return Outcome(scenario.name, rows=len(rows), error=error)
-
-    def let_go(self) -> None:
-        self.let_go_called = True
-
-    def end(self) -> None:
-        self.ended = True
-
-
-class Heard(Reporter):
-    """What the session said, in order."""
-
-    def __init__(self):
-        self.events: list[tuple] = []
-        self.summary = ""
-
-    def __enter__(self):
-        self.events.append(("enter",))
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.events.append(("exit",))
-
-    def started(self, label, total):
-        self.events.append(("started", label))
-        return label
-
-    def advance(self, line, steps):
-        self.events.append(("advance", line, steps))
-
-    def status(self, line, text):
-        self.events.append(("status", line, text))
-
-    def failed(self, line):
-        self.events.append(("failed", line))
-
-    def note(self, text):
-        self.events.append(("note", text))
-
-    def written(self, frame, metadata):
-        self.events.append(("written", len(frame), metadata["status"]))
 
 
 class Mode:
@@ -132,24 +52,6 @@ class Mode:
     def stop(self):
         self.log.append("stop")
         return []
-
-
-def host_row(scenario: str, iteration: int = 0) -> dict:
-    return new_row(scenario=scenario, path="host", variant="memcpy", measure="stream", metric="bandwidth",
-                   src="host", dst="host", bytes=4096, iteration=iteration, batch=1, seconds=1e-6, verified=True,
-                   workers=2, sharing="none")
-
-
-def plan_of(*runs, modes=(), machine=None) -> Plan:
-    config = RunConfig(scenarios=tuple(dict.fromkeys(s.name for s, _ in runs)), iterations=3)
-    return Plan(config, machine or fake_machine(()), list(runs), list(modes), {}, [])
-
-
-def run_session(tmp_path, plan, sets, reporter=None):
-    reporter = reporter or Heard()
-    out = tmp_path / "run.csv"
-    outcome = Session(out, reporter, sets=sets).run(plan)
-    return outcome, reporter, out
 
 
 def test_every_row_is_written_and_each_scenario_reported(tmp_path):

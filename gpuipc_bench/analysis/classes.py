@@ -33,11 +33,13 @@ from gpuipc_bench.analysis.mechanisms import mechanism
 
 @dataclasses.dataclass(frozen=True)
 class Figure:
-    """One candidate at one size: its label, summary row and samples."""
+    """One candidate at one size: its label, summary row and samples; `replicas`: its samples per
+    process set (replica 1, 2, ...) where more than one measured it, else ()."""
 
     label: str
     row: object
     samples: np.ndarray
+    replicas: tuple[np.ndarray, ...] = ()
 
     @property
     def median_s(self) -> float:

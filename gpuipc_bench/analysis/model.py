@@ -19,7 +19,7 @@ from gpuipc_bench.analysis.handover import Handover, handovers
 from gpuipc_bench.analysis.bands import Band, bands, changes
 from gpuipc_bench.analysis.breakeven import AMORTISE_OVER, BreakEven, break_even
 from gpuipc_bench.analysis.conditions import is_gpu, link_rank, records
-from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES, samples_by_condition, summarize
+from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES, samples_by_condition, samples_by_replica, summarize
 from gpuipc_bench.analysis.verdict import MEASURE_ORDER, MIXED, Decision, Figure, candidates, ceiling_times, decide
 from gpuipc_bench.analysis.mechanisms import declaration_order
 from gpuipc_bench.analysis.transport import Fallback, fallbacks
@@ -119,7 +119,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
         rows = rows.assign(measure=MIXED)
     setup = setup_costs(summary, paths)
     order = declared_order(summary, paths)
-    decisions = decide_all(rows, summary, samples, paths, setup, min_effect, order)
+    decisions = decide_all(rows, summary, samples, paths, setup, min_effect, order, samples_by_replica(df))
     warnings = stability_warnings(summary, samples)
     warnings += clock_warnings(df, meta)
     arranged, decisions = arrange(decisions, meta, setup, order)
@@ -139,8 +139,10 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
 
 def decide_all(rows: pd.DataFrame, summary: pd.DataFrame, samples: Mapping[tuple, np.ndarray],
                paths: Mapping[str, PathInfo], setup: Mapping[str, SetupCost],
-               min_effect: float = stats.MIN_EFFECT, order: Callable[[str], tuple] | None = None) -> list[Decision]:
-    """Every decision of a run, in link, sharing, measure and size order."""
+               min_effect: float = stats.MIN_EFFECT, order: Callable[[str], tuple] | None = None,
+               replicas: Mapping[tuple, tuple[np.ndarray, ...]] | None = None) -> list[Decision]:
+    """Every decision of a run, in link, sharing, measure and size order. `replicas`: the
+    samples per process set of the conditions measured by more than one (samples_by_replica)."""
     if rows.empty:
         return []
     ceilings = ceiling_times(summary)
@@ -156,7 +158,8 @@ def decide_all(rows: pd.DataFrame, summary: pd.DataFrame, samples: Mapping[tuple
         if g >= 0:
             parts[g].append(r)
     for part in parts:
-        figures = [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float)) for r in part]
+        figures = [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float),
+                          tuple((replicas or {}).get(r.condition, ()))) for r in part]
         found = decide(figures, ceilings, cost, order, min_effect)
         if found is not None:
             out.append(found)

@@ -78,6 +78,19 @@ def samples_by_condition(df: pd.DataFrame) -> dict[tuple, np.ndarray]:
     return {keys[c]: part for c, part in zip(appearance, parts)}
 
 
+def samples_by_replica(df: pd.DataFrame) -> dict[tuple, tuple[np.ndarray, ...]]:
+    """The conditions measured by more than one process set (the `replica` column: the run's
+    resampling pass measures some again on a fresh set), each with its seconds per replica in
+    replica order; {} for a run of one pass (a file without the column reads replica 1)."""
+    if df.empty or "replica" not in df.columns or not (df["replica"].to_numpy() > 1).any():
+        return {}
+    found: dict[tuple, dict[int, np.ndarray]] = {}
+    for replica, part in df.groupby("replica", sort=True):
+        for key, values in samples_by_condition(part).items():
+            found.setdefault(key, {})[int(replica)] = values
+    return {key: tuple(v for _, v in sorted(by.items())) for key, by in found.items() if len(by) > 1}
+
+
 def condition_ids(df: pd.DataFrame) -> tuple[np.ndarray, list[tuple]]:
     """Each row's condition as a number, the conditions numbered in the order they first appear
     in the frame, and each number's CONDITION_KEYS values (plain Python values: key_value)."""

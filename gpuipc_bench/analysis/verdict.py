@@ -95,7 +95,8 @@ class Decision:
     it that are not the next class (APIs of its mechanism); within: the equivalence bound
     (a fraction) where the outcome is SAME or WITHIN; states: the choice's samples in two
     scheduler states (stats.States: their medians and mix), None in one; replicas: the process
-    sets the figures come from (1: a run measures each figure in one). cls: the choice's
+    sets the choice's samples come from (1: the first pass only; 2: measured again on a fresh
+    set by the resampling pass, harness.resample). cls: the choice's
     class's mechanism; members: every path/variant in it (fastest first, the choice among
     them); choice: the one to use; why: the reason it is the one; next: the next class's name
     and next_members; ratio: next's median time over the choice's (of their fast states where
@@ -317,8 +318,15 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
 
     def beats(a: Figure, b: Figure) -> bool:
         """a faster than b beyond delta; never between APIs of one declared mechanism where both
-        are bound by the call (the time is the binding's enqueue cost, not the mechanism's)."""
-        return compare(a, b).outcome == stats.FASTER and not classes.one_call_bound_mechanism(a, b)
+        are bound by the call (the time is the binding's enqueue cost, not the mechanism's); where
+        both were measured by two process sets or more (replicas), in each of them too: a
+        difference one process set shows and the other does not is the offset between them."""
+        found = compare(a, b)
+        if found.outcome != stats.FASTER or classes.one_call_bound_mechanism(a, b):
+            return False
+        both = min(len(a.replicas), len(b.replicas))
+        return all(stats.compare(a.replicas[r], b.replicas[r], found.delta).outcome == stats.FASTER
+                   for r in range(both))
 
     found = classes.form(figures, compare)
     lead = found[0]
@@ -380,7 +388,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         same=same, close=close, cost=mechanism(row.path, row.variant).cost, within=within,
         states=found_states[figures.index(choice)], compared_states=found_states,
         leader_range=(float(np.nanmin(lead.anchor.samples)), float(np.nanmax(lead.anchor.samples))),
-        beaten=tuple(sorted(beaten)),
+        beaten=tuple(sorted(beaten)), replicas=max(1, len(choice.replicas)),
         again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why, known))
 
 

@@ -20,7 +20,8 @@ from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.results.writing import claim_free_name, default_results_path
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.defaults import (
-    CHUNK_BYTES, DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES, QUICK_HOST_SIZES,
+    CHUNK_BYTES, DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_RESAMPLE_S, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES,
+    QUICK_HOST_SIZES,
     THOROUGH_GPU_SIZES, THOROUGH_HOST_SIZES, TIMEOUT_S,
 )
 from gpuipc_bench.sizes import describe_sizes, format_size
@@ -122,11 +123,18 @@ def _samples_text(preset: str) -> str:
                    "order per size) or 'declared' (back to back, in the scenario's order). With the first "
                    "two, the paths that share processes also run in a seeded order; 'declared' keeps the "
                    "registry's.")
+@click.option("--budget", type=Bounded("budget", float), default=None, metavar="SECONDS",
+              help="Seconds the whole run may take. The first pass over the plan runs whole (a budget below its "
+                   "estimate is refused); then the groups where a decision is still open, or can move (a figure "
+                   "the declared order would choose lies within twice the effect size of the leader), are "
+                   "measured again on a fresh process set (replica 2 in the CSV), most open first, while time "
+                   "remains. The run names the decisions it left open (stderr and the header's sampling.open). "
+                   f"Default: the first pass, then at most {DEFAULT_RESAMPLE_S:g} s of resampling.")
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1), default=None,
               help="Seed of that order. Default: a new one per run, written in the CSV header (order_seed).")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
         force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None,
-        sample_order="interleaved", order_seed=None, full=False):
+        sample_order="interleaved", order_seed=None, full=False, budget=None):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -150,7 +158,8 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
     try:
         _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
              force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing, fresh=launcher == "fork-fresh",
-             order=(sample_order, random.randrange(2**31) if order_seed is None else order_seed), full=full)
+             order=(sample_order, random.randrange(2**31) if order_seed is None else order_seed), full=full,
+             budget=budget)
         code = 0
     except click.exceptions.Exit as exc:
         code = exc.exit_code
@@ -174,7 +183,7 @@ def _select_by_uuid(devices):
 
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
          force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False,
-         order=("declared", None), full=False):
+         order=("declared", None), full=False, budget=None):
     # the run's machinery, imported here: the other commands (report, list, info) need none of it
     from gpuipc_bench.cli.progress import run_session
     from gpuipc_bench.harness.plan import PlanOptions, make_plan, run_config
@@ -191,7 +200,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         options = PlanOptions(scenario_names=scenario_names, sizes=sizes, preset=preset or "", iterations=iterations,
                               min_samples=min_samples, max_samples=max_samples, warmup=warmup, devices=devices,
                               visible=visible, workers=workers, timeout=timeout, chunk=chunk, pairs=pairs,
-                              sharing=sharing, fresh=fresh, order=order, job=job, full=full)
+                              sharing=sharing, fresh=fresh, order=order, job=job, full=full, budget=budget)
         config = run_config(options)
         default_name = out is None  # taken by exclusive create before the run starts (see below)
         out = out or default_results_path()

@@ -127,9 +127,15 @@ class Sampler:
     def planned(self, group: dict) -> bool:
         """Whether the run measures this group: a stream group only at the sizes of
         RunConfig.stream_sizes where the run gives them (the second sharing mode of a default run
-        sweeps its streams at the call-bound sizes and the largest; its hand-offs at every size)."""
-        sizes = getattr(getattr(self.ctx, "config", None), "stream_sizes", None)
-        return sizes is None or group.get("measure") != "stream" or int(group.get("bytes", 0)) in sizes
+        sweeps its streams at the call-bound sizes and the largest; its hand-offs at every size);
+        in a run of the resampling pass (RunConfig.only_groups), a timed transfer only where its
+        (path, variant, measure, bytes) is named (set-up operations are always measured)."""
+        config = getattr(self.ctx, "config", None)
+        sizes = getattr(config, "stream_sizes", None)
+        if sizes is not None and group.get("measure") == "stream" and int(group.get("bytes", 0)) not in sizes:
+            return False
+        only = getattr(config, "only_groups", None)
+        return only is None or group.get("metric") == "setup" or group_key(group) in only
 
     def known_best(self, key: tuple) -> float:
         """The best (lowest) median seconds per transfer an earlier scenario of the run measured for
@@ -314,6 +320,12 @@ class Group:
                 # the same in every worker: from the decision words
                 sampler.settled[self.memory] = (self.reps, self.nbytes)
             self.done = True
+
+
+def group_key(fields: dict) -> tuple[str, str, str, int]:
+    """What names a timed group in RunConfig.only_groups: (path, variant, measure, bytes), as its rows say."""
+    return (str(fields.get("path", "")), str(fields.get("variant", "")), str(fields.get("measure", "")),
+            int(fields.get("bytes", 0) or 0))
 
 
 def best_key(fields: dict) -> tuple:

@@ -11,4 +11,5 @@
   classes.py     GPU pairs by link class, and the resweep of a pair outside its class
   estimate.py    how long a plan should take: the starts of processes the run makes, each run's costs
   rounds.py      disjoint GPU pairs at once (--pairs all on an all-NVLink node): the tournament, the proof
+  resample.py    after the first pass: where a decision is open or can move, measured again on a fresh set
 """

@@ -289,6 +289,7 @@ class PlanOptions:
     fresh: bool = False  # --launcher fork-fresh
     full: bool = False  # --full: with --pairs all, every pair swept whole
     order: tuple[str, int | None] = ("declared", None)  # --sample-order, --order-seed
+    budget: float | None = None  # --budget: seconds the run may take (None: the first pass and a short resampling)
     job: Any = None  # the MPI job whose ranks are the workers, or None
 
 
@@ -308,6 +309,7 @@ class Plan:
     pair_classes: Any = None  # --pairs all: harness.classes.PairClasses
     resweep_runs: dict = dataclasses.field(default_factory=dict)  # headline pair -> its whole sweep's other runs
     rounds: Any = None  # --pairs all on an all-NVLink node: harness.rounds.Rounds (disjoint pairs at once)
+    budget: float | None = None  # --budget (harness.resample)
 
 
 def run_config(options: PlanOptions) -> "RunConfig":
@@ -392,7 +394,16 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
     if len(ordered) > 1:  # a run over several pairs: how long it takes, before it starts
         notes.append(("estimate", estimate_text(estimate, len(ordered), classes, rounds)))
-    return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest, rounds)
+    check_budget(options.budget, estimate)
+    return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest, rounds, options.budget)
+
+
+def check_budget(budget: float | None, estimate: float) -> None:
+    """Refuse a --budget below the first pass's estimate: the first pass runs whole, and the
+    resampling pass takes what is left."""
+    if budget is not None and budget < estimate:
+        raise UsageError(f"--budget {budget:g}: the first pass alone should take about {estimate:.0f} s here "
+                         "(estimated from its plan); give at least that, or leave --budget out")
 
 
 def stop_stale_daemons() -> list[str]:

@@ -6,7 +6,8 @@ while the answer is written and rendered.
     outcome = session.run(plan)              # harness.plan.Plan -> RunOutcome
 
 The session holds the worker sets (harness.pool), the results file, the figures known so far
-(harness.known), the resweep of GPU pairs outside their class (harness.classes), the sharing
+(harness.known), the resweep of GPU pairs outside their class (harness.classes), the resampling
+pass where a decision is open or can move (harness.resample, within --budget), the sharing
 modes' start and leave, and the completed and failed scenarios. It prints nothing: it reports
 through the Reporter's callbacks (a line per scenario, its progress and status, notes, the
 written file), which `run` implements with rich's Progress and the summary. A signal ends it as
@@ -193,7 +194,7 @@ class Session:
                     outcomes = self._round(queue[index], plan, known, resweep, proof)
                     index += 1
                     if any(isinstance(o.error, WorkerLost) for o in outcomes if o is not None):
-                        break
+                        return
                     continue
                 scenario, specs, mode = queue[index]
                 index += 1
@@ -212,7 +213,8 @@ class Session:
                     results.write(partial=True, status=self.status(running=True))
                     rewritten = time.monotonic()
                 if isinstance(outcome.error, WorkerLost):  # a process died or went silent: the run ends
-                    break
+                    return
+            self._resample(plan, known, current)
 
     def _round(self, item, plan, known: KnownBest, resweep, proof) -> list:
         """A round of disjoint pairs (harness.rounds.run_round); its header keys after it."""
@@ -229,15 +231,42 @@ class Session:
                                "(rounds.* in the header)")
         return outcomes
 
-    def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep, keep: bool = True, tee=None):
+    def _resample(self, plan, known: KnownBest, current) -> None:
+        """The resampling pass (harness.resample): the groups where a decision is open or can move,
+        measured again on a fresh process set (replica 2) while the run's budget allows. Not under
+        MPI (the job's ranks are its only processes)."""
+        from gpuipc_bench.harness.resample import Resampler
+
+        if self.job is not None:
+            self.results.set_meta("sampling.budget", "the first pass only (an MPI job's ranks are its processes)")
+            return
+        state = {"mode": current, "fresh": False}
+
+        def measure(scenario, specs, mode, config, replica):
+            if not state["fresh"]:  # the first pass's persistent sets end: the pass forks fresh ones
+                self.sets.close()
+                state["fresh"] = True
+            if mode is not state["mode"]:
+                if state["mode"] is not None:
+                    for note in state["mode"].leave():
+                        self.results.set_meta(f"note.sharing.{state['mode'].name}", note)
+                state["mode"] = mode
+            return self._one(scenario, specs, mode, plan, known, None, config, replica)
+
+        Resampler(plan, self.results, self.reporter, process_seconds, plan.budget).run(measure)
+
+    def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep, config=None, replica: int = 1,
+             keep: bool = True, tee=None):
         """One scenario run in its mode: its rows into the file (`keep`; and to `tee`); its outcome
-        (harness.launcher.Outcome), or None where its mode could not start (a failure, counted)."""
+        (harness.launcher.Outcome), or None where its mode could not start (a failure, counted). `config`
+        (default the plan's) and `replica`: a run of the resampling pass, its rows tagged with its process set."""
         from gpuipc_bench.machine import mig
 
-        config, results, modes = plan.config, self.results, list(plan.modes)
+        config, results, modes = config or plan.config, self.results, list(plan.modes)
         if mode is not None and hasattr(mode, "device"):
             mode.device = specs[0].device  # a busy neighbour goes on the pair's GPU
-        line = self.reporter.started(run_label(scenario, specs, mode, plan), scenario.progress_total(config, specs))
+        label = run_label(scenario, specs, mode, plan) + (f" #{replica}" if replica > 1 else "")
+        line = self.reporter.started(label, scenario.progress_total(config, specs))
         started = time.monotonic()
         mark("scenario", scenario.name, mode.name if mode is not None else "")
         try:
@@ -250,12 +279,14 @@ class Session:
         scenario_config = dataclasses.replace(
             config, known_best=known.rows(),
             stream_sizes=second_mode_stream_sizes(scenario, config, specs, modes, mode))
-        if scenario_config.stream_sizes is not None:
+        if scenario_config.stream_sizes is not None and replica == 1:
             results.set_meta(f"sampling.stream_sizes.{scenario.name}.{mode.name}",
                              ",".join(str(n) for n in scenario_config.stream_sizes))
         reporter = self.reporter
 
         def on_row(row: dict) -> None:
+            if replica > 1:
+                row = {**row, "replica": replica}
             with self.lock:
                 if tee is not None:
                     tee(row)

@@ -111,8 +111,9 @@ def decision_record(d: Decision) -> dict:
     samples cannot tell from it besides the next class; `within`: the equivalence bound (a
     fraction) where the outcome is same or within; `states`: the choice's two scheduler states
     (fast_s, slow_s: their medians; fast_share: the share of the samples in the fast state),
-    null in one; `replicas`: the process sets behind the figures (1: one per figure). The
-    choice is its band's (model.py); then the figures behind it."""
+    null in one; `replicas`: the process sets behind the choice (2: measured again on a fresh
+    set by the resampling pass, harness.resample; 1: the first pass only). The choice is its
+    band's (model.py); then the figures behind it."""
     states = None if d.states is None else {"fast_s": d.states.fast_s, "slow_s": d.states.slow_s,
                                             "fast_share": d.states.fast_share}
     return plain({

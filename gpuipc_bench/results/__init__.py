@@ -35,7 +35,9 @@ Schema history (read_results reads every version; rows come out in the newest fo
      sampled through NVML for the group; NaN unknown). Header keys `seconds.total` (the run's
      wall time, written at its clean end only) and, optional, `order_seed` (the seed of a
      shuffled measuring order). The header says `partial: true` until the clean end.
-     An older file reads with these columns empty (NA/NaN/'') and seq -1.
+     An older file reads with these columns empty (NA/NaN/'') and seq -1. Column `replica` (the
+     process set behind a sample: 1 the first pass, 2 the resampling pass's fresh set;
+     harness.resample) came later within schema 3: a file without it reads replica 1.
 
 The modules: rows.py (the columns, new_row, typed frames), writing.py (ResultsFile, atomic
 writes), reading.py (read_results, every schema version), table.py (the table parsed cell by

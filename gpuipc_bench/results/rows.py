@@ -39,6 +39,8 @@ COLUMNS: tuple[str, ...] = (
     "node",  # host name of the node that measured the row (the writer fills in the header's host)
     "seq",  # the order in which the sample was taken within its worker set (drift); -1: unknown
     "sm_clock_mhz",  # SM clock sampled through NVML for the group; NaN: unknown
+    # optional in schema 3 (a file without it reads 1: FILLED)
+    "replica",  # the process set behind the sample: 1 (the first pass), 2 (the resampling pass's fresh set)
 )
 
 METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
@@ -52,7 +54,10 @@ MEASURES: tuple[str, ...] = ("stream", "handoff", "pingpong", "")
 
 STR_COLUMNS = ("scenario", "path", "variant", "measure", "metric", "src", "dst", "sharing", "ceiling", "transport",
                "node")
-INT_COLUMNS = ("bytes", "iteration", "batch", "workers", "seq")
+INT_COLUMNS = ("bytes", "iteration", "batch", "workers", "seq", "replica")
+INT_LEAST = {"batch": 1, "seq": -1, "replica": 1}  # an integer column's least value (the others: 0)
+# Columns a file of any schema may lack, with the cell they read as there (added within schema 3)
+FILLED = {"replica": "1"}
 OPTIONAL_INT_COLUMNS = ("mps_thread_pct",)  # nullable integers (pandas Int64): empty where they do not apply
 FLOAT_COLUMNS = ("seconds", "bandwidth_gbps", "sm_clock_mhz")
 BOOL_COLUMNS = ("verified", "l2_resident")
@@ -80,6 +85,7 @@ _DEFAULTS: dict[str, Any] = {
     "node": "",  # '': the writer fills in the header's host
     "seq": -1,
     "sm_clock_mhz": math.nan,
+    "replica": 1,
 }
 
 
@@ -121,6 +127,8 @@ def new_row(**fields: Any) -> dict[str, Any]:
         raise ValueError(f"batch must be at least 1, not {row['batch']}")
     if row["iteration"] < 0 or row["bytes"] < 0 or row["workers"] < 0:
         raise ValueError("bytes, iteration and workers must not be negative")
+    if row["replica"] < 1:
+        raise ValueError(f"replica must be 1 or more, not {row['replica']}")
     if row["seq"] < -1:
         raise ValueError(f"seq must be -1 (unknown) or more, not {row['seq']}")
     pct = row["mps_thread_pct"]

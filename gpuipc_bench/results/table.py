@@ -12,8 +12,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpuipc_bench.results.rows import (
-    BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, MEASURES, METRICS, SCHEMA_VERSION, STR_COLUMNS, pandas_module,
-    typed_frame,
+    BOOL_COLUMNS, COLUMNS, FILLED, FLOAT_COLUMNS, INT_COLUMNS, INT_LEAST, MEASURES, METRICS, SCHEMA_VERSION,
+    STR_COLUMNS, pandas_module, typed_frame,
 )
 
 if TYPE_CHECKING:
@@ -38,7 +38,7 @@ def parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSI
     if dupes:
         raise bad(f"duplicate column(s): {', '.join(dupes)}")
     later = {c for v, cols in ADDED_IN.items() if v > version for c in cols}
-    missing = [c for c in COLUMNS if c not in header and c not in later]
+    missing = [c for c in COLUMNS if c not in header and c not in later and c not in FILLED]
     if missing:
         raise bad(f"missing column(s): {', '.join(missing)}")
     records: list[list[str]] = []
@@ -61,6 +61,9 @@ def parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSI
         raw["measure"] = [_v1_measure(p, m) for p, m in zip(raw["path"], raw["metric"])]
     if "seq" in later and "seq" not in header:
         raw["seq"] = ["-1"] * len(raw)  # unknown
+    for col, cell in FILLED.items():
+        if col not in header:
+            raw[col] = [cell] * len(raw)
 
     def column(col: str, convert) -> list:
         out = []
@@ -77,7 +80,7 @@ def parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSI
     column("measure", choice_cell(MEASURES))
     column("metric", choice_cell(METRICS))
     for col in INT_COLUMNS:
-        converted[col] = column(col, int_cell({"batch": 1, "seq": -1}.get(col, 0)))
+        converted[col] = column(col, int_cell(INT_LEAST.get(col, 0)))
     converted["mps_thread_pct"] = column("mps_thread_pct", optional_int_cell(1, 100))
     converted["sm_clock_mhz"] = column("sm_clock_mhz", float_cell(positive=True, what="a clock in MHz"))
     converted["seconds"] = column("seconds", float_cell(required=True, positive=True))

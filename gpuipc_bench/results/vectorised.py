@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuipc_bench.results.rows import (
-    BOOL_COLUMNS, COLUMNS, INT_COLUMNS, MEASURES, METRICS, STR_COLUMNS, pandas_module, typed_frame,
+    BOOL_COLUMNS, COLUMNS, FILLED, INT_COLUMNS, INT_LEAST, MEASURES, METRICS, STR_COLUMNS, pandas_module, typed_frame,
 )
 from gpuipc_bench.results.table import (
     ADDED_IN, BadCell, bool_cell, choice_cell, float_cell, int_cell, optional_int_cell,
@@ -47,7 +47,7 @@ def parse_vectorised(raw: bytes, start: int, version: int, partial: bool = False
         return None
     header = [name.strip() for name in raw[start:header_end].decode("utf-8").split(",")]
     later = {c for v, cols in ADDED_IN.items() if v > version for c in cols}
-    if len(set(header)) < len(header) or any(c not in header and c not in later for c in COLUMNS):
+    if len(set(header)) < len(header) or any(c not in header and c not in later and c not in FILLED for c in COLUMNS):
         return None  # parse_table says which columns
     first = header_end + 1
     records = _records(raw, start, end, len(header)) - 1  # the column header line is one
@@ -128,12 +128,15 @@ def _convert(chunk: pd.DataFrame, header: list[str], later: set[str]) -> dict[st
         raw["measure"] = _v1_measures(raw["path"], raw["metric"])
     if "seq" in later and "seq" not in header:
         raw["seq"] = np.full(n, "-1", dtype=object)
+    for col, cell in FILLED.items():
+        if col not in header:
+            raw[col] = np.full(n, cell, dtype=object)
 
     out: dict[str, Any] = {col: raw[col] for col in STR_COLUMNS}
     _distinct(raw["measure"], choice_cell(MEASURES))
     _distinct(raw["metric"], choice_cell(METRICS))
     for col in INT_COLUMNS:
-        out[col] = _ints(raw[col], {"batch": 1, "seq": -1}.get(col, 0))
+        out[col] = _ints(raw[col], INT_LEAST.get(col, 0))
     out["mps_thread_pct"] = _masked(raw["mps_thread_pct"], optional_int_cell(1, 100), None, np.int64)
     out["sm_clock_mhz"] = _floats(raw["sm_clock_mhz"], positive=True)
     out["seconds"] = _floats(raw["seconds"], required=True, positive=True)

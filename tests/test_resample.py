@@ -1,0 +1,219 @@
+"""The resampling pass (gpuipc_bench.harness.resample): the open-decision query on crafted rows,
+the replicas in the analysis (a within-class difference one process set shows and the other does
+not names no other API), the pass run by the session with stand-in worker sets within its budget,
+the `replica` column written and read, and --budget's bad values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fakes import KIB, MIB, META, SAME_GPU, Heard, Named, Sets, figure, frame, plan_of, run_session
+from gpuipc_bench.analysis import analyse
+from gpuipc_bench.analysis.classes import Figure
+from gpuipc_bench.analysis.verdict import decide
+from gpuipc_bench.cli import cli
+from gpuipc_bench.errors import UsageError
+from gpuipc_bench.harness import resample
+from gpuipc_bench.harness import session as session_module
+from gpuipc_bench.harness.launcher import Outcome
+from gpuipc_bench.harness.plan import check_budget
+from gpuipc_bench.results import ResultsFile, read_results
+
+OPEN, DECIDED = 64 * MIB, 4 * KIB
+SPREAD = [1 + 0.2 * (i / 5 - 0.5) for i in range(6)]  # +-10%: two such figures cannot be told apart
+
+
+def crafted(scenario: str = "ipc", sizes=(DECIDED, OPEN)) -> list[dict]:
+    """ce and push of one scenario: push twice ce's time at DECIDED, the two overlapping at OPEN."""
+    rows = []
+    for size in sizes:
+        ce, push = (1e-5, 2e-5) if size == DECIDED else (1e-3, 1.01e-3)
+        rows += figure(scenario, "ce", ce, sizes=(size,), ceiling="", scenario=scenario,
+                       samples=SPREAD if size == OPEN else None)
+        rows += figure(scenario, "push", push, sizes=(size,), ceiling="", scenario=scenario,
+                       samples=SPREAD[::-1] if size == OPEN else None)
+    return rows
+
+
+def test_the_query_names_the_open_groups_and_leaves_the_decided_ones():
+    found = resample.query(frame(crafted()), META)
+    assert found.total == 2 and [d.why for d in found.decisions] == ["undecided"]
+    assert {(g.scenario, g.path, g.variant, g.measure, g.bytes, g.sharing, g.src, g.dst) for g in found.groups} == {
+        ("ipc", "ipc", "ce", "stream", OPEN, "time-sliced", "0", "0"),
+        ("ipc", "ipc", "push", "stream", OPEN, "time-sliced", "0", "0")}
+    assert resample.open_groups(frame(crafted(sizes=(DECIDED,))), META) == []
+
+
+def test_a_figure_in_the_slow_state_of_its_size_can_move_the_choice():
+    """At 256 MiB time-sliced the hand-offs sit at ~330 or ~470 us: ce's samples all slow, push's
+    fast, vmm's in both; ce (declared first) can move the choice in another draw."""
+    size = 256 * MIB
+    rows = (figure("ipc", "ce", 470e-6, sizes=(size,), ceiling="", measure="handoff")
+            + figure("ipc", "push", 330e-6, sizes=(size,), ceiling="", measure="handoff")
+            + figure("vmm", "ce", 330e-6, sizes=(size,), ceiling="", measure="handoff", n=9,
+                     samples=[1, 1.001, 1.002, 1.003, 1.004, 1.005, 1.424, 1.425, 1.426]))
+    found = resample.query(frame(rows), META)
+    assert [(d.why, d.labels) for d in found.decisions] == [("can move", ("ipc/push", "ipc/ce"))]
+
+
+def within_class_flip(replicas: int) -> list[dict]:
+    """ipc/ce and ipc/push at one size: push 4% faster in replica 1, ce 4% faster in replica 2."""
+    rows = []
+    for replica in range(1, replicas + 1):
+        ce, push = (1.04e-3, 1e-3) if replica == 1 else (1e-3, 1.04e-3)
+        for row in figure("ipc", "ce", ce, sizes=(OPEN,), ceiling="") + figure("ipc", "push", push, sizes=(OPEN,),
+                                                                                ceiling=""):
+            rows.append({**row, "replica": replica})
+    return rows
+
+
+def test_a_within_class_difference_that_flips_between_replicas_names_no_other_api():
+    one = analyse(frame(within_class_flip(1)), META).answer.decisions[0]
+    both = analyse(frame(within_class_flip(2)), META).answer.decisions[0]
+    assert one.choice == "ipc/push" and one.replicas == 1  # one process set: push is faster
+    assert both.choice == "ipc/ce" and both.why == "declared first" and both.replicas == 2
+
+
+def test_beaten_needs_both_replicas():
+    """a's pooled samples beat b's beyond delta, and so does replica 1; replica 2 cannot tell them:
+    with the replicas b is not beaten, without them it is."""
+    a = np.full(12, 1e-3) * np.linspace(0.999, 1.001, 12)
+    b1, b2 = np.full(6, 1.08e-3), 1e-3 * np.linspace(1.0, 1.05, 6)
+    rows = {r["variant"]: r for r in figure("ipc", "push", 1e-3, ceiling="") + figure("ipc", "ce", 1.05e-3,
+                                                                                      ceiling="")}
+    summary = frame(list(rows.values()))
+    summary = summary.assign(median_s=summary["seconds"], fraction_of_ceiling=np.nan, call_bound=False,
+                             l2_resident=None)
+    records = list(summary.itertuples(index=False))
+
+    def decided(with_replicas: bool):
+        fa = Figure("ipc/push", records[0], a, (a[:6], a[6:]) if with_replicas else ())
+        fb = Figure("ipc/ce", records[1], np.concatenate([b1, b2]), (b1, b2) if with_replicas else ())
+        return decide([fa, fb], {}, lambda label: (np.nan,) * 3, lambda label: (label,))
+
+    assert "ipc/ce" in decided(False).beaten and "ipc/ce" not in decided(True).beaten
+
+
+# --------------------------------------------------------------------------- the pass in the session
+
+
+class Resampling(Sets):
+    """Each first-pass run delivers crafted() rows of its scenario; a run of the pass the rows of the
+    groups it names (RunConfig.only_groups) at its sizes; the clock moves `per_run` a run."""
+
+    def __init__(self, clock, per_run: float):
+        super().__init__()
+        self.clock, self.per_run = clock, per_run
+        self.asked: list[tuple] = []
+        self.closed = 0
+
+    def run(self, scenario, config, specs, mode_name=None, env=None, on_row=None, **callbacks) -> Outcome:
+        self.clock[0] += self.per_run
+        rows = crafted(scenario.name)
+        if config.only_groups is not None:
+            self.asked.append((scenario.name, scenario.only_sizes, config.only_groups))
+            rows = [r for r in rows if (r["path"], r["variant"], r["measure"], r["bytes"]) in config.only_groups]
+        for row in rows:
+            on_row(row)
+        return Outcome(scenario.name, rows=len(rows))
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+def resampled(tmp_path, monkeypatch, budget, per_run=0.5):
+    clock = [5.0]
+    monkeypatch.setattr(session_module, "process_seconds", lambda: clock[0])
+    plan = plan_of((Named("ipc"), SAME_GPU), (Named("vmm"), SAME_GPU))
+    plan.budget = budget
+    sets = Resampling(clock, per_run)
+    outcome, heard, out = run_session(tmp_path, plan, sets, Heard())
+    frame_, meta = read_results(out)
+    return sets, heard, frame_, meta
+
+
+def test_the_pass_measures_the_open_groups_again_on_a_fresh_set_and_tags_them(tmp_path, monkeypatch):
+    sets, heard, written, meta = resampled(tmp_path, monkeypatch, budget=None)
+    pair = frozenset({("ipc", "ce", "stream", OPEN), ("ipc", "push", "stream", OPEN)})
+    assert sets.asked == [("ipc", (OPEN,), pair), ("vmm", (OPEN,), frozenset((p.replace("ipc", "vmm"), *rest)
+                                                                        for p, *rest in pair))]
+    assert sets.closed == 1  # the first pass's sets end before the pass's first run
+    again = written[written["replica"] == 2]
+    assert set(again["bytes"]) == {OPEN} and len(again) == 24  # the decided size is not measured again
+    assert [e[1] for e in heard.events if e[0] == "started"] == ["ipc", "vmm", "ipc #2", "vmm #2"]
+    assert meta["sampling.resampled"] == "ipc time-sliced 0>0 at 64 MiB; vmm time-sliced 0>0 at 64 MiB"
+    assert "no --budget" in meta["sampling.budget"] and "sampling.open" in meta
+
+
+def test_the_budget_is_respected_and_what_it_left_open_is_said(tmp_path, monkeypatch):
+    """Each run takes 2 s of the fake clock: after the first pass (5 + 2 x 2 = 9 s) a 12 s budget
+    (its end, 2.8 s, kept) leaves room for one run of the pass; the other decision stays open."""
+    sets, heard, written, meta = resampled(tmp_path, monkeypatch, budget=12.0, per_run=2.0)
+    assert [name for name, _, _ in sets.asked] == ["ipc"]
+    assert meta["sampling.budget"].startswith("12 s (--budget)")
+    assert meta["sampling.open"].startswith("time-sliced stream 64 MiB (undecided)")
+    notes = [e[1] for e in heard.events if e[0] == "note"]
+    assert len(notes) == 1 and "decisions left open: time-sliced stream 64 MiB (undecided)" in notes[0]
+    assert all(len(line) <= 74 for line in notes[0].splitlines())
+
+
+def test_a_budget_spent_by_the_first_pass_measures_nothing_again(tmp_path, monkeypatch):
+    sets, _, written, meta = resampled(tmp_path, monkeypatch, budget=8.0, per_run=2.0)
+    assert sets.asked == [] and set(written["replica"]) == {1} and meta["sampling.resampled"] == "none"
+
+
+# --------------------------------------------------------------------------- the column and the option
+
+
+def test_the_replica_column_is_written_and_read_and_a_file_without_it_reads_1(tmp_path):
+    path = tmp_path / "run.csv"
+    results = ResultsFile(path, {"host": "h"})
+    results.add([{**figure("ipc", "ce", 1e-3, n=1)[0], "replica": 2}] + figure("ipc", "ce", 1e-3, n=1))
+    results.write(partial=False)
+    written, _ = read_results(path)
+    assert written["replica"].tolist() == [2, 1]
+    committed, _ = read_results("results/h100-both-modes-quick.csv")  # schema 3, no replica column
+    assert set(committed["replica"]) == {1}
+    without = path.read_text().replace(",replica\n", "\n").replace(",2\n", "\n").replace(",1\n", "\n")
+    (tmp_path / "old.csv").write_text(without)
+    assert read_results(tmp_path / "old.csv")[0]["replica"].tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("value, says", [("-5", "must be 1 to 86400 seconds"), ("soon", "'soon' is not a number"),
+                                         ("nan", "must be 1 to 86400 seconds")])
+def test_a_bad_budget_is_one_error_line(value, says):
+    result = CliRunner().invoke(cli, ["run", "--budget", value])
+    assert result.exit_code == 2
+    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "--budget" in errors[0] and says in errors[0]
+    assert "Traceback" not in result.output
+
+
+def test_a_budget_below_the_first_pass_is_refused():
+    with pytest.raises(UsageError, match=r"--budget 20: the first pass alone should take about 38 s"):
+        check_budget(20.0, 38.2)
+    check_budget(40.0, 38.2)
+    check_budget(None, 38.2)
+
+
+def test_a_run_of_the_pass_samples_only_the_groups_it_names():
+    """RunConfig.only_groups: the named (path, variant, measure, bytes) groups are sampled, the others
+    at the same size are not (done before their first sample), in every worker alike."""
+    from types import SimpleNamespace
+
+    from gpuipc_bench.engine.sampler import Counts, Sample, Sampler
+
+    named = frozenset({("ipc", "ce", "handoff", OPEN)})
+    config = SimpleNamespace(order_seed=None, sample_order="interleaved", known_best=(), stream_sizes=None,
+                             only_groups=named)
+    ctx = SimpleNamespace(row_fields={"scenario": "ipc", "workers": 2, "sharing": "time-sliced"}, clock=None,
+                          phase=lambda *a, **k: None, spec=None, store=lambda name, word: None,
+                          wait=lambda *a, **k: None, load=lambda name: 0, config=config)
+    sampler = Sampler(ctx, Counts(warmup=1, min_samples=6, max_samples=9))
+    groups = [dict(path="ipc", variant=v, measure="handoff", metric="bandwidth", src="0", dst="0", bytes=OPEN)
+              for v in ("ce", "push")]
+    made = [sampler.run(g, lambda trial: Sample(1e-3, 1), timer=True) for g in groups]
+    rows = list(sampler.interleave(made, "k"))
+    assert {r["variant"] for r in rows} == {"ce"} and len(rows) >= 6

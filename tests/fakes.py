@@ -21,6 +21,7 @@ from gpuipc_bench.errors import BenchError
 from gpuipc_bench.harness.launcher import Outcome, run_scenario
 from gpuipc_bench.harness.plan import Plan
 from gpuipc_bench.harness.session import Reporter, Session
+from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.machine.probe import GpuInfo, Machine
 from gpuipc_bench.paths import BUILTIN, PathInfo, to_metadata
 from gpuipc_bench.results import empty_frame, new_row, typed_frame, write_results
@@ -229,6 +230,11 @@ class Sets:
 
     def prestart(self, scenarios) -> None:
         pass
+
+    def ready_for(self, scenario, mode_name) -> Outcome | None:
+        """An idle worker's death, where the script says one is seen before this mode starts."""
+        lost = self.script.get(("lost before", mode_name))
+        return Outcome(scenario.name, error=WorkerLost(lost)) if lost else None
 
     def run(self, scenario, config, specs, mode_name=None, env=None, on_row=None, on_progress=None,
             on_status=None, on_note=None) -> Outcome:

@@ -230,7 +230,7 @@ def test_at_the_run_s_end_every_neighbour_ends_before_the_mps_daemon(monkeypatch
 
 @pytest.mark.parametrize("name, label", [
     ("time-sliced+compute", "time-sliced+compute"), ("mps+copy", "mps+copy"),
-    ("mps:25+copy", "mps"),  # beside a share of the SMs the rows say the base (mps_thread_pct: the share)
+    ("mps:25+copy", "mps+copy"),  # beside a share of the SMs: the share in mps_thread_pct
 ])
 def test_a_neighbour_mode_s_rows_carry_its_name(monkeypatch, name, label):
     """The harness hands the workers the mode's name; the environment is not asked (here it would

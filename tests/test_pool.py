@@ -303,6 +303,27 @@ def test_a_worker_dead_between_scenarios_is_named_before_a_scenario_of_its_own_p
     assert "worker 1 (consumer, CPU) was killed by SIGKILL while idle" in str(outcome.error) and not rows
 
 
+def test_before_a_mode_starts_an_idle_death_is_named_at_once_else_the_other_modes_end(sets):
+    """ready_for, asked before a mode starts (an MPS daemon: seconds): a worker dead while idle is
+    named then, within 2 s, and the mode need not start; else no other mode's worker is left."""
+    from gpuipc_bench.harness.supervision import WorkerLost
+
+    _run(sets, mode="time-sliced")
+    (sliced,) = sets.sets.values()
+    os.kill(sliced.pids[0], 9)
+    killed = time.monotonic()
+    assert _gone(sliced.pids[:1])
+    lost = sets.ready_for(SCENARIOS["host"], "mps")
+    assert time.monotonic() - killed < 2 and isinstance(lost.error, WorkerLost) and lost.rows == 0
+    assert str(lost.error) == "worker 0 (producer, CPU) was killed by SIGKILL while idle between scenarios"
+    assert sets.sets == {} and _gone(sliced.pids)
+    _run(sets, mode="time-sliced")
+    (sliced,) = sets.sets.values()
+    assert sets.ready_for(SCENARIOS["host"], "time-sliced") is None and sets.sets  # its own mode stays
+    assert sets.ready_for(SCENARIOS["host"], "mps") is None
+    assert sets.sets == {} and sets.members == {} and _gone(sliced.pids)
+
+
 def test_a_worker_of_an_idle_set_killed_while_another_set_runs_ends_that_scenario(sets):
     """Two sets of one mode (told apart here by their environment): the idle one's death is seen
     while the other runs, not when its set is next used."""

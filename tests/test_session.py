@@ -12,12 +12,14 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from fakes import CPU, SAME_GPU, Heard, Named, Sets, host_row, plan_of, run_session
+from fakes import CPU, SAME_GPU, Heard, Named, Sets, fake_machine, host_row, plan_of, run_session
+from gpuipc_bench.config import RunConfig
 from gpuipc_bench.engine.scenario import WorkerSpec
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed
 from gpuipc_bench.harness import session as session_module
 from gpuipc_bench.harness.launcher import Outcome
-from gpuipc_bench.harness.session import RunInterrupted
+from gpuipc_bench.harness.plan import Plan
+from gpuipc_bench.harness.session import RunInterrupted, Session
 from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.report import render_run_summary
 from gpuipc_bench.results import new_row, read_results
@@ -107,6 +109,45 @@ def test_each_mode_starts_before_its_scenarios_leaves_after_them_and_is_handed_t
     assert meta["note.sharing.time-sliced"] == "time-sliced left" and meta["note.sharing.mps"] == "mps left"
     assert meta["sharing.mps"] == "started" and sliced.log[:2] == ["start", "leave"]
     assert all(mode.log[-1] == "stop" for mode in (sliced, mps, broken))  # every mode ends with the run
+
+
+def test_an_idle_worker_dead_before_a_mode_starts_ends_the_run_and_the_mode_never_starts(tmp_path):
+    """Seen before the mode starts (harness.pool.WorkerSets.ready_for), not after its daemon came up."""
+    sliced, mps = Mode("time-sliced"), Mode("mps")
+    lost = "worker 0 (producer, GPU 0) was killed by SIGKILL while idle between scenarios"
+    sets = Sets({("lost before", "mps"): lost})
+    outcome, heard, out = run_session(tmp_path, plan_of((Named("ipc", sharing_modes=True), SAME_GPU),
+                                                        modes=[sliced, mps]), sets)
+    assert sets.calls == [("ipc", "time-sliced", {"MODE": "time-sliced"})]
+    assert "start" not in mps.log and mps.log[-1] == "stop"
+    assert [(f.scenario, str(f.error)) for f in outcome.failures] == [("ipc", lost)]
+    assert ("failed", "ipc mps") in heard.events
+    assert read_results(out)[1]["status"] == f"completed: ipc; failed: ipc ({lost})"
+
+
+def test_no_worker_of_the_run_is_alive_while_a_mode_starts(tmp_path):
+    """With the real worker sets: the CPU pair's set, idle after its scenario, has ended before the
+    next mode starts (a private MPS daemon takes seconds), so none of its workers can die unseen then."""
+    import multiprocessing
+
+    from gpuipc_bench.harness.pool import WorkerSets
+    from gpuipc_bench.scenarios import SCENARIOS
+
+    class Watched(Mode):
+        def start(self):
+            self.alive = [p.pid for p in multiprocessing.active_children()]
+            super().start()
+
+    host = SCENARIOS["host"]
+    config = RunConfig(scenarios=("host", "ipc"), sizes=(64,), iterations=3, warmup=1, timeout=10)
+    mps = Watched("mps", fails="no daemon here")  # (so no GPU worker is forked after it)
+    sets = WorkerSets()
+    plan = Plan(config, fake_machine(()), [(host, host.workers(config, None)), (Named("ipc", True), SAME_GPU)],
+                [mps], {}, [])
+    outcome = Session(tmp_path / "run.csv", Heard(), sets=sets).run(plan)
+    assert sets.started == 1 and mps.log[0] == "start" and mps.alive == []
+    assert [(f.scenario, str(f.error)) for f in outcome.failures] == [("ipc", "no daemon here")]
+    assert multiprocessing.active_children() == []
 
 
 def test_a_signal_ends_the_session_with_the_file_written_and_the_workers_ended(tmp_path):

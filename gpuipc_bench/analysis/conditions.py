@@ -31,6 +31,28 @@ CEILING_SCENARIO = "ceiling"
 ROLE_SUFFIXES = ("/producer", "/consumer")
 
 
+def with_mps_shares(df: pd.DataFrame) -> pd.DataFrame:
+    """The frame with each row's sharing mode as a condition keys it, its MPS share included: a
+    row of 'mps' whose mps_thread_pct is below 100 says 'mps:25' (the --sharing value that measured
+    it), and beside a busy neighbour 'mps:25+copy'. The CSV keeps the share in its own column, and
+    'mps' rows at every share would otherwise be one figure. The frame itself where no row has a
+    share (every committed run without one reads as it did)."""
+    if "mps_thread_pct" not in df.columns or "sharing" not in df.columns:
+        return df
+    pct = pd.to_numeric(df["mps_thread_pct"], errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    below = np.less(pct, 100, where=~np.isnan(pct), out=np.zeros(len(pct), dtype=bool))
+    if not below.any():
+        return df
+    sharing = df["sharing"].astype(str).to_numpy(dtype=object)
+    keyed = False
+    for i in np.flatnonzero(below):
+        mode, plus, neighbour = sharing[i].partition("+")
+        if mode == "mps":  # not yet keyed ('mps:25' is)
+            sharing[i] = f"mps:{int(pct[i])}{plus}{neighbour}"
+            keyed = True
+    return df.assign(sharing=sharing) if keyed else df
+
+
 def key_value(value):
     """A frame's value as a plain, hashable Python value (None for missing)."""
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):

@@ -18,7 +18,7 @@ from gpuipc_bench.analysis import stats
 from gpuipc_bench.analysis.handover import Handover, handovers
 from gpuipc_bench.analysis.bands import Band, bands, changes
 from gpuipc_bench.analysis.breakeven import AMORTISE_OVER, BreakEven, break_even
-from gpuipc_bench.analysis.conditions import is_gpu, link_rank, records
+from gpuipc_bench.analysis.conditions import is_gpu, link_rank, records, with_mps_shares
 from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES, samples_by_condition, samples_by_replica, summarize
 from gpuipc_bench.analysis.verdict import MEASURE_ORDER, MIXED, Decision, Figure, candidates, ceiling_times, decide
 from gpuipc_bench.analysis.mechanisms import declaration_order
@@ -110,6 +110,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
     except ValueError:
         schema = 0
     mixed = schema < 2  # schema 1 told neither the measure nor the roles: rank the old way, and say so
+    df = with_mps_shares(df)  # 'mps:25' is a sharing mode of its own
     samples = samples_by_condition(df)
     summary = summarize(df, samples=samples, paths=paths, meta=meta)
     ranked = rows = candidates(summary, paths)
@@ -196,7 +197,10 @@ def declared_order(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> Call
 
 
 def _sharing_rank(sharing: str) -> tuple:
-    return (SHARING_ORDER.index(sharing) if sharing in SHARING_ORDER else len(SHARING_ORDER), sharing)
+    """SHARING_ORDER's; a share of MPS ('mps:25') after MPS itself, the larger share first."""
+    mode, _, share = sharing.partition(":")
+    return (SHARING_ORDER.index(mode) if mode in SHARING_ORDER else len(SHARING_ORDER),
+            -int(share) if share.isdigit() else -100, sharing)
 
 
 def _measure_rank(measure: str) -> int:

@@ -30,6 +30,7 @@ from gpuipc_bench.analysis.conditions import (
     is_gpu,
     key_value,
     records,
+    with_mps_shares,
 )
 from gpuipc_bench.paths import PathInfo, from_metadata, path_order
 from gpuipc_bench.results import METRICS, base_mode
@@ -63,6 +64,7 @@ def samples_by_condition(df: pd.DataFrame) -> dict[tuple, np.ndarray]:
     appear in that order)."""
     if df.empty:
         return {}
+    df = with_mps_shares(df)
     ids, keys = condition_ids(df)
     # The rows sorted by iteration (stable), then by condition (stable): each condition's
     # samples in iteration order, as one sort of the whole frame and a split.
@@ -121,7 +123,7 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
     other keys."""
     if df.empty:
         return _empty_summary()
-    df = l2_flags(df, meta or {})
+    df = l2_flags(with_mps_shares(df), meta or {})
     samples = samples_by_condition(df) if samples is None else samples
     ids, keys = condition_ids(df)
     verified = _per_condition(ids, df["verified"], _all_verified)

@@ -184,15 +184,15 @@ def same_gpu_mode(mode: str | None = None) -> str:
     """The rows' `sharing` of processes on one GPU: the run's sharing mode, `mode`, whose name the
     parent that started it hands to the workers ('time-sliced', 'mps', 'time-sliced+compute'; the
     rows of 'mps:25' say 'mps', their share in mps_thread_pct, and those of a busy neighbour beside
-    a share, 'mps:25+copy', say 'mps' too); where none was handed (MPI ranks, a scenario run on
+    a share, 'mps:25+copy', say 'mps+copy', the analysis keying both by their share again:
+    analysis.conditions.with_mps_shares); where none was handed (MPI ranks, a scenario run on
     its own), what this process is: 'mps' when an MPS daemon serves it, else 'time-sliced'."""
     if mode is None:
         from gpuipc_bench.modes.daemon import serves_this_process
 
         return "mps" if serves_this_process() else "time-sliced"
     base = base_mode(mode)
-    kind = base.partition(":")[0]
-    return mode if base == kind else kind
+    return base.partition(":")[0] + mode[len(base):]
 
 
 def unlink_driver_files(pid: int) -> None:

@@ -16,8 +16,9 @@ set is ended with it: a later scenario forks a fresh set, never running in a bro
 worker that dies or stops (WorkerLost) ends every set, and the run loop ends the run:
 in its scenario, while its set is idle and another set runs (watched through `idle`), or
 between scenarios (seen before the next one starts). A mode's sets end before the next mode
-starts (no context of one mode is left on the GPU while the other runs) and every set ends with
-the run, under every fault.
+starts (no context of one mode is left on the GPU while the other runs, and no worker waits,
+unwatched, while an MPS daemon starts: `ready_for`) and every set ends with the run, under every
+fault.
 """
 
 from __future__ import annotations
@@ -225,10 +226,9 @@ class WorkerSets:
             **callbacks) -> Outcome:
         """Run `scenario` in its set where it declares persistent_workers, else in fresh workers."""
         env = env or {}
-        lost = self.idle_loss()
+        lost = self.ready_for(scenario, mode_name)
         if lost is not None:  # a worker died between scenarios: the run's processes are not whole
-            self.close()
-            return Outcome(scenario.name, error=WorkerLost(lost))
+            return lost
         if not (self.persistent and shares_processes(scenario)):
             self.close()  # no idle context of the run beside a scenario of its own processes
             return launcher.run_scenario(scenario, config, specs, env=env, mode_name=mode_name, **callbacks)
@@ -272,6 +272,18 @@ class WorkerSets:
             leaving = self._everyone(members)
             leaving.let_go()
             self.retired.append(leaving)
+
+    def ready_for(self, scenario, mode_name: str | None) -> Outcome | None:
+        """Before `scenario`'s sharing mode starts (an MPS daemon takes seconds): an outcome naming
+        an idle worker that ended (the run ends, the mode is not started), else None, every set of
+        another mode ended now rather than when the mode's first set forks: while a mode starts
+        no worker of the run is alive, so none can die unseen."""
+        lost = self.idle_loss()
+        if lost is not None:
+            self.close()
+            return Outcome(scenario.name, error=WorkerLost(lost))
+        self.end_mode_other_than(mode_name)
+        return None
 
     def assemble(self, scenario, specs, mode_name: str | None, env: dict[str, str]) -> WorkerSet:
         """The set for `specs`: a member for each (forked now where none sits there yet)."""

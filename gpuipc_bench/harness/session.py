@@ -269,6 +269,11 @@ class Session:
         line = self.reporter.started(label, scenario.progress_total(config, specs))
         started = time.monotonic()
         mark("scenario", scenario.name, mode.name if mode is not None else "")
+        lost = self.sets.ready_for(scenario, mode.name if mode is not None else None) if self.job is None else None
+        if lost is not None:  # a worker died while idle: the run ends before its mode starts
+            self.failures.append(Failure(scenario.name, lost.error, 0))
+            self.reporter.failed(line)
+            return lost
         try:
             env = start_mode(mode, results)
             mark("mode started", mode.name if mode is not None else "")

@@ -300,6 +300,9 @@ class Plan:
     estimate: float = 0.0  # seconds the run should take (harness.estimate)
     pair_classes: Any = None  # --pairs all: harness.classes.PairClasses
     resweep_runs: dict = dataclasses.field(default_factory=dict)  # headline pair -> its whole sweep's other runs
+    # each run measured on its own (check's preset): in fresh processes, without the figures of the runs
+    # before it (known_best) and without a resweep; a lost worker or a run that raised fails that run alone
+    independent: bool = False
 
 
 def run_config(options: PlanOptions) -> "RunConfig":

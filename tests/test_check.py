@@ -373,6 +373,40 @@ def test_a_planted_barrier_error_fails_the_node(tmp_path):
     assert not [e for e in events if e["status"] == "fail" and e["figure"] != "barrier"], done.stdout
 
 
+def test_a_gpu_nodes_scenarios_run_on_the_preset_each_in_a_session_of_its_own(monkeypatch):
+    """What the check runs on two H100s (the fork launcher stood in for, no GPU): 5 samples after
+    one warm-up at 4 KiB and 256 MiB, a path's proof one sample at 4 KiB, no figures handed from
+    run to run, the same-GPU pairs time-sliced (the mode's name and environment to their workers),
+    peer across each ordered pair, a planted fault around its own scenario only, each row kept."""
+    from fakes import h100_node
+    from gpuipc_bench.check import node
+    from gpuipc_bench.harness import launcher
+    from gpuipc_bench.results import new_row
+
+    calls = []
+
+    def run_scenario(scenario, config, specs, on_row, env=None, mode_name=None, **callbacks):
+        calls.append((scenario.name, tuple(s.device for s in specs), mode_name, sorted(env or {}),
+                      (config.min_samples, config.max_samples, config.warmup, config.sizes), config.known_best,
+                      os.environ.get("GPUIPC_BENCH_FAULT")))
+        on_row(new_row(scenario=scenario.name, path="ipc", variant="ce", measure="stream", metric="bandwidth",
+                       src="0", dst="0", bytes=4096, iteration=0, batch=1, seconds=1e-5, verified=True, workers=2,
+                       sharing=mode_name or "exclusive"))
+        return launcher.Outcome(scenario.name, rows=1)
+
+    monkeypatch.setattr(launcher, "run_scenario", run_scenario)
+    monkeypatch.delenv("GPUIPC_BENCH_FAULT", raising=False)
+    monkeypatch.setenv(plant.PLANT_ENV, "fault:ipc:raise:1:sample:1")
+    rows: list[dict] = []
+    found = node.measure(["staging", "ipc", "peer", "vmm"], h100_node(2), None, rows.append, 10.0)
+    preset, proof, pipe = (5, 5, 1, (4096, 256 << 20)), (1, 1, 0, (4096,)), ["CUDA_MPS_PIPE_DIRECTORY"]
+    assert calls == [("staging", (0, 0), "time-sliced", pipe, preset, (), None),
+                     ("ipc", (0, 0), "time-sliced", pipe, preset, (), "raise:1:sample:1"),
+                     ("peer", (0, 1), None, [], preset, (), None), ("peer", (1, 0), None, [], preset, (), None),
+                     ("vmm", (0, 0), "time-sliced", pipe, proof, (), None)]
+    assert found == dict.fromkeys(["staging", "ipc", "peer", "vmm"], "") and len(rows) == len(calls)
+
+
 def test_an_interrupted_check_says_so_in_its_csv_and_keeps_its_rows(tmp_path):
     import signal
     import time

@@ -114,6 +114,9 @@ class RoundSets:
     def prestart(self, scenarios) -> None:
         pass
 
+    def ready_for(self, scenario, mode_name) -> None:
+        return None  # no idle worker dies here
+
     def prepare(self, scenario, specs, mode_name=None, env=None) -> None:
         assert threading.current_thread() is threading.main_thread()  # forks only in the session's thread
         self.prepared.append((specs[0].device, specs[-1].device))

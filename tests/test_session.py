@@ -5,6 +5,7 @@ its rows and its summary as committed."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import signal
 from pathlib import Path
@@ -90,6 +91,78 @@ def test_a_lost_worker_ends_the_run(tmp_path):
     outcome, _, out = run_session(tmp_path, plan_of((Named("a"), CPU), (Named("b"), CPU)), sets)
     assert [name for name, _, _ in sets.calls] == ["a"]
     assert read_results(out)[1]["status"].startswith("failed: a (worker 1")
+
+
+class Recording(Sets):
+    """Sets that keep the figures each run was handed (RunConfig.known_best), and raise a
+    scenario's error after its rows where `raises` says (as an MPI job's lost rank does)."""
+
+    def __init__(self, script=None, raises=None):
+        super().__init__(script)
+        self.known: list[tuple] = []
+        self.raises = raises or {}
+
+    def run(self, scenario, config, specs, **kwargs) -> Outcome:
+        self.known.append(config.known_best)
+        outcome = super().run(scenario, config, specs, **kwargs)
+        if scenario.name in self.raises:
+            raise self.raises[scenario.name]
+        return outcome
+
+
+def test_a_run_hands_later_scenarios_its_figures_and_an_independent_plan_does_not(tmp_path):
+    script = {"a": ([host_row("a", i) for i in range(3)], None)}
+    plan = plan_of((Named("a"), CPU), (Named("b"), CPU))
+    shared = Recording(script)
+    run_session(tmp_path, plan, shared)
+    assert shared.known[0] == () and len(shared.known[1]) == 1  # a's median, for b's sampler
+    alone = Recording(script)
+    plan.independent = True
+    Session(None, Heard(), sets=alone).run(plan)
+    assert alone.known == [(), ()]
+
+
+def test_an_independent_plan_runs_in_fresh_processes(monkeypatch):
+    from gpuipc_bench.harness import pool
+
+    made: list[bool] = []
+
+    def sets(worker_log, persistent=True):
+        made.append(persistent)
+        return Sets()
+
+    monkeypatch.setattr(pool, "WorkerSets", sets)
+    for independent in (False, True):
+        plan = plan_of((Named("a"), CPU))
+        plan.independent = independent
+        Session(None).run(plan)
+    assert made == [True, False]  # the fork launcher's persistent sets for a run; for check each run its own
+
+
+def test_an_independent_plan_fails_each_run_alone_and_without_a_file_hands_its_rows_over(tmp_path):
+    """check's session: a lost worker and a launch that raised fail their runs only, the next runs;
+    the rows reach the reporter, no file is written and the workers' log is left as it is."""
+    lost = WorkerLost("worker 1 (consumer, CPU) died (SIGKILL)")
+    raised = WorkerFailed("rank 1 (consumer, CPU) died")
+    sets = Recording({"a": ([host_row("a")], lost)}, raises={"b": raised})
+
+    class Rows(Heard):
+        def row(self, row):
+            self.events.append(("row", row["scenario"]))
+
+    log = tmp_path / "workers.log"
+    log.write_text("")  # empty: a run with a file removes it at its end
+    plan = plan_of((Named("a"), CPU), (Named("b"), CPU), (Named("c"), CPU))
+    plan.config = dataclasses.replace(plan.config, worker_log=str(log))
+    plan.independent = True
+    heard = Rows()
+    outcome = Session(None, heard, sets=sets).run(plan)
+    assert [name for name, _, _ in sets.calls] == ["a", "b", "c"]
+    assert [(f.scenario, f.rows, f.error) for f in outcome.failures] == [("a", 1, lost), ("b", 1, raised)]
+    assert [e[1] for e in heard.events if e[0] == "row"] == ["a", "b", "c"]
+    assert outcome.path is None and outcome.rows == 3 and outcome.log == ""
+    assert outcome.status == f"completed: c; failed: a ({lost}); b ({raised})"
+    assert [p.name for p in tmp_path.iterdir()] == ["workers.log"] and heard.events[-1] == ("exit",)  # none written
 
 
 def test_each_mode_starts_before_its_scenarios_leaves_after_them_and_is_handed_to_the_workers(tmp_path):

@@ -1,7 +1,8 @@
-"""The package's seams: no import cycle among the tool's modules, scenarios/ and scripts/ (type-only
-imports under TYPE_CHECKING and imports inside functions included), no private name (`_x`) of one module used
-by another, no command function in cli/ over 80 lines (the CLI parses, calls and prints), and no test file
-importing from another test file (shared stand-ins live in tests/fakes.py, fake_gpu.py and conftest.py)."""
+"""The package's seams: at most 8 loose modules beside its packages, no import cycle among the tool's
+modules, scenarios/ and scripts/ (type-only imports under TYPE_CHECKING and imports inside functions
+included), no private name (`_x`) of one module used by another, no command function in cli/ over 80
+lines (the CLI parses, calls and prints), and no test file importing from another test file (shared
+stand-ins live in tests/fakes.py, fake_gpu.py and conftest.py)."""
 
 from __future__ import annotations
 
@@ -118,6 +119,14 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
         if v not in index:
             visit(v)
     return found
+
+
+MAX_TOP_LEVEL_MODULES = 8  # beside the packages: the vocabulary every layer may use (docs/map.md)
+
+
+def test_the_package_keeps_its_modules_in_packages():
+    loose = sorted(p.name for p in (REPO / "gpuipc_bench").glob("*.py") if p.name != "__init__.py")
+    assert len(loose) <= MAX_TOP_LEVEL_MODULES, loose
 
 
 def test_no_import_cycle():

@@ -340,13 +340,10 @@ def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, 
         deliver = lambda report: world.send(report, dest=0, tag=REPORT)  # noqa: E731
         word = lambda: world.recv(source=0, tag=WORD)  # noqa: E731
     job = _pair_job(world, pair, node)
-    kwargs: dict[str, Any] = {}
-    if job is not None:
-        kwargs = dict(job=job, runner=lambda sc, cfg, specs, on_row: job.run_scenario(sc, cfg, specs, on_row))
     try:
         try:
             report = check_node(node, expectations, tolerance, timeout=timeout, peer=tuple(partner) if partner
-                                else None, peer_where=f"rank {pair[1]}" if job else "a forked child", **kwargs)
+                                else None, peer_where=f"rank {pair[1]}" if job else "a forked child", job=job)
         except Exception as exc:  # the node's failure is named at rank 0; the others go on
             deliver(NodeReport(node, {"host": node}, error=f"{type(exc).__name__}: {exc}"))
             return
@@ -360,7 +357,7 @@ def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, 
         deliver(report)
         while (told := word())[0] == "again":
             try:
-                deliver(measure_again(node, told[1], report.facts, timeout=timeout, **kwargs))
+                deliver(measure_again(node, told[1], report.facts, job=job, timeout=timeout))
             except Exception as exc:
                 deliver(NodeReport(node, report.facts, error=f"{type(exc).__name__}: {exc}"))
     finally:

@@ -1,9 +1,9 @@
 """The check of one node: which paths work, the short measurement, each figure judged.
 
-The measurement is `gpuipc-bench run`'s machinery through its public parts (RunConfig, the
-plan, launcher.run_scenario or an MPI job's run_scenario), on a short preset: two sizes (the
-latency-bound 4 KiB and the bandwidth-bound 256 MiB; 16 MiB for the host path), 5 samples
-after one warm-up, the same-GPU pairs time-sliced only (no MPS daemon of its own). GPU
+The measurement is `gpuipc-bench run`'s session (harness.session.Session.run), a plan per
+scenario on a short preset: two sizes (the latency-bound 4 KiB and the bandwidth-bound 256 MiB;
+16 MiB for the host path), 5 samples after one warm-up, the same-GPU pairs time-sliced only (no
+MPS daemon of its own), each run independent (fresh processes, no figures shared). GPU
 nodes run staging (h2d, d2h), ipc (d2d, ipc-ce, ipc-handoff-4k) and, with two GPUs or more,
 peer for every ordered pair; vmm and mempool run once at 4 KiB, as the proof that their
 path works. A node without a GPU runs the host path and the barrier (the CPU figures).
@@ -13,13 +13,16 @@ A figure that fails or warns is measured again (its scenario once more) before i
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Callable
 
+from gpuipc_bench import modes
 from gpuipc_bench.check import conditions, figures as figs, judge, paths
-
-from gpuipc_bench.hooks import plant
 from gpuipc_bench.check.expect import Expectations, shape_of
-from gpuipc_bench.errors import BenchError, UsageError
+from gpuipc_bench.config import RunConfig
+from gpuipc_bench.errors import UsageError
+from gpuipc_bench.harness.plan import Plan, plan_pairs, plan_scenarios, registry
+from gpuipc_bench.harness.session import Reporter, Session
+from gpuipc_bench.hooks import plant
 
 SAMPLES, WARMUP = 5, 1
 GPU_SIZES = (figs.SMALL, figs.BIG)
@@ -42,23 +45,7 @@ class NodeReport:
     error: str = ""
 
 
-Runner = Callable[..., Any]  # (scenario, config, specs, on_row) -> launcher.Outcome
-
-
-def fork_runner(scenario, config, specs, on_row):
-    """Forked workers, the same-GPU pairs time-sliced (as `run --sharing time-sliced`)."""
-    from gpuipc_bench import modes
-    from gpuipc_bench.harness import launcher
-
-    mode = modes.make(("time-sliced",))[0]
-    mode.start()
-    try:
-        return launcher.run_scenario(scenario, config, specs, on_row=on_row, env=mode.env())
-    finally:
-        mode.stop()
-
-
-def check_node(node: str, expectations: Expectations, tolerance: float | None = None, runner: Runner = fork_runner,
+def check_node(node: str, expectations: Expectations, tolerance: float | None = None,
                job=None, peer: tuple[str, str] | None = None, peer_where: str = "a forked child",
                on_row: Callable[[dict], None] | None = None, timeout: float = 60.0,
                preset: str = "full") -> NodeReport:
@@ -90,7 +77,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
         if nixl_installed():  # KV caches move with NIXL: did UCX use the link?
             names.append("nixl-read" if gpu else "nixl-host-read")
     names = [n for n in names if not plant.left_out(n)]
-    outcomes = _measure(names, machine, runner, job, keep, timeout, samples)
+    outcomes = measure(names, machine, job, keep, timeout, samples)
     for name, error in outcomes.items():
         path = PATH_OF.get(name)
         if error and path in verdicts and verdicts[path].ok is not False:
@@ -119,7 +106,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             rows.append(row)
             keep(row)
 
-        _measure(figs.scenarios_for([k[0] for k in again]), machine, runner, job, keep_again, timeout, samples)
+        measure(figs.scenarios_for([k[0] for k in again]), machine, job, keep_again, timeout, samples)
         second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1)}
         for k in again:
             if k in second:
@@ -134,15 +121,15 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     return report
 
 
-def measure_again(node: str, figure_names: list[str], facts: dict[str, str], runner: Runner = fork_runner,
-                  job=None, timeout: float = 60.0) -> NodeReport:
+def measure_again(node: str, figure_names: list[str], facts: dict[str, str], job=None,
+                  timeout: float = 60.0) -> NodeReport:
     """The named figures measured once more (their scenarios run again): a report of those rows
     and figures only, for a fleet outlier's second measurement."""
     from gpuipc_bench.machine.probe import probe
 
     report = NodeReport(node, facts)
-    _measure(figs.scenarios_for(list(figure_names)), probe(), runner, job,
-             lambda row: report.rows.append({**row, "node": node}), timeout)
+    measure(figs.scenarios_for(list(figure_names)), probe(), job,
+            lambda row: report.rows.append({**row, "node": node}), timeout)
     wanted = set(figure_names)
     report.figures = [f for f in figs.figures_of(_frame(report.rows), node, attempt=1) if f.name in wanted]
     return report
@@ -220,44 +207,53 @@ def _frame(rows: list[dict]):
     return typed_frame(pd.DataFrame.from_records([new_row(**r) for r in rows], columns=list(COLUMNS)))
 
 
-def _measure(names, machine, runner: Runner, job, on_row, timeout: float, samples: int = SAMPLES) -> dict[str, str]:
-    """Run each named scenario on the preset; scenario -> '' (ran), its error, or 'waived: why'."""
-    from gpuipc_bench.config import RunConfig
-    from gpuipc_bench.harness.plan import plan_pairs, plan_scenarios, registry
+class KeepRows(Reporter):
+    """What the session tells a check: each row (to `on_row`), nothing shown."""
 
+    def __init__(self, on_row: Callable[[dict], None]):
+        self.on_row = on_row
+
+    def row(self, row: dict) -> None:
+        self.on_row(row)
+
+
+def measure(names, machine, job, on_row, timeout: float, samples: int = SAMPLES) -> dict[str, str]:
+    """Run each named scenario on the preset, through a session of its own (its planted fault
+    around it); scenario -> '' (ran), its errors (the first line of each), or 'waived: why'."""
     scenarios = registry()
     found: dict[str, str] = {}
     for name in names:
         if name not in scenarios:
             continue
-        scenario = scenarios[name]
-        proof = name in PROOF_SCENARIOS
-        sizes: tuple[int, ...] | None = (figs.SMALL,) if proof else (GPU_SIZES if scenario.gpus_needed
-                                                                      else HOST_SIZES)
-        if name == "barrier":
-            sizes = None
-        config = RunConfig(scenarios=(name,), sizes=sizes, iterations=1 if proof else samples,
-                           warmup=0 if proof else WARMUP, timeout=timeout, workers=job.size if job else None,
-                           launcher="mpi" if job else "fork", sharing=("time-sliced",),
-                           worker_log="/dev/stderr")  # what libraries print: never into the JSON or JUnit on stdout
         try:
-            plan, _ = plan_scenarios(config, scenarios, machine, explicit=False, job=job)
-            if scenario.pairable and scenario.gpus_needed >= 2 and machine.gpu_count >= 2:
-                plan = plan_pairs(plan, config, machine, "all", full=True)[0]  # every pair's figures
+            plan = preset_plan(scenarios[name], machine, job, timeout, samples)
         except UsageError as exc:  # waived here: the reason is the path's
-            reason = scenario.waive_reason(machine) or str(exc)
-            found[name] = f"waived: {reason}"
+            found[name] = f"waived: {scenarios[name].waive_reason(machine) or exc}"
             continue
-        errors = []
-        for sc, specs in plan:
-            try:
-                with plant.fault_for(name):
-                    outcome = runner(sc, config, specs, on_row)
-            except BenchError as exc:
-                errors.append(str(exc))
-                continue
-            if outcome.error is not None:
-                errors.append(str(outcome.error).splitlines()[0])
-        found[name] = "; ".join(errors)
+        try:
+            with plant.fault_for(name):
+                outcome = Session(None, KeepRows(on_row), job=job).run(plan)
+        finally:
+            modes.end_all(plan.modes)  # (the session ends them at its clean end; here under every fault)
+        found[name] = "; ".join(str(failure.error).splitlines()[0] for failure in outcome.failures)
     return found
 
+
+def preset_plan(scenario, machine, job, timeout: float, samples: int) -> Plan:
+    """The check's plan of one scenario: its preset sizes and samples (a path's proof: one sample
+    at 4 KiB), every GPU pair where it takes two GPUs, the same-GPU pairs time-sliced (as `run
+    --sharing time-sliced`; MPI ranks share as the job started them), each run independent.
+    UsageError: it cannot run here."""
+    proof = scenario.name in PROOF_SCENARIOS
+    sizes: tuple[int, ...] | None = (figs.SMALL,) if proof else (GPU_SIZES if scenario.gpus_needed else HOST_SIZES)
+    if scenario.name == "barrier":
+        sizes = None
+    config = RunConfig(scenarios=(scenario.name,), sizes=sizes, iterations=1 if proof else samples,
+                       warmup=0 if proof else WARMUP, timeout=timeout, workers=job.size if job else None,
+                       launcher="mpi" if job else "fork", sharing=("time-sliced",),
+                       worker_log="/dev/stderr")  # what libraries print: never into the JSON or JUnit on stdout
+    runs, _ = plan_scenarios(config, registry(), machine, explicit=False, job=job)
+    if scenario.pairable and scenario.gpus_needed >= 2 and machine.gpu_count >= 2:
+        runs = plan_pairs(runs, config, machine, "all", full=True)[0]  # every pair's figures
+    sharing = [] if job else modes.make(("time-sliced",))
+    return Plan(config, machine, runs, sharing, {}, [], independent=True)

@@ -1,7 +1,8 @@
 """Running scenarios in processes: the manager side (pyperf's Manager, nccl-tests' common.cu).
 
   plan.py        which scenarios run here, with which workers, pairs and sharing modes
-  session.py     a run: every planned scenario in its mode and process set, the results file kept current
+  session.py     a run: every planned scenario in its mode and process set, the results file kept current;
+                 `run` and `check` alike (check: an independent plan, each run on its own, no file)
   header.py      the CSV header of a run: the tool, the command, the machine, the paths' facts
   launcher.py    fork one scenario's workers, collect their rows, leave nothing behind
   pool.py        persistent process sets: forked once per run, scenario after scenario

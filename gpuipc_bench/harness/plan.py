@@ -310,6 +310,9 @@ class Plan:
     resweep_runs: dict = dataclasses.field(default_factory=dict)  # headline pair -> its whole sweep's other runs
     rounds: Any = None  # --pairs all on an all-NVLink node: harness.rounds.Rounds (disjoint pairs at once)
     budget: float | None = None  # --budget (harness.resample)
+    # each run measured on its own (check's preset): in fresh processes, without the figures of the runs
+    # before it (known_best) and without a resweep; a lost worker or a run that raised fails that run alone
+    independent: bool = False
 
 
 def run_config(options: PlanOptions) -> "RunConfig":

@@ -9,10 +9,14 @@ The session holds the worker sets (harness.pool), the results file, the figures 
 (harness.known), the resweep of GPU pairs outside their class (harness.classes), the resampling
 pass where a decision is open or can move (harness.resample, within --budget), the sharing
 modes' start and leave, and the completed and failed scenarios. It prints nothing: it reports
-through the Reporter's callbacks (a line per scenario, its progress and status, notes, the
-written file), which `run` implements with rich's Progress and the summary. A signal ends it as
-RunInterrupted after the file is written (its status says so); a results file that cannot be
-written ends it as BenchError, the file set aside.
+through the Reporter's callbacks (a line per scenario, its progress and status, each row,
+notes, the written file), which `run` implements with rich's Progress and the summary. A
+signal ends it as RunInterrupted after the file is written (its status says so); a results
+file that cannot be written ends it as BenchError, the file set aside.
+
+`check` runs its short preset through it too: out=None (the rows kept in memory and handed to
+the reporter; check writes its own file) and an independent plan (Plan.independent: each run
+in fresh processes, sampled on its own, its failure its own).
 """
 
 from __future__ import annotations
@@ -61,11 +65,15 @@ class Reporter:
     def failed(self, line: Any) -> None:
         """The scenario failed (its mode could not start, or a worker failed)."""
 
+    def row(self, row: dict) -> None:
+        """A row arrived (in the results already): `check` keeps its rows this way."""
+
     def note(self, text: str) -> None:
         """Something the user should know now (a pair swept whole, the driver's refusal across MIG instances)."""
 
     def written(self, frame, metadata: dict[str, str]) -> None:
-        """The results file is complete and closed; the workers and modes end meanwhile."""
+        """The results file is complete and closed; the workers and modes end meanwhile (not
+        called without a file)."""
 
 
 class RunInterrupted(Interrupted):
@@ -87,7 +95,7 @@ class Failure(NamedTuple):
 class RunOutcome:
     """What a session did: the file, its rows, the failed scenarios, the final status, the workers'
     log ('' when none was kept) and how many scenario runs were planned."""
-    path: Path | str  # as the caller named it
+    path: Path | str | None  # as the caller named it (None: kept in memory)
     rows: int
     failures: list[Failure]
     status: str
@@ -100,9 +108,9 @@ class RunOutcome:
 
 
 class Session:
-    """One run of a plan (harness.plan.Plan), its rows into `out`. `job`: the MPI job whose ranks
-    are the workers (None: forked workers). `sets`: the persistent worker sets (default
-    harness.pool.WorkerSets; a test's stand-in)."""
+    """One run of a plan (harness.plan.Plan), its rows into `out` (None: in memory only, no file
+    written, no workers' log kept). `job`: the MPI job whose ranks are the workers (None: forked
+    workers). `sets`: the persistent worker sets (default harness.pool.WorkerSets; a test's stand-in)."""
 
     def __init__(self, out, reporter: Reporter | None = None, job=None, sets=None):
         self.out = out
@@ -127,8 +135,9 @@ class Session:
         from gpuipc_bench.results import ResultsFile, ResultsWriteError
 
         config, job = plan.config, self.job
-        if self.sets is None:  # the persistent workers (the fork launcher's; fork-fresh: none, each its own)
-            self.sets = WorkerSets(config.worker_log or "", persistent=config.launcher == "fork")
+        if self.sets is None:  # the persistent workers (the fork launcher's; fork-fresh and independent: none)
+            self.sets = WorkerSets(config.worker_log or "",
+                                   persistent=config.launcher == "fork" and not plan.independent)
         sets = self.sets
         launched = job.metadata() if job else {"launcher": config.launcher}
         self.results = results = ResultsFile(self.out, {
@@ -212,9 +221,10 @@ class Session:
                 if self.failures or time.monotonic() - rewritten >= REWRITE_S:
                     results.write(partial=True, status=self.status(running=True))
                     rewritten = time.monotonic()
-                if isinstance(outcome.error, WorkerLost):  # a process died or went silent: the run ends
-                    return
-            self._resample(plan, known, current)
+                if isinstance(outcome.error, WorkerLost) and not plan.independent:
+                    return  # a process died or went silent: the run ends (independent: its own processes only)
+            if not plan.independent:
+                self._resample(plan, known, current)
 
     def _round(self, item, plan, known: KnownBest, resweep, proof) -> list:
         """A round of disjoint pairs (harness.rounds.run_round); its header keys after it."""
@@ -282,14 +292,17 @@ class Session:
             self.reporter.failed(line)
             return None
         scenario_config = dataclasses.replace(
-            config, known_best=known.rows(),
+            config, known_best=() if plan.independent else known.rows(),
             stream_sizes=second_mode_stream_sizes(scenario, config, specs, modes, mode))
         if scenario_config.stream_sizes is not None and replica == 1:
             results.set_meta(f"sampling.stream_sizes.{scenario.name}.{mode.name}",
                              ",".join(str(n) for n in scenario_config.stream_sizes))
         reporter = self.reporter
+        delivered = 0
 
         def on_row(row: dict) -> None:
+            nonlocal delivered
+            delivered += 1
             if replica > 1:
                 row = {**row, "replica": replica}
             with self.lock:
@@ -301,6 +314,7 @@ class Session:
                 known.add(row)
                 if resweep is not None:
                     resweep.add(row)
+                reporter.row(row)
 
         callbacks = dict(
             on_row=on_row,
@@ -308,11 +322,18 @@ class Session:
             on_status=lambda text: reporter.status(line, text),
             on_note=lambda key, text: results.set_meta(f"note.{key}", text),
         )
-        if self.job is not None:  # the ranks are the workers
-            outcome = self.job.run_scenario(scenario, scenario_config, specs, **callbacks)
-        else:
-            outcome = self.sets.run(scenario, scenario_config, specs,
-                                    mode_name=mode.name if mode is not None else None, env=env, **callbacks)
+        try:
+            if self.job is not None:  # the ranks are the workers
+                outcome = self.job.run_scenario(scenario, scenario_config, specs, **callbacks)
+            else:
+                outcome = self.sets.run(scenario, scenario_config, specs,
+                                        mode_name=mode.name if mode is not None else None, env=env, **callbacks)
+        except BenchError as exc:  # independent: a run that raised (a lost MPI rank, a row the reporter
+            if not plan.independent:  # could not keep) fails alone, its rows kept; else the run ends
+                raise
+            from gpuipc_bench.harness.launcher import Outcome
+
+            outcome = Outcome(scenario.name, rows=delivered, error=exc)
         refused = mig.refusal(scenario.name, specs, outcome.error)
         if refused is not None:  # across MIG instances the driver said no: its words, not a failure
             results.set_meta(f"note.{refused[0]}", refused[1])
@@ -350,15 +371,16 @@ class Session:
                 raise self._set_aside(exc) from None
             results.close()
             closer.start()
-            self.reporter.written(results.frame, results.metadata)
+            if self.out is not None:  # (kept in memory: no file, and no frame built for nothing)
+                self.reporter.written(results.frame, results.metadata)
         finally:
             if closer.ident is not None:
                 closer.join()
             sets.end()  # (nothing left to do unless the closer failed)
             mark("sets ended")
             write_trace(f"parent-{os.getpid()}")
-        return RunOutcome(self.out, len(results), list(self.failures), status,
-                          worker_log(plan.config, self.failures), len(plan.runs))
+        log = worker_log(plan.config, self.failures) if self.out is not None else ""  # (no file: no log of its own)
+        return RunOutcome(self.out, len(results), list(self.failures), status, log, len(plan.runs))
 
     def _start_resweep(self, plan):
         """The run's estimate and, with --pairs all, its pairs' link classes into the header; a Resweep
@@ -367,7 +389,7 @@ class Session:
         results.set_meta("estimate.seconds", f"{plan.estimate:.1f}")
         for key, value in (plan.rounds.metadata() if plan.rounds is not None else {}).items():
             results.set_meta(key, value)
-        if plan.pair_classes is None:
+        if plan.pair_classes is None or plan.independent:
             return None
         for key, value in plan.pair_classes.metadata().items():
             results.set_meta(key, value)

@@ -77,10 +77,13 @@ class ResultsFile:
     rf.write(partial=True, status="running")   # the header; from now on rows are appended
     rf.add(rows)                                 # as they arrive: appended and flushed
     rf.write(partial=False); rf.close()          # at the end: the final header, atomically
+
+    A path of None keeps everything in memory and writes nothing (a check's session: check
+    writes its own file).
     """
 
-    def __init__(self, path: Path, metadata: Mapping[str, str] | None = None):
-        self.path = Path(path)
+    def __init__(self, path: Path | None, metadata: Mapping[str, str] | None = None):
+        self.path = Path(path) if path is not None else None
         self.metadata: dict[str, str] = {}
         for key, value in (metadata or {}).items():
             self.set_meta(key, value)
@@ -112,6 +115,7 @@ class ResultsFile:
             self.close()
         except OSError:
             pass  # the buffer it could not flush: the file is closed all the same
+        assert self.path is not None  # (rows kept in memory are never written, so never fail)
         self.write_error = ResultsWriteError(self.path, exc)
         raise self.write_error from None
 
@@ -120,6 +124,8 @@ class ResultsFile:
         that nothing reads a file cut mid-row as the results; returns the new name, or None when
         there is no file (it was never written, or it cannot be renamed)."""
         self._append = None
+        if self.path is None:
+            return None
         target = Path(os.path.realpath(self.path))
         partial = target.with_name(target.name + ".partial")
         try:
@@ -158,6 +164,8 @@ class ResultsFile:
         self.set_meta("status", status)
         if self.write_error is not None:
             raise self.write_error
+        if self.path is None:
+            return
         try:
             self.close()
             target = write_results(self.path, self.frame, self.metadata)

@@ -36,6 +36,9 @@ Schema history (read_results reads every version; rows come out in the newest fo
      wall time, written at its clean end only) and, optional, `order_seed` (the seed of a
      shuffled measuring order). The header says `partial: true` until the clean end.
      An older file reads with these columns empty (NA/NaN/'') and seq -1.
+     Optional columns (a schema-3 file without them reads them empty, '' and NaN): `lane`,
+     `lane_nvlink_bytes` and `lane_pcie_bytes` (which lane carried a sample's bytes, from NVML's
+     byte counters, and the header's `lanes.*` lines: gpuipc_bench.machine.lanes).
 
 The modules: rows.py (the columns, new_row, typed frames), writing.py (ResultsFile, atomic
 writes), reading.py (read_results, every schema version), table.py (the table parsed cell by

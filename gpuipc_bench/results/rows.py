@@ -39,7 +39,14 @@ COLUMNS: tuple[str, ...] = (
     "node",  # host name of the node that measured the row (the writer fills in the header's host)
     "seq",  # the order in which the sample was taken within its worker set (drift); -1: unknown
     "sm_clock_mhz",  # SM clock sampled through NVML for the group; NaN: unknown
+    # schema 3, optional (a file without them reads them empty): which lane carried the sample's bytes,
+    # from NVML's byte counters proven at the start (gpuipc_bench.machine.lanes); '': not measured
+    "lane",  # nvlink, pcie, nvlink+pcie, none, other-traffic, small, unproven
+    "lane_nvlink_bytes",  # payload bytes over NVLink during the sample (summed over the links); NaN: unknown
+    "lane_pcie_bytes",  # payload bytes over PCIe during the sample (its protocol overhead taken out); NaN: unknown
 )
+# Columns a schema-3 file may lack (written by a tool that did not have them): read as empty.
+OPTIONAL_COLUMNS: tuple[str, ...] = ("lane", "lane_nvlink_bytes", "lane_pcie_bytes")
 
 METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
 # How a figure was taken:
@@ -51,10 +58,10 @@ METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
 MEASURES: tuple[str, ...] = ("stream", "handoff", "pingpong", "")
 
 STR_COLUMNS = ("scenario", "path", "variant", "measure", "metric", "src", "dst", "sharing", "ceiling", "transport",
-               "node")
+               "node", "lane")
 INT_COLUMNS = ("bytes", "iteration", "batch", "workers", "seq")
 OPTIONAL_INT_COLUMNS = ("mps_thread_pct",)  # nullable integers (pandas Int64): empty where they do not apply
-FLOAT_COLUMNS = ("seconds", "bandwidth_gbps", "sm_clock_mhz")
+FLOAT_COLUMNS = ("seconds", "bandwidth_gbps", "sm_clock_mhz", "lane_nvlink_bytes", "lane_pcie_bytes")
 BOOL_COLUMNS = ("verified", "l2_resident")
 
 _DEFAULTS: dict[str, Any] = {
@@ -80,6 +87,9 @@ _DEFAULTS: dict[str, Any] = {
     "node": "",  # '': the writer fills in the header's host
     "seq": -1,
     "sm_clock_mhz": math.nan,
+    "lane": "",
+    "lane_nvlink_bytes": math.nan,
+    "lane_pcie_bytes": math.nan,
 }
 
 
@@ -136,6 +146,10 @@ def new_row(**fields: Any) -> dict[str, Any]:
     row["sm_clock_mhz"] = _as_float("sm_clock_mhz", math.nan if row["sm_clock_mhz"] is None else row["sm_clock_mhz"])
     if not (math.isnan(row["sm_clock_mhz"]) or (math.isfinite(row["sm_clock_mhz"]) and row["sm_clock_mhz"] > 0)):
         raise ValueError(f"sm_clock_mhz must be a clock (more than 0) or NaN, not {row['sm_clock_mhz']!r}")
+    for col in OPTIONAL_COLUMNS[1:]:
+        row[col] = _as_float(col, math.nan if row[col] is None else row[col])
+        if row[col] < 0:
+            raise ValueError(f"{col} must be 0 or more, or NaN, not {row[col]!r}")
     row["seconds"] = _as_float("seconds", row["seconds"])
     if math.isnan(row["seconds"]):
         raise ValueError("seconds is required (per transfer; latency: one-way; setup: the operation)")

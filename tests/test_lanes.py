@@ -308,3 +308,37 @@ def test_a_schema_3_file_without_lane_columns_reads_them_empty(tmp_path):
     assert list(back["lane"]) == ["nvlink", ""] and back["lane_nvlink_bytes"].iloc[0] == 4096.0
     with pytest.raises(ValueError, match="lane_pcie_bytes"):
         new_row(path="ipc", seconds=1.0, lane_pcie_bytes=-1.0)
+
+
+# ------------------------------------------------------------------------------ the lane alarm
+
+def lane_rows(path, variant, src, dst, lane_seen, n=6, transport=""):
+    from gpuipc_bench.results import new_row
+
+    return [new_row(scenario=path, path=path, variant=variant, measure="stream", src=src, dst=dst, bytes=64 * MIB,
+                    seconds=1e-3, iteration=k, workers=2, sharing="exclusive", transport=transport, lane=lane_seen)
+            for k in range(n)]
+
+
+def test_the_lane_alarm_names_a_path_whose_bytes_took_another_lane():
+    import pandas as pd
+
+    from gpuipc_bench.analysis.warnings import WRONG_LANE, expected_lane, lane_warnings
+
+    meta = {"link.0-1": "NV18"}
+    rows = (lane_rows("ipc", "ce", "0", "1", "pcie")  # should be NVLink: fell back through host
+            + lane_rows("peer", "p2p-off", "0", "1", "nvlink")  # P2P off, yet over NVLink
+            + lane_rows("staging", "pinned", "0", "1", "pcie")  # as it should
+            + lane_rows("ipc", "sm", "0", "1", "nvlink")  # as it should
+            + lane_rows("nixl", "write", "0", "1", "pcie", transport="tcp")  # a host transport: PCIe expected
+            + lane_rows("ipc", "push", "0", "0", "none")  # one GPU: no lane crossed
+            + lane_rows("ipc", "ce", "0", "0", "unproven"))  # nothing proven: nothing said
+    found = lane_warnings(pd.DataFrame(rows), meta)
+    assert [(w.cause, w.path, w.variant) for w in found] == [(WRONG_LANE, "ipc", "ce"), (WRONG_LANE, "peer", "p2p-off")]
+    assert found[0].value == 1.0
+    assert expected_lane("ipc", "ce", "", "0", "1", {"link.0-1": "PIX"}) == "pcie"
+    assert expected_lane("ipc", "ce", "", "0", "1", {}) == ""
+    from gpuipc_bench.report.causes import CAUSES
+
+    assert CAUSES[WRONG_LANE].with_value.format(value=CAUSES[WRONG_LANE].value(found[0])) == \
+        "wrong lane in 100% of samples"

@@ -23,7 +23,9 @@ from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES, samples_by_con
 from gpuipc_bench.analysis.verdict import MEASURE_ORDER, MIXED, Decision, Figure, candidates, ceiling_times, decide
 from gpuipc_bench.analysis.mechanisms import declaration_order
 from gpuipc_bench.analysis.transport import Fallback, fallbacks
-from gpuipc_bench.analysis.warnings import FAILED_VERIFICATION, StabilityWarning, clock_warnings, stability_warnings
+from gpuipc_bench.analysis.warnings import (
+    FAILED_VERIFICATION, StabilityWarning, clock_warnings, lane_warnings, stability_warnings,
+)
 from gpuipc_bench.paths import PathInfo, from_metadata
 
 SHARING_ORDER = ("exclusive", "time-sliced", "none", "mps", "mig")
@@ -122,6 +124,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
     decisions = decide_all(rows, summary, samples, paths, setup, min_effect, order)
     warnings = stability_warnings(summary, samples)
     warnings += clock_warnings(df, meta)
+    warnings += lane_warnings(df, meta)
     arranged, decisions = arrange(decisions, meta, setup, order)
     return RunAnalysis(
         frame=df, meta=dict(meta), paths=paths, schema=schema, summary=summary, samples=samples, candidates=rows,

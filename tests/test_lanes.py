@@ -41,6 +41,7 @@ class FakeGpu:
         self.stuck, self.missing = set(stuck), set(missing)
         self.spans = {c: (0, 1) for c in lanes.COUNTERS if c not in self.missing}
         self.events: list[tuple[float, str, int]] = [(-1.0, PCIE_TX, pcie_start), (-1.0, PCIE_RX, pcie_start)]
+        self.reads: list[bool] = []  # each reading's pcie_only: one NVML call each
 
     def traffic(self, counter: str, payload: int) -> None:
         if counter in (NVLINK_TX, NVLINK_RX):
@@ -49,10 +50,11 @@ class FakeGpu:
             counted = int(payload * (1 + PCIE_OVERHEAD))
         self.events.append((self.clock() + self.lag, counter, counted))
 
-    def read(self) -> dict[str, int | None]:
+    def read(self, pcie_only: bool = False) -> dict[str, int | None]:
+        self.reads.append(pcie_only)
         out: dict[str, int | None] = {}
         for counter in lanes.COUNTERS:
-            if counter in self.missing:
+            if counter in self.missing or (pcie_only and counter in (NVLINK_TX, NVLINK_RX)):
                 out[counter] = None
                 continue
             total = 0 if counter in self.stuck else sum(n for t, c, n in self.events
@@ -91,9 +93,10 @@ def test_proof_finds_units_overhead_and_settle_time():
     nv, pcie = proofs[(0, NVLINK_TX)], proofs[(1, PCIE_RX)]
     assert nv.state == TRUSTED and nv.unit == 1024 and abs(nv.overhead) < 0.001
     assert pcie.state == TRUSTED and pcie.unit == 1 and pcie.overhead == pytest.approx(PCIE_OVERHEAD, abs=1e-4)
-    assert 0.004 <= pcie.settle_s < 0.006  # the counts landed 4 ms after each copy ended
+    # the counts landed 4 ms after each copy ended: seen by the check 10 ms after the first copy
+    assert pcie.settle_s == pytest.approx(lanes.SETTLE_CHECK_S)
     assert all(p.state == TRUSTED for p in proofs.values())
-    assert "unit 1024 B" in nv.text() and "9.4%" in pcie.text()
+    assert "unit 1024 B" in nv.text() and "9.4%" in pcie.text() and "settles in 10 ms" in pcie.text()
 
 
 def test_a_counter_stuck_at_zero_is_untrusted_and_proves_nothing():
@@ -129,6 +132,52 @@ def test_nvlink_unproven_without_a_peer_copy():
     proofs = prove(gpus, copier(gpus, lanes.PROOF_BYTES, clock), nvlink=False, clock=clock, sleep=clock.sleep)
     assert proofs[(0, NVLINK_TX)].state == UNPROVEN and proofs[(0, PCIE_TX)].state == TRUSTED
     assert lanes.proof_state(Proof(UNTRUSTED, why="x").text()) == UNTRUSTED
+
+
+def test_the_proof_is_short_and_waits_for_nothing_where_the_counts_are_current():
+    """Counted on fakes (docstring of prove): on one GPU 2 kinds of copy x (3 x 2 + 1) readings of
+    the PCIe fields alone, 6 copies, one 10 ms check per kind; on a pair 6 kinds and 56
+    readings. Counts current at once (as on an H200, driver 580): settle 0, no sample waits."""
+    clock = Clock()
+    gpus = {0: FakeGpu(clock)}
+    copies = []
+    copy = copier(gpus, lanes.PROOF_BYTES, clock)
+    proofs = prove(gpus, lambda *a: (copies.append(a), copy(*a)), nvlink=False, clock=clock, sleep=clock.sleep)
+    assert len(gpus[0].reads) == 14 and all(gpus[0].reads) and len(copies) == 6
+    assert clock.now == pytest.approx(6 * 0.001 + 2 * lanes.SETTLE_CHECK_S)  # the copies and two checks
+    assert all(p.settle_s == 0.0 for p in proofs.values() if p.usable)
+    assert LaneMeter(gpus, proofs, {0: 63e9}).wait_s == 0.0
+    clock = Clock()
+    pair = {0: FakeGpu(clock), 1: FakeGpu(clock)}
+    prove(pair, copier(pair, lanes.PROOF_BYTES, clock), nvlink=True, clock=clock, sleep=clock.sleep)
+    assert len(pair[0].reads) + len(pair[1].reads) == 4 * 7 + 2 * 14
+    assert sum(not r for g in pair.values() for r in g.reads) == 2 * 14  # the peer copies' full readings
+    assert clock.now == pytest.approx(18 * 0.001 + 6 * lanes.SETTLE_CHECK_S)
+
+
+def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_groups_first_readings():
+    clock = Clock()
+    gpus, proofs = proven_pair(clock)
+    for gpu in gpus.values():
+        gpu.reads.clear()
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    group = {"metric": "bandwidth", "path": "ipc", "variant": "ce", "src": 0, "dst": 1, "bytes": 64 << 10}
+    fields = meter.watch(group, reps=255)(255)  # 64 KiB x 255 < 16 MiB
+    assert fields["lane"] == "small" and math.isnan(fields["lane_nvlink_bytes"])
+    assert not gpus[0].reads and not gpus[1].reads
+    big = {**group, "bytes": 64 * MIB}
+    for _ in range(lanes.READS_PER_GROUP):
+        finish = meter.watch(big, reps=1)
+        gpus[0].traffic(NVLINK_TX, 64 * MIB)
+        gpus[1].traffic(NVLINK_RX, 64 * MIB)
+        assert finish(1)["lane"] == "nvlink"
+    read = len(gpus[0].reads)
+    assert read == 2 * lanes.READS_PER_GROUP and not any(gpus[0].reads)  # both GPUs' NVLink fields
+    fields = meter.watch(big, reps=1)(1)  # the group's lane, not read again
+    assert fields["lane"] == "nvlink" and math.isnan(fields["lane_nvlink_bytes"])
+    assert len(gpus[0].reads) == read
+    assert lanes.group_lane(["other-traffic", "pcie", "nvlink", "nvlink"]) == "nvlink"
+    assert lanes.group_lane(["other-traffic"]) == "" and lanes.group_lane(["unproven"]) == "unproven"
 
 
 def test_judge_refuses_a_counter_that_moves_by_no_unit_or_unsteadily():
@@ -173,11 +222,11 @@ def test_other_traffic_during_a_sample_is_flagged_not_attributed():
     clock = Clock()
     gpus, proofs = proven_pair(clock)
     meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
-    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 4 * MIB})
-    gpus[0].traffic(NVLINK_TX, 4 * MIB)
-    gpus[1].traffic(NVLINK_RX, 4 * MIB)
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 4 * MIB}, reps=4)
+    gpus[0].traffic(NVLINK_TX, 16 * MIB)
+    gpus[1].traffic(NVLINK_RX, 16 * MIB)
     gpus[1].traffic(PCIE_RX, 512 * MIB)  # another process reads host memory on GPU 1
-    fields = finish(1)
+    fields = finish(4)
     assert fields["lane"] == "other-traffic"
     assert math.isnan(fields["lane_nvlink_bytes"]) and math.isnan(fields["lane_pcie_bytes"])
 
@@ -187,11 +236,12 @@ def test_one_gpu_device_copy_crosses_no_lane_and_staging_shows_pcie():
     gpus = {0: FakeGpu(clock)}
     proofs = prove(gpus, copier(gpus, lanes.PROOF_BYTES, clock), nvlink=False, clock=clock, sleep=clock.sleep)
     meter = LaneMeter(gpus, proofs, {0: 63e9}, clock=clock, sleep=clock.sleep)
-    assert meter.watch({"metric": "bandwidth", "src": 0, "dst": 0, "bytes": 8 * MIB})(1)["lane"] == "none"
-    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 0, "bytes": 8 * MIB})
-    gpus[0].traffic(PCIE_TX, 8 * MIB)
-    gpus[0].traffic(PCIE_RX, 8 * MIB)
-    assert finish(1)["lane"] == "pcie"
+    assert meter.watch({"metric": "bandwidth", "src": 0, "dst": 0, "bytes": 8 * MIB}, 2)(2)["lane"] == "none"
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 0, "bytes": 8 * MIB, "path": "staging"}, 2)
+    gpus[0].traffic(PCIE_TX, 16 * MIB)
+    gpus[0].traffic(PCIE_RX, 16 * MIB)
+    assert finish(2)["lane"] == "pcie"
+    assert gpus[0].reads[-2:] == [True, True]  # within one GPU: the PCIe fields alone
     assert meter.watch({"metric": "latency", "src": 0, "dst": 0, "bytes": 8}) is None  # bandwidth rows only
     assert meter.watch({"metric": "bandwidth", "src": 0, "dst": 2, "bytes": 8}) is None  # GPU 2: no counters
 
@@ -276,7 +326,7 @@ def test_the_sampler_adds_the_lane_columns_to_timed_rows_only():
     class Meter:
         watched = 0
 
-        def watch(self, group):
+        def watch(self, group, reps):
             Meter.watched += 1
             return lambda batch: {"lane": "nvlink", "lane_nvlink_bytes": float(batch * group["bytes"]),
                                   "lane_pcie_bytes": 0.0}

@@ -283,7 +283,8 @@ class Group:
         else:
             sampler.seq += 1
             trial = Trial(sampler.seq, seed_for(sampler.seq), self.reps, self.index, warm)
-        lanes = sampler.lanes.watch(self.group) if sampler.lanes is not None and self.timer and not warm else None
+        lanes = sampler.lanes.watch(self.group, self.reps) if sampler.lanes is not None and self.timer and not warm \
+            else None
         sample = self.take(trial)
         lane = lanes(sample.batch) if lanes is not None and sample is not None else None
         if sample is not None:

@@ -9,13 +9,14 @@ The counters, per GPU (NVML, GPU-wide: another process's traffic shows too):
                          peer copies moved it by 233,082, 4 GiB / 18 links)
   pcie_tx / pcie_rx      NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES, 32-bit: they wrap at 4 GiB
 
-All four come from one nvmlDeviceGetFieldValues call per GPU and reading. None is trusted until
+All four come from one nvmlDeviceGetFieldValues call per GPU and reading (the two PCIe fields
+alone where NVLink cannot carry the bytes: a shorter call). None is trusted until
 a copy whose lane is known moved it by about the bytes copied (prove: its unit, its protocol
 overhead, how long it takes to settle); a counter that did not move is untrusted and never
 proof of anything. A sample's bytes are then attributed (attribute) to 'nvlink', 'pcie',
 'nvlink+pcie', 'none' (no lane crossed), 'other-traffic' (more than the sample could move: not
-attributed), 'small' (too few bytes to tell from the counters' noise) or 'unproven' (no
-trusted counter of a lane that could have carried it).
+attributed), 'small' (too few bytes to tell from the counters' noise: such a sample is not
+read, LaneMeter) or 'unproven' (no trusted counter of a lane that could have carried it).
 """
 
 from __future__ import annotations
@@ -44,14 +45,23 @@ TRUSTED, UNTRUSTED, ABSENT, NO_LINKS, UNPROVEN = "trusted", "untrusted", "absent
 
 PROOF_BYTES = 64 << 20  # each known copy
 PROOF_COPIES = 3  # per counter: the median's unit, the spread's steadiness
-POLL_S = 0.001  # how often a settling counter is read
-STABLE_S = 0.03  # unchanged this long after a copy: settled (the counters update in steps)
+SETTLE_CHECK_S = 0.01  # a second reading this long after a kind's first known copy: did its count lag?
+POLL_S = 0.001  # how often a lagging counter is read until it settles
 SETTLE_LIMIT_S = 0.5  # a counter still moving this long after its copy is taken as it is then
 SAMPLE_SETTLE_LIMIT_S = 0.05  # the longest a sample waits for its counters to settle (LaneMeter)
 MAX_OVERHEAD = 0.5  # a counter that moved by more than 1.5x the bytes (its unit aside) counts something else
 MAX_SPREAD = 0.1  # the known copies' deltas within +-10% of their median: steady
 UNIT_TOLERANCE = 0.05  # bytes / delta within 5% of a power of two: that is its unit (PCIe's 9.4% is overhead)
 
+# Lanes a sample may say (the `lane` column): PROVEN_LANES are the counters' evidence; the others say
+# why there is none ('' where nothing was read: no counters here, or a path they do not watch).
+PROVEN_LANES = ("nvlink", "pcie", "nvlink+pcie", "none")
+OTHER_TRAFFIC, SMALL, NOT_PROVEN = "other-traffic", "small", "unproven"
+# A sample that moves less than this (bytes x reps) is not read: the noise floor below (256 KiB +
+# 2%) is 3.6% of it, and it saves the 2 NVML calls per GPU a reading costs. A group's first
+# READS_PER_GROUP samples above it are read, its others carry their lane (LaneMeter).
+MIN_BYTES = 16 << 20
+READS_PER_GROUP = 2
 FLOOR_BYTES = 256 << 10  # below this (and 2% of a sample's bytes) a lane carried nothing of it
 FLOOR_SHARE = 0.02  # the issue's tolerance: within 2% + 1 MiB of the bytes moved per sample
 WARMUP_TRANSFERS = 2  # a gated batch's untimed warm-up transfers (gpu.timing.WARMUP_OPS) move bytes too
@@ -91,23 +101,29 @@ class GpuCounters:
         self.nvml, self.handle, self.links = nvml, handle, tuple(links)
         self.fields: list[Any] = []
         self.spans: dict[str, tuple[int, int]] = {}
+        for counter, field_id in ((PCIE_TX, nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
+                                  (PCIE_RX, nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES)):
+            self.spans[counter] = (len(self.fields), len(self.fields) + 1)
+            self.fields.append((field_id, 0) if scoped else field_id)
         for counter, field_id in ((NVLINK_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
                                   (NVLINK_RX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)):
             if scoped and self.links:
                 self.spans[counter] = (len(self.fields), len(self.fields) + len(self.links))
                 self.fields += [(field_id, link) for link in self.links]
-        for counter, field_id in ((PCIE_TX, nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
-                                  (PCIE_RX, nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES)):
-            self.spans[counter] = (len(self.fields), len(self.fields) + 1)
-            self.fields.append((field_id, 0) if scoped else field_id)
 
-    def read(self) -> dict[str, int | None]:
+    def read(self, pcie_only: bool = False) -> dict[str, int | None]:
+        """The counters' raw values; `pcie_only`: the two PCIe fields alone (the PCIe fields come
+        first: a shorter call, 0.62 ms against ~1.3 ms with every link's NVLink fields on an H200
+        VM, driver 580), for a sample within one GPU or to host memory, which NVLink cannot carry."""
+        fields = self.fields[:2] if pcie_only else self.fields
         try:
-            values = self.nvml.nvmlDeviceGetFieldValues(self.handle, self.fields)
+            values = self.nvml.nvmlDeviceGetFieldValues(self.handle, fields)
         except Exception:  # noqa: BLE001 - a driver without the call: every counter absent
             return {counter: None for counter in COUNTERS}
         out: dict[str, int | None] = {counter: None for counter in COUNTERS}
         for counter, (start, stop) in self.spans.items():
+            if stop > len(fields):
+                continue
             parts = [field_value(values[k], self.nvml) for k in range(start, stop)]
             out[counter] = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
         return out
@@ -217,21 +233,39 @@ def judge(moved: int, deltas: list[int | None], settle_s: float) -> Proof:
     return Proof(TRUSTED, unit=int(unit), overhead=max(0.0, overhead), settle_s=settle_s)
 
 
-def settled(read: Callable[[], dict[str, int | None]], counters: Iterable[str], clock: Callable[[], float],
-            sleep: Callable[[float], None], stable_s: float = STABLE_S,
-            limit_s: float = SETTLE_LIMIT_S) -> tuple[dict[str, int | None], float]:
-    """Read until `counters` stay unchanged for stable_s (or limit_s has passed): the last
-    reading, and how long after the start the last of them changed."""
+Reading = Mapping[int, Mapping[str, "int | None"]]  # CUDA device -> counter -> raw value
+
+
+def moved_on(counter: str, before: int | None, now: int | None, later: int | None) -> bool:
+    """Whether a counter moved on between a reading taken after a copy (`now`) and a later one by
+    more than FLOOR_SHARE of what it had counted since `before`: its count lagged the copy (the
+    idle creep, 0.1-0.5 MB/s on an H200, is far below that share of a known copy)."""
+    first, last = counter_delta(counter, before, now), counter_delta(counter, before, later)
+    return first is not None and last is not None and last - first > FLOOR_SHARE * last
+
+
+def settle_time(read: Callable[[], Reading], keys: Iterable[tuple[int, str]], before: Reading, after: Reading,
+                clock: Callable[[], float], sleep: Callable[[float], None]) -> tuple[Reading, float]:
+    """After a known copy and the reading right after it (`after`): one more reading SETTLE_CHECK_S
+    later. Where no counter of `keys` (device, counter) moved on (moved_on), the counts were
+    current at once: (after, 0.0), as on an H200 VM, driver 580 (a reading right after a
+    synchronised copy and one 0.5 s later differ by the idle creep alone). Otherwise readings
+    every POLL_S until none moves on for SETTLE_CHECK_S (at most SETTLE_LIMIT_S): the last, and
+    when after the copy the last move was seen."""
+    keys = list(keys)
     start = clock()
-    last = read()
-    changed = start
-    while clock() - changed < stable_s and clock() - start < limit_s:
+    sleep(SETTLE_CHECK_S)
+    later = read()
+    if not any(moved_on(c, before[d][c], after[d][c], later[d][c]) for d, c in keys):
+        return after, 0.0
+    changed = clock() - start
+    while clock() - start < SETTLE_LIMIT_S and clock() - start - changed < SETTLE_CHECK_S:
+        last = later
         sleep(POLL_S)
-        now = read()
-        if any(now.get(c) != last.get(c) for c in counters):
-            changed = clock()
-        last = now
-    return last, changed - start
+        later = read()
+        if any(moved_on(c, before[d][c], last[d][c], later[d][c]) for d, c in keys):
+            changed = clock() - start
+    return later, changed
 
 
 def prove(counters: Mapping[int, GpuCounters], copy: Callable[[str, int, int], None], nvlink: bool,
@@ -241,7 +275,15 @@ def prove(counters: Mapping[int, GpuCounters], copy: Callable[[str, int, int], N
     copy('d2h', dev, dev) and copy('h2d', dev, dev) through pinned host memory (PCIe),
     copy('peer', a, b) from GPU a to b (NVLink; only where `nvlink`: peer access is on both
     ways); each waits for its copy to end. A GPU without active links has NO_LINKS for its
-    NVLink counters."""
+    NVLink counters.
+
+    What it costs: each kind of copy is made PROOF_COPIES times, the GPUs it proves read right
+    before and right after each (the PCIe fields alone for a copy to or from host memory), and
+    once more SETTLE_CHECK_S after its first copy (every POLL_S more only where a count lagged).
+    On one GPU: 2 kinds, 14 readings of 0.62 ms, 6 copies of 64 MiB (~8 ms at 50 GB/s) and 2
+    checks of 10 ms: about 40 ms. On an NVLink pair: 4 host kinds (28 readings of 0.62 ms) and
+    2 peer kinds (28 readings of both GPUs' ~1.3 ms), 18 copies, 6 checks: about 0.15 s. Once
+    per process (tests/test_lanes.py counts the calls)."""
     done = set(done)
     known: dict[tuple[int, str], tuple[str, int, int]] = {}
     for dev in counters:
@@ -264,18 +306,30 @@ def prove(counters: Mapping[int, GpuCounters], copy: Callable[[str, int, int], N
                 proofs[(dev, counter)] = Proof(ABSENT, why="this pynvml reads no link's scope")
             elif (dev, counter) not in known:
                 proofs[(dev, counter)] = Proof(UNPROVEN, why="no peer copy over NVLink in this process set")
-    for (dev, counter), (kind, a, b) in known.items():
-        if (dev, counter) in proofs or (dev, counter) in done:
-            continue
-        deltas: list[int | None] = []
+    plan: dict[tuple[str, int, int], list[tuple[int, str]]] = {}  # a kind of copy -> the counters it proves
+    for key, how in known.items():
+        if key not in proofs and key not in done:
+            plan.setdefault(how, []).append(key)
+    for (kind, a, b), keys in plan.items():
+        gpus = sorted({dev for dev, _ in keys})
+
+        def read(gpus: list[int] = gpus, pcie_only: bool = kind != "peer") -> Reading:
+            return {dev: counters[dev].read(pcie_only) for dev in gpus}
+
+        deltas: dict[tuple[int, str], list[int | None]] = {key: [] for key in keys}
         settle = 0.0
-        for _ in range(PROOF_COPIES):
-            before = counters[dev].read()
+        for k in range(PROOF_COPIES):
+            before = read()
             copy(kind, a, b)
-            after, took = settled(counters[dev].read, (counter,), clock, sleep)
-            deltas.append(counter_delta(counter, before.get(counter), after.get(counter)))
-            settle = max(settle, took)
-        proofs[(dev, counter)] = judge(moved, deltas, settle)
+            if settle > 0:
+                sleep(settle)
+            after = read()
+            if k == 0:
+                after, settle = settle_time(read, keys, before, after, clock, sleep)
+            for dev, counter in keys:
+                deltas[(dev, counter)].append(counter_delta(counter, before[dev][counter], after[dev][counter]))
+        for key in keys:
+            proofs[key] = judge(moved, deltas[key], settle)
     return proofs
 
 
@@ -344,27 +398,47 @@ def attribute(deltas: Mapping[int, Mapping[str, int | None]], proofs: Mapping[tu
     floor = FLOOR_BYTES + FLOOR_SHARE * moved
     known = [b for b in (nvlink, pcie) if b is not None]
     if known and sum(known) > BOTH_WAYS * nbytes * (batch + WARMUP_TRANSFERS) * (1 + FLOOR_SHARE) + floor:
-        return LaneShare("other-traffic")
+        return LaneShare(OTHER_TRAFFIC)
     share = LaneShare("", math.nan if nvlink is None else nvlink, math.nan if pcie is None else pcie)
     carried = [name for name, b in (("nvlink", nvlink), ("pcie", pcie)) if b is not None and b > floor]
     if carried:
         return dataclasses.replace(share, lane="+".join(carried))
     if moved < 2 * floor:
-        return dataclasses.replace(share, lane="small")
-    return dataclasses.replace(share, lane="none" if len(known) == 2 else "unproven")
+        return dataclasses.replace(share, lane=SMALL)
+    return dataclasses.replace(share, lane="none" if len(known) == 2 else NOT_PROVEN)
+
+
+def group_lane(seen: Iterable[str]) -> str:
+    """The lane of a group's samples that were not read, from those that were: the proven lane
+    most of them took ('unproven' where the counters proved nothing; '' where every reading saw
+    other traffic: nothing is claimed)."""
+    seen = [lane for lane in seen if lane not in (OTHER_TRAFFIC, SMALL, "")]
+    proven = [lane for lane in seen if lane in PROVEN_LANES]
+    pool = proven or seen
+    return max(dict.fromkeys(pool), key=pool.count) if pool else ""
 
 
 class LaneMeter:
-    """The lane of each sample, read by the worker that times it (Sampler.lanes): watch(group)
-    reads the counters of the GPUs at the group's ends and gives finish(batch), which reads them
-    again once they have settled (the proof's settle time, at most SAMPLE_SETTLE_LIMIT_S) and
-    returns the row's lane columns. Bandwidth groups between GPUs with counters only."""
+    """The lane of each sample, read by the worker that times it (Sampler.lanes): watch(group,
+    reps) reads the counters of the GPUs at the group's ends and gives finish(batch), which
+    reads them again (after the proof's settle time, at most SAMPLE_SETTLE_LIMIT_S: none where
+    the proof measured none) and returns the row's lane columns. Bandwidth groups between GPUs
+    with counters only.
+
+    A reading costs a sample 2 NVML calls per GPU (0.62 ms each for the PCIe fields, ~1.3 ms
+    with every link's NVLink fields), so not every sample is read: one that moves less than
+    MIN_BYTES (bytes x the group's reps) says 'small' (below it the counters' noise floor,
+    FLOOR_BYTES + FLOOR_SHARE, is a large share of it) and is not read; a group's first
+    READS_PER_GROUP samples above it are read, its later ones carry their lane (group_lane)
+    with their byte columns NaN (not read). A sample within one GPU or to host memory reads
+    the PCIe fields alone (NVLink cannot carry it)."""
 
     def __init__(self, counters: Mapping[int, GpuCounters], proofs: Mapping[tuple[int, str], Proof],
                  wire: Mapping[int, float], clock: Callable[[], float] = time.perf_counter,
                  sleep: Callable[[float], None] = time.sleep):
         self.counters, self.proofs, self.wire, self.clock, self.sleep = counters, proofs, wire, clock, sleep
         self.wait_s = min(SAMPLE_SETTLE_LIMIT_S, max((p.settle_s for p in proofs.values() if p.usable), default=0.0))
+        self.seen: dict[tuple, list[str]] = {}  # a group (its figure's fields) -> the lanes its readings saw
 
     def ends(self, group: Mapping[str, Any]) -> tuple[int, ...]:
         """The GPUs (CUDA devices) at a group's ends that have counters; () where an end is a GPU
@@ -372,23 +446,33 @@ class LaneMeter:
         gpus = {int(str(end)) for end in (group.get("src"), group.get("dst")) if str(end).isdigit()}
         return tuple(sorted(gpus)) if gpus and gpus <= set(self.counters) else ()
 
-    def watch(self, group: Mapping[str, Any]) -> Callable[[int], dict[str, Any]] | None:
+    def watch(self, group: Mapping[str, Any], reps: int = 1) -> Callable[[int], dict[str, Any]] | None:
         ends = self.ends(group) if group.get("metric") == "bandwidth" else ()
         if not ends:
             return None
-        before = {dev: self.counters[dev].read() for dev in ends}
+        nbytes = int(group.get("bytes", 0))
+        if nbytes * max(1, int(reps)) < MIN_BYTES:
+            return lambda batch: LaneShare(SMALL).fields()
+        key = tuple(str(group.get(k, "")) for k in ("path", "variant", "measure", "src", "dst", "bytes"))
+        seen = self.seen.setdefault(key, [])
+        if len(seen) >= READS_PER_GROUP:
+            return lambda batch: LaneShare(group_lane(seen)).fields()
+        pcie_only = len(ends) == 1
+        before = {dev: self.counters[dev].read(pcie_only) for dev in ends}
         start = self.clock()
 
         def finish(batch: int) -> dict[str, Any]:
             if self.wait_s > 0:
                 self.sleep(self.wait_s)
-            after = {dev: self.counters[dev].read() for dev in ends}
+            after = {dev: self.counters[dev].read(pcie_only) for dev in ends}
             window = self.clock() - start
             deltas: dict[int, dict[str, int | None]] = {}
             for dev in ends:
                 deltas[dev] = {c: counter_delta(c, before[dev][c], after[dev][c]) for c in COUNTERS}
                 if window_can_wrap(window, self.wire.get(dev, UNKNOWN_WIRE_BYTES_S)):
                     deltas[dev][PCIE_TX] = deltas[dev][PCIE_RX] = None
-            return attribute(deltas, self.proofs, int(group.get("bytes", 0)), batch, len(ends) == 2).fields()
+            share = attribute(deltas, self.proofs, nbytes, batch, len(ends) == 2)
+            seen.append(share.lane)
+            return share.fields()
 
         return finish

@@ -373,22 +373,92 @@ def lane_rows(path, variant, src, dst, lane_seen, n=6, transport=""):
 def test_the_lane_alarm_names_a_path_whose_bytes_took_another_lane():
     import pandas as pd
 
-    from gpuipc_bench.analysis.warnings import WRONG_LANE, expected_lane, lane_warnings
+    from gpuipc_bench.analysis.lanes import expected_lane
+    from gpuipc_bench.analysis.warnings import WRONG_LANE, lane_warnings
 
     meta = {"link.0-1": "NV18"}
     rows = (lane_rows("ipc", "ce", "0", "1", "pcie")  # should be NVLink: fell back through host
             + lane_rows("peer", "p2p-off", "0", "1", "nvlink")  # P2P off, yet over NVLink
             + lane_rows("staging", "pinned", "0", "1", "pcie")  # as it should
             + lane_rows("ipc", "sm", "0", "1", "nvlink")  # as it should
-            + lane_rows("nixl", "write", "0", "1", "pcie", transport="tcp")  # a host transport: PCIe expected
+            + lane_rows("nixl", "write", "0", "1", "pcie", transport="tcp")  # forced TCP between NVLink GPUs
             + lane_rows("ipc", "push", "0", "0", "none")  # one GPU: no lane crossed
             + lane_rows("ipc", "ce", "0", "0", "unproven"))  # nothing proven: nothing said
     found = lane_warnings(pd.DataFrame(rows), meta)
-    assert [(w.cause, w.path, w.variant) for w in found] == [(WRONG_LANE, "ipc", "ce"), (WRONG_LANE, "peer", "p2p-off")]
+    assert [(w.cause, w.path, w.variant) for w in found] == [
+        (WRONG_LANE, "ipc", "ce"), (WRONG_LANE, "peer", "p2p-off"), (WRONG_LANE, "nixl", "write")]
     assert found[0].value == 1.0
-    assert expected_lane("ipc", "ce", "", "0", "1", {"link.0-1": "PIX"}) == "pcie"
-    assert expected_lane("ipc", "ce", "", "0", "1", {}) == ""
+    assert expected_lane("ipc", "ce", "0", "1", {"link.0-1": "PIX"}) == "pcie"
+    assert expected_lane("ipc", "ce", "0", "1", {}) == ""
     from gpuipc_bench.report.causes import CAUSES
 
     assert CAUSES[WRONG_LANE].with_value.format(value=CAUSES[WRONG_LANE].value(found[0])) == \
         "wrong lane in 100% of samples"
+
+
+# ------------------------------------------------------------------------------ the answer's lane
+
+def laned_run(tmp_path, lane_of_path):
+    """tests/data/small_run.csv (one GPU) with a lane on its bandwidth rows: lane_of_path[path] at
+    64 MiB, 'small' at 4 KiB (too few bytes to read)."""
+    from gpuipc_bench.results import read_results, write_results
+
+    df, meta = read_results("tests/data/small_run.csv")
+    bandwidth, big = df["metric"] == "bandwidth", df["bytes"] >= MIB
+    df["lane"] = ""
+    df.loc[bandwidth & ~big, "lane"] = "small"
+    for path, lane in lane_of_path.items():
+        df.loc[bandwidth & big & (df["path"] == path), "lane"] = lane
+    written = tmp_path / "laned.csv"
+    write_results(written, df, meta)
+    return read_results(written)
+
+
+def summary_of(df, meta) -> list[str]:
+    import io
+
+    from rich.console import Console
+
+    from gpuipc_bench.report import render_run_summary
+
+    console = Console(record=True, width=80, color_system=None, file=io.StringIO())
+    render_run_summary(df, meta, console, source="run.csv")
+    return console.export_text().splitlines()
+
+
+def test_the_answer_says_the_lane_its_class_took_and_its_line_count_does_not_grow(tmp_path):
+    import json
+
+    from gpuipc_bench.analysis import analyse
+    from gpuipc_bench.report import answer
+    from gpuipc_bench.report.data import decision_records
+    from gpuipc_bench.results import read_results
+
+    bare = summary_of(*read_results("tests/data/small_run.csv"))
+    df, meta = laned_run(tmp_path, {"ipc": "none", "staging": "pcie", "ceiling": "pcie"})
+    analysis = analyse(df, meta)
+    # a 4 KiB figure (too few bytes to read) takes its family's lane at 64 MiB
+    assert {(d.choice, d.bytes, d.lane) for d in analysis.answer.decisions} == {
+        ("staging/pinned", 4096, "pcie"), ("staging/pipelined", 64 * MIB, "pcie"), ("ipc/ce", 4096, "none"),
+        ("ipc/ce", 64 * MIB, "none")}
+    records = decision_records(analysis)
+    assert {r["lane"] for r in records} == {"pcie", "none"}
+    json.dumps(records)
+    text = summary_of(df, meta)
+    assert len(text) == len(bare) and max(map(len, text)) <= 80
+    assert "over PCIe, counted" in " ".join(" ".join(text).split())  # where it fits the band's lines
+    band = analysis.answer.sections[-1].bands[0]
+    assert answer.lane_notes(band.decisions) == ("no lane crossed, verified by the counters",
+                                                 "no lane crossed, counted")
+    # the report has room: the long note
+    head, _ = answer.band_lines(band, "stream", {})
+    assert head.text.endswith("no lane crossed, verified by the counters")
+    # no counter proven here: said as such, nothing guessed
+    df, meta = laned_run(tmp_path, {"ipc": "unproven", "staging": "unproven", "ceiling": "unproven"})
+    decisions = analyse(df, meta).answer.decisions
+    assert {d.lane for d in decisions} == {"unproven", "small"}  # 4 KiB: no proven size to take it from
+    assert answer.lane_notes(decisions)[0] == "lane not verified: no counter here"
+    # a file without lanes: no decision has one, no note
+    plain = analyse(*read_results("tests/data/small_run.csv"))
+    assert {d.lane for d in plain.answer.decisions} == {""} and not answer.lane_notes(plain.answer.decisions)
+    assert {r["lane"] for r in decision_records(plain)} == {None}

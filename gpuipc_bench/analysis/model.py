@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpuipc_bench.analysis import stats
 from gpuipc_bench.analysis.handover import Handover, handovers
+from gpuipc_bench.analysis.lanes import with_lanes
 from gpuipc_bench.analysis.bands import Band, bands, changes
 from gpuipc_bench.analysis.breakeven import AMORTISE_OVER, BreakEven, break_even
 from gpuipc_bench.analysis.conditions import is_gpu, link_rank, records
@@ -121,7 +122,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
         rows = rows.assign(measure=MIXED)
     setup = setup_costs(summary, paths)
     order = declared_order(summary, paths)
-    decisions = decide_all(rows, summary, samples, paths, setup, min_effect, order)
+    decisions = with_lanes(decide_all(rows, summary, samples, paths, setup, min_effect, order), df)
     warnings = stability_warnings(summary, samples)
     warnings += clock_warnings(df, meta)
     warnings += lane_warnings(df, meta)

@@ -15,7 +15,9 @@ import pandas as pd
 
 from gpuipc_bench import robust
 from gpuipc_bench.analysis.conditions import ABOVE_CEILING, condition, records
+from gpuipc_bench.analysis.lanes import expected_lane, wrong_lane
 from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL, interval_halfwidth
+from gpuipc_bench.machine.lanes import PROVEN_LANES
 
 # Causes of a warning (report/causes.py words each one once).
 SLOW_FIRST_SAMPLE = "slow-first-sample"
@@ -165,39 +167,6 @@ def clock_warnings(frame: pd.DataFrame, meta: Mapping[str, str]) -> list[Stabili
 
 # --------------------------------------------------------------------------- the lane
 
-# Paths and variants whose bytes cross pinned host memory, and the transports a library names when it
-# moves them through host memory (NCCL's SHM and NET, UCX's tcp and shared memory).
-THROUGH_HOST_PATHS = ("staging", "mmap", "hostpool", "host")
-_THROUGH_HOST = re.compile(r"p2p-off|host", re.IGNORECASE)
-_HOST_TRANSPORT = re.compile(r"shm|net|socket|tcp|posix|sysv|cma", re.IGNORECASE)
-SEEN_LANES = ("nvlink", "pcie", "nvlink+pcie", "none")  # a lane the counters proved (not 'unproven', 'small')
-
-
-def expected_lane(path: str, variant: str, transport: str, src: str, dst: str, meta: Mapping[str, str]) -> str:
-    """The lane a figure's bytes should take: 'pcie' through host memory (a host end, a staged
-    path, a P2P-off copy, a library's host transport), 'none' within one GPU, between two GPUs
-    'nvlink' where the header's link says NV<k> and 'pcie' where it names a PCIe level; ''
-    where the header does not say."""
-    if "host" in (str(src), str(dst)) or path in THROUGH_HOST_PATHS or _THROUGH_HOST.search(str(variant)) \
-            or _HOST_TRANSPORT.search(str(transport or "")):
-        return "pcie"
-    if str(src) == str(dst):
-        return "none"
-    link = str(meta.get(f"link.{src}-{dst}") or meta.get(f"link.{dst}-{src}") or "")
-    return "nvlink" if link.startswith("NV") else ("pcie" if link else "")
-
-
-def wrong_lane(expected: str, seen: str) -> bool:
-    """Whether bytes that should take `expected` went over `seen` instead: NVLink expected and
-    PCIe or nothing seen; through host or within a GPU and NVLink seen; within a GPU and PCIe seen."""
-    if expected == "nvlink":
-        return seen in ("pcie", "none")
-    if expected == "pcie":
-        return "nvlink" in seen
-    if expected == "none":
-        return seen != "none"
-    return False
-
 
 def lane_warnings(frame: pd.DataFrame, meta: Mapping[str, str]) -> list[StabilityWarning]:
     """Figures whose bytes the counters saw on a lane other than the one they should take
@@ -206,7 +175,7 @@ def lane_warnings(frame: pd.DataFrame, meta: Mapping[str, str]) -> list[Stabilit
     P2P-off copy that went over NVLink); rows without a proven lane say nothing."""
     if "lane" not in frame.columns or frame.empty:
         return []
-    rows = frame[(frame["metric"] == "bandwidth") & frame["lane"].isin(SEEN_LANES)]
+    rows = frame[(frame["metric"] == "bandwidth") & frame["lane"].isin(PROVEN_LANES)]
     if rows.empty:
         return []
     keys = ["scenario", "path", "variant", "metric", "measure", "src", "dst", "bytes", "workers", "sharing",
@@ -214,12 +183,10 @@ def lane_warnings(frame: pd.DataFrame, meta: Mapping[str, str]) -> list[Stabilit
     out = []
     for key, lanes_seen in rows.groupby(keys, dropna=False, sort=False)["lane"]:
         scenario, path, variant, metric, measure, src, dst, nbytes, workers, sharing, transport = key
-        expected = expected_lane(str(path), str(variant), "" if pd.isna(transport) else str(transport), str(src),
-                                 str(dst), meta)
+        expected = expected_lane(str(path), str(variant), str(src), str(dst), meta)
         wrong = sum(wrong_lane(expected, str(seen)) for seen in lanes_seen) / len(lanes_seen)
         if wrong > 0.5:
             out.append(StabilityWarning(WRONG_LANE, str(scenario), str(path), str(variant), int(nbytes), str(metric),
                                         "" if pd.isna(measure) else str(measure), str(src), str(dst),
                                         int(workers), str(sharing), wrong))
     return out
-

@@ -694,3 +694,33 @@ def test_a_fleet_outliers_second_measurement_replaces_its_first(tmp_path):
     assert first == {("c", "h2d", "0"): 2.0} and reports["c"].figures[0].value == 54.0
     assert results.metadata["node.c.check.fleet_remeasured"] == "h2d@0"
     assert judge.fleet_outliers({n: r.figures for n, r in reports.items()}) == {}
+
+
+def test_the_lane_of_each_figure_is_shown_and_a_peer_copy_over_pcie_fails_the_node():
+    """Rows carrying lanes (NVML's byte counters, issue 36), crafted on a reference run of two
+    NVLink GPUs: the peer copy across processes went over PCIe."""
+    frame, meta = read_results(REPO / "results" / "h100x2-nvlink-default.csv")
+    bandwidth, ends = frame["metric"] == "bandwidth", frame["src"] + ">" + frame["dst"]
+    frame["lane"] = ""
+    frame.loc[bandwidth & (frame["src"] == frame["dst"]) & frame["src"].str.isdigit(), "lane"] = "none"
+    frame.loc[bandwidth & ((frame["src"] == "host") != (frame["dst"] == "host")), "lane"] = "pcie"  # GPU to host
+    frame.loc[bandwidth & (ends == "0>1") & (frame["variant"] == "peer@0>1"), "lane"] = "nvlink"
+    frame.loc[bandwidth & (ends == "0>1") & (frame["path"] == "peer"), "lane"] = "pcie"  # the wrong lane
+    got = {(f.name, f.gpus): f for f in figures_of(frame, facts=meta)}
+    assert (got[("peer", "0>1")].lane, got[("peer", "0>1")].lane_expected) == ("nvlink", "nvlink")
+    assert got[("h2d", "0")].lane == "pcie" and got[("d2d", "0")].lane == "none"
+    assert got[("peer-ce", "0>1")].lane == "pcie" and got[("host-memcpy", "host")].lane == ""  # no GPU: none
+    facts = {**H100_FACTS, "gpu_count": "2", "gpu.1.name": H100_FACTS["gpu.0.name"], "link.0-1": "NV18"}
+    events = [judge.judge_figure(got[k], "n1", facts, expect.load())
+              for k in (("peer-ce", "0>1"), ("peer", "0>1"), ("host-memcpy", "host"))]
+    wrong, right, none = events
+    assert wrong.status == "fail" and wrong.reason.startswith("peer copy went over PCIe, not NVLink")
+    assert right.status != "fail" and right.lane == "nvlink" and not right.wrong_lane
+    assert output.to_health(events, ["n1"]) == "n1 | DRAIN: figure peer-ce GPU 0>1: peer copy went over PCIe, " \
+                                              "not NVLink\n"
+    records = [json.loads(line) for line in output.to_json_lines(events).splitlines()]
+    assert [r.get("lane") for r in records] == ["pcie", "nvlink", None]
+    assert records[0]["wrong_lane"] == "peer copy went over PCIe, not NVLink" and "wrong_lane" not in records[1]
+    assert "| lane |" in output.to_markdown(events) and "| lane |" not in output.to_markdown([none])
+    rows = table.fleet_rows({"n1": [got[("peer-ce", "0>1")]]}, events, {})
+    assert rows[0]["figures"]["peer-ce@0>1"]["lane"] == "pcie"

@@ -82,7 +82,8 @@ def row(**cells: str) -> list[str]:
             "src": "0", "dst": "0", "bytes": "4096", "iteration": "0", "batch": "10", "seconds": "2.5e-06",
             "bandwidth_gbps": "1.6384", "verified": "True", "workers": "2", "sharing": "exclusive",
             "ceiling": "d2d@0", "l2_resident": "", "mps_thread_pct": "", "transport": "", "node": "n1",
-            "seq": "0", "sm_clock_mhz": "", "replica": "1", "note": "x"}
+            "seq": "0", "sm_clock_mhz": "", "replica": "1", "lane": "", "lane_nvlink_bytes": "",
+            "lane_pcie_bytes": "", "note": "x"}
     base.update(cells)
     return [base[c] for c in [*COLUMNS, "note"]]
 

@@ -8,6 +8,7 @@
   verdict.py     the candidates and the decision at one size
   breakeven.py   from which size a set-up cost pays off against staging
   warnings.py    what may make a figure untrustworthy
+  lanes.py       a figure's lane from its rows' counters, the lane it should take (the wrong-lane alarm)
   compare.py     runs against each other: figures and decisions
   model.py       one run analysed once (analyse -> RunAnalysis, its Answer)
 """

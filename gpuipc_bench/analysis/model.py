@@ -16,6 +16,7 @@ import pandas as pd
 
 from gpuipc_bench.analysis import stats
 from gpuipc_bench.analysis.handover import Handover, handovers
+from gpuipc_bench.analysis.lanes import with_lanes
 from gpuipc_bench.analysis.bands import Band, bands, changes
 from gpuipc_bench.analysis.breakeven import AMORTISE_OVER, BreakEven, break_even
 from gpuipc_bench.analysis.conditions import is_gpu, link_rank, records, with_mps_shares
@@ -23,7 +24,9 @@ from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES, samples_by_con
 from gpuipc_bench.analysis.verdict import MEASURE_ORDER, MIXED, Decision, Figure, candidates, ceiling_times, decide
 from gpuipc_bench.analysis.mechanisms import declaration_order
 from gpuipc_bench.analysis.transport import Fallback, fallbacks
-from gpuipc_bench.analysis.warnings import FAILED_VERIFICATION, StabilityWarning, clock_warnings, stability_warnings
+from gpuipc_bench.analysis.warnings import (
+    FAILED_VERIFICATION, StabilityWarning, clock_warnings, lane_warnings, stability_warnings,
+)
 from gpuipc_bench.paths import PathInfo, from_metadata
 
 SHARING_ORDER = ("exclusive", "time-sliced", "none", "mps", "mig")
@@ -120,9 +123,11 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
         rows = rows.assign(measure=MIXED)
     setup = setup_costs(summary, paths)
     order = declared_order(summary, paths)
-    decisions = decide_all(rows, summary, samples, paths, setup, min_effect, order, samples_by_replica(df))
+    decisions = with_lanes(decide_all(rows, summary, samples, paths, setup, min_effect, order,
+                                      samples_by_replica(df)), df)
     warnings = stability_warnings(summary, samples)
     warnings += clock_warnings(df, meta)
+    warnings += lane_warnings(df, meta)
     arranged, decisions = arrange(decisions, meta, setup, order)
     return RunAnalysis(
         frame=df, meta=dict(meta), paths=paths, schema=schema, summary=summary, samples=samples, candidates=rows,

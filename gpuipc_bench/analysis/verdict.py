@@ -145,6 +145,7 @@ class Decision:
     leader_range: tuple[float, float] = (math.nan, math.nan)  # the fastest member's samples, min..max
     compared_states: tuple[stats.States | None, ...] = ()  # their two states, in the same order
     beaten: tuple[str, ...] = ()  # the figures some figure here beats beyond delta
+    lane: str = ""  # the lane the choice's bytes took, from NVML's counters (analysis/lanes.py); '': not read
     # the same decision with another label chosen (as_choice); None where it cannot be remade
     again: Callable[[str, str], Decision | None] | None = dataclasses.field(default=None, compare=False, repr=False)
 

@@ -15,15 +15,18 @@ import pandas as pd
 
 from gpuipc_bench import robust
 from gpuipc_bench.analysis.conditions import ABOVE_CEILING, condition, records
+from gpuipc_bench.analysis.lanes import expected_lane, wrong_lane
 from gpuipc_bench.analysis.summary import BIMODAL, FEW_SAMPLES, WIDE_INTERVAL, interval_halfwidth
+from gpuipc_bench.machine.lanes import PROVEN_LANES
 
 # Causes of a warning (report/causes.py words each one once).
 SLOW_FIRST_SAMPLE = "slow-first-sample"
 FAILED_VERIFICATION = "failed-verification"
 ABOVE_ITS_CEILING = "above-ceiling"
 LOW_CLOCK = "low-clock"
-WARNING_CAUSES = (FAILED_VERIFICATION, ABOVE_ITS_CEILING, LOW_CLOCK, BIMODAL, WIDE_INTERVAL, FEW_SAMPLES,
-                  SLOW_FIRST_SAMPLE)
+WRONG_LANE = "wrong-lane"
+WARNING_CAUSES = (FAILED_VERIFICATION, WRONG_LANE, ABOVE_ITS_CEILING, LOW_CLOCK, BIMODAL, WIDE_INTERVAL,
+                  FEW_SAMPLES, SLOW_FIRST_SAMPLE)
 MAX_FIRST_SAMPLE_RATIO = 1.5  # the first sample this much slower than the rest: warm-up missing
 
 
@@ -159,4 +162,31 @@ def clock_warnings(frame: pd.DataFrame, meta: Mapping[str, str]) -> list[Stabili
             out.append(StabilityWarning(LOW_CLOCK, str(scenario), str(path), str(variant), int(nbytes), str(metric),
                                         "" if pd.isna(measure) else str(measure), str(src), str(dst),
                                         int(workers), str(sharing), share))
+    return out
+
+
+# --------------------------------------------------------------------------- the lane
+
+
+def lane_warnings(frame: pd.DataFrame, meta: Mapping[str, str]) -> list[StabilityWarning]:
+    """Figures whose bytes the counters saw on a lane other than the one they should take
+    (expected_lane): `value` is the share of its samples with a proven lane that took the wrong one.
+    A figure is flagged where most of those did (a library that fell back to host memory; a
+    P2P-off copy that went over NVLink); rows without a proven lane say nothing."""
+    if "lane" not in frame.columns or frame.empty:
+        return []
+    rows = frame[(frame["metric"] == "bandwidth") & frame["lane"].isin(PROVEN_LANES)]
+    if rows.empty:
+        return []
+    keys = ["scenario", "path", "variant", "metric", "measure", "src", "dst", "bytes", "workers", "sharing",
+            "transport"]
+    out = []
+    for key, lanes_seen in rows.groupby(keys, dropna=False, sort=False)["lane"]:
+        scenario, path, variant, metric, measure, src, dst, nbytes, workers, sharing, transport = key
+        expected = expected_lane(str(path), str(variant), str(src), str(dst), meta)
+        wrong = sum(wrong_lane(expected, str(seen)) for seen in lanes_seen) / len(lanes_seen)
+        if wrong > 0.5:
+            out.append(StabilityWarning(WRONG_LANE, str(scenario), str(path), str(variant), int(nbytes), str(metric),
+                                        "" if pd.isna(measure) else str(measure), str(src), str(dst),
+                                        int(workers), str(sharing), wrong))
     return out

@@ -5,7 +5,7 @@
                    (harness.session, a plan per scenario, each run independent), each figure judged
     figures.py     the headline figures taken from a run's rows
     expect.py      expectations per model, learned from healthy runs (--learn), read (--expect)
-    judge.py       a figure against its expectation and its own ceiling; nodes against the fleet
+    judge.py       a figure against its expectation and its own ceiling, and its lane; nodes against the fleet
     conditions.py  what NVML says went on (a busy GPU, a throttled clock, a down-trained link)
     fleet.py       every node of an MPI job: point-to-point reports to rank 0, with a deadline
     output.py      JSON lines, JUnit XML, Prometheus text, the terminal table

@@ -24,8 +24,9 @@ from __future__ import annotations
 import dataclasses
 import re
 import statistics
-from typing import Any
+from typing import Any, Mapping
 
+from gpuipc_bench.analysis.lanes import expected_lane, figure_lanes, lane_of
 from gpuipc_bench.hooks import plant
 
 FLEET_GAP = 0.10  # the floor of a fleet's spread, a fraction of its median
@@ -71,6 +72,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("nixl-host-read", "nixl", "read", "stream", "bandwidth", HOST_BIG, scenario="nixl-host-read"),
 )
 BY_NAME = {spec.name: spec for spec in SPECS}
+# What each figure's bytes are, in a wrong lane's words ("peer copy went over PCIe, not NVLink")
+WHAT = {"h2d": "host-to-GPU copy", "d2h": "GPU-to-host copy", "d2d": "device copy", "ipc-ce": "IPC copy",
+        "ipc-handoff-4k": "IPC hand-off", "peer": "peer copy in one process", "peer-ce": "peer copy",
+        "nixl-read": "NIXL read"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +87,10 @@ class Figure:
     ceiling: float | None = None  # the median of its ceiling's samples in the same run
     samples: int = 0
     transport: str = ""  # what the library reported it used (NIXL's UCX), '' for the tool's own paths
+    # the lane NVML's byte counters saw its bytes take (analysis/lanes.py), and the one it should
+    # take on this node ('' where the rows carry no lane, or the node's facts do not say)
+    lane: str = ""
+    lane_expected: str = ""
 
     @property
     def higher_better(self) -> bool:
@@ -97,13 +106,15 @@ def format_value(value: float | None, unit: str) -> str:
     return f"{value:.3g} {unit}" if abs(value) < 100 else f"{value:.0f} {unit}"
 
 
-def figures_of(frame, node: str = "", attempt: int = 0) -> list[Figure]:
-    """Every headline figure the rows hold (one node's rows), planted faults applied (tests only)."""
+def figures_of(frame, node: str = "", attempt: int = 0, facts: Mapping[str, str] | None = None) -> list[Figure]:
+    """Every headline figure the rows hold (one node's rows), planted faults applied (tests only);
+    `facts`: the node's (its links say which lane a figure between two GPUs should take)."""
     if frame is None or len(frame) == 0:
         return []
+    lanes = figure_lanes(frame)
     out = []
     for spec in SPECS:
-        for figure in _take(spec, frame):
+        for figure in _take(spec, frame, lanes, facts or {}):
             fixed = plant.fixed_value(node, figure.name)
             if fixed is not None:
                 figure = dataclasses.replace(figure, value=fixed)
@@ -115,7 +126,7 @@ def figures_of(frame, node: str = "", attempt: int = 0) -> list[Figure]:
     return out
 
 
-def _take(spec: Spec, frame) -> list[Figure]:
+def _take(spec: Spec, frame, lanes: Mapping[tuple, str], facts: Mapping[str, str]) -> list[Figure]:
     rows = frame[(frame["path"] == spec.path) & (frame["measure"] == spec.measure)
                  & (frame["metric"] == spec.metric)]
     if spec.size is not None:
@@ -135,7 +146,12 @@ def _take(spec: Spec, frame) -> list[Figure]:
         ceiling = _ceiling(frame, group) if spec.unit == GB else None  # a latency has no GB/s bound
         said = ", ".join(dict.fromkeys(str(t) for t in group["transport"] if str(t) not in ("", "nan"))) \
             if "transport" in group.columns else ""
-        found.append(Figure(spec.name, gpus, _value(spec, group), spec.unit, ceiling, int(len(group)), said))
+        figure = (spec.path, str(variant), spec.measure, str(src), str(dst))
+        lane = lane_of([lanes.get((*figure, str(sharing), int(nbytes)), "")
+                        for sharing, nbytes in set(zip(group["sharing"], group["bytes"]))])
+        expected = expected_lane(spec.path, str(variant), str(src), str(dst), facts) if lane else ""
+        found.append(Figure(spec.name, gpus, _value(spec, group), spec.unit, ceiling, int(len(group)), said, lane,
+                            expected))
     return found
 
 

@@ -44,9 +44,16 @@ class Event:
     unit: str = ""
     reason: str = ""
     expected_value: float | None = None  # the band's edge the figure was held to (for fractions)
+    lane: str = ""  # a figure's lane by NVML's byte counters (analysis/lanes.py); '': its rows carry none
+    wrong_lane: str = ""  # why its lane is wrong ('peer copy went over PCIe, not NVLink'); '': it is not
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Its fields; the lane's only where the rows carry one."""
+        out = dataclasses.asdict(self)
+        for key in ("lane", "wrong_lane"):
+            if not out[key]:
+                del out[key]
+        return out
 
     def title(self) -> str:
         where = f" GPU {self.gpus}" if self.gpus and self.gpus != "host" else (" host" if self.gpus else "")
@@ -58,7 +65,28 @@ def judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations:
     event = _judge_figure(figure, node, facts, expectations, tolerance, causes)
     if figure.transport and event.status != FAIL:  # a library's figure says what carried it
         event.reason = "; ".join(x for x in (event.reason, used(figure.transport)) if x)
+    event.lane, event.wrong_lane = figure.lane, lane_failure(figure)
+    if event.wrong_lane and event.status != SKIP:  # whatever its figure: it is not of the path's lane
+        event.status = FAIL
+        event.reason = "; ".join(x for x in (event.wrong_lane + " (NVML's byte counters)", event.reason) if x)
     return event
+
+
+LANE_WORDS = {"nvlink": "NVLink", "pcie": "PCIe", "nvlink+pcie": "NVLink and PCIe"}
+
+
+def lane_failure(figure: Figure) -> str:
+    """'peer copy went over PCIe, not NVLink': a figure whose bytes the counters saw on a lane
+    other than the one it should take here (analysis.lanes.wrong_lane); '' where it is not."""
+    from gpuipc_bench.analysis.lanes import wrong_lane
+    from gpuipc_bench.check.figures import WHAT
+
+    if not (figure.lane and figure.lane_expected and wrong_lane(figure.lane_expected, figure.lane)):
+        return ""
+    what = WHAT.get(figure.name, figure.name)
+    went = f"went over {LANE_WORDS[figure.lane]}" if figure.lane in LANE_WORDS else "crossed no lane"
+    should = LANE_WORDS.get(figure.lane_expected, "staying on its GPU")
+    return f"{what} {went}, not {should}"
 
 
 def _judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations: Expectations,

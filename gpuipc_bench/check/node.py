@@ -96,7 +96,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     bus_ids = {str(g.index): g.pci_bus_id for g in machine.gpus}
     causes = conditions.gpu_conditions(bus_ids) if gpu else {}
     frame = _frame(report.rows)
-    first = {(f.name, f.gpus): f for f in figs.figures_of(frame, node)}
+    first = {(f.name, f.gpus): f for f in figs.figures_of(frame, node, facts=facts)}
     judged = {k: judge.judge_figure(f, node, facts, expectations, tolerance, causes) for k, f in first.items()}
     again = [k for k, e in judged.items() if e.status in (judge.FAIL, judge.WARN)]
     if again:  # flutter: measure those figures' scenarios once more before they count
@@ -107,7 +107,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             keep(row)
 
         measure(figs.scenarios_for([k[0] for k in again]), machine, job, keep_again, timeout, samples)
-        second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1)}
+        second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1, facts=facts)}
         for k in again:
             if k in second:
                 first[k] = second[k]
@@ -131,7 +131,8 @@ def measure_again(node: str, figure_names: list[str], facts: dict[str, str], job
     measure(figs.scenarios_for(list(figure_names)), probe(), job,
             lambda row: report.rows.append({**row, "node": node}), timeout)
     wanted = set(figure_names)
-    report.figures = [f for f in figs.figures_of(_frame(report.rows), node, attempt=1) if f.name in wanted]
+    found = figs.figures_of(_frame(report.rows), node, attempt=1, facts=facts)
+    report.figures = [f for f in found if f.name in wanted]
     return report
 
 

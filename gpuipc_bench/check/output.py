@@ -1,7 +1,7 @@
 """The events of a check in the forms fleet tools take: JSON lines, JUnit XML, Prometheus text.
 
     json        one JSON object a line, one per check: status, node, kind, figure, gpus, measured,
-                expected, unit, reason
+                expected, unit, reason; lane and wrong_lane where the rows carry lanes
     junit       a testsuite per node, a testcase per check; failures as <failure>, skipped paths as
                 <skipped>, warnings as a passing case with the warning in <system-out>
     prometheus  the text format of a node exporter's textfile collector: the figures, their
@@ -118,10 +118,13 @@ def _unit(unit: str) -> str:
 def to_markdown(events: list[Event]) -> str:
     from gpuipc_bench.check.figures import format_value
 
-    lines = ["| status | node | check | GPUs | measured | expected | why |", "|---|---|---|---|---|---|---|"]
+    laned = any(e.lane for e in events)  # a lane column where the rows carry lanes
+    lines = ["| status | node | check | GPUs | measured |" + (" lane |" if laned else "") + " expected | why |",
+             "|---|---|---|---|---|" + ("---|" if laned else "") + "---|---|"]
     for e in events:
         measured = format_value(e.measured, e.unit) if e.measured is not None else ""
-        cells = [e.status, e.node, f"{e.kind} {e.figure}", e.gpus, measured, e.expected, e.reason]
+        cells = [e.status, e.node, f"{e.kind} {e.figure}", e.gpus, measured, *([e.lane] if laned else []),
+                 e.expected, e.reason]
         lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -146,6 +149,7 @@ def render_terminal(events: list[Event], console) -> None:
         if len(nodes) > 1:
             what = f"{e.node}: {what}"
         measured = format_value(e.measured, e.unit) if e.measured is not None else ""
+        measured += f", lane {e.lane}" if e.lane else ""
         status = f"[{colour.get(e.status, '')}]{e.status:<8}[/]"
         console.print(f"{status}  {escape(what):<28} {escape(measured)}".rstrip(), soft_wrap=True, highlight=False)
         detail = [f"expected {e.expected}"] if e.expected and e.expected not in e.reason else []
@@ -163,7 +167,9 @@ def failure_reason(events: list[Event], width: int = 80) -> str:
         return ""
     e = failed[0]
     text = f"{e.kind} {e.figure}" + (" host" if e.gpus == "host" else f" GPU {e.gpus}" if e.gpus else "")
-    if e.measured is not None:
+    if e.wrong_lane:  # what went wrong says more than the figure
+        text += f": {e.wrong_lane}"
+    elif e.measured is not None:
         text += f" {format_value(e.measured, e.unit)}"
         if e.expected:
             text += f", expected {e.expected}"

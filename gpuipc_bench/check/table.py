@@ -23,7 +23,8 @@ def fleet_rows(by_node: dict[str, list[Figure]], events: list[Event], missing: d
             key = f"{f.name}@{f.gpus}"
             median, edge = medians.get((f.name, f.gpus)), expected.get((node, f.name, f.gpus))
             cells[key] = {"value": f.value, "unit": f.unit, "of_median": _fraction(f, median),
-                          "of_expected": _fraction(f, edge), "outlier": (node, f.name, f.gpus) in outliers}
+                          "of_expected": _fraction(f, edge), "outlier": (node, f.name, f.gpus) in outliers,
+                          **({"lane": f.lane} if f.lane else {})}
         fractions: list[float] = [c["of_median"] for c in cells.values() if c["of_median"] is not None]
         rows.append({"node": node, "failures": sum(e.status == FAIL for e in events if e.node == node),
                      "worst": min(fractions) if fractions else None, "figures": cells, "missing": ""})

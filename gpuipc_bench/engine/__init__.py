@@ -6,4 +6,5 @@
   exchange.py    a batch of transfers between two workers, timed across both
   gpu_signal.py  GPU-ordered hand-over between two workers (a ring of interprocess events)
   pingpong.py    device-initiated ping-pong through each other's IPC-mapped buffer
+  lanes.py       the lane counters of a pair: proven once per process, the workers in turn, the sampler's meter
 """

@@ -14,6 +14,7 @@ from gpuipc_bench.gpu.device import Gpu, enable_peer_access
 from gpuipc_bench.gpu.memory import L2Check, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage
 from gpuipc_bench.machine.mig import device_of
+from gpuipc_bench.engine.lanes import prove_lanes
 from gpuipc_bench.engine.sampler import Sample, Sampler
 from gpuipc_bench.engine.scenario import Scenario, WorkerSpec, gpu_cpus
 
@@ -133,8 +134,10 @@ class PairWorker:
                 self.ctx.clock = for_cuda_device(self.device)
             if self.peer_access_at == "run":
                 yield from self.peer_enable_rows()
+            prove_lanes(self)  # the lane counters, proven once per process (engine/lanes.py)
             yield from self.setup()
             self.ctx.lock_names()
+            prove_lanes(self)  # NVLink's, where the set-up turned peer access on
             for nbytes in self.sizes:
                 yield from self.measure(nbytes)
                 self.ctx.progress()

@@ -32,13 +32,16 @@ import itertools
 import math
 import os
 import random
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from gpuipc_bench import defaults, robust
 from gpuipc_bench.machine.mig import label_ends
 from gpuipc_bench.patterns import seed_for
 from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.results import base_mode, new_row
+
+if TYPE_CHECKING:
+    from gpuipc_bench.machine.lanes import LaneMeter
 
 # A sample of many transfers lasts about this long once calibrated. GPUIPC_BENCH_SAMPLE_S changes it for
 # the developers' comparison of sample lengths (the figure is per transfer; the length is a method parameter).
@@ -102,6 +105,9 @@ class Sampler:
         # of that measurement settled on, its size): the next size's warm-up takes no more (warm_reps)
         self.settled: dict[tuple, tuple[int, int]] = {}
         self._best: dict[tuple, float] | None = None  # known_best(), read from the config once
+        # The lane counters (gpuipc_bench.machine.lanes.LaneMeter), where the worker has them: read
+        # around each timed sample of the timing worker, their lane columns added to its row
+        self.lanes: LaneMeter | None = None
 
     @property
     def setup_repeats(self) -> int:
@@ -185,13 +191,15 @@ class Sampler:
             for state in live:
                 yield from state.step()
 
-    def row(self, group: dict, sample: Sample, iteration: int, clock: float = math.nan) -> dict:
-        """The row of one timed sample. A group's `l2_resident` may be a function of the
-        sample's batch (gpu.memory.L2Check): each row then says whether its own ring could stay
-        in L2, from the transfers this sample really timed (after calibration)."""
+    def row(self, group: dict, sample: Sample, iteration: int, clock: float = math.nan,
+            lane: dict | None = None) -> dict:
+        """The row of one timed sample (`lane`: its lane columns, where they were read). A group's
+        `l2_resident` may be a function of the sample's batch (gpu.memory.L2Check): each row then
+        says whether its own ring could stay in L2, from the transfers this sample really timed
+        (after calibration)."""
         fields = {**self.ctx.row_fields, **group, "iteration": iteration, "batch": sample.batch,
                   "seconds": sample.seconds, "verified": sample.verified, "seq": next(_SEQ),
-                  "sm_clock_mhz": clock if group.get("metric") != "setup" else math.nan}
+                  "sm_clock_mhz": clock if group.get("metric") != "setup" else math.nan, **(lane or {})}
         if base_mode(fields.get("sharing")) != "mps":  # a row of the group's own kind ('none': CPU only)
             fields.pop("mps_thread_pct", None)
         if callable(fields.get("l2_resident")):
@@ -281,7 +289,10 @@ class Group:
         else:
             sampler.seq += 1
             trial = Trial(sampler.seq, seed_for(sampler.seq), self.reps, self.index, warm)
+        lanes = sampler.lanes.watch(self.group, self.reps) if sampler.lanes is not None and self.timer and not warm \
+            else None
         sample = self.take(trial)
+        lane = lanes(sample.batch) if lanes is not None and sample is not None else None
         if sample is not None:
             mark("took", sample.seconds * sample.batch)
         stop = False
@@ -303,7 +314,7 @@ class Group:
                     len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or self.beaten()
                                                                  or self.decided()))
                 sampler.samples += 1
-                yield sampler.row(self.group, sample, len(self.values) - 1, self.clock)
+                yield sampler.row(self.group, sample, len(self.values) - 1, self.clock, lane)
             if not self.solo:
                 ctx.store("sampler", (sampler.seq << _REPS_BITS) | (self.reps << 1) | int(stop))
         elif not self.solo:

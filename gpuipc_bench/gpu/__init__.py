@@ -6,6 +6,7 @@
     timing    the gate, the gated batch timed with events, setup timing
     device    one worker's GPU (Gpu) and peer access
     ceilings  what the hardware does in one process, measured like the paths
+    lanes     the known copies that prove the lane counters (pinned host each way, peer)
 
 CuPy is imported inside functions only: the parent process never initialises CUDA (a
 child forked after its parent did cannot use CUDA at all). The layer builds no result

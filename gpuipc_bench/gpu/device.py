@@ -162,6 +162,11 @@ class Gpu:
             raise first
 
 
+# (device, peer) pairs this process has enabled (or found enabled) with enable_peer_access: where a
+# copy between two GPUs may go over their link, not through host memory (gpuipc_bench.engine.lanes)
+PEER_ON: set[tuple[int, int]] = set()
+
+
 def enable_peer_access(device: int, peer: int) -> float | None:
     """Let `device` reach `peer`'s memory (cudaDeviceEnablePeerAccess from `device`'s context).
     Seconds it took, or None when already enabled or not possible between these GPUs."""
@@ -175,11 +180,15 @@ def enable_peer_access(device: int, peer: int) -> float | None:
             rt().deviceEnablePeerAccess(peer)
         except Exception as exc:  # noqa: BLE001
             if error_name(exc) == _PEER_ALREADY_ENABLED:
+                PEER_ON.add((device, peer))
                 return None
             raise translate(exc, "cudaDeviceEnablePeerAccess", device) from exc
-        return time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        PEER_ON.add((device, peer))
+        return seconds
 
 
 def disable_peer_access(device: int, peer: int) -> None:
     with on_device(device), cuda_call("cudaDeviceDisablePeerAccess", device):
         rt().deviceDisablePeerAccess(peer)
+    PEER_ON.discard((device, peer))

@@ -320,7 +320,8 @@ class Session:
             on_row=on_row,
             on_progress=lambda n: reporter.advance(line, n),
             on_status=lambda text: reporter.status(line, text),
-            on_note=lambda key, text: results.set_meta(f"note.{key}", text),
+            # the lane counters' proofs are the run's, not a scenario's (gpuipc_bench.engine.lanes)
+            on_note=lambda key, text: results.set_meta(key if key.startswith("lanes.") else f"note.{key}", text),
         )
         try:
             if self.job is not None:  # the ranks are the workers

@@ -28,10 +28,12 @@ from gpuipc_bench.analysis.classes import needs_of
 from gpuipc_bench.analysis.conditions import is_gpu
 from gpuipc_bench.analysis.mechanisms import mechanism
 from gpuipc_bench.analysis.handover import neighbour_costs
+from gpuipc_bench.analysis.lanes import lane_of
 from gpuipc_bench.analysis.model import Band, RunAnalysis, Section, SetupCost
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, WITHIN, range_coverage
 from gpuipc_bench.analysis.verdict import Decision
 from gpuipc_bench.analysis.warnings import StabilityWarning
+from gpuipc_bench.machine.lanes import NOT_PROVEN, OTHER_TRAFFIC, PROVEN_LANES, SMALL
 from gpuipc_bench.machine.mig import heading as mig_heading, is_mig, refused_line
 from gpuipc_bench.report import wording
 from gpuipc_bench.report.findings import fallback_lines, handover_line, neighbour_lines  # noqa: F401 - re-exported
@@ -142,12 +144,36 @@ def _sizes_at(at: Sequence[int], band: Band) -> str:
     return f" ({text})" if text.count(",") < 2 else f" ({len(at)} of {len(band.sizes)} sizes)"
 
 
+LANE_NAMES = {"nvlink": "NVLink", "pcie": "PCIe", "nvlink+pcie": "NVLink and PCIe", "none": "none"}
+LANE_NOT_VERIFIED = {NOT_PROVEN: "no counter here", OTHER_TRAFFIC: "other traffic", SMALL: "too few bytes"}
+
+
+def lane_notes(decisions: Sequence[Decision]) -> tuple[str, ...]:
+    """What the counters said of the lane of a band's choices, long then short ('over NVLink,
+    verified by the counters', 'lane not verified: no counter here'); () where no decision has a
+    lane (a file written before the counters: its lines stay as they were)."""
+    seen = [d.lane for d in decisions if d.lane]
+    if not seen:
+        return ()
+    proven = [lane for lane in seen if lane in PROVEN_LANES]
+    if not proven:
+        why = LANE_NOT_VERIFIED.get(lane_of(seen), "")
+        return (f"lane not verified: {why}" if why else "lane not verified", "lane not verified")
+    crossed = [LANE_NAMES[lane] for lane in dict.fromkeys(proven) if lane != "none"]
+    text = "over " + " or ".join(crossed + (["none"] if "none" in proven else [])) if crossed else "no lane crossed"
+    at = f" at {len(proven)} of {len(decisions)} sizes" if len(proven) < len(decisions) else ""
+    return (f"{text}, verified by the counters{at}", f"{text}, counted{at}")
+
+
 def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int = SIZE_WIDTH,
-               mentioned: set[str] | None = None, links: Sequence[tuple[str, str]] = ()) -> list[Line]:
-    """The two lines of a band: its sizes, mechanism and figure; the choice, what is the same
-    (≈) or cannot be told from it (≈?), the next mechanism and how much slower it is.
-    `width`: the sizes column's; `mentioned`: the costs already said (said once); `links`:
-    the section's GPU pairs."""
+               mentioned: set[str] | None = None, links: Sequence[tuple[str, str]] = (),
+               note: str | None = None) -> list[Line]:
+    """The two lines of a band: its sizes, mechanism and figure (and the lane its bytes took,
+    `note`: lane_notes' first where None); the choice, what is the same (≈) or cannot be told
+    from it (≈?), the next mechanism and how much slower it is. `width`: the sizes column's;
+    `mentioned`: the costs already said (said once); `links`: the section's GPU pairs."""
+    if note is None:
+        note = next(iter(lane_notes(band.decisions)), "")
     d = band.first
     l2 = [x.bytes for x in band.decisions if x.l2_resident]
     choice = band.pick
@@ -155,7 +181,8 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     members = list(band.pool) or sorted({m for x in band.decisions for m in x.members if _in_class(choice, x)})
     name = d.cls if d.cls != choice else choice
     apis = f" ({len(members)} APIs)" if len(members) > 1 else ""
-    first = Line(f"  {span:<{width - 2}} {name}{apis}: {band_figure(band, measure, links)}", width + 2)
+    figure = band_figure(band, measure, links) + (f", {note}" if note else "")
+    first = Line(f"  {span:<{width - 2}} {name}{apis}: {figure}", width + 2)
     why = band.why or (d.why if d.choice == choice else "cheapest set-up")
     use = f"→ {choice}" + (f" ({why})" if len(members) > 1 and why not in ("fastest", "declared first") else "")
     if d.cost and (mentioned is None or d.cost not in mentioned):
@@ -406,7 +433,8 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
         else:
             lines.append(Line(" " + section_subtitle(section), 3, "bold"))
         for band in section.bands:
-            head, rest = band_lines(band, section.measure, setup, column, mentioned, section.links)
+            note = fitting_note(band, section, setup, column, mentioned, width)
+            head, rest = band_lines(band, section.measure, setup, column, mentioned, section.links, note)
             lines.append(Line(head.text + " " + rest.text.strip(), HANG))
             lines += differ_lines(band, section.measure, HANG - 2)
     handover = [h for h in answer.handover if base_mode(h.sharing) == h.sharing]
@@ -420,6 +448,22 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
               if x is not None]
     lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
     return wrap(lines, width)
+
+
+def fitting_note(band: Band, section: Section, setup: dict[str, SetupCost], column: int, mentioned: set[str],
+                 width: int) -> str:
+    """The longest of a band's lane notes that takes its line onto no more screen lines than it
+    has without one ('' where none fits: the report and the JSON still say it): the summary's
+    line budget does not grow with the counters."""
+    def count(note: str) -> int:
+        head, rest = band_lines(band, section.measure, setup, column, set(mentioned), section.links, note)
+        return len(wrap([Line(head.text + " " + rest.text.strip(), HANG)], width))
+
+    notes = lane_notes(band.decisions)
+    if not notes:
+        return ""
+    bare = count("")
+    return next((note for note in notes if count(note) <= bare), "")
 
 
 def _consulted(found: Sequence[Section]) -> set[str]:

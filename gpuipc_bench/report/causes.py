@@ -18,6 +18,7 @@ from gpuipc_bench.analysis.warnings import (
     LOW_CLOCK,
     LOW_CLOCK_FRACTION,
     SLOW_FIRST_SAMPLE,
+    WRONG_LANE,
     StabilityWarning,
 )
 
@@ -47,6 +48,12 @@ CAUSES: dict[str, Cause] = {c.key: c for c in (
     Cause(FAILED_VERIFICATION, "bytes wrong in some samples",
           "the figure is not trustworthy and is left out of the answer; rerun, and report it if it persists",
           short="bytes wrong"),
+    Cause(WRONG_LANE, "bytes went over a lane other than the path's",
+          "NVML's byte counters saw them on another lane (a library that fell back to host memory, a copy "
+          "that should stage through host memory going over NVLink): the figure is of that lane, not of the "
+          "path; check the transport the library chose and peer access",
+          short="wrong lane", with_value="wrong lane {value}",
+          value=lambda w: f"in {w.value:.0%} of samples"),
     Cause(ABOVE_ITS_CEILING, f"more than {ABOVE_CEILING - 1:.0%} above what bounds it",
           "a cache effect (buffers resident in L2) or a timing error, not a property of the path; "
           "compare with larger sizes",

@@ -113,7 +113,9 @@ def decision_record(d: Decision) -> dict:
     (fast_s, slow_s: their medians; fast_share: the share of the samples in the fast state),
     null in one; `replicas`: the process sets behind the choice (2: measured again on a fresh
     set by the resampling pass, harness.resample; 1: the first pass only). The choice is its
-    band's (model.py); then the figures behind it."""
+    band's (model.py); then the figures behind it. `lane`: the lane the choice's
+    bytes took by NVML's counters (analysis/lanes.py: 'nvlink', 'pcie', 'none', 'unproven',
+    ...), null where its rows carry none."""
     states = None if d.states is None else {"fast_s": d.states.fast_s, "slow_s": d.states.slow_s,
                                             "fast_share": d.states.fast_share}
     return plain({
@@ -125,7 +127,7 @@ def decision_record(d: Decision) -> dict:
         "replicas": d.replicas, "choice_s": d.choice_s[1],
         "choice_lo_s": d.choice_s[0], "choice_hi_s": d.choice_s[2], "choice_gbps": d.choice_gbps,
         "call_bound": d.call_bound, "l2_resident": d.l2_resident, "samples": d.samples, "separated": d.separated,
-        "delta": d.delta, "cost": d.cost or None,
+        "delta": d.delta, "cost": d.cost or None, "lane": d.lane or None,
     })
 
 

@@ -38,6 +38,9 @@ Schema history (read_results reads every version; rows come out in the newest fo
      An older file reads with these columns empty (NA/NaN/'') and seq -1. Column `replica` (the
      process set behind a sample: 1 the first pass, 2 the resampling pass's fresh set;
      harness.resample) came later within schema 3: a file without it reads replica 1.
+     Optional columns (a schema-3 file without them reads them empty, '' and NaN): `lane`,
+     `lane_nvlink_bytes` and `lane_pcie_bytes` (which lane carried a sample's bytes, from NVML's
+     byte counters, and the header's `lanes.*` lines: gpuipc_bench.machine.lanes).
 
 The modules: rows.py (the columns, new_row, typed frames), writing.py (ResultsFile, atomic
 writes), reading.py (read_results, every schema version), table.py (the table parsed cell by

@@ -41,7 +41,14 @@ COLUMNS: tuple[str, ...] = (
     "sm_clock_mhz",  # SM clock sampled through NVML for the group; NaN: unknown
     # optional in schema 3 (a file without it reads 1: FILLED)
     "replica",  # the process set behind the sample: 1 (the first pass), 2 (the resampling pass's fresh set)
+    # schema 3, optional (a file without them reads them empty): which lane carried the sample's bytes,
+    # from NVML's byte counters proven at the start (gpuipc_bench.machine.lanes); '': not measured
+    "lane",  # nvlink, pcie, nvlink+pcie, none, other-traffic, small, unproven
+    "lane_nvlink_bytes",  # payload bytes over NVLink during the sample (summed over the links); NaN: unknown
+    "lane_pcie_bytes",  # payload bytes over PCIe during the sample (its protocol overhead taken out); NaN: unknown
 )
+# Columns a schema-3 file may lack (written by a tool that did not have them): read as empty.
+OPTIONAL_COLUMNS: tuple[str, ...] = ("lane", "lane_nvlink_bytes", "lane_pcie_bytes")
 
 METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
 # How a figure was taken:
@@ -53,13 +60,13 @@ METRICS: tuple[str, ...] = ("bandwidth", "latency", "setup")
 MEASURES: tuple[str, ...] = ("stream", "handoff", "pingpong", "")
 
 STR_COLUMNS = ("scenario", "path", "variant", "measure", "metric", "src", "dst", "sharing", "ceiling", "transport",
-               "node")
+               "node", "lane")
 INT_COLUMNS = ("bytes", "iteration", "batch", "workers", "seq", "replica")
 INT_LEAST = {"batch": 1, "seq": -1, "replica": 1}  # an integer column's least value (the others: 0)
 # Columns a file of any schema may lack, with the cell they read as there (added within schema 3)
 FILLED = {"replica": "1"}
 OPTIONAL_INT_COLUMNS = ("mps_thread_pct",)  # nullable integers (pandas Int64): empty where they do not apply
-FLOAT_COLUMNS = ("seconds", "bandwidth_gbps", "sm_clock_mhz")
+FLOAT_COLUMNS = ("seconds", "bandwidth_gbps", "sm_clock_mhz", "lane_nvlink_bytes", "lane_pcie_bytes")
 BOOL_COLUMNS = ("verified", "l2_resident")
 
 _DEFAULTS: dict[str, Any] = {
@@ -86,6 +93,9 @@ _DEFAULTS: dict[str, Any] = {
     "seq": -1,
     "sm_clock_mhz": math.nan,
     "replica": 1,
+    "lane": "",
+    "lane_nvlink_bytes": math.nan,
+    "lane_pcie_bytes": math.nan,
 }
 
 
@@ -144,6 +154,10 @@ def new_row(**fields: Any) -> dict[str, Any]:
     row["sm_clock_mhz"] = _as_float("sm_clock_mhz", math.nan if row["sm_clock_mhz"] is None else row["sm_clock_mhz"])
     if not (math.isnan(row["sm_clock_mhz"]) or (math.isfinite(row["sm_clock_mhz"]) and row["sm_clock_mhz"] > 0)):
         raise ValueError(f"sm_clock_mhz must be a clock (more than 0) or NaN, not {row['sm_clock_mhz']!r}")
+    for col in OPTIONAL_COLUMNS[1:]:
+        row[col] = _as_float(col, math.nan if row[col] is None else row[col])
+        if row[col] < 0:
+            raise ValueError(f"{col} must be 0 or more, or NaN, not {row[col]!r}")
     row["seconds"] = _as_float("seconds", row["seconds"])
     if math.isnan(row["seconds"]):
         raise ValueError("seconds is required (per transfer; latency: one-way; setup: the operation)")

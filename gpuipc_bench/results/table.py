@@ -12,8 +12,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from gpuipc_bench.results.rows import (
-    BOOL_COLUMNS, COLUMNS, FILLED, FLOAT_COLUMNS, INT_COLUMNS, INT_LEAST, MEASURES, METRICS, SCHEMA_VERSION,
-    STR_COLUMNS, pandas_module, typed_frame,
+    BOOL_COLUMNS, COLUMNS, FILLED, FLOAT_COLUMNS, INT_COLUMNS, INT_LEAST, MEASURES, METRICS, OPTIONAL_COLUMNS,
+    SCHEMA_VERSION, STR_COLUMNS, pandas_module, typed_frame,
 )
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSI
     dupes = sorted({name for name in header if header.count(name) > 1})
     if dupes:
         raise bad(f"duplicate column(s): {', '.join(dupes)}")
-    later = {c for v, cols in ADDED_IN.items() if v > version for c in cols}
+    later = {c for v, cols in ADDED_IN.items() if v > version for c in cols} | set(OPTIONAL_COLUMNS)
     missing = [c for c in COLUMNS if c not in header and c not in later and c not in FILLED]
     if missing:
         raise bad(f"missing column(s): {', '.join(missing)}")
@@ -83,6 +83,8 @@ def parse_table(body: str, bad, first_line: int = 1, version: int = SCHEMA_VERSI
         converted[col] = column(col, int_cell(INT_LEAST.get(col, 0)))
     converted["mps_thread_pct"] = column("mps_thread_pct", optional_int_cell(1, 100))
     converted["sm_clock_mhz"] = column("sm_clock_mhz", float_cell(positive=True, what="a clock in MHz"))
+    for col in OPTIONAL_COLUMNS[1:]:
+        converted[col] = column(col, float_cell(what="a byte count"))
     converted["seconds"] = column("seconds", float_cell(required=True, positive=True))
     converted["bandwidth_gbps"] = column("bandwidth_gbps", float_cell())
     for line, metric, gbps in zip(lines, raw["metric"], converted["bandwidth_gbps"]):

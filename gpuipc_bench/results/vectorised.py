@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from gpuipc_bench.results.rows import (
-    BOOL_COLUMNS, COLUMNS, FILLED, INT_COLUMNS, INT_LEAST, MEASURES, METRICS, STR_COLUMNS, pandas_module, typed_frame,
+    BOOL_COLUMNS, COLUMNS, FILLED, INT_COLUMNS, INT_LEAST, MEASURES, METRICS, OPTIONAL_COLUMNS, STR_COLUMNS,
+    pandas_module, typed_frame,
 )
 from gpuipc_bench.results.table import (
     ADDED_IN, BadCell, bool_cell, choice_cell, float_cell, int_cell, optional_int_cell,
@@ -46,7 +47,7 @@ def parse_vectorised(raw: bytes, start: int, version: int, partial: bool = False
     if header_end < 0:
         return None
     header = [name.strip() for name in raw[start:header_end].decode("utf-8").split(",")]
-    later = {c for v, cols in ADDED_IN.items() if v > version for c in cols}
+    later = {c for v, cols in ADDED_IN.items() if v > version for c in cols} | set(OPTIONAL_COLUMNS)
     if len(set(header)) < len(header) or any(c not in header and c not in later and c not in FILLED for c in COLUMNS):
         return None  # parse_table says which columns
     first = header_end + 1
@@ -139,6 +140,8 @@ def _convert(chunk: pd.DataFrame, header: list[str], later: set[str]) -> dict[st
         out[col] = _ints(raw[col], INT_LEAST.get(col, 0))
     out["mps_thread_pct"] = _masked(raw["mps_thread_pct"], optional_int_cell(1, 100), None, np.int64)
     out["sm_clock_mhz"] = _floats(raw["sm_clock_mhz"], positive=True)
+    for col in OPTIONAL_COLUMNS[1:]:
+        out[col] = _floats(raw[col])
     out["seconds"] = _floats(raw["seconds"], required=True, positive=True)
     gbps = out["bandwidth_gbps"] = _floats(raw["bandwidth_gbps"])
     bandwidth = raw["metric"] == "bandwidth"

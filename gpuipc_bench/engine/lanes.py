@@ -1,0 +1,87 @@
+"""The lane counters of a pair's samples: opened and proven once per process (a persistent
+process set keeps them from scenario to scenario), the workers in turn, and handed to the
+sampler (Sampler.lanes) so that every bandwidth row between GPUs with counters says which lane
+carried its bytes (gpuipc_bench.machine.lanes).
+
+The proof runs where PairWorker.run calls prove_lanes: before the path's set-up (every counter
+its process can prove: PCIe always; NVLink where peer access is on both ways in this process)
+and after it (NVLink, where the set-up turned peer access on). The workers take turns: the
+counters are GPU-wide, and one worker's known copies would show in the other's. The header
+gets one `lanes.<gpu>.<counter>` line per counter proven (trusted, untrusted or absent) and
+`lanes.read_ms` (one reading of one GPU) and `lanes.settle_ms` (what each sample waits).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+from gpuipc_bench.machine import lanes
+
+# This process's counters and proofs, kept across the scenarios of a process set.
+_OPEN: dict[str, Any] = {}  # 'counters', 'wire': open_counters' answer once; 'read_s'
+_PROOFS: dict[tuple[int, str], lanes.Proof] = {}
+
+
+def counters_here(devices: list[int]) -> dict[int, lanes.GpuCounters]:
+    """The counters of `devices` (CUDA indices), opened once per process; {} without NVML."""
+    if "counters" not in _OPEN:
+        _OPEN["counters"], _OPEN["wire"] = {}, {}
+    missing = [d for d in devices if d not in _OPEN["counters"]]
+    if missing:
+        try:
+            import cupy
+
+            bus_ids = {d: cupy.cuda.runtime.deviceGetPCIBusId(int(d)) for d in missing}
+        except Exception:  # noqa: BLE001 - no bus id: no counters for these GPUs
+            bus_ids = {}
+        counters, wire = lanes.open_counters(bus_ids)
+        _OPEN["counters"].update(counters)
+        _OPEN["wire"].update(wire)
+    return {d: _OPEN["counters"][d] for d in devices if d in _OPEN["counters"]}
+
+
+def wanted(worker) -> bool:
+    """Whether this pair reads lane counters: on, whole GPUs (under MIG the counters are the
+    parent GPU's: every instance's traffic), and NVML answers for its GPUs."""
+    specs = worker.ctx.specs
+    if not lanes.enabled() or any(getattr(s, "mig", "") for s in specs) or any(s.device is None for s in specs):
+        return False
+    return bool(counters_here(sorted({worker.pdev, worker.cdev})))
+
+
+def prove_lanes(worker) -> None:
+    """Prove, in turn, what this process has not proven of its pair's counters, and give the
+    sampler its meter. Both workers call it at the same points (it crosses two barriers)."""
+    if not wanted(worker):
+        return
+    devices = sorted({worker.pdev, worker.cdev})
+    counters = counters_here(devices)
+
+    def mine() -> Iterator[dict]:
+        from gpuipc_bench.gpu.device import PEER_ON
+        from gpuipc_bench.gpu.lanes import KnownCopies
+
+        settled = {key for key, proof in _PROOFS.items() if proof.state != lanes.UNPROVEN}
+        if all((d, k) in settled for d in counters for k in lanes.COUNTERS):
+            return
+        worker.ctx.phase("lanes")
+        peer = len(devices) == 2 and all((a, b) in PEER_ON for a in devices for b in devices if a != b)
+        copies = KnownCopies(devices, lanes.PROOF_BYTES)
+        try:
+            found = lanes.prove(counters, copies, peer, done=settled)
+        finally:
+            copies.close()
+        _PROOFS.update(found)
+        if "read_s" not in _OPEN:
+            _OPEN["read_s"] = lanes.read_cost(counters)
+            worker.ctx.send(("note", f"{lanes.META_PREFIX}read_ms", f"{1e3 * _OPEN['read_s']:.3f}"))
+        proven = {key: proof for key, proof in found.items() if proof.state != lanes.UNPROVEN}
+        for key, text in lanes.proof_metadata(proven).items():
+            worker.ctx.send(("note", key, text))
+        yield from ()
+
+    for _ in worker.in_turn(mine):
+        pass
+    meter = lanes.LaneMeter(counters, dict(_PROOFS), _OPEN["wire"])
+    worker.ctx.send(("note", f"{lanes.META_PREFIX}settle_ms", f"{1e3 * meter.wait_s:.1f}"))
+    worker.sampler.lanes = meter

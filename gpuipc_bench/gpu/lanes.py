@@ -1,0 +1,53 @@
+"""The known copies that prove the lane counters (gpuipc_bench.machine.lanes.prove): a GPU's
+buffer to pinned host memory and back (PCIe), and one GPU's buffer to another's (their link,
+where peer access is on both ways in this process; without it the driver stages the copy
+through host memory). Each copy is synchronous: it has ended when the call returns."""
+
+from __future__ import annotations
+
+from gpuipc_bench.gpu.errors import cuda_call
+from gpuipc_bench.gpu.memory import DeviceBuffer, PinnedHostBuffer, on_device, rt
+
+MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST = 1, 2
+
+
+class KnownCopies:
+    """copy(kind, a, b): 'd2h' and 'h2d' on GPU a, 'peer' from GPU a to GPU b, `nbytes` each."""
+
+    def __init__(self, devices: list[int], nbytes: int):
+        self.nbytes = int(nbytes)
+        self.buffers: dict[int, DeviceBuffer] = {}
+        self.host: PinnedHostBuffer | None = None
+        try:
+            for dev in devices:
+                self.buffers[dev] = DeviceBuffer(self.nbytes, dev)
+            self.host = PinnedHostBuffer(self.nbytes, devices[0])
+        except BaseException:
+            self.close()
+            raise
+
+    def __call__(self, kind: str, a: int, b: int) -> None:
+        host = self.host.ptr if self.host is not None else 0
+        with on_device(a):
+            if kind == "d2h":
+                with cuda_call("cudaMemcpy", a):
+                    rt().memcpy(host, self.buffers[a].ptr, self.nbytes, MEMCPY_DEVICE_TO_HOST)
+            elif kind == "h2d":
+                with cuda_call("cudaMemcpy", a):
+                    rt().memcpy(self.buffers[a].ptr, host, self.nbytes, MEMCPY_HOST_TO_DEVICE)
+            elif kind == "peer":
+                with cuda_call("cudaMemcpyPeer", a):
+                    rt().memcpyPeer(self.buffers[b].ptr, b, self.buffers[a].ptr, a, self.nbytes)
+            else:
+                raise ValueError(f"unknown copy {kind!r}")
+        for dev in {a, b}:  # cudaMemcpyPeer returns before the copy has ended
+            with on_device(dev), cuda_call("cudaDeviceSynchronize", dev):
+                rt().deviceSynchronize()
+
+    def close(self) -> None:
+        for buffer in self.buffers.values():
+            buffer.close()
+        self.buffers = {}
+        if self.host is not None:
+            self.host.close()
+            self.host = None

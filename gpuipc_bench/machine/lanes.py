@@ -1,0 +1,478 @@
+"""Which lane carried a sample's bytes: NVML's NVLink and PCIe byte counters, proven on known
+copies and read around each sample (no CUDA here: gpuipc_bench.gpu.lanes makes the known copies).
+
+The counters, per GPU (NVML, GPU-wide: another process's traffic shows too):
+
+  nvlink_tx / nvlink_rx  NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX/_RX, read per link (the field's
+                         scope id is the link) and summed over the GPU's active links: the default
+                         scope gives one link's count (KiB on an NV18 H200, driver 580: 4 GiB of
+                         peer copies moved it by 233,082, 4 GiB / 18 links)
+  pcie_tx / pcie_rx      NVML_FI_DEV_PCIE_COUNT_TX/RX_BYTES, 32-bit: they wrap at 4 GiB
+
+All four come from one nvmlDeviceGetFieldValues call per GPU and reading (the two PCIe fields
+alone where NVLink cannot carry the bytes: a shorter call). None is trusted until
+a copy whose lane is known moved it by about the bytes copied (prove: its unit, its protocol
+overhead, how long it takes to settle); a counter that did not move is untrusted and never
+proof of anything. A sample's bytes are then attributed (attribute) to 'nvlink', 'pcie',
+'nvlink+pcie', 'none' (no lane crossed), 'other-traffic' (more than the sample could move: not
+attributed), 'small' (too few bytes to tell from the counters' noise: such a sample is not
+read, LaneMeter) or 'unproven' (no trusted counter of a lane that could have carried it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import statistics
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+NVLINK_TX, NVLINK_RX, PCIE_TX, PCIE_RX = "nvlink_tx", "nvlink_rx", "pcie_tx", "pcie_rx"
+COUNTERS = (NVLINK_TX, NVLINK_RX, PCIE_TX, PCIE_RX)
+LANES = {NVLINK_TX: "nvlink", NVLINK_RX: "nvlink", PCIE_TX: "pcie", PCIE_RX: "pcie"}
+# The PCIe counters are 32 bits wide: at 55 GB/s they wrap in under 80 ms. A delta taken modulo
+# 2^32 is the bytes that crossed only while fewer than 2^32 did between the two readings, so a
+# window is attributed only where the link's wire rate could not have moved 2^32 bytes in it
+# (window_can_wrap); the sampler's samples last ~5 ms, the proof's copies 64 MiB.
+PCIE_WRAP = 1 << 32
+UNKNOWN_WIRE_BYTES_S = 128e9  # a link whose generation NVML does not say: PCIe 6.0 x16's rate bounds it
+_LANE_GBYTES_S = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}  # per lane, after encoding
+
+ENV = "GPUIPC_BENCH_LANES"  # '0': no lane counters read (a run that compares its cost)
+META_PREFIX = "lanes."
+TRUSTED, UNTRUSTED, ABSENT, NO_LINKS, UNPROVEN = "trusted", "untrusted", "absent", "no-links", "unproven"
+
+PROOF_BYTES = 64 << 20  # each known copy
+PROOF_COPIES = 3  # per counter: the median's unit, the spread's steadiness
+SETTLE_CHECK_S = 0.01  # a second reading this long after a kind's first known copy: did its count lag?
+POLL_S = 0.001  # how often a lagging counter is read until it settles
+SETTLE_LIMIT_S = 0.5  # a counter still moving this long after its copy is taken as it is then
+SAMPLE_SETTLE_LIMIT_S = 0.05  # the longest a sample waits for its counters to settle (LaneMeter)
+MAX_OVERHEAD = 0.5  # a counter that moved by more than 1.5x the bytes (its unit aside) counts something else
+MAX_SPREAD = 0.1  # the known copies' deltas within +-10% of their median: steady
+UNIT_TOLERANCE = 0.05  # bytes / delta within 5% of a power of two: that is its unit (PCIe's 9.4% is overhead)
+
+# Lanes a sample may say (the `lane` column): PROVEN_LANES are the counters' evidence; the others say
+# why there is none ('' where nothing was read: no counters here, or a path they do not watch).
+PROVEN_LANES = ("nvlink", "pcie", "nvlink+pcie", "none")
+OTHER_TRAFFIC, SMALL, NOT_PROVEN = "other-traffic", "small", "unproven"
+# A sample that moves less than this (bytes x reps) is not read: the noise floor below (256 KiB +
+# 2%) is 3.6% of it, and it saves the 2 NVML calls per GPU a reading costs. A group's first
+# READS_PER_GROUP samples above it are read, its others carry their lane (LaneMeter).
+MIN_BYTES = 16 << 20
+READS_PER_GROUP = 2
+FLOOR_BYTES = 256 << 10  # below this (and 2% of a sample's bytes) a lane carried nothing of it
+FLOOR_SHARE = 0.02  # the issue's tolerance: within 2% + 1 MiB of the bytes moved per sample
+WARMUP_TRANSFERS = 2  # a gated batch's untimed warm-up transfers (gpu.timing.WARMUP_OPS) move bytes too
+BOTH_WAYS = 2  # a ping-pong or a bidirectional copy moves its bytes both ways
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV, "1").strip() not in ("0", "off", "no", "false")
+
+
+# ----------------------------------------------------------------------------- reading NVML
+
+def field_value(value: Any, nvml: Any) -> int | None:
+    """One nvmlFieldValue_t as an integer; None where NVML returned an error for it."""
+    if value.nvmlReturn != nvml.NVML_SUCCESS:
+        return None
+    kind = value.valueType
+    member = {nvml.NVML_VALUE_TYPE_DOUBLE: "dVal", nvml.NVML_VALUE_TYPE_UNSIGNED_INT: "uiVal",
+              nvml.NVML_VALUE_TYPE_UNSIGNED_LONG: "ulVal", nvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG: "ullVal",
+              nvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG: "sllVal", nvml.NVML_VALUE_TYPE_SIGNED_INT: "siVal",
+              nvml.NVML_VALUE_TYPE_UNSIGNED_SHORT: "usVal"}.get(kind)
+    return None if member is None else int(getattr(value.value, member))
+
+
+def scoped_fields(nvml: Any) -> bool:
+    """Whether this pynvml passes a (field, scope id) pair to nvmlDeviceGetFieldValues (older
+    ones take field ids alone: the NVLink fields then read one link, which proves nothing)."""
+    struct = getattr(nvml, "c_nvmlFieldValue_t", None)
+    return "scopeId" in {field[0] for field in getattr(struct, "_fields_", ())}
+
+
+class GpuCounters:
+    """The four counters of one GPU, read in one nvmlDeviceGetFieldValues call: a dict counter ->
+    raw value (NVLink: summed over `links`), None where the field is absent or returned an error."""
+
+    def __init__(self, nvml: Any, handle: Any, links: Iterable[int], scoped: bool):
+        self.nvml, self.handle, self.links = nvml, handle, tuple(links)
+        self.fields: list[Any] = []
+        self.spans: dict[str, tuple[int, int]] = {}
+        for counter, field_id in ((PCIE_TX, nvml.NVML_FI_DEV_PCIE_COUNT_TX_BYTES),
+                                  (PCIE_RX, nvml.NVML_FI_DEV_PCIE_COUNT_RX_BYTES)):
+            self.spans[counter] = (len(self.fields), len(self.fields) + 1)
+            self.fields.append((field_id, 0) if scoped else field_id)
+        for counter, field_id in ((NVLINK_TX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX),
+                                  (NVLINK_RX, nvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX)):
+            if scoped and self.links:
+                self.spans[counter] = (len(self.fields), len(self.fields) + len(self.links))
+                self.fields += [(field_id, link) for link in self.links]
+
+    def read(self, pcie_only: bool = False) -> dict[str, int | None]:
+        """The counters' raw values; `pcie_only`: the two PCIe fields alone (the PCIe fields come
+        first: a shorter call, 0.62 ms against ~1.3 ms with every link's NVLink fields on an H200
+        VM, driver 580), for a sample within one GPU or to host memory, which NVLink cannot carry."""
+        fields = self.fields[:2] if pcie_only else self.fields
+        try:
+            values = self.nvml.nvmlDeviceGetFieldValues(self.handle, fields)
+        except Exception:  # noqa: BLE001 - a driver without the call: every counter absent
+            return {counter: None for counter in COUNTERS}
+        out: dict[str, int | None] = {counter: None for counter in COUNTERS}
+        for counter, (start, stop) in self.spans.items():
+            if stop > len(fields):
+                continue
+            parts = [field_value(values[k], self.nvml) for k in range(start, stop)]
+            out[counter] = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+        return out
+
+
+def open_counters(bus_ids: Mapping[int, str], nvml: Any = None) -> tuple[dict[int, GpuCounters], dict[int, float]]:
+    """CUDA device -> its counters, and its PCIe wire rate in bytes/s, for the devices at `bus_ids`
+    (CUDA device -> PCI bus id); ({}, {}) without NVML."""
+    from gpuipc_bench.machine.nvml import handles_by_bus_id, nvml_call, normalise_bus_id
+
+    try:
+        if nvml is None:
+            import pynvml
+
+            nvml = pynvml
+        nvml.nvmlInit()
+        handles = handles_by_bus_id(nvml)
+    except Exception:  # noqa: BLE001 - no library, no driver, no permission: no counters
+        return {}, {}
+    call = nvml_call(nvml)
+    scoped = scoped_fields(nvml)
+    counters, wire = {}, {}
+    for device, bus_id in bus_ids.items():
+        handle = handles.get(normalise_bus_id(bus_id))
+        if handle is None:
+            continue
+        links = [k for k in range(nvml.NVML_NVLINK_MAX_LINKS)
+                 if call(nvml.nvmlDeviceGetNvLinkState, handle, k) == nvml.NVML_FEATURE_ENABLED]
+        counters[device] = GpuCounters(nvml, handle, links, scoped)
+        wire[device] = wire_bytes_s(call(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle),
+                                    call(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle))
+    return counters, wire
+
+
+def wire_bytes_s(generation: int | None, width: int | None) -> float:
+    """The most bytes a second a PCIe link of this generation and width carries (after encoding)."""
+    per_lane = _LANE_GBYTES_S.get(int(generation or 0))
+    if per_lane is None or not width:
+        return UNKNOWN_WIRE_BYTES_S
+    return per_lane * 1e9 * int(width)
+
+
+def counter_delta(counter: str, before: int | None, after: int | None) -> int | None:
+    """What a counter moved between two readings; None where either is missing or it went back.
+    The PCIe counters are 32-bit: their delta is taken modulo 2^32 (see PCIE_WRAP)."""
+    if before is None or after is None:
+        return None
+    if counter in (PCIE_TX, PCIE_RX):
+        return (after - before) % PCIE_WRAP
+    return after - before if after >= before else None
+
+
+def window_can_wrap(window_s: float, wire: float) -> bool:
+    """Whether a PCIe counter could have wrapped unseen between two readings window_s apart."""
+    return window_s * wire >= PCIE_WRAP
+
+
+# ----------------------------------------------------------------------------- the proof
+
+@dataclasses.dataclass(frozen=True)
+class Proof:
+    """What the known copies showed of one counter of one GPU: `state` (TRUSTED, UNTRUSTED, ABSENT,
+    NO_LINKS: the GPU has no active NVLink, so nothing crosses it; UNPROVEN: no known copy could be
+    made here), its unit (bytes per count), its protocol overhead (counted bytes over payload, -1),
+    how long it took to settle after a copy, and why where it is not trusted."""
+
+    state: str
+    unit: int = 0
+    overhead: float = 0.0
+    settle_s: float = 0.0
+    why: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.state == TRUSTED
+
+    def bytes(self, delta: int) -> float:
+        """The payload bytes a trusted counter's delta stands for."""
+        return delta * self.unit / (1.0 + self.overhead)
+
+    def text(self) -> str:
+        if self.state == TRUSTED:
+            return (f"trusted: unit {self.unit} B, overhead {100 * self.overhead:.1f}%, "
+                    f"settles in {1e3 * self.settle_s:.0f} ms")
+        return f"{self.state}: {self.why}" if self.why else self.state
+
+
+def proof_state(text: str) -> str:
+    """The state a header's `lanes.<gpu>.<counter>` line names."""
+    return str(text).partition(":")[0].strip()
+
+
+def judge(moved: int, deltas: list[int | None], settle_s: float) -> Proof:
+    """A counter's proof from the deltas it showed around known copies of `moved` bytes each."""
+    if not deltas or any(d is None for d in deltas):
+        return Proof(ABSENT, why="NVML gave no value")
+    values = [int(d) for d in deltas if d is not None]
+    middle = statistics.median(values)
+    if middle <= 0:
+        return Proof(UNTRUSTED, why=f"did not move for {len(values)} copies of {moved} bytes")
+    unit = 2 ** round(math.log2(moved / middle)) if moved / middle >= 0.5 else 1
+    overhead = middle * unit / moved - 1.0
+    if not (-UNIT_TOLERANCE <= overhead <= MAX_OVERHEAD):
+        return Proof(UNTRUSTED, why=f"moved by {middle:g} for {moved} bytes: no unit")
+    if max(abs(v - middle) for v in values) > MAX_SPREAD * middle:
+        return Proof(UNTRUSTED, why=f"unsteady: {min(values)} to {max(values)} for {moved} bytes")
+    return Proof(TRUSTED, unit=int(unit), overhead=max(0.0, overhead), settle_s=settle_s)
+
+
+Reading = Mapping[int, Mapping[str, "int | None"]]  # CUDA device -> counter -> raw value
+
+
+def moved_on(counter: str, before: int | None, now: int | None, later: int | None) -> bool:
+    """Whether a counter moved on between a reading taken after a copy (`now`) and a later one by
+    more than FLOOR_SHARE of what it had counted since `before`: its count lagged the copy (the
+    idle creep, 0.1-0.5 MB/s on an H200, is far below that share of a known copy)."""
+    first, last = counter_delta(counter, before, now), counter_delta(counter, before, later)
+    return first is not None and last is not None and last - first > FLOOR_SHARE * last
+
+
+def settle_time(read: Callable[[], Reading], keys: Iterable[tuple[int, str]], before: Reading, after: Reading,
+                clock: Callable[[], float], sleep: Callable[[float], None]) -> tuple[Reading, float]:
+    """After a known copy and the reading right after it (`after`): one more reading SETTLE_CHECK_S
+    later. Where no counter of `keys` (device, counter) moved on (moved_on), the counts were
+    current at once: (after, 0.0), as on an H200 VM, driver 580 (a reading right after a
+    synchronised copy and one 0.5 s later differ by the idle creep alone). Otherwise readings
+    every POLL_S until none moves on for SETTLE_CHECK_S (at most SETTLE_LIMIT_S): the last, and
+    when after the copy the last move was seen."""
+    keys = list(keys)
+    start = clock()
+    sleep(SETTLE_CHECK_S)
+    later = read()
+    if not any(moved_on(c, before[d][c], after[d][c], later[d][c]) for d, c in keys):
+        return after, 0.0
+    changed = clock() - start
+    while clock() - start < SETTLE_LIMIT_S and clock() - start - changed < SETTLE_CHECK_S:
+        last = later
+        sleep(POLL_S)
+        later = read()
+        if any(moved_on(c, before[d][c], last[d][c], later[d][c]) for d, c in keys):
+            changed = clock() - start
+    return later, changed
+
+
+def prove(counters: Mapping[int, GpuCounters], copy: Callable[[str, int, int], None], nvlink: bool,
+          clock: Callable[[], float] = time.perf_counter, sleep: Callable[[float], None] = time.sleep,
+          moved: int = PROOF_BYTES, done: Iterable[tuple[int, str]] = ()) -> dict[tuple[int, str], Proof]:
+    """Each counter of each GPU in `counters` (but those in `done`) proven on known copies:
+    copy('d2h', dev, dev) and copy('h2d', dev, dev) through pinned host memory (PCIe),
+    copy('peer', a, b) from GPU a to b (NVLink; only where `nvlink`: peer access is on both
+    ways); each waits for its copy to end. A GPU without active links has NO_LINKS for its
+    NVLink counters.
+
+    What it costs: each kind of copy is made PROOF_COPIES times, the GPUs it proves read right
+    before and right after each (the PCIe fields alone for a copy to or from host memory), and
+    once more SETTLE_CHECK_S after its first copy (every POLL_S more only where a count lagged).
+    On one GPU: 2 kinds, 14 readings of 0.62 ms, 6 copies of 64 MiB (~8 ms at 50 GB/s) and 2
+    checks of 10 ms: about 40 ms. On an NVLink pair: 4 host kinds (28 readings of 0.62 ms) and
+    2 peer kinds (28 readings of both GPUs' ~1.3 ms), 18 copies, 6 checks: about 0.15 s. Once
+    per process (tests/test_lanes.py counts the calls)."""
+    done = set(done)
+    known: dict[tuple[int, str], tuple[str, int, int]] = {}
+    for dev in counters:
+        known[(dev, PCIE_TX)] = ("d2h", dev, dev)
+        known[(dev, PCIE_RX)] = ("h2d", dev, dev)
+    devices = sorted(counters)
+    for a in devices:
+        for b in devices:
+            if a != b and nvlink:
+                known.setdefault((a, NVLINK_TX), ("peer", a, b))
+                known.setdefault((b, NVLINK_RX), ("peer", a, b))
+    proofs: dict[tuple[int, str], Proof] = {}
+    for dev in devices:
+        for counter in (NVLINK_TX, NVLINK_RX):
+            if (dev, counter) in done:
+                continue
+            if not counters[dev].links:
+                proofs[(dev, counter)] = Proof(NO_LINKS)
+            elif counter not in counters[dev].spans:
+                proofs[(dev, counter)] = Proof(ABSENT, why="this pynvml reads no link's scope")
+            elif (dev, counter) not in known:
+                proofs[(dev, counter)] = Proof(UNPROVEN, why="no peer copy over NVLink in this process set")
+    plan: dict[tuple[str, int, int], list[tuple[int, str]]] = {}  # a kind of copy -> the counters it proves
+    for key, how in known.items():
+        if key not in proofs and key not in done:
+            plan.setdefault(how, []).append(key)
+    for (kind, a, b), keys in plan.items():
+        gpus = sorted({dev for dev, _ in keys})
+
+        def read(gpus: list[int] = gpus, pcie_only: bool = kind != "peer") -> Reading:
+            return {dev: counters[dev].read(pcie_only) for dev in gpus}
+
+        deltas: dict[tuple[int, str], list[int | None]] = {key: [] for key in keys}
+        settle = 0.0
+        for k in range(PROOF_COPIES):
+            before = read()
+            copy(kind, a, b)
+            if settle > 0:
+                sleep(settle)
+            after = read()
+            if k == 0:
+                after, settle = settle_time(read, keys, before, after, clock, sleep)
+            for dev, counter in keys:
+                deltas[(dev, counter)].append(counter_delta(counter, before[dev][counter], after[dev][counter]))
+        for key in keys:
+            proofs[key] = judge(moved, deltas[key], settle)
+    return proofs
+
+
+def read_cost(counters: Mapping[int, GpuCounters], clock: Callable[[], float] = time.perf_counter,
+              reads: int = 20) -> float:
+    """Median seconds of one reading of one GPU (one nvmlDeviceGetFieldValues call)."""
+    times = []
+    for gpu in counters.values():
+        for _ in range(reads):
+            t0 = clock()
+            gpu.read()
+            times.append(clock() - t0)
+    return statistics.median(times) if times else math.nan
+
+
+def proof_metadata(proofs: Mapping[tuple[int, str], Proof]) -> dict[str, str]:
+    """The header's `lanes.<gpu>.<counter>` lines."""
+    return {f"{META_PREFIX}{dev}.{counter}": proof.text() for (dev, counter), proof in sorted(proofs.items())}
+
+
+# ----------------------------------------------------------------------------- attribution
+
+@dataclasses.dataclass(frozen=True)
+class LaneShare:
+    """One sample's lane and the payload bytes each lane carried (NaN: not known)."""
+
+    lane: str
+    nvlink_bytes: float = math.nan
+    pcie_bytes: float = math.nan
+
+    def fields(self) -> dict[str, Any]:
+        return {"lane": self.lane, "lane_nvlink_bytes": self.nvlink_bytes, "lane_pcie_bytes": self.pcie_bytes}
+
+
+def lane_bytes(lane: str, deltas: Mapping[int, Mapping[str, int | None]],
+               proofs: Mapping[tuple[int, str], Proof]) -> float | None:
+    """The payload bytes that crossed `lane` ('nvlink' or 'pcie') between the GPUs of `deltas`:
+    the larger of the bytes the GPUs sent and the bytes they received (a copy from GPU a to b is
+    counted by a's TX and b's RX; a staged copy by one GPU's TX and the other's, or its own, RX).
+    None where a counter it needs is not trusted or gave no delta."""
+    sent = received = 0.0
+    for dev, moved in deltas.items():
+        for counter in (c for c in COUNTERS if LANES[c] == lane):
+            proof = proofs.get((dev, counter), Proof(UNPROVEN))
+            if proof.state == NO_LINKS:
+                continue
+            delta = moved.get(counter)
+            if not proof.usable or delta is None:
+                return None
+            if counter in (NVLINK_TX, PCIE_TX):
+                sent += proof.bytes(delta)
+            else:
+                received += proof.bytes(delta)
+    return max(sent, received)
+
+
+def attribute(deltas: Mapping[int, Mapping[str, int | None]], proofs: Mapping[tuple[int, str], Proof],
+              nbytes: int, batch: int, two_gpus: bool) -> LaneShare:
+    """The lane of one sample of `batch` transfers of `nbytes`, from its counters' deltas on the GPUs
+    of its ends. NVLink counts only between two GPUs (`two_gpus`): a copy within one GPU or
+    between it and host memory cannot cross it. More bytes than the sample could move (both ways,
+    its warm-up transfers too, FLOOR_SHARE more) is other traffic: flagged, not attributed."""
+    moved = nbytes * batch
+    nvlink = lane_bytes("nvlink", deltas, proofs) if two_gpus else 0.0
+    pcie = lane_bytes("pcie", deltas, proofs)
+    floor = FLOOR_BYTES + FLOOR_SHARE * moved
+    known = [b for b in (nvlink, pcie) if b is not None]
+    if known and sum(known) > BOTH_WAYS * nbytes * (batch + WARMUP_TRANSFERS) * (1 + FLOOR_SHARE) + floor:
+        return LaneShare(OTHER_TRAFFIC)
+    share = LaneShare("", math.nan if nvlink is None else nvlink, math.nan if pcie is None else pcie)
+    carried = [name for name, b in (("nvlink", nvlink), ("pcie", pcie)) if b is not None and b > floor]
+    if carried:
+        return dataclasses.replace(share, lane="+".join(carried))
+    if moved < 2 * floor:
+        return dataclasses.replace(share, lane=SMALL)
+    return dataclasses.replace(share, lane="none" if len(known) == 2 else NOT_PROVEN)
+
+
+def group_lane(seen: Iterable[str]) -> str:
+    """The lane of a group's samples that were not read, from those that were: the proven lane
+    most of them took ('unproven' where the counters proved nothing; '' where every reading saw
+    other traffic: nothing is claimed)."""
+    seen = [lane for lane in seen if lane not in (OTHER_TRAFFIC, SMALL, "")]
+    proven = [lane for lane in seen if lane in PROVEN_LANES]
+    pool = proven or seen
+    return max(dict.fromkeys(pool), key=pool.count) if pool else ""
+
+
+class LaneMeter:
+    """The lane of each sample, read by the worker that times it (Sampler.lanes): watch(group,
+    reps) reads the counters of the GPUs at the group's ends and gives finish(batch), which
+    reads them again (after the proof's settle time, at most SAMPLE_SETTLE_LIMIT_S: none where
+    the proof measured none) and returns the row's lane columns. Bandwidth groups between GPUs
+    with counters only.
+
+    A reading costs a sample 2 NVML calls per GPU (0.62 ms each for the PCIe fields, ~1.3 ms
+    with every link's NVLink fields), so not every sample is read: one that moves less than
+    MIN_BYTES (bytes x the group's reps) says 'small' (below it the counters' noise floor,
+    FLOOR_BYTES + FLOOR_SHARE, is a large share of it) and is not read; a group's first
+    READS_PER_GROUP samples above it are read, its later ones carry their lane (group_lane)
+    with their byte columns NaN (not read). A sample within one GPU or to host memory reads
+    the PCIe fields alone (NVLink cannot carry it)."""
+
+    def __init__(self, counters: Mapping[int, GpuCounters], proofs: Mapping[tuple[int, str], Proof],
+                 wire: Mapping[int, float], clock: Callable[[], float] = time.perf_counter,
+                 sleep: Callable[[float], None] = time.sleep):
+        self.counters, self.proofs, self.wire, self.clock, self.sleep = counters, proofs, wire, clock, sleep
+        self.wait_s = min(SAMPLE_SETTLE_LIMIT_S, max((p.settle_s for p in proofs.values() if p.usable), default=0.0))
+        self.seen: dict[tuple, list[str]] = {}  # a group (its figure's fields) -> the lanes its readings saw
+
+    def ends(self, group: Mapping[str, Any]) -> tuple[int, ...]:
+        """The GPUs (CUDA devices) at a group's ends that have counters; () where an end is a GPU
+        without them (nothing is attributed from half the picture)."""
+        gpus = {int(str(end)) for end in (group.get("src"), group.get("dst")) if str(end).isdigit()}
+        return tuple(sorted(gpus)) if gpus and gpus <= set(self.counters) else ()
+
+    def watch(self, group: Mapping[str, Any], reps: int = 1) -> Callable[[int], dict[str, Any]] | None:
+        ends = self.ends(group) if group.get("metric") == "bandwidth" else ()
+        if not ends:
+            return None
+        nbytes = int(group.get("bytes", 0))
+        if nbytes * max(1, int(reps)) < MIN_BYTES:
+            return lambda batch: LaneShare(SMALL).fields()
+        key = tuple(str(group.get(k, "")) for k in ("path", "variant", "measure", "src", "dst", "bytes"))
+        seen = self.seen.setdefault(key, [])
+        if len(seen) >= READS_PER_GROUP:
+            return lambda batch: LaneShare(group_lane(seen)).fields()
+        pcie_only = len(ends) == 1
+        before = {dev: self.counters[dev].read(pcie_only) for dev in ends}
+        start = self.clock()
+
+        def finish(batch: int) -> dict[str, Any]:
+            if self.wait_s > 0:
+                self.sleep(self.wait_s)
+            after = {dev: self.counters[dev].read(pcie_only) for dev in ends}
+            window = self.clock() - start
+            deltas: dict[int, dict[str, int | None]] = {}
+            for dev in ends:
+                deltas[dev] = {c: counter_delta(c, before[dev][c], after[dev][c]) for c in COUNTERS}
+                if window_can_wrap(window, self.wire.get(dev, UNKNOWN_WIRE_BYTES_S)):
+                    deltas[dev][PCIE_TX] = deltas[dev][PCIE_RX] = None
+            share = attribute(deltas, self.proofs, nbytes, batch, len(ends) == 2)
+            seen.append(share.lane)
+            return share.fields()
+
+        return finish

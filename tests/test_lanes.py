@@ -1,0 +1,464 @@
+"""The lane counters on fakes: NVML's field reads, the proof on known copies, a sample's
+attribution, and the sampler's hook (gpuipc_bench.machine.lanes, engine.lanes)."""
+
+from __future__ import annotations
+
+import math
+import types
+
+import pytest
+
+from gpuipc_bench.machine import lanes
+from gpuipc_bench.machine.lanes import (
+    ABSENT, NO_LINKS, NVLINK_RX, NVLINK_TX, PCIE_RX, PCIE_TX, TRUSTED, UNPROVEN, UNTRUSTED, LaneMeter, Proof,
+    attribute, counter_delta, judge, prove,
+)
+
+MIB = 1 << 20
+PCIE_OVERHEAD = 0.094  # the issue's H200 probe
+
+
+class Clock:
+    """A fake clock: sleep() moves it on."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class FakeGpu:
+    """A GPU's four counters as NVML would show them: NVLink in KiB summed over its links, PCIe in
+    bytes plus overhead, 32-bit. A count lands `lag` seconds after the traffic (the settle time);
+    `stuck` counters never move; `missing` ones are absent."""
+
+    def __init__(self, clock: Clock, links=(0, 1), lag: float = 0.0, stuck=(), missing=(), pcie_start: int = 0):
+        self.clock, self.links, self.lag = clock, tuple(links), lag
+        self.stuck, self.missing = set(stuck), set(missing)
+        self.spans = {c: (0, 1) for c in lanes.COUNTERS if c not in self.missing}
+        self.events: list[tuple[float, str, int]] = [(-1.0, PCIE_TX, pcie_start), (-1.0, PCIE_RX, pcie_start)]
+        self.reads: list[bool] = []  # each reading's pcie_only: one NVML call each
+
+    def traffic(self, counter: str, payload: int) -> None:
+        if counter in (NVLINK_TX, NVLINK_RX):
+            counted = payload // 1024
+        else:
+            counted = int(payload * (1 + PCIE_OVERHEAD))
+        self.events.append((self.clock() + self.lag, counter, counted))
+
+    def read(self, pcie_only: bool = False) -> dict[str, int | None]:
+        self.reads.append(pcie_only)
+        out: dict[str, int | None] = {}
+        for counter in lanes.COUNTERS:
+            if counter in self.missing or (pcie_only and counter in (NVLINK_TX, NVLINK_RX)):
+                out[counter] = None
+                continue
+            total = 0 if counter in self.stuck else sum(n for t, c, n in self.events
+                                                        if c == counter and t <= self.clock())
+            out[counter] = total % lanes.PCIE_WRAP if counter in (PCIE_TX, PCIE_RX) else total
+        return out
+
+
+def copier(gpus: dict[int, FakeGpu], nbytes: int, clock: Clock):
+    """The known copies on fake GPUs: each moves nbytes over its lane and takes a millisecond."""
+
+    def copy(kind: str, a: int, b: int) -> None:
+        clock.sleep(0.001)
+        if kind == "d2h":
+            gpus[a].traffic(PCIE_TX, nbytes)
+        elif kind == "h2d":
+            gpus[a].traffic(PCIE_RX, nbytes)
+        else:
+            gpus[a].traffic(NVLINK_TX, nbytes)
+            gpus[b].traffic(NVLINK_RX, nbytes)
+
+    return copy
+
+
+def proven_pair(clock: Clock, **gpu1) -> tuple[dict[int, FakeGpu], dict]:
+    gpus = {0: FakeGpu(clock, lag=0.004), 1: FakeGpu(clock, lag=0.004, **gpu1)}
+    proofs = prove(gpus, copier(gpus, lanes.PROOF_BYTES, clock), nvlink=True, clock=clock, sleep=clock.sleep)
+    return gpus, proofs
+
+
+# ------------------------------------------------------------------------------ the proof
+
+def test_proof_finds_units_overhead_and_settle_time():
+    clock = Clock()
+    _, proofs = proven_pair(clock)
+    nv, pcie = proofs[(0, NVLINK_TX)], proofs[(1, PCIE_RX)]
+    assert nv.state == TRUSTED and nv.unit == 1024 and abs(nv.overhead) < 0.001
+    assert pcie.state == TRUSTED and pcie.unit == 1 and pcie.overhead == pytest.approx(PCIE_OVERHEAD, abs=1e-4)
+    # the counts landed 4 ms after each copy ended: seen by the check 10 ms after the first copy
+    assert pcie.settle_s == pytest.approx(lanes.SETTLE_CHECK_S)
+    assert all(p.state == TRUSTED for p in proofs.values())
+    assert "unit 1024 B" in nv.text() and "9.4%" in pcie.text() and "settles in 10 ms" in pcie.text()
+
+
+def test_a_counter_stuck_at_zero_is_untrusted_and_proves_nothing():
+    clock = Clock()
+    gpus, proofs = proven_pair(clock, stuck={NVLINK_RX})
+    assert proofs[(1, NVLINK_RX)].state == UNTRUSTED
+    assert "did not move" in proofs[(1, NVLINK_RX)].why
+    assert proofs[(0, NVLINK_TX)].state == TRUSTED
+    # a peer copy's NVLink bytes are not claimed from the one GPU that still counts
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 64 * MIB})
+    gpus[0].traffic(NVLINK_TX, 64 * MIB)
+    gpus[1].traffic(NVLINK_RX, 64 * MIB)
+    fields = finish(1)
+    assert fields["lane"] == "unproven" and math.isnan(fields["lane_nvlink_bytes"])
+
+
+def test_absent_fields_are_absent_and_a_gpu_without_links_has_no_nvlink_lane():
+    clock = Clock()
+    gpus = {0: FakeGpu(clock, links=(), missing={PCIE_TX})}
+    proofs = prove(gpus, copier(gpus, lanes.PROOF_BYTES, clock), nvlink=False, clock=clock, sleep=clock.sleep)
+    assert proofs[(0, PCIE_TX)].state == ABSENT
+    assert proofs[(0, PCIE_RX)].state == TRUSTED
+    assert proofs[(0, NVLINK_TX)].state == NO_LINKS
+    # without its PCIe TX counter, a GPU's PCIe lane is unknown: nothing is claimed
+    share = attribute({0: {PCIE_TX: None, PCIE_RX: 0}}, proofs, 64 * MIB, 1, two_gpus=False)
+    assert share.lane == "unproven"
+
+
+def test_nvlink_unproven_without_a_peer_copy():
+    clock = Clock()
+    gpus = {0: FakeGpu(clock), 1: FakeGpu(clock)}
+    proofs = prove(gpus, copier(gpus, lanes.PROOF_BYTES, clock), nvlink=False, clock=clock, sleep=clock.sleep)
+    assert proofs[(0, NVLINK_TX)].state == UNPROVEN and proofs[(0, PCIE_TX)].state == TRUSTED
+    assert lanes.proof_state(Proof(UNTRUSTED, why="x").text()) == UNTRUSTED
+
+
+def test_the_proof_is_short_and_waits_for_nothing_where_the_counts_are_current():
+    """Counted on fakes (docstring of prove): on one GPU 2 kinds of copy x (3 x 2 + 1) readings of
+    the PCIe fields alone, 6 copies, one 10 ms check per kind; on a pair 6 kinds and 56
+    readings. Counts current at once (as on an H200, driver 580): settle 0, no sample waits."""
+    clock = Clock()
+    gpus = {0: FakeGpu(clock)}
+    copies = []
+    copy = copier(gpus, lanes.PROOF_BYTES, clock)
+    proofs = prove(gpus, lambda *a: (copies.append(a), copy(*a)), nvlink=False, clock=clock, sleep=clock.sleep)
+    assert len(gpus[0].reads) == 14 and all(gpus[0].reads) and len(copies) == 6
+    assert clock.now == pytest.approx(6 * 0.001 + 2 * lanes.SETTLE_CHECK_S)  # the copies and two checks
+    assert all(p.settle_s == 0.0 for p in proofs.values() if p.usable)
+    assert LaneMeter(gpus, proofs, {0: 63e9}).wait_s == 0.0
+    clock = Clock()
+    pair = {0: FakeGpu(clock), 1: FakeGpu(clock)}
+    prove(pair, copier(pair, lanes.PROOF_BYTES, clock), nvlink=True, clock=clock, sleep=clock.sleep)
+    assert len(pair[0].reads) + len(pair[1].reads) == 4 * 7 + 2 * 14
+    assert sum(not r for g in pair.values() for r in g.reads) == 2 * 14  # the peer copies' full readings
+    assert clock.now == pytest.approx(18 * 0.001 + 6 * lanes.SETTLE_CHECK_S)
+
+
+def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_groups_first_readings():
+    clock = Clock()
+    gpus, proofs = proven_pair(clock)
+    for gpu in gpus.values():
+        gpu.reads.clear()
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    group = {"metric": "bandwidth", "path": "ipc", "variant": "ce", "src": 0, "dst": 1, "bytes": 64 << 10}
+    fields = meter.watch(group, reps=255)(255)  # 64 KiB x 255 < 16 MiB
+    assert fields["lane"] == "small" and math.isnan(fields["lane_nvlink_bytes"])
+    assert not gpus[0].reads and not gpus[1].reads
+    big = {**group, "bytes": 64 * MIB}
+    for _ in range(lanes.READS_PER_GROUP):
+        finish = meter.watch(big, reps=1)
+        gpus[0].traffic(NVLINK_TX, 64 * MIB)
+        gpus[1].traffic(NVLINK_RX, 64 * MIB)
+        assert finish(1)["lane"] == "nvlink"
+    read = len(gpus[0].reads)
+    assert read == 2 * lanes.READS_PER_GROUP and not any(gpus[0].reads)  # both GPUs' NVLink fields
+    fields = meter.watch(big, reps=1)(1)  # the group's lane, not read again
+    assert fields["lane"] == "nvlink" and math.isnan(fields["lane_nvlink_bytes"])
+    assert len(gpus[0].reads) == read
+    assert lanes.group_lane(["other-traffic", "pcie", "nvlink", "nvlink"]) == "nvlink"
+    assert lanes.group_lane(["other-traffic"]) == "" and lanes.group_lane(["unproven"]) == "unproven"
+
+
+def test_judge_refuses_a_counter_that_moves_by_no_unit_or_unsteadily():
+    assert judge(64 * MIB, [int(64 * MIB * 1.7)] * 3, 0.0).state == UNTRUSTED  # 70% more: no unit
+    assert judge(64 * MIB, [64 * MIB, 64 * MIB, 80 * MIB], 0.0).state == UNTRUSTED  # unsteady
+    assert judge(64 * MIB, [None, 1, 1], 0.0).state == ABSENT
+
+
+# ------------------------------------------------------------------------------ a sample's lane
+
+def test_bytes_on_the_expected_lane():
+    clock = Clock()
+    gpus, proofs = proven_pair(clock)
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    assert meter.wait_s == pytest.approx(proofs[(0, PCIE_TX)].settle_s, abs=0.002)
+    finish = meter.watch({"metric": "bandwidth", "src": "0", "dst": "1", "bytes": 16 * MIB})
+    for _ in range(4):
+        gpus[0].traffic(NVLINK_TX, 16 * MIB)
+        gpus[1].traffic(NVLINK_RX, 16 * MIB)
+    fields = finish(4)  # the counts land 4 ms later: the meter waits for them
+    assert fields["lane"] == "nvlink"
+    assert fields["lane_nvlink_bytes"] == pytest.approx(64 * MIB, rel=0.001)
+    assert fields["lane_pcie_bytes"] < 0.01 * 64 * MIB
+
+
+def test_bytes_on_the_wrong_lane_are_named_for_the_alarm():
+    """An IPC copy between two NVLink GPUs whose bytes went through host memory (a library's
+    fallback): the lane says PCIe, with its overhead taken out."""
+    clock = Clock()
+    gpus, proofs = proven_pair(clock)
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 32 * MIB})
+    gpus[0].traffic(PCIE_TX, 32 * MIB)
+    gpus[1].traffic(PCIE_RX, 32 * MIB)
+    fields = finish(1)
+    assert fields["lane"] == "pcie"
+    assert fields["lane_pcie_bytes"] == pytest.approx(32 * MIB, rel=0.001)
+    assert fields["lane_nvlink_bytes"] == 0
+
+
+def test_other_traffic_during_a_sample_is_flagged_not_attributed():
+    clock = Clock()
+    gpus, proofs = proven_pair(clock)
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 4 * MIB}, reps=4)
+    gpus[0].traffic(NVLINK_TX, 16 * MIB)
+    gpus[1].traffic(NVLINK_RX, 16 * MIB)
+    gpus[1].traffic(PCIE_RX, 512 * MIB)  # another process reads host memory on GPU 1
+    fields = finish(4)
+    assert fields["lane"] == "other-traffic"
+    assert math.isnan(fields["lane_nvlink_bytes"]) and math.isnan(fields["lane_pcie_bytes"])
+
+
+def test_one_gpu_device_copy_crosses_no_lane_and_staging_shows_pcie():
+    clock = Clock()
+    gpus = {0: FakeGpu(clock)}
+    proofs = prove(gpus, copier(gpus, lanes.PROOF_BYTES, clock), nvlink=False, clock=clock, sleep=clock.sleep)
+    meter = LaneMeter(gpus, proofs, {0: 63e9}, clock=clock, sleep=clock.sleep)
+    assert meter.watch({"metric": "bandwidth", "src": 0, "dst": 0, "bytes": 8 * MIB}, 2)(2)["lane"] == "none"
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 0, "bytes": 8 * MIB, "path": "staging"}, 2)
+    gpus[0].traffic(PCIE_TX, 16 * MIB)
+    gpus[0].traffic(PCIE_RX, 16 * MIB)
+    assert finish(2)["lane"] == "pcie"
+    assert gpus[0].reads[-2:] == [True, True]  # within one GPU: the PCIe fields alone
+    assert meter.watch({"metric": "latency", "src": 0, "dst": 0, "bytes": 8}) is None  # bandwidth rows only
+    assert meter.watch({"metric": "bandwidth", "src": 0, "dst": 2, "bytes": 8}) is None  # GPU 2: no counters
+
+
+def test_a_wrapped_32_bit_counter_and_a_window_that_could_wrap():
+    assert counter_delta(PCIE_TX, lanes.PCIE_WRAP - 100, 1000) == 1100
+    assert counter_delta(NVLINK_TX, 5000, 4000) is None  # a 64-bit count that went back: no delta
+    clock = Clock()
+    gpus, proofs = proven_pair(clock)
+    gpus[0].events.append((-1.0, PCIE_TX, lanes.PCIE_WRAP - 4096))  # a counter about to wrap
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 32 * MIB})
+    gpus[0].traffic(PCIE_TX, 32 * MIB)
+    gpus[1].traffic(PCIE_RX, 32 * MIB)
+    fields = finish(1)
+    assert fields["lane"] == "pcie" and fields["lane_pcie_bytes"] == pytest.approx(32 * MIB, rel=0.001)
+    # a window long enough for 2^32 bytes at the link's rate: PCIe not attributed
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 32 * MIB})
+    clock.sleep(0.1)
+    gpus[0].traffic(PCIE_TX, 32 * MIB)
+    gpus[1].traffic(PCIE_RX, 32 * MIB)
+    fields = finish(1)
+    assert math.isnan(fields["lane_pcie_bytes"]) and fields["lane"] == "unproven"
+
+
+def test_too_few_bytes_to_tell():
+    proofs = {(d, c): Proof(TRUSTED, unit=1) for d in (0, 1) for c in lanes.COUNTERS}
+    zero = {c: 0 for c in lanes.COUNTERS}
+    assert attribute({0: zero, 1: zero}, proofs, 4096, 4, two_gpus=True).lane == "small"
+
+
+# ------------------------------------------------------------------------------ NVML's field reads
+
+def fake_pynvml(values: dict[tuple[int, int], int | None]):
+    """A pynvml whose nvmlDeviceGetFieldValues answers (field id, scope id) pairs from `values`
+    (None: NVML_ERROR_NOT_SUPPORTED for that field)."""
+    nvml = types.SimpleNamespace(
+        NVML_SUCCESS=0, NVML_VALUE_TYPE_DOUBLE=0, NVML_VALUE_TYPE_UNSIGNED_INT=1, NVML_VALUE_TYPE_UNSIGNED_LONG=2,
+        NVML_VALUE_TYPE_UNSIGNED_LONG_LONG=3, NVML_VALUE_TYPE_SIGNED_LONG_LONG=4, NVML_VALUE_TYPE_SIGNED_INT=5,
+        NVML_VALUE_TYPE_UNSIGNED_SHORT=6, NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX=138,
+        NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX=139, NVML_FI_DEV_PCIE_COUNT_TX_BYTES=197,
+        NVML_FI_DEV_PCIE_COUNT_RX_BYTES=198)
+    nvml.calls = 0
+
+    def get(handle, fields):
+        nvml.calls += 1
+        out = []
+        for field in fields:
+            key = field if isinstance(field, tuple) else (field, 0)
+            value = values.get(key)
+            out.append(types.SimpleNamespace(
+                nvmlReturn=0 if value is not None else 3, valueType=3 if key[0] < 190 else 1,
+                value=types.SimpleNamespace(ullVal=value or 0, uiVal=value or 0)))
+        return out
+
+    nvml.nvmlDeviceGetFieldValues = get
+    return nvml
+
+
+def test_nvlink_fields_are_read_per_link_and_summed_in_one_call():
+    values = {(138, 0): 100, (138, 1): 250, (139, 0): 7, (139, 1): 8, (197, 0): 1234, (198, 0): 99}
+    nvml = fake_pynvml(values)
+    gpu = lanes.GpuCounters(nvml, "handle", links=(0, 1), scoped=True)
+    assert gpu.read() == {NVLINK_TX: 350, NVLINK_RX: 15, PCIE_TX: 1234, PCIE_RX: 99}
+    assert nvml.calls == 1
+    values[(139, 1)] = None  # one link's field returns an error: the counter is absent, not half of it
+    assert gpu.read()[NVLINK_RX] is None
+    unscoped = lanes.GpuCounters(nvml, "handle", links=(0, 1), scoped=False)
+    assert unscoped.read()[NVLINK_TX] is None and unscoped.read()[PCIE_TX] == 1234
+
+
+def test_wire_rate():
+    assert lanes.wire_bytes_s(5, 16) == pytest.approx(63e9, rel=0.01)
+    assert lanes.wire_bytes_s(None, 16) == lanes.UNKNOWN_WIRE_BYTES_S
+
+
+# ------------------------------------------------------------------------------ the sampler's hook
+
+def test_the_sampler_adds_the_lane_columns_to_timed_rows_only():
+    from gpuipc_bench.engine.sampler import Counts, Sample, Sampler
+
+    class Meter:
+        watched = 0
+
+        def watch(self, group, reps):
+            Meter.watched += 1
+            return lambda batch: {"lane": "nvlink", "lane_nvlink_bytes": float(batch * group["bytes"]),
+                                  "lane_pcie_bytes": 0.0}
+
+    ctx = types.SimpleNamespace(row_fields={"scenario": "t", "workers": 1, "sharing": "exclusive"},
+                                config=None, phase=lambda *a, **k: None, spec=None)
+    sampler = Sampler(ctx, Counts(warmup=1, min_samples=3, max_samples=3))
+    sampler.lanes = Meter()
+    group = dict(path="ipc", variant="ce", measure="stream", metric="bandwidth", src="0", dst="1", bytes=1024)
+    rows = list(sampler.run(group, lambda trial: Sample(1e-3, 2), timer=True, solo=True, calibrate=False))
+    assert len(rows) == 3 and Meter.watched == 3  # not the warm-up
+    assert {r["lane"] for r in rows} == {"nvlink"} and rows[0]["lane_nvlink_bytes"] == 2048.0
+
+
+def test_a_schema_3_file_without_lane_columns_reads_them_empty(tmp_path):
+    """The committed schema-3 files have no lane columns; a file written now has them: both read."""
+    from gpuipc_bench.results import format_results, new_row, read_results, typed_frame
+
+    frame, meta = read_results("results/cpu-nixl-host.csv")
+    assert meta["schema_version"] == "3"
+    assert (frame["lane"] == "").all() and frame["lane_pcie_bytes"].isna().all()
+    rows = [new_row(path="ipc", variant="ce", src="0", dst="1", bytes=4096, seconds=1e-6, lane=lane,
+                    lane_nvlink_bytes=nv, lane_pcie_bytes=0.0) for lane, nv in (("nvlink", 4096.0), ("", math.nan))]
+    import pandas as pd
+
+    written = tmp_path / "run.csv"
+    written.write_text(format_results(typed_frame(pd.DataFrame(rows)), {"schema_version": "3"}))
+    back, _ = read_results(written)
+    assert list(back["lane"]) == ["nvlink", ""] and back["lane_nvlink_bytes"].iloc[0] == 4096.0
+    with pytest.raises(ValueError, match="lane_pcie_bytes"):
+        new_row(path="ipc", seconds=1.0, lane_pcie_bytes=-1.0)
+
+
+# ------------------------------------------------------------------------------ the lane alarm
+
+def lane_rows(path, variant, src, dst, lane_seen, n=6, transport=""):
+    from gpuipc_bench.results import new_row
+
+    return [new_row(scenario=path, path=path, variant=variant, measure="stream", src=src, dst=dst, bytes=64 * MIB,
+                    seconds=1e-3, iteration=k, workers=2, sharing="exclusive", transport=transport, lane=lane_seen)
+            for k in range(n)]
+
+
+def test_the_lane_alarm_names_a_path_whose_bytes_took_another_lane():
+    import pandas as pd
+
+    from gpuipc_bench.analysis.lanes import expected_lane
+    from gpuipc_bench.analysis.warnings import WRONG_LANE, lane_warnings
+
+    meta = {"link.0-1": "NV18"}
+    rows = (lane_rows("ipc", "ce", "0", "1", "pcie")  # should be NVLink: fell back through host
+            + lane_rows("peer", "p2p-off", "0", "1", "nvlink")  # P2P off, yet over NVLink
+            + lane_rows("staging", "pinned", "0", "1", "pcie")  # as it should
+            + lane_rows("ipc", "sm", "0", "1", "nvlink")  # as it should
+            + lane_rows("nixl", "write", "0", "1", "pcie", transport="tcp")  # forced TCP between NVLink GPUs
+            + lane_rows("ipc", "push", "0", "0", "none")  # one GPU: no lane crossed
+            + lane_rows("ipc", "ce", "0", "0", "unproven"))  # nothing proven: nothing said
+    found = lane_warnings(pd.DataFrame(rows), meta)
+    assert [(w.cause, w.path, w.variant) for w in found] == [
+        (WRONG_LANE, "ipc", "ce"), (WRONG_LANE, "peer", "p2p-off"), (WRONG_LANE, "nixl", "write")]
+    assert found[0].value == 1.0
+    assert expected_lane("ipc", "ce", "0", "1", {"link.0-1": "PIX"}) == "pcie"
+    assert expected_lane("ipc", "ce", "0", "1", {}) == ""
+    from gpuipc_bench.report.causes import CAUSES
+
+    assert CAUSES[WRONG_LANE].with_value.format(value=CAUSES[WRONG_LANE].value(found[0])) == \
+        "wrong lane in 100% of samples"
+
+
+# ------------------------------------------------------------------------------ the answer's lane
+
+def laned_run(tmp_path, lane_of_path):
+    """tests/data/small_run.csv (one GPU) with a lane on its bandwidth rows: lane_of_path[path] at
+    64 MiB, 'small' at 4 KiB (too few bytes to read)."""
+    from gpuipc_bench.results import read_results, write_results
+
+    df, meta = read_results("tests/data/small_run.csv")
+    bandwidth, big = df["metric"] == "bandwidth", df["bytes"] >= MIB
+    df["lane"] = ""
+    df.loc[bandwidth & ~big, "lane"] = "small"
+    for path, lane in lane_of_path.items():
+        df.loc[bandwidth & big & (df["path"] == path), "lane"] = lane
+    written = tmp_path / "laned.csv"
+    write_results(written, df, meta)
+    return read_results(written)
+
+
+def summary_of(df, meta) -> list[str]:
+    import io
+
+    from rich.console import Console
+
+    from gpuipc_bench.report import render_run_summary
+
+    console = Console(record=True, width=80, color_system=None, file=io.StringIO())
+    render_run_summary(df, meta, console, source="run.csv")
+    return console.export_text().splitlines()
+
+
+def test_the_answer_says_the_lane_its_class_took_and_its_line_count_does_not_grow(tmp_path):
+    import json
+
+    from gpuipc_bench.analysis import analyse
+    from gpuipc_bench.report import answer
+    from gpuipc_bench.report.data import decision_records
+    from gpuipc_bench.results import read_results
+
+    bare = summary_of(*read_results("tests/data/small_run.csv"))
+    df, meta = laned_run(tmp_path, {"ipc": "none", "staging": "pcie", "ceiling": "pcie"})
+    analysis = analyse(df, meta)
+    # a 4 KiB figure (too few bytes to read) takes its family's lane at 64 MiB
+    assert {(d.choice, d.bytes, d.lane) for d in analysis.answer.decisions} == {
+        ("staging/pinned", 4096, "pcie"), ("staging/pipelined", 64 * MIB, "pcie"), ("ipc/ce", 4096, "none"),
+        ("ipc/ce", 64 * MIB, "none")}
+    records = decision_records(analysis)
+    assert {r["lane"] for r in records} == {"pcie", "none"}
+    json.dumps(records)
+    text = summary_of(df, meta)
+    assert len(text) == len(bare) and max(map(len, text)) <= 80
+    assert "over PCIe, counted" in " ".join(" ".join(text).split())  # where it fits the band's lines
+    band = analysis.answer.sections[-1].bands[0]
+    assert answer.lane_notes(band.decisions) == ("no lane crossed, verified by the counters",
+                                                 "no lane crossed, counted")
+    # the report has room: the long note
+    head, _ = answer.band_lines(band, "stream", {})
+    assert head.text.endswith("no lane crossed, verified by the counters")
+    # no counter proven here: said as such, nothing guessed
+    df, meta = laned_run(tmp_path, {"ipc": "unproven", "staging": "unproven", "ceiling": "unproven"})
+    decisions = analyse(df, meta).answer.decisions
+    assert {d.lane for d in decisions} == {"unproven", "small"}  # 4 KiB: no proven size to take it from
+    assert answer.lane_notes(decisions)[0] == "lane not verified: no counter here"
+    # a file without lanes: no decision has one, no note
+    plain = analyse(*read_results("tests/data/small_run.csv"))
+    assert {d.lane for d in plain.answer.decisions} == {""} and not answer.lane_notes(plain.answer.decisions)
+    assert {r["lane"] for r in decision_records(plain)} == {None}

@@ -221,7 +221,7 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
         _drain(events)
     for e in events:
         if e.status == judge.FAIL:  # the lines a fleet tool greps: node, GPUs, figure, measured, expected
-            err.print(f"[red]FAIL[/] {escape(_fail_line(e))}", soft_wrap=True, highlight=False)
+            err.print(f"[red]FAIL[/] {escape(_fail_line(e))}", highlight=False)  # wrapped at the terminal's width
     err.print(f"wrote {escape(str(out))} ({len(results)} rows, {len(reports)} node"
               f"{'s' if len(reports) != 1 else ''}{f', {len(missing)} missing' if missing else ''})", soft_wrap=True)
     if interrupted is not None:

@@ -76,8 +76,7 @@ def run_session(planned, config, out, err, quiet: bool, verbose: bool, job=None)
             print(out, flush=True)
         raise click.exceptions.Exit(128 + exc.signum) from None
     for name, error, rows in outcome.failures:
-        err.print(f"[red]error[/] in scenario {escape(name)} ({rows} samples kept): {escape(str(error))}",
-                  soft_wrap=True)
+        err.print(f"[red]error[/] in scenario {escape(name)} ({rows} samples kept): {escape(str(error))}")
         if verbose and isinstance(error, WorkerFailed) and error.traceback_text:
             err.print(error.traceback_text, markup=False, highlight=False)
     err.print(f"wrote {escape(str(out))} ({outcome.rows} rows{', partial' if outcome.partial else ''})"
@@ -86,5 +85,6 @@ def run_session(planned, config, out, err, quiet: bool, verbose: bool, job=None)
     if quiet:
         print(out, flush=True)
     if outcome.failures:
-        raise BenchError(f"{len(outcome.failures)} of {outcome.planned} scenarios failed; samples taken before "
+        failed = len({f.scenario for f in outcome.failures})  # a scenario runs in each sharing mode: counted once
+        raise BenchError(f"{failed} of {outcome.planned} scenarios failed; samples taken before "
                          f"the failure are kept in {out}")

@@ -64,7 +64,7 @@ def prove_lanes(worker) -> None:
         settled = {key for key, proof in _PROOFS.items() if proof.state != lanes.UNPROVEN}
         if all((d, k) in settled for d in counters for k in lanes.COUNTERS):
             return
-        worker.ctx.phase("lanes")
+        worker.ctx.phase("setup")  # the proof is part of the set-up (its copies before the first sample)
         peer = len(devices) == 2 and all((a, b) in PEER_ON for a in devices for b in devices if a != b)
         copies = KnownCopies(devices, lanes.PROOF_BYTES)
         try:

@@ -381,7 +381,7 @@ class Session:
             mark("sets ended")
             write_trace(f"parent-{os.getpid()}")
         log = worker_log(plan.config, self.failures) if self.out is not None else ""  # (no file: no log of its own)
-        return RunOutcome(self.out, len(results), list(self.failures), status, log, len(plan.runs))
+        return RunOutcome(self.out, len(results), list(self.failures), status, log, len({s.name for s, _ in plan.runs}))
 
     def _start_resweep(self, plan):
         """The run's estimate and, with --pairs all, its pairs' link classes into the header; a Resweep

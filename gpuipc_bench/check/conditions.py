@@ -6,11 +6,18 @@
                                                     application-clock settings left out
     PCIe link of GPU 0 at Gen3 x8 (max Gen5 x16)    trained below its maximum (width always;
                                                     generation only while the GPU is busy)
+
+A GPU drops its link's generation when idle, so a link read after the measurement says
+nothing of its generation: LinkWatch reads every GPU's link from NVML in a thread while the
+check measures (its host copies: staging's h2d and d2h) and keeps the best generation and
+width each GPU reached. A link that never reached its maximum under a host copy is named
+(link_findings): a narrower width fails (a lane or a slot lost), a lower generation warns.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any, Iterable
 
 from gpuipc_bench.machine.nvml import handles_by_bus_id, normalise_bus_id
@@ -26,9 +33,96 @@ THROTTLE_BITS = {
 }
 
 
-def gpu_conditions(bus_ids: dict[str, str], ours: Iterable[int] = ()) -> dict[str, list[str]]:
+LINK_POLL_S = 0.02  # a 256 MiB host copy lasts about 5 ms at 55 GB/s; a sample's batch, far longer
+
+
+class LinkWatch:
+    """`with LinkWatch(bus_ids) as watch:` around a measurement; then watch.seen: CUDA index ->
+    {'gen', 'width'} (the best read while it ran) and {'max_gen', 'max_width'} (what the GPU and
+    the system can train to), with 'loaded': True. Empty without NVML. `nvml`: the module
+    (pynvml; tests give a stand-in)."""
+
+    def __init__(self, bus_ids: dict[str, str], poll_s: float = LINK_POLL_S, nvml: Any = None):
+        self.bus_ids, self.poll_s, self.nvml = bus_ids, poll_s, nvml
+        self.seen: dict[str, dict[str, Any]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "LinkWatch":
+        try:
+            if self.nvml is None:
+                import pynvml
+
+                self.nvml = pynvml
+            self.nvml.nvmlInit()
+        except Exception:
+            self.nvml = None
+            return self
+        handles = handles_by_bus_id(self.nvml)
+        found = {i: handles.get(normalise_bus_id(b)) for i, b in self.bus_ids.items()}
+        self._handles = {i: h for i, h in found.items() if h is not None}
+        for index, handle in self._handles.items():
+            self.seen[index] = {"max_gen": _call(self.nvml, "nvmlDeviceGetMaxPcieLinkGeneration", handle),
+                                "max_width": _call(self.nvml, "nvmlDeviceGetMaxPcieLinkWidth", handle),
+                                "gen": None, "width": None, "loaded": True}
+        self._read()
+        self._thread = threading.Thread(target=self._watch, daemon=True, name="gpuipc-bench check link watch")
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.nvml is None:
+            return
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self._read()
+        try:
+            self.nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+    def _watch(self) -> None:
+        while not self._stop.wait(self.poll_s):
+            self._read()
+
+    def _read(self) -> None:
+        for index, handle in self._handles.items():
+            state = self.seen[index]
+            for key, name in (("gen", "nvmlDeviceGetCurrPcieLinkGeneration"),
+                              ("width", "nvmlDeviceGetCurrPcieLinkWidth")):
+                value = _call(self.nvml, name, handle)
+                if value is not None and (state[key] is None or value > state[key]):
+                    state[key] = value
+
+
+def _call(nvml, name: str, handle) -> Any:
+    fn = getattr(nvml, name, None)
+    try:
+        return fn(handle) if fn else None
+    except Exception:  # NVMLError, or the call not supported on this GPU
+        return None
+
+
+def link_findings(seen: dict[str, dict[str, Any]]) -> dict[str, tuple[bool, str]]:
+    """CUDA index -> (whether it fails, what it says) for each GPU whose link stayed below its
+    maximum while watched under load: a narrower width fails, a lower generation only warns."""
+    found = {}
+    for index, state in seen.items():
+        gen, width, max_gen, max_width = (state.get(k) for k in ("gen", "width", "max_gen", "max_width"))
+        narrow = bool(width and max_width and width < max_width)
+        slow = bool(gen and max_gen and gen < max_gen and state.get("loaded"))
+        if narrow or slow:
+            found[index] = (narrow, f"PCIe link of GPU {index} at Gen{gen} x{width} under a host copy "
+                                    f"(max Gen{max_gen} x{max_width})")
+    return found
+
+
+def gpu_conditions(bus_ids: dict[str, str], ours: Iterable[int] = (),
+                   links: dict[str, dict[str, Any]] | None = None) -> dict[str, list[str]]:
     """CUDA index -> its findings. `bus_ids`: CUDA index -> PCI bus id (the machine's facts);
-    `ours`: process ids of this check (its workers). {} without NVML."""
+    `ours`: process ids of this check (its workers); `links`: a LinkWatch's readings under load,
+    in place of the link read now. {} without NVML."""
     try:
         import pynvml
 
@@ -41,7 +135,8 @@ def gpu_conditions(bus_ids: dict[str, str], ours: Iterable[int] = ()) -> dict[st
         for index, bus_id in bus_ids.items():
             handle = handles.get(normalise_bus_id(bus_id))
             if handle is not None:
-                found[index] = describe(index, _read(pynvml, handle), set(ours) | {os.getpid()})
+                state = {**_read(pynvml, handle), **(links or {}).get(index, {})}
+                found[index] = describe(index, state, set(ours) | {os.getpid()})
         return found
     finally:
         try:

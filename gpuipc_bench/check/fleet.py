@@ -337,7 +337,7 @@ def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, 
     if inbox is not None:
         deliver, word = inbox.put, _own_words.get
     else:
-        deliver = lambda report: world.send(report, dest=0, tag=REPORT)  # noqa: E731
+        deliver = lambda report: world.send(report.packed(), dest=0, tag=REPORT)  # noqa: E731
         word = lambda: world.recv(source=0, tag=WORD)  # noqa: E731
     job = _pair_job(world, pair, node)
     kwargs: dict[str, Any] = {}

@@ -66,7 +66,8 @@ NPD_UNKNOWN = 2  # node-problem-detector's custom plugin: 0 OK, 1 a problem, 2 u
                    "printed: an MPI launcher that ends the job may drop what its ranks print last).")
 @click.option("--force", is_flag=True, help="Overwrite --out, --output, --table and --learn's file if they exist.")
 @click.option("--table", "table_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
-              help="Also write the fleet table: .md, .json, or .png/.svg (a node x figure heatmap).")
+              help="Also write the fleet table: .md, .json, or .png/.svg (node x figure heatmaps, one per figure "
+                   "family: FILE's name with -host-link, -memory, -pairs, -host, -nixl before the suffix).")
 @click.option("--deadline", type=float, default=600.0, show_default=True,
               help="Under MPI: seconds rank 0 waits for every node's report; a node that has not reported "
                    "by then is named as hung.")
@@ -180,7 +181,7 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
             "command": "gpuipc-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             "host": plant.node_name(0), "launcher": "mpi" if fleet_mode else "fork",
             "check.expectations": expectations.source}
-    results = ResultsFile(out, meta)
+    results = ResultsFile(out, meta, hold_rows=False)  # rows live in the file (a fleet's can be millions)
     results.write(partial=True, status="running")
     # JSON lines into --output are appended per node as its report arrives: a job its launcher ends keeps them
     stream = _JsonLines(output_file) if fmt == "json" and output_file is not None else None
@@ -193,8 +194,10 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
         # appended, never rewritten (rank 0's work stays linear in nodes); the facts go into the final header
         for key, value in report.facts.items():
             results.set_meta(f"node.{report.node}.{key}", value)
+        if report.csv:  # formatted on its node (NodeReport.packed)
+            results.add_text(report.csv, report.row_count)
         results.add(report.rows)
-        report.rows = []  # the rows are held once, by the results file
+        report.rows, report.csv = [], ""  # the rows live in the results file alone
         if stream is not None:
             stream.add(report.events)
 
@@ -306,6 +309,8 @@ def _take_second(remeasured: dict, reports: dict, results) -> dict[tuple[str, st
     for node, second in remeasured.items():
         if second.error or node not in reports:
             continue
+        if second.csv:
+            results.add_text(second.csv, second.row_count)
         results.add(second.rows)
         by_key = {(f.name, f.gpus): f for f in second.figures}
         figures = reports[node].figures

@@ -312,3 +312,17 @@ def test_a_rank_killed_mid_check_is_named_when_the_launcher_keeps_the_job(tmp_pa
     df, meta = read_results(out)
     assert set(df["node"]) == {"a", "c"} and meta["check.missing"] == "b"
     assert none_left(out)
+
+
+@needs_mpi
+def test_rank_0_refusing_its_input_sends_every_rank_home_at_once(tmp_path):
+    """Rank 0 alone reads --expect: its one Error line, exit 2, and the other ranks, which wait for
+    its word, end with it (they waited out the deadline and its grace before: 630 s)."""
+    start = time.monotonic()
+    done = subprocess.run(["mpirun", "--oversubscribe", "-np", "3"] + BENCH
+                          + ["-o", str(tmp_path / "refused.csv"), "--expect", str(tmp_path / "none.json")],
+                          capture_output=True, text=True, timeout=150, env=env())
+    assert done.returncode == 2 and f"Error: --expect {tmp_path / 'none.json'}: no such file" in done.stderr, \
+        done.stderr[-3000:]
+    assert time.monotonic() - start < 60  # Python's start-up on three loaded cores, far from the 630 s
+    assert none_left(tmp_path / "refused.csv")

@@ -130,21 +130,14 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
                   on_own_report=_node_textfile(fmt, output_file))
         mpi_launch.Job.leave_if_nixl(0)  # NIXL's libnl and Open MPI's clash at exit (see there)
         return
-    expectations = expect.load(expect_file)
-    from gpuipc_bench.config import check_writable
-    from gpuipc_bench.results.writing import claim_free_name, default_results_path
+    try:
+        expectations, out = _inputs(expect_file, out, force, table_file, output_file)
+    except (BenchError, OSError):
+        if fleet_mode:  # the other ranks wait for rank 0's word: send them home at once
+            from gpuipc_bench.check import fleet
 
-    default_name = out is None
-    out = out or default_results_path("check-")
-    check_writable(out, force or default_name)
-    for option, extra in (("--table", table_file), ("--output", output_file)):
-        if extra is not None:
-            try:
-                check_writable(extra, force)
-            except UsageError as exc:  # its words name --out
-                raise UsageError(str(exc).replace(f"--out {extra}", f"{option} {extra}", 1)) from None
-    if default_name:  # a check started in the same second has it: the next free name (<name>-2.csv)
-        out = claim_free_name(out)
+            fleet.refuse()
+        raise
     try:
         code = _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file,
                       preset, drain)
@@ -156,6 +149,28 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
     if fleet_mode:
         mpi_launch.Job.leave_if_nixl(code)
     raise click.exceptions.Exit(code)
+
+
+def _inputs(expect_file, out, force, table_file, output_file):
+    """What rank 0 (or a check without MPI) reads and claims before it measures: (the
+    expectations, the CSV's path); UsageError for a bad file or a name taken."""
+    from gpuipc_bench.check import expect
+    from gpuipc_bench.config import check_writable
+    from gpuipc_bench.results.writing import claim_free_name, default_results_path
+
+    expectations = expect.load(expect_file)
+    default_name = out is None
+    out = out or default_results_path("check-")
+    check_writable(out, force or default_name)
+    for option, extra in (("--table", table_file), ("--output", output_file)):
+        if extra is not None:
+            try:
+                check_writable(extra, force)
+            except UsageError as exc:  # its words name --out
+                raise UsageError(str(exc).replace(f"--out {extra}", f"{option} {extra}", 1)) from None
+    if default_name:  # a check started in the same second has it: the next free name (<name>-2.csv)
+        out = claim_free_name(out)
+    return expectations, out
 
 
 def _mpi_rank() -> int:

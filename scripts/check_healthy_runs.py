@@ -4,9 +4,11 @@
 
 Each run is `mpirun -np 2N gpuipc-bench check` with the test-only node names
 (GPUIPC_BENCH_TEST_NODE_NAMES=a,a,b,b,c,c: each pair of ranks acts as a node, as the fleet tests
-do), nothing planted: every node healthy, so every run should exit 0. Give the machine a core per
-rank (six ranks for three nodes: a 16-core machine leaves the check's workers room); on fewer
-cores the nodes' CPU figures stray (the CI test's tolerance says so). Writes, to --out (and to
+do) and the GPUs hidden (CUDA_VISIBLE_DEVICES='': the CPU check, as on the CI machine; the nodes
+would otherwise share one machine's GPUs), nothing planted: every node healthy, so every run
+should exit 0. Give the machine a core per rank (six ranks for three nodes: a 16-core machine
+leaves the check's workers room); on fewer cores the nodes' CPU figures stray (the CI test's
+tolerance says so). Writes, to --out (and to
 standard output), one line per run: its exit status, its wall time, and each FAIL line it
 printed; then the count of runs that exited 0. Exit 0 when every run did.
 """
@@ -30,8 +32,11 @@ REPO = Path(__file__).resolve().parent.parent
 def one_run(nodes: int, deadline: float, folder: Path, k: int) -> tuple[int, float, list[str]]:
     """(exit status, seconds, its FAIL lines) of one healthy fleet check."""
     names = ",".join(n for n in string.ascii_lowercase[:nodes] for _ in range(2))
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    command = ["mpirun", "--oversubscribe", "-np", str(2 * nodes), "-x", f"GPUIPC_BENCH_TEST_NODE_NAMES={names}",
+    # CUDA_VISIBLE_DEVICES='': the CPU check (the host path, the barrier, NIXL where installed); the
+    # simulated nodes would otherwise share one machine's GPUs
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", CUDA_VISIBLE_DEVICES="")
+    command = ["mpirun", "--oversubscribe", "-np", str(2 * nodes), "-x", "CUDA_VISIBLE_DEVICES",
+               "-x", f"GPUIPC_BENCH_TEST_NODE_NAMES={names}",
                sys.executable, "-m", "gpuipc_bench.cli", "check", "-o", str(folder / f"run{k}.csv"),
                "--deadline", f"{deadline:g}", "--format", "json", "--output", str(folder / f"run{k}.jsonl")]
     start = time.monotonic()

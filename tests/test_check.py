@@ -714,6 +714,7 @@ def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants:
     machine = h100_node(4)
     nvml = FakeNvml([g.pci_bus_id for g in machine.gpus], busy=busy_links)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(conditions, "IN_PROCESS", True)  # the watch reads the stand-in, in a thread here
     monkeypatch.setattr("gpuipc_bench.machine.probe.probe", lambda: machine)
     monkeypatch.setattr(node, "nixl_installed", lambda: False)
     monkeypatch.setenv(plant.PLANT_ENV, plants)
@@ -795,3 +796,29 @@ def test_a_link_watch_keeps_the_best_reading_under_load():
     assert conditions.link_findings(watch.seen) == {"0": (False, "PCIe link of GPU 0 at Gen3 x16 under a host "
                                                                  "copy (max Gen5 x16)")}
     assert conditions.LinkWatch({}, nvml=nvml).__enter__().seen == {}
+
+
+FAKE_PYNVML = """
+class NVMLError(Exception):
+    pass
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlDeviceGetHandleByIndex(k): return k
+def nvmlDeviceGetPciInfo(h): return type("PciInfo", (), {"busId": b"00000000:17:00.0"})()
+def nvmlDeviceGetCurrPcieLinkGeneration(h): return 4
+def nvmlDeviceGetCurrPcieLinkWidth(h): return 16
+def nvmlDeviceGetMaxPcieLinkGeneration(h): return 5
+def nvmlDeviceGetMaxPcieLinkWidth(h): return 16
+"""
+
+
+def test_the_link_watch_reads_in_a_process_of_its_own(tmp_path, monkeypatch):
+    """The check forks its workers: no thread of its own may be inside NVML then. The watch's
+    process (here with a stand-in pynvml first on its PYTHONPATH) answers what it read."""
+    (tmp_path / "pynvml.py").write_text(FAKE_PYNVML)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    with conditions.LinkWatch({"0": "0000:17:00.0"}) as watch:
+        assert watch._child is not None and watch._child.poll() is None and watch.seen == {}
+    assert watch.seen == {"0": {"gen": 4, "width": 16, "max_gen": 5, "max_width": 16, "loaded": True}}
+    assert watch._child is None

@@ -308,3 +308,63 @@ def run_session(tmp_path, plan, sets, reporter=None):
     out = tmp_path / "run.csv"
     outcome = Session(out, reporter, sets=sets).run(plan)
     return outcome, reporter, out
+
+
+# --------------------------------------------------------------------------- NVML's PCIe link readings
+
+
+class FakeNvml:
+    """A stand-in for the pynvml module (put in sys.modules): GPUs by PCI bus id whose PCIe link
+    reads at the `idle` generation until `loaded` is set (a host copy runs), then their entry of
+    `busy` (generation, width; default: the maximum); the width is the busy one either way (a lost
+    lane stays lost); the maximum is `maximum`. No process, no clock event."""
+
+    class NVMLError(Exception):
+        pass
+
+    NVML_P2P_CAPS_INDEX_READ = 0
+
+    def __init__(self, bus_ids: list[str], busy: dict[int, tuple[int, int]] | None = None,
+                 idle: int = 1, maximum: tuple[int, int] = (5, 16)):
+        self.bus_ids, self.busy, self.idle, self.maximum = bus_ids, busy or {}, idle, maximum
+        self.loaded = False
+        self.reads = 0  # link readings taken
+        self.users = 0  # nvmlInit calls not yet shut down (a watch that reads now)
+
+    def nvmlInit(self):
+        self.users += 1
+
+    def nvmlShutdown(self):
+        self.users -= 1
+
+    def nvmlDeviceGetCount(self):
+        return len(self.bus_ids)
+
+    def nvmlDeviceGetHandleByIndex(self, k):
+        return k
+
+    def nvmlDeviceGetPciInfo(self, handle):
+        return type("PciInfo", (), {"busId": self.bus_ids[handle].encode()})()
+
+    def _link(self, handle) -> tuple[int, int]:
+        self.reads += 1
+        busy = self.busy.get(handle, self.maximum)
+        return busy if self.loaded else (self.idle, busy[1])
+
+    def nvmlDeviceGetCurrPcieLinkGeneration(self, handle):
+        return self._link(handle)[0]
+
+    def nvmlDeviceGetCurrPcieLinkWidth(self, handle):
+        return self._link(handle)[1]
+
+    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle):
+        return self.maximum[0]
+
+    def nvmlDeviceGetMaxPcieLinkWidth(self, handle):
+        return self.maximum[1]
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle):
+        return []
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return 0

@@ -444,8 +444,41 @@ def test_the_fleet_table_puts_the_worst_node_first_and_draws_a_heatmap(tmp_path)
     md = table.to_markdown(rows)
     assert md.splitlines()[2].startswith("| node999 | 1 | did not report") and " !" in md.splitlines()[3]
     assert json.loads(table.to_json(rows))["nodes"][1]["node"] == "node007"
-    table.save(rows, tmp_path / "fleet.png")
-    assert (tmp_path / "fleet.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert table.save(rows, tmp_path / "fleet.png") == [tmp_path / "fleet-host-link.png", tmp_path / "fleet-memory.png"]
+    assert (tmp_path / "fleet-host-link.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_heatmap_of_a_thousand_nodes_is_one_tall_file_per_figure_family(tmp_path):
+    """1,000 2-GPU nodes: one image per family (host link, memory, the pairs), a row of pixels per
+    node (its name beside it), the figures' names and the colour scale above the grid; the worst
+    node's row red, a healthy one's green."""
+    from PIL import Image
+
+    from gpuipc_bench.check import heatmap
+
+    pairs = ["0>1", "1>0"]
+    by_node = {f"node{k:04d}": [_fig(value=55.0 - (20 if k == 500 else k % 3), gpus=str(g)) for g in range(2)]
+               + [_fig("d2d", 2600.0 + k % 7, gpus=str(g)) for g in range(2)]
+               + [_fig("peer", 380.0, gpus=p) for p in pairs] for k in range(1000)}
+    rows = table.fleet_rows(by_node, [], {})
+    assert rows[0]["node"] == "node0500"
+    written = table.save(rows, tmp_path / "fleet.png")
+    assert [p.name for p in written] == ["fleet-host-link.png", "fleet-memory.png", "fleet-pairs.png"]
+    images = {p.name: Image.open(p).convert("RGB") for p in written}
+    for family, columns in heatmap.families(list(dict.fromkeys(k for r in rows for k in r["figures"]))).items():
+        tall = heatmap.Layout(rows, columns, family).top + 1000 * heatmap.ROW_PX + heatmap.PAD
+        assert images[f"fleet-{family}.png"].height == tall, family
+    layout = heatmap.Layout(rows, ["h2d@0", "h2d@1"], "host-link")
+    host_link = images["fleet-host-link.png"]
+    first, second = (layout.top + k * heatmap.ROW_PX + heatmap.ROW_PX // 2 for k in (0, 1))
+    red, green = host_link.getpixel((layout.left + 5, first)), host_link.getpixel((layout.left + 5, second))
+    assert red[0] > 150 > red[1] and green[1] > max(150, green[0]), (red, green)
+    dark = 80  # text: the node's name left of its row, each figure's name above its column
+    beside = (heatmap.PAD, first - 4, layout.left - heatmap.PAD, first + 4)
+    assert host_link.crop(beside).convert("L").getextrema()[0] < dark
+    above = (layout.left, layout.top - 40, layout.left + heatmap.CELL_PX, layout.top)
+    assert host_link.crop(above).convert("L").getextrema()[0] < dark
+    assert table.save(rows[:3], tmp_path / "few.svg")[0].read_text().startswith("<svg")
 
 
 # ---------------------------------------------------------------- outputs
@@ -724,3 +757,138 @@ def test_the_lane_of_each_figure_is_shown_and_a_peer_copy_over_pcie_fails_the_no
     assert "| lane |" in output.to_markdown(events) and "| lane |" not in output.to_markdown([none])
     rows = table.fleet_rows({"n1": [got[("peer-ce", "0>1")]]}, events, {})
     assert rows[0]["figures"]["peer-ce@0>1"]["lane"] == "pcie"
+
+
+# ---------------------------------------------------------------- every GPU of a node, its PCIe link under load
+
+
+def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants: str = ""):
+    """check_node on a fake node of four H100s (fakes.h100_node): a stand-in runner gives every
+    scenario's headline rows (h2d, d2h, d2d at 55, 55 and 2600 GB/s on each GPU it runs on; peer
+    on each pair), and holds each staging run under the check's link watch until NVML
+    (fakes.FakeNvml, its links at `busy_links` while staging runs) has been read under it.
+    Returns (report, the runs as (scenario, devices, sizes), the expectations)."""
+    import time
+
+    from fakes import FakeNvml, figure, h100_node
+    from gpuipc_bench.check import node
+    from gpuipc_bench.check.expect import Expectation, Expectations, model_of
+    from gpuipc_bench.harness.launcher import Outcome
+
+    machine = h100_node(4)
+    nvml = FakeNvml([g.pci_bus_id for g in machine.gpus], busy=busy_links)
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+    monkeypatch.setattr(conditions, "IN_PROCESS", True)  # the watch reads the stand-in, in a thread here
+    monkeypatch.setattr("gpuipc_bench.machine.probe.probe", lambda: machine)
+    monkeypatch.setattr(node, "nixl_installed", lambda: False)
+    monkeypatch.setenv(plant.PLANT_ENV, plants)
+    runs = []
+
+    def runner(sc, config, specs, on_row):
+        a, b = specs[0].device, specs[-1].device
+        runs.append((sc.name, (a, b), sc.sizes(config)))
+        rows = []
+        for n in sc.sizes(config):
+            if sc.name == "staging":
+                rows += figure("ceiling", f"h2d@{b}", n / 55e9, (n,), n=5, src=b, dst=b)
+                rows += figure("ceiling", f"d2h@{a}", n / 55e9, (n,), n=5, src=a, dst=a)
+            elif sc.name == "ipc":
+                rows += figure("ceiling", f"d2d@{a}", n / 2600e9, (n,), n=5, src=a, dst=a)
+                rows += figure("ipc", "ce", n / 2500e9, (n,), n=5, src=a, dst=b, ceiling=f"d2d@{a}")
+            elif sc.name == "peer":
+                rows += figure("ceiling", f"peer@{a}>{b}", n / 400e9, (n,), n=5, src=a, dst=b)
+        if sc.name == "staging" and nvml.users:  # a host copy runs under the check's watch (it polls every 20 ms)
+            nvml.loaded, before, give_up = True, nvml.reads, time.monotonic() + 10
+            while nvml.reads < before + 16 and time.monotonic() < give_up:
+                time.sleep(0.005)
+            nvml.loaded = False
+        for row in rows:
+            on_row(row)
+        return Outcome(sc.name, len(rows))
+
+    facts = machine.metadata()
+    model = model_of(facts, "0")
+    bands = {"h2d": (53.0, 57.0), "d2h": (53.0, 57.0), "d2d": (2500.0, 2700.0), "ipc-ce": (2400.0, 2600.0)}
+    expected = Expectations({(model, f): Expectation(model, f, "GB/s", lo, hi, 2, sources=("test",))
+                             for f, (lo, hi) in bands.items()}, {})
+    from gpuipc_bench.harness import launcher
+
+    def run_scenario(scenario, config, specs, on_row, env=None, mode_name=None, **callbacks):  # the fork launcher
+        return runner(scenario, config, specs, on_row)
+
+    monkeypatch.setattr(launcher, "run_scenario", run_scenario)
+    return node.check_node("n1", expected), runs, expected
+
+
+def test_every_gpus_host_link_and_memory_are_measured_and_a_slow_gpu_is_named(monkeypatch):
+    from gpuipc_bench.check.figures import BIG
+    from gpuipc_bench.check.node import missing_figures
+
+    report, runs, expected = _four_gpu_check(monkeypatch, {}, plants="slow:*:h2d@2:0.5")
+    for name in ("staging", "ipc"):  # GPU 0 at both sizes, then every other GPU at 256 MiB
+        first = [(devices, sizes) for n, devices, sizes in runs if n == name][:4]
+        assert first[0][0] == (0, 0) and len(first[0][1]) == 2
+        assert first[1:] == [((g, g), (BIG,)) for g in (1, 2, 3)]
+    figures = [e for e in report.events if e.kind == "figure"]
+    failed = [(e.figure, e.gpus) for e in figures if e.status == "fail"]
+    assert failed == [("h2d", "2")], [(e.figure, e.gpus, e.status, e.reason) for e in figures]
+    slow = next(e for e in figures if e.status == "fail")
+    assert "below" in slow.reason and "measured twice" in slow.reason and slow.measured == pytest.approx(27.5)
+    for name in ("h2d", "d2h", "d2d", "ipc-ce"):  # judged on every GPU
+        assert sorted(e.gpus for e in figures if e.figure == name) == ["0", "1", "2", "3"]
+    assert not [e for e in report.events if e.kind == "link"]  # every link reached Gen5 x16 under load
+    # a figure of one GPU missing on any GPU fails, naming that GPU
+    without = [f for f in report.figures if (f.name, f.gpus) != ("d2d", "3")]
+    missing = missing_figures("n1", report.facts, expected, ["staging", "ipc"], without)
+    assert [(e.figure, e.gpus, e.status) for e in missing] == [("d2d", "3", "fail")]
+
+
+def test_a_pcie_link_below_its_maximum_under_a_host_copy_is_named(monkeypatch):
+    """NVML reads every link at Gen1 when idle (as GPUs drop it): only what a link reached while
+    staging's host copies ran counts. GPU 1 stays at Gen4 (warns), GPU 3 at x8 (fails)."""
+    report, _, _ = _four_gpu_check(monkeypatch, {1: (4, 16), 3: (5, 8)})
+    links = [(e.status, e.gpus, e.reason) for e in report.events if e.kind == "link"]
+    assert links == [("warn", "1", "PCIe link of GPU 1 at Gen4 x16 under a host copy (max Gen5 x16)"),
+                     ("fail", "3", "PCIe link of GPU 3 at Gen5 x8 under a host copy (max Gen5 x16)")]
+    assert judge.exit_code(report.events) == 1
+
+
+def test_a_link_watch_keeps_the_best_reading_under_load():
+    from fakes import FakeNvml
+
+    nvml = FakeNvml(["0000:17:00.0"], busy={0: (3, 16)})
+    with conditions.LinkWatch({"0": "0000:17:00.0"}, poll_s=0.001, nvml=nvml) as watch:
+        nvml.loaded = True
+        while nvml.reads < 6:
+            pass
+        nvml.loaded = False
+    assert watch.seen["0"] == {"gen": 3, "width": 16, "max_gen": 5, "max_width": 16, "loaded": True}
+    assert conditions.link_findings(watch.seen) == {"0": (False, "PCIe link of GPU 0 at Gen3 x16 under a host "
+                                                                 "copy (max Gen5 x16)")}
+    assert conditions.LinkWatch({}, nvml=nvml).__enter__().seen == {}
+
+
+FAKE_PYNVML = """
+class NVMLError(Exception):
+    pass
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlDeviceGetHandleByIndex(k): return k
+def nvmlDeviceGetPciInfo(h): return type("PciInfo", (), {"busId": b"00000000:17:00.0"})()
+def nvmlDeviceGetCurrPcieLinkGeneration(h): return 4
+def nvmlDeviceGetCurrPcieLinkWidth(h): return 16
+def nvmlDeviceGetMaxPcieLinkGeneration(h): return 5
+def nvmlDeviceGetMaxPcieLinkWidth(h): return 16
+"""
+
+
+def test_the_link_watch_reads_in_a_process_of_its_own(tmp_path, monkeypatch):
+    """The check forks its workers: no thread of its own may be inside NVML then. The watch's
+    process (here with a stand-in pynvml first on its PYTHONPATH) answers what it read."""
+    (tmp_path / "pynvml.py").write_text(FAKE_PYNVML)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    with conditions.LinkWatch({"0": "0000:17:00.0"}) as watch:
+        assert watch._child is not None and watch._child.poll() is None and watch.seen == {}
+    assert watch.seen == {"0": {"gen": 4, "width": 16, "max_gen": 5, "max_width": 16, "loaded": True}}
+    assert watch._child is None

@@ -598,3 +598,27 @@ def test_schema_3_cells_are_checked_on_reading(tmp_path, column, cell, needle):
     path.write_text(path.read_text().replace(row, ",".join(cells)))
     with pytest.raises(ResultsFormatError, match=f"column {column}: .*{needle}"):
         read_results(path)
+
+
+def test_a_results_file_that_does_not_hold_its_rows_streams_them(tmp_path):
+    """hold_rows=False (a fleet check's rank 0): rows live in the file alone, text formatted
+    elsewhere is appended as it is, and the final write copies them under the new header."""
+    from gpuipc_bench.results.writing import format_rows
+
+    path = tmp_path / "fleet.csv"
+    rf = ResultsFile(path, {"host": "h"}, hold_rows=False)
+    rf.add(sample_rows()[:1])  # before the first write: held until it
+    rf.write(partial=True, status="running")
+    rf.add(sample_rows()[1:2])
+    rf.add_text(format_rows(new_row(**{**r, "node": "h"}) for r in sample_rows()[2:]), len(sample_rows()) - 2)
+    assert rf.frame.empty and len(rf) == len(sample_rows())  # none held
+    rf.set_meta("check.nodes", "h")
+    rf.write(partial=False)
+    rf.close()
+    df, meta = read_results(path)
+    whole = ResultsFile(tmp_path / "whole.csv", {"host": "h"})
+    whole.add(sample_rows())
+    pd.testing.assert_frame_equal(df, whole.frame)
+    assert meta["check.nodes"] == "h" and meta["status"] == "complete"
+    with pytest.raises(ValueError):
+        ResultsFile(tmp_path / "held.csv").add_text("", 0)

@@ -5,8 +5,9 @@ A figure is one number per GPU, GPU pair or host: the median of its samples at o
 from the same run where it has one (a path's figure is judged against its own ceiling too,
 so that a slow host link does not blame the path).
 
-    h2d, d2h, d2d      copy-engine ceilings per GPU (pinned host memory; device-local), 256 MiB
-    ipc-ce             CUDA IPC, a second process on the same GPU pulls with the copy engine, stream, 256 MiB
+    h2d, d2h, d2d      copy-engine ceilings of every GPU (pinned host memory; device-local), 256 MiB
+    ipc-ce             CUDA IPC, a second process on the same GPU pulls with the copy engine, stream,
+                       256 MiB, on every GPU
     ipc-handoff-4k     the same path, 4 KiB handed over one transfer at a time (µs per transfer, time-sliced)
     peer               copy-engine peer copy between two GPUs in one process (the pair's ceiling), 256 MiB
     peer-ce            the peer path across two processes, stream, 256 MiB
@@ -50,6 +51,8 @@ class Spec:
     scenario: str = ""  # the scenario that measures it (a re-measure runs it again)
     same_gpu: bool = False  # rows with src == dst only
     unshared: bool = False  # rows of the time-sliced (or exclusive) mode only
+    every_gpu: bool = False  # measured on every GPU of the node: one missing on any GPU fails
+
 
     @property
     def higher_better(self) -> bool:
@@ -57,10 +60,11 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("h2d", "ceiling", r"h2d@(\d+)", "stream", "bandwidth", BIG, scenario="staging"),
-    Spec("d2h", "ceiling", r"d2h@(\d+)", "stream", "bandwidth", BIG, scenario="staging"),
-    Spec("d2d", "ceiling", r"d2d@(\d+)", "stream", "bandwidth", BIG, scenario="ipc"),
-    Spec("ipc-ce", "ipc", "ce", "stream", "bandwidth", BIG, scenario="ipc", same_gpu=True, unshared=True),
+    Spec("h2d", "ceiling", r"h2d@(\d+)", "stream", "bandwidth", BIG, scenario="staging", every_gpu=True),
+    Spec("d2h", "ceiling", r"d2h@(\d+)", "stream", "bandwidth", BIG, scenario="staging", every_gpu=True),
+    Spec("d2d", "ceiling", r"d2d@(\d+)", "stream", "bandwidth", BIG, scenario="ipc", every_gpu=True),
+    Spec("ipc-ce", "ipc", "ce", "stream", "bandwidth", BIG, scenario="ipc", same_gpu=True, unshared=True,
+         every_gpu=True),
     Spec("ipc-handoff-4k", "ipc", "ce", "handoff", "bandwidth", SMALL, US, "ipc", same_gpu=True, unshared=True),
     Spec("peer", "ceiling", r"peer@(\d+)>(\d+)", "stream", "bandwidth", BIG, scenario="peer"),
     Spec("peer-ce", "peer", "ce", "stream", "bandwidth", BIG, scenario="peer"),
@@ -115,10 +119,10 @@ def figures_of(frame, node: str = "", attempt: int = 0, facts: Mapping[str, str]
     out = []
     for spec in SPECS:
         for figure in _take(spec, frame, lanes, facts or {}):
-            fixed = plant.fixed_value(node, figure.name)
+            fixed = plant.fixed_value(node, figure.name, gpus=figure.gpus)
             if fixed is not None:
                 figure = dataclasses.replace(figure, value=fixed)
-            factor = plant.figure_factor(node, figure.name, attempt)
+            factor = plant.figure_factor(node, figure.name, attempt, gpus=figure.gpus)
             if factor != 1.0:
                 value = figure.value * factor if figure.higher_better else figure.value / factor
                 figure = dataclasses.replace(figure, value=value)

@@ -47,6 +47,7 @@ HELLO, ASSIGN, REPORT, WORD = 31, 32, 33, 34
 POLL_S = 0.01
 STOP_WAIT_S = 10.0  # rank 0's own leader telling its partner to stop, at the end
 MEMBER_GRACE_S = 30.0  # past rank 0's deadline: rank 0 names, writes and ends the job before
+REFUSE_WAIT_S = 10.0  # rank 0 refused its input: how long its word to the other ranks may take
 
 
 @dataclasses.dataclass
@@ -106,6 +107,19 @@ def run(expectations: Expectations, tolerance: float | None, deadline: float, ti
         return None
     return _rank0(world, mine, expectations, tolerance, deadline, timeout, on_start, on_report, again,
                   on_own_report)
+
+
+def refuse(wait_s: float = REFUSE_WAIT_S) -> None:
+    """Rank 0 refused its input (one `Error:` line): every other rank is told to go home (the word
+    a rank left out of the check gets), so that none waits out the deadline; the sends are given
+    `wait_s` to be taken (a rank not started by then still ends at its own deadline)."""
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    sending = [world.isend(None, dest=r, tag=ASSIGN) for r in range(1, world.Get_size())]
+    until = time.monotonic() + wait_s
+    while not MPI.Request.Testall(sending) and time.monotonic() < until:
+        time.sleep(POLL_S)
 
 
 def _give_up(mine: Hello, seconds: float) -> None:
@@ -337,7 +351,7 @@ def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, 
     if inbox is not None:
         deliver, word = inbox.put, _own_words.get
     else:
-        deliver = lambda report: world.send(report, dest=0, tag=REPORT)  # noqa: E731
+        deliver = lambda report: world.send(report.packed(), dest=0, tag=REPORT)  # noqa: E731
         word = lambda: world.recv(source=0, tag=WORD)  # noqa: E731
     job = _pair_job(world, pair, node)
     try:

@@ -1,12 +1,15 @@
 """The check of one node: which paths work, the short measurement, each figure judged.
 
-The measurement is `gpuipc-bench run`'s session (harness.session.Session.run), a plan per
-scenario on a short preset: two sizes (the latency-bound 4 KiB and the bandwidth-bound 256 MiB;
-16 MiB for the host path), 5 samples after one warm-up, the same-GPU pairs time-sliced only (no
-MPS daemon of its own), each run independent (fresh processes, no figures shared). GPU
-nodes run staging (h2d, d2h), ipc (d2d, ipc-ce, ipc-handoff-4k) and, with two GPUs or more,
-peer for every ordered pair; vmm and mempool run once at 4 KiB, as the proof that their
-path works. A node without a GPU runs the host path and the barrier (the CPU figures).
+The measurement is `gpuipc-bench run`'s machinery through its public parts (RunConfig, the
+plan, launcher.run_scenario or an MPI job's run_scenario), on a short preset: two sizes (the
+latency-bound 4 KiB and the bandwidth-bound 256 MiB; 16 MiB for the host path), 5 samples
+after one warm-up, the same-GPU pairs time-sliced only (no MPS daemon of its own). GPU
+nodes run staging (h2d, d2h), ipc (d2d, ipc-ce, ipc-handoff-4k) on GPU 0, again on every
+other GPU at 256 MiB (each GPU's host link and memory: h2d, d2h, d2d, ipc-ce, judged per
+GPU) and, with two GPUs or more, peer for every ordered pair; vmm and mempool run once at
+4 KiB, as the proof that their path works. Every GPU's PCIe link is read from NVML while the
+measurement runs (under staging's host copies): one below its maximum width fails, below its
+generation warns. A node without a GPU runs the host path and the barrier (the CPU figures).
 A figure that fails or warns is measured again (its scenario once more) before it counts.
 """
 
@@ -29,6 +32,7 @@ GPU_SIZES = (figs.SMALL, figs.BIG)
 HOST_SIZES = (figs.SMALL, figs.HOST_BIG)
 GPU_SCENARIOS = ("staging", "ipc", "peer")
 PROOF_SCENARIOS = ("vmm", "mempool")  # a path's proof: one tiny run
+EVERY_GPU_SCENARIOS = ("staging", "ipc")  # run on every GPU: its host link and memory
 CPU_SCENARIOS = ("host", "barrier")
 # --preset health: the headline paths only (no proofs, no NIXL, no barrier), fewer samples
 HEALTH_GPU_SCENARIOS, HEALTH_CPU_SCENARIOS, HEALTH_SAMPLES = ("staging", "ipc", "peer"), ("host",), 3
@@ -43,6 +47,19 @@ class NodeReport:
     events: list[judge.Event] = dataclasses.field(default_factory=list)
     figures: list[figs.Figure] = dataclasses.field(default_factory=list)
     error: str = ""
+    csv: str = ""  # the rows as CSV lines (packed() on the node: rank 0 appends them as they are)
+    row_count: int = 0  # how many rows csv holds
+
+    def packed(self) -> "NodeReport":
+        """This report for rank 0: its rows checked and formatted here, on the node (results'
+        format_rows), so that rank 0 only appends text (its work linear in the bytes, not the rows)."""
+        from gpuipc_bench.results import new_row
+        from gpuipc_bench.results.writing import format_rows
+
+        if not self.rows:
+            return self
+        text = format_rows(new_row(**r) for r in self.rows)
+        return dataclasses.replace(self, rows=[], csv=self.csv + text, row_count=self.row_count + len(self.rows))
 
 
 def check_node(node: str, expectations: Expectations, tolerance: float | None = None,
@@ -77,7 +94,9 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
         if nixl_installed():  # KV caches move with NIXL: did UCX use the link?
             names.append("nixl-read" if gpu else "nixl-host-read")
     names = [n for n in names if not plant.left_out(n)]
-    outcomes = measure(names, machine, job, keep, timeout, samples)
+    bus_ids = {str(g.index): g.pci_bus_id for g in machine.gpus}
+    with conditions.LinkWatch(bus_ids if gpu and "staging" in names else {}) as links:  # under its host copies
+        outcomes = measure(names, machine, job, keep, timeout, samples)
     for name, error in outcomes.items():
         path = PATH_OF.get(name)
         if error and path in verdicts and verdicts[path].ok is not False:
@@ -93,8 +112,10 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
         report.events.append(judge.Event(judge.FAIL, node, "node", "rows", reason="no scenario of the check "
                                          f"measured anything ({', '.join(names)})"))
 
-    bus_ids = {str(g.index): g.pci_bus_id for g in machine.gpus}
-    causes = conditions.gpu_conditions(bus_ids) if gpu else {}
+    for index, (fails, said) in sorted(conditions.link_findings(links.seen).items()):
+        report.events.append(judge.Event(judge.FAIL if fails else judge.WARN, node, "link", "pcie", index,
+                                         reason=said))
+    causes = conditions.gpu_conditions(bus_ids, links=links.seen) if gpu else {}
     frame = _frame(report.rows)
     first = {(f.name, f.gpus): f for f in figs.figures_of(frame, node, facts=facts)}
     judged = {k: judge.judge_figure(f, node, facts, expectations, tolerance, causes) for k, f in first.items()}
@@ -180,19 +201,36 @@ def missing_figures(node: str, facts: dict[str, str], expectations: Expectations
 
     gpus = ["host"] + [str(i) for i in range(int(facts.get("gpu_count", "0") or 0))]
     gpus += [f"{a}>{b}" for a in gpus[1:] for b in gpus[1:] if a != b]
-    have = {(model_of(facts, f.gpus), f.name) for f in measured}
+    have = {(model_of(facts, f.gpus), f.name) for f in measured} | {(f.gpus, f.name) for f in measured}
     out, seen = [], set()
     for where in gpus:
         model = model_of(facts, where)
         for (m, figure), exp in sorted(expectations.entries.items()):
             spec = figs.BY_NAME.get(figure)
-            if m != model or (m, figure) in have or (m, figure) in seen or spec is None:
+            if m != model or spec is None:
+                continue
+            key = (where, figure) if spec.every_gpu else (m, figure)  # every GPU's, or the model's once
+            if key in have or key in seen:
                 continue
             if spec.scenario not in scenarios:  # not run here (NIXL not installed, a CPU figure on a GPU node)
                 continue
-            seen.add((m, figure))
+            seen.add(key)
             out.append(judge.Event(judge.FAIL, node, "figure", figure, where, None, exp.text(), exp.unit,
                                    f"expected on {model} but not measured"))
+    return out
+
+
+def every_gpu(plan, config, machine) -> list:
+    """The plan's runs (GPU 0), then each once more on every other GPU of the node (a same-GPU pair
+    on it) at the bandwidth size only: the figures of one GPU (its host link, its memory) come from
+    there; the 4 KiB hand-off is the path's, measured once on GPU 0."""
+    from gpuipc_bench.harness.classes import sized
+
+    out = list(plan)
+    for scenario, _ in plan:
+        for gpu in range(1, machine.gpu_count):
+            out.append((sized(scenario, (figs.BIG,)), scenario.workers(dataclasses.replace(config, devices=(gpu,)),
+                                                                       machine)))
     return out
 
 
@@ -256,5 +294,7 @@ def preset_plan(scenario, machine, job, timeout: float, samples: int) -> Plan:
     runs, _ = plan_scenarios(config, registry(), machine, explicit=False, job=job)
     if scenario.pairable and scenario.gpus_needed >= 2 and machine.gpu_count >= 2:
         runs = plan_pairs(runs, config, machine, "all", full=True)[0]  # every pair's figures
+    if scenario.name in EVERY_GPU_SCENARIOS:
+        runs = every_gpu(runs, config, machine)
     sharing = [] if job else modes.make(("time-sliced",))
     return Plan(config, machine, runs, sharing, {}, [], independent=True)

@@ -6,6 +6,7 @@ for many nodes."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 
 from gpuipc_bench.check.figures import Figure
@@ -16,6 +17,7 @@ def fleet_rows(by_node: dict[str, list[Figure]], events: list[Event], missing: d
     medians = fleet_medians(by_node)
     outliers = {(e.node, e.figure, e.gpus) for e in events if e.kind == "fleet" and e.status == FAIL}
     expected = {(e.node, e.figure, e.gpus): e.expected_value for e in events if e.kind == "figure"}
+    failures = Counter(e.node for e in events if e.status == FAIL)  # counted once: linear in the events
     rows: list[dict] = []
     for node, figures in by_node.items():
         cells: dict[str, dict] = {}
@@ -26,7 +28,7 @@ def fleet_rows(by_node: dict[str, list[Figure]], events: list[Event], missing: d
                           "of_expected": _fraction(f, edge), "outlier": (node, f.name, f.gpus) in outliers,
                           **({"lane": f.lane} if f.lane else {})}
         fractions: list[float] = [c["of_median"] for c in cells.values() if c["of_median"] is not None]
-        rows.append({"node": node, "failures": sum(e.status == FAIL for e in events if e.node == node),
+        rows.append({"node": node, "failures": failures[node],
                      "worst": min(fractions) if fractions else None, "figures": cells, "missing": ""})
     for node, why in missing.items():
         rows.append({"node": node, "failures": 1, "worst": None, "figures": {}, "missing": why})
@@ -87,38 +89,21 @@ def render(rows: list[dict], console) -> None:
     console.print(table)
 
 
-def save(rows: list[dict], path: Path) -> None:
-    """The table into PATH by its suffix: .md, .json, or .png / .svg (the heatmap)."""
+def save(rows: list[dict], path: Path) -> list[Path]:
+    """The table into PATH by its suffix: .md, .json, or .png / .svg (the heatmaps, one file per
+    figure family: PATH's stem, '-', the family). Returns the files written."""
     suffix = Path(path).suffix.lower()
     if suffix in (".png", ".svg"):
-        heatmap(rows, Path(path))
-    else:
-        Path(path).write_text(to_json(rows) if suffix == ".json" else to_markdown(rows), encoding="utf-8")
+        return heatmap(rows, Path(path))
+    Path(path).write_text(to_json(rows) if suffix == ".json" else to_markdown(rows), encoding="utf-8")
+    return [Path(path)]
 
 
-def heatmap(rows: list[dict], path: Path) -> None:
-    """Node x figure, coloured by the fraction of the fleet median (matplotlib, imported here)."""
-    import matplotlib
+def heatmap(rows: list[dict], path: Path) -> list[Path]:
+    """Node x figure, one image per figure family (check/heatmap.py): PATH's stem, '-', the family
+    (fleet-host-link.png, fleet-memory.png, fleet-pairs.png, ...)."""
+    from gpuipc_bench.check import heatmap as drawing
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    columns = _columns(rows)
-    nodes = [r["node"] for r in rows]
-    grid = np.full((len(nodes), max(1, len(columns))), np.nan)
-    for i, r in enumerate(rows):
-        for j, c in enumerate(columns):
-            cell = r["figures"].get(c)
-            if cell and cell["of_median"] is not None:
-                grid[i, j] = cell["of_median"]
-    height = max(2.5, 0.18 * len(nodes) + 1.5)
-    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * len(columns) + 2.5), height))
-    image = ax.imshow(grid, aspect="auto", cmap="RdYlGn", vmin=0.7, vmax=1.1, interpolation="nearest")
-    ax.set_xticks(range(len(columns)), columns, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(len(nodes)), nodes, fontsize=6 if len(nodes) > 40 else 8)
-    fig.colorbar(image, ax=ax, label="fraction of the fleet median")
-    ax.set_title("gpuipc-bench check: nodes, worst first")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    by_family = drawing.families(_columns(rows)) or {"figures": []}
+    return [drawing.draw(rows, columns, path.with_name(f"{path.stem}-{family}{path.suffix}"), family)
+            for family, columns in by_family.items()]

@@ -66,7 +66,8 @@ NPD_UNKNOWN = 2  # node-problem-detector's custom plugin: 0 OK, 1 a problem, 2 u
                    "printed: an MPI launcher that ends the job may drop what its ranks print last).")
 @click.option("--force", is_flag=True, help="Overwrite --out, --output, --table and --learn's file if they exist.")
 @click.option("--table", "table_file", type=click.Path(path_type=Path), default=None, metavar="FILE",
-              help="Also write the fleet table: .md, .json, or .png/.svg (a node x figure heatmap).")
+              help="Also write the fleet table: .md, .json, or .png/.svg (node x figure heatmaps, one per figure "
+                   "family: FILE's name with -host-link, -memory, -pairs, -host, -nixl before the suffix).")
 @click.option("--deadline", type=float, default=600.0, show_default=True,
               help="Under MPI: seconds rank 0 waits for every node's report; a node that has not reported "
                    "by then is named as hung.")
@@ -129,21 +130,14 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
                   on_own_report=_node_textfile(fmt, output_file))
         mpi_launch.Job.leave_if_nixl(0)  # NIXL's libnl and Open MPI's clash at exit (see there)
         return
-    expectations = expect.load(expect_file)
-    from gpuipc_bench.config import check_writable
-    from gpuipc_bench.results.writing import claim_free_name, default_results_path
+    try:
+        expectations, out = _inputs(expect_file, out, force, table_file, output_file)
+    except (BenchError, OSError):
+        if fleet_mode:  # the other ranks wait for rank 0's word: send them home at once
+            from gpuipc_bench.check import fleet
 
-    default_name = out is None
-    out = out or default_results_path("check-")
-    check_writable(out, force or default_name)
-    for option, extra in (("--table", table_file), ("--output", output_file)):
-        if extra is not None:
-            try:
-                check_writable(extra, force)
-            except UsageError as exc:  # its words name --out
-                raise UsageError(str(exc).replace(f"--out {extra}", f"{option} {extra}", 1)) from None
-    if default_name:  # a check started in the same second has it: the next free name (<name>-2.csv)
-        out = claim_free_name(out)
+            fleet.refuse()
+        raise
     try:
         code = _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fleet_mode, output_file,
                       preset, drain)
@@ -155,6 +149,28 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
     if fleet_mode:
         mpi_launch.Job.leave_if_nixl(code)
     raise click.exceptions.Exit(code)
+
+
+def _inputs(expect_file, out, force, table_file, output_file):
+    """What rank 0 (or a check without MPI) reads and claims before it measures: (the
+    expectations, the CSV's path); UsageError for a bad file or a name taken."""
+    from gpuipc_bench.check import expect
+    from gpuipc_bench.config import check_writable
+    from gpuipc_bench.results.writing import claim_free_name, default_results_path
+
+    expectations = expect.load(expect_file)
+    default_name = out is None
+    out = out or default_results_path("check-")
+    check_writable(out, force or default_name)
+    for option, extra in (("--table", table_file), ("--output", output_file)):
+        if extra is not None:
+            try:
+                check_writable(extra, force)
+            except UsageError as exc:  # its words name --out
+                raise UsageError(str(exc).replace(f"--out {extra}", f"{option} {extra}", 1)) from None
+    if default_name:  # a check started in the same second has it: the next free name (<name>-2.csv)
+        out = claim_free_name(out)
+    return expectations, out
 
 
 def _mpi_rank() -> int:
@@ -180,7 +196,7 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
             "command": "gpuipc-bench " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
             "host": plant.node_name(0), "launcher": "mpi" if fleet_mode else "fork",
             "check.expectations": expectations.source}
-    results = ResultsFile(out, meta)
+    results = ResultsFile(out, meta, hold_rows=False)  # rows live in the file (a fleet's can be millions)
     results.write(partial=True, status="running")
     # JSON lines into --output are appended per node as its report arrives: a job its launcher ends keeps them
     stream = _JsonLines(output_file) if fmt == "json" and output_file is not None else None
@@ -193,8 +209,10 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
         # appended, never rewritten (rank 0's work stays linear in nodes); the facts go into the final header
         for key, value in report.facts.items():
             results.set_meta(f"node.{report.node}.{key}", value)
+        if report.csv:  # formatted on its node (NodeReport.packed)
+            results.add_text(report.csv, report.row_count)
         results.add(report.rows)
-        report.rows = []  # the rows are held once, by the results file
+        report.rows, report.csv = [], ""  # the rows live in the results file alone
         if stream is not None:
             stream.add(report.events)
 
@@ -306,6 +324,8 @@ def _take_second(remeasured: dict, reports: dict, results) -> dict[tuple[str, st
     for node, second in remeasured.items():
         if second.error or node not in reports:
             continue
+        if second.csv:
+            results.add_text(second.csv, second.row_count)
         results.add(second.rows)
         by_key = {(f.name, f.gpus): f for f in second.figures}
         figures = reports[node].figures

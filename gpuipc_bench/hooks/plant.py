@@ -18,7 +18,8 @@ GPUIPC_BENCH_CHECK_PLANT      plants, separated by ';':
   without:SCENARIO            the check leaves SCENARIO out (a test whose subject is not that path)
   fault:SCENARIO:FAULT        the workers of SCENARIO alone get GPUIPC_BENCH_FAULT=FAULT (its syntax,
                               ':' included: gpuipc_bench.hooks.faults), a real fault in that scenario
-NODE '*' is every node.
+NODE '*' is every node. FIGURE is a figure's name (every GPU's) or NAME@GPUS, one GPU's or pair's
+(h2d@2: GPU 2's host-to-device link; peer@0>1).
 """
 
 from __future__ import annotations
@@ -70,24 +71,31 @@ def _matches(pattern: str, node: str) -> bool:
     return pattern in ("*", node)
 
 
-def figure_factor(node: str, figure: str, attempt: int, environ=os.environ) -> float:
-    """How much better (>1) or worse (<1) a plant makes `figure` on `node` at this attempt (0: first)."""
+def _names(figure: str, gpus: str) -> tuple[str, ...]:
+    """What a plant's FIGURE may say for this figure: its name, or its name at its GPUs."""
+    return (figure, f"{figure}@{gpus}") if gpus else (figure,)
+
+
+def figure_factor(node: str, figure: str, attempt: int, environ=os.environ, gpus: str = "") -> float:
+    """How much better (>1) or worse (<1) a plant makes `figure` (of `gpus`) on `node` at this attempt
+    (0: first)."""
     factor = 1.0
     for parts in _plants(environ):
-        if len(parts) == 4 and parts[0] in ("slow", "flutter") and _matches(parts[1], node) and parts[2] == figure:
+        if len(parts) == 4 and parts[0] in ("slow", "flutter") and _matches(parts[1], node) \
+                and parts[2] in _names(figure, gpus):
             if parts[0] == "slow" or attempt == 0:
                 factor *= float(parts[3])
     return factor
 
 
-def fixed_value(node: str, figure: str, environ=os.environ) -> float | None:
-    """The value a fixed plant gives `figure` on `node` (its unit), None: as measured. A VALUE that
-    is no finite number above 0 raises ValueError naming the plant."""
+def fixed_value(node: str, figure: str, environ=os.environ, gpus: str = "") -> float | None:
+    """The value a fixed plant gives `figure` (of `gpus`) on `node` (its unit), None: as measured. A
+    VALUE that is no finite number above 0 raises ValueError naming the plant."""
     import math
 
     value = None
     for parts in _plants(environ):
-        if len(parts) == 4 and parts[0] == "fixed" and _matches(parts[1], node) and parts[2] == figure:
+        if len(parts) == 4 and parts[0] == "fixed" and _matches(parts[1], node) and parts[2] in _names(figure, gpus):
             try:
                 value = float(parts[3])
             except ValueError:

@@ -9,6 +9,7 @@ import io
 import math
 import os
 import re
+import shutil
 import socket
 import stat
 import tempfile
@@ -82,8 +83,13 @@ class ResultsFile:
     writes its own file).
     """
 
-    def __init__(self, path: Path | None, metadata: Mapping[str, str] | None = None):
+    def __init__(self, path: Path | None, metadata: Mapping[str, str] | None = None, hold_rows: bool = True):
+        """`hold_rows`: keep every row in memory (for .frame); False: rows added once the file is
+        written live in the file alone, and a later write() copies them from it under the new
+        header (a fleet check's rank 0: its memory and work stay linear in the rows)."""
         self.path = Path(path) if path is not None else None
+        self.hold_rows = hold_rows
+        self._count = 0  # rows added
         self.metadata: dict[str, str] = {}
         for key, value in (metadata or {}).items():
             self.set_meta(key, value)
@@ -98,12 +104,27 @@ class ResultsFile:
         been written, they are appended to it and flushed at once."""
         host = self.metadata.get("host", "")
         new = [{**checked, "node": checked["node"] or host} for checked in (new_row(**row) for row in rows)]
-        self._rows.extend(new)
+        self._count += len(new)
+        if self.hold_rows or self._append is None:  # not held: only until the file is written
+            self._rows.extend(new)
         if new:
             self._frame = None
         if self._append is not None and new:
             try:
                 self._append.write(format_rows(new))
+                self._append.flush()
+            except OSError as exc:
+                self._failed(exc)
+
+    def add_text(self, text: str, count: int) -> None:
+        """Append `count` rows already formatted by format_rows (a node's, made and checked there),
+        once the file has been written by a ResultsFile that does not hold its rows."""
+        if self.hold_rows or not self._written:
+            raise ValueError("add_text: for a written ResultsFile(hold_rows=False) only")
+        self._count += count
+        if self._append is not None and text:
+            try:
+                self._append.write(text)
                 self._append.flush()
             except OSError as exc:
                 self._failed(exc)
@@ -155,7 +176,7 @@ class ResultsFile:
         return self._frame
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return self._count
 
     def write(self, partial: bool, status: str = "complete") -> None:
         """Write everything measured so far, atomically; `partial` says the run did not finish.
@@ -168,7 +189,12 @@ class ResultsFile:
             return
         try:
             self.close()
-            target = write_results(self.path, self.frame, self.metadata)
+            if self._written and not self.hold_rows:
+                target = _rewrite_header(self.path, self.metadata)
+            else:
+                target = write_results(self.path, self.frame, self.metadata)
+                if not self.hold_rows:  # from now on they live in the file
+                    self._rows, self._frame = [], None
             self._written = True
             self._append = open_append(target)
         except OSError as exc:
@@ -217,6 +243,35 @@ def write_results(path: Path, df: pd.DataFrame, metadata: Mapping[str, str]) -> 
             os.fsync(fh.fileno())
         os.chmod(tmp_name, 0o666 & ~_umask())
         _refuse_unless_regular(Path(path), target)  # again: it may have changed while we wrote
+        os.replace(tmp_name, target)
+    except BaseException:
+        try:
+            os.unlink(tmp_name)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(target.parent)
+    return target
+
+
+def _rewrite_header(path: Path, metadata: Mapping[str, str]) -> Path:
+    """The results file `path` with a new header, its rows copied from it as they are (streamed,
+    never parsed), atomically as write_results writes; returns the file written."""
+    target = Path(os.path.realpath(path))
+    _refuse_unless_regular(Path(path), target)
+    header = format_results(empty_frame(), metadata).encode("utf-8")
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh, open(target, "rb") as old:
+            fh.write(header)
+            for line in old:  # past the old header and its column line
+                if not line.startswith(b"#"):
+                    break
+            shutil.copyfileobj(old, fh, 1 << 20)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp_name, 0o666 & ~_umask())
+        _refuse_unless_regular(Path(path), target)
         os.replace(tmp_name, target)
     except BaseException:
         try:

@@ -6,9 +6,14 @@ Each run is `mpirun -np 2N gpuipc-bench check` with the test-only node names
 (GPUIPC_BENCH_TEST_NODE_NAMES=a,a,b,b,c,c: each pair of ranks acts as a node, as the fleet tests
 do) and the GPUs hidden (CUDA_VISIBLE_DEVICES='': the CPU check, as on the CI machine; the nodes
 would otherwise share one machine's GPUs), nothing planted: every node healthy, so every run
-should exit 0. Give the machine a core per rank (six ranks for three nodes: a 16-core machine
-leaves the check's workers room); on fewer cores the nodes' CPU figures stray (the CI test's
-tolerance says so). Writes, to --out (and to
+should exit 0. The nodes measure one at a time (GPUIPC_BENCH_TEST_NODES_IN_TURN: separate
+machines share no memory bandwidth, nodes simulated on one machine do), and the runs judge by
+expectations learned on this machine first, as an operator learns a fleet's bands from a healthy
+run (--learn-runs runs with no expectations, then `check --learn`): the shipped references are
+keyed by CPU model name, and a cloud VM's generic name ('Intel(R) Xeon(R) Processor') covers
+hosts whose memory bandwidth differs by more than the tolerance. Give the machine a core per
+rank (six ranks for three nodes: a 16-core machine leaves the check's workers room); on fewer
+cores the nodes' CPU figures stray (the CI test's tolerance says so). Writes, to --out (and to
 standard output), one line per run: its exit status, its wall time, and each FAIL line it
 printed; then the count of runs that exited 0. Exit 0 when every run did.
 """
@@ -16,6 +21,7 @@ printed; then the count of runs that exited 0. Exit 0 when every run did.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -29,15 +35,20 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-def one_run(nodes: int, deadline: float, folder: Path, k: int) -> tuple[int, float, list[str]]:
-    """(exit status, seconds, its FAIL lines) of one healthy fleet check."""
+NO_EXPECTATIONS = '{"format": "gpuipc-bench expectations", "version": 1, "tolerance": 0.1, "expectations": []}'
+
+
+def one_run(nodes: int, deadline: float, folder: Path, k: int, expect: Path) -> tuple[int, float, list[str]]:
+    """(exit status, seconds, its FAIL lines) of one healthy fleet check, judged by `expect`."""
     names = ",".join(n for n in string.ascii_lowercase[:nodes] for _ in range(2))
     # CUDA_VISIBLE_DEVICES='': the CPU check (the host path, the barrier, NIXL where installed); the
     # simulated nodes would otherwise share one machine's GPUs
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", CUDA_VISIBLE_DEVICES="")
     command = ["mpirun", "--oversubscribe", "-np", str(2 * nodes), "-x", "CUDA_VISIBLE_DEVICES",
                "-x", f"GPUIPC_BENCH_TEST_NODE_NAMES={names}",
+               "-x", f"GPUIPC_BENCH_TEST_NODES_IN_TURN={folder / 'nodes.lock'}",
                sys.executable, "-m", "gpuipc_bench.cli", "check", "-o", str(folder / f"run{k}.csv"),
+               "--expect", str(expect),
                "--deadline", f"{deadline:g}", "--format", "json", "--output", str(folder / f"run{k}.jsonl")]
     start = time.monotonic()
     done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO, timeout=deadline + 120)
@@ -50,6 +61,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=600.0)
+    parser.add_argument("--learn-runs", type=int, default=2, help="healthy runs the bands are learned from")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "check-ten-healthy-runs.txt")
     args = parser.parse_args()
     if shutil.which("mpirun") is None:
@@ -69,8 +81,26 @@ def main() -> int:
         print(line, flush=True)
     passed = 0
     with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        none, learned = folder / "none.json", folder / "learned.json"
+        none.write_text(NO_EXPECTATIONS, encoding="utf-8")
+        learning = []
+        for k in range(1, args.learn_runs + 1):  # the machine's bands first, from healthy runs
+            code, seconds, fails = one_run(args.nodes, args.deadline, folder, -k, none)
+            learning.append(str(folder / f"run{-k}.csv"))
+            lines.append(f"learning run {k}: exit {code} in {seconds:.1f} s")
+            print(lines[-1], flush=True)
+        done = subprocess.run([sys.executable, "-m", "gpuipc_bench.cli", "check", "--learn", str(learned),
+                               "--learn-partial", *learning], capture_output=True, text=True, cwd=REPO)
+        if done.returncode != 0:
+            print(f"Error: check --learn failed: {done.stderr.strip()[:200]}", file=sys.stderr)
+            return 1
+        bands = json.loads(learned.read_text(encoding="utf-8"))["expectations"]
+        lines.append(f"# learned from {len(learning)} runs: " + "; ".join(
+            f"{b['figure']} {b['low']:.3g}-{b['high']:.3g} {b['unit']}" for b in bands))
+        print(lines[-1], flush=True)
         for k in range(1, args.runs + 1):
-            code, seconds, fails = one_run(args.nodes, args.deadline, Path(tmp), k)
+            code, seconds, fails = one_run(args.nodes, args.deadline, folder, k, learned)
             passed += code == 0
             said = [f"run {k}: exit {code} in {seconds:.1f} s"] + [f"  {f}"[:80] for f in fails]
             lines += said

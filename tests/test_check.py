@@ -400,8 +400,10 @@ def test_a_gpu_nodes_scenarios_run_on_the_preset_each_in_a_session_of_its_own(mo
     rows: list[dict] = []
     found = node.measure(["staging", "ipc", "peer", "vmm"], h100_node(2), None, rows.append, 10.0)
     preset, proof, pipe = (5, 5, 1, (4096, 256 << 20)), (1, 1, 0, (4096,)), ["CUDA_MPS_PIPE_DIRECTORY"]
-    assert calls == [("staging", (0, 0), "time-sliced", pipe, preset, (), None),
+    assert calls == [("staging", (0, 0), "time-sliced", pipe, preset, (), None),  # then again on GPU 1 (256 MiB)
+                     ("staging", (1, 1), "time-sliced", pipe, preset, (), None),
                      ("ipc", (0, 0), "time-sliced", pipe, preset, (), "raise:1:sample:1"),
+                     ("ipc", (1, 1), "time-sliced", pipe, preset, (), "raise:1:sample:1"),
                      ("peer", (0, 1), None, [], preset, (), None), ("peer", (1, 0), None, [], preset, (), None),
                      ("vmm", (0, 0), "time-sliced", pipe, proof, (), None)]
     assert found == dict.fromkeys(["staging", "ipc", "peer", "vmm"], "") and len(rows) == len(calls)
@@ -892,3 +894,17 @@ def test_the_link_watch_reads_in_a_process_of_its_own(tmp_path, monkeypatch):
         assert watch._child is not None and watch._child.poll() is None and watch.seen == {}
     assert watch.seen == {"0": {"gen": 4, "width": 16, "max_gen": 5, "max_width": 16, "loaded": True}}
     assert watch._child is None
+
+
+def test_simulated_nodes_measure_in_turn_under_the_test_hook(tmp_path):
+    """GPUIPC_BENCH_TEST_NODES_IN_TURN: while one simulated node measures, another cannot take the lock."""
+    import fcntl
+
+    lock = tmp_path / "nodes.lock"
+    with plant.node_in_turn({plant.IN_TURN_ENV: str(lock)}):
+        with open(lock, "a") as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with open(lock, "a") as other:  # released after the node's measurement
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with plant.node_in_turn({}):  # unset: nothing taken
+        pass

@@ -462,3 +462,34 @@ def test_the_answer_says_the_lane_its_class_took_and_its_line_count_does_not_gro
     plain = analyse(*read_results("tests/data/small_run.csv"))
     assert {d.lane for d in plain.answer.decisions} == {""} and not answer.lane_notes(plain.answer.decisions)
     assert {r["lane"] for r in decision_records(plain)} == {None}
+
+
+def test_a_process_proves_its_counters_once_not_at_every_scenario(monkeypatch):
+    """prove_lanes runs before and after every scenario's set-up: a counter it cannot prove here (NVLink
+    on one GPU: no link) is not tried again until peer access changes; the PCIe proof happens once."""
+    import types
+
+    from gpuipc_bench.engine import lanes as engine_lanes
+    from gpuipc_bench.gpu import lanes as gpu_lanes
+
+    proofs = []
+
+    def prove(counters, copies, peer, done=()):
+        proofs.append(peer)
+        return {(0, k): lanes.Proof(lanes.NO_LINKS if k in (lanes.NVLINK_TX, lanes.NVLINK_RX) else lanes.TRUSTED, 1)
+                for k in lanes.COUNTERS}
+
+    monkeypatch.setattr(engine_lanes, "_OPEN", {"counters": {0: object()}, "wire": {}, "read_s": 1e-4})
+    monkeypatch.setattr(engine_lanes, "_PROOFS", {})
+    monkeypatch.setattr(engine_lanes, "_TRIED", set())
+    monkeypatch.setattr(lanes, "enabled", lambda: True)
+    monkeypatch.setattr(lanes, "prove", prove)
+    monkeypatch.setattr(lanes, "LaneMeter", lambda *a: types.SimpleNamespace(wait_s=0.0))
+    monkeypatch.setattr(gpu_lanes, "KnownCopies", lambda devices, nbytes: types.SimpleNamespace(close=lambda: None))
+    ctx = types.SimpleNamespace(specs=[types.SimpleNamespace(device=0, mig="")] * 2, phase=lambda name: None,
+                                send=lambda message: None)
+    worker = types.SimpleNamespace(ctx=ctx, pdev=0, cdev=0, sampler=types.SimpleNamespace(lanes=None),
+                                   in_turn=lambda fn: fn())
+    for _ in range(6):  # three scenarios, before and after each set-up
+        engine_lanes.prove_lanes(worker)
+    assert proofs == [False] and worker.sampler.lanes is not None

@@ -3,6 +3,9 @@
 GPUIPC_BENCH_TEST_NODE_NAMES  'a,a,b,b,c,c': rank r of an MPI job calls its node item r of the list
                               instead of the host name, so that `mpirun -np 6` on one machine acts as
                               3 nodes. A process that is no MPI rank takes the first item.
+GPUIPC_BENCH_TEST_NODES_IN_TURN  FILE: the simulated nodes of one machine measure one at a time (a lock
+                              on FILE around each node's measurement): separate nodes share no memory
+                              bandwidth, nodes simulated on one machine do (the healthy-runs benchmark)
 GPUIPC_BENCH_CHECK_PLANT      plants, separated by ';':
   slow:NODE:FIGURE:FACTOR     every measurement of FIGURE on NODE comes out FACTOR times as good
                               (0.3: a bandwidth at 30%, a latency 1/0.3 times as long)
@@ -25,6 +28,7 @@ NODE '*' is every node. FIGURE is a figure's name (every GPU's) or NAME@GPUS, on
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import time
@@ -141,3 +145,22 @@ def before_report(node: str, environ=os.environ) -> None:
         if parts[0] == "hang" and len(parts) == 2 and _matches(parts[1], node):
             while True:
                 time.sleep(3600)
+
+
+IN_TURN_ENV = "GPUIPC_BENCH_TEST_NODES_IN_TURN"
+
+
+@contextlib.contextmanager
+def node_in_turn(environ=os.environ):
+    """While held, no other simulated node of this machine measures (GPUIPC_BENCH_TEST_NODES_IN_TURN);
+    nothing where the variable is unset."""
+    path = environ.get(IN_TURN_ENV, "")
+    if not path:
+        yield
+        return
+    with open(path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)

@@ -232,46 +232,40 @@ def write_results(path: Path, df: pd.DataFrame, metadata: Mapping[str, str]) -> 
     goes to a temp file in the same folder, is flushed and fsynced, then renamed over the
     target; on any failure the temp file is removed and the target is left as it was.
     """
-    target = Path(os.path.realpath(path))
-    _refuse_unless_regular(Path(path), target)
-    text = format_results(df, metadata)
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp_name, 0o666 & ~_umask())
-        _refuse_unless_regular(Path(path), target)  # again: it may have changed while we wrote
-        os.replace(tmp_name, target)
-    except BaseException:
-        try:
-            os.unlink(tmp_name)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(target.parent)
-    return target
+    text = format_results(df, metadata).encode("utf-8")
+    return _replace_atomically(path, lambda fh, target: fh.write(text))
 
 
 def _rewrite_header(path: Path, metadata: Mapping[str, str]) -> Path:
     """The results file `path` with a new header, its rows copied from it as they are (streamed,
     never parsed), atomically as write_results writes; returns the file written."""
-    target = Path(os.path.realpath(path))
-    _refuse_unless_regular(Path(path), target)
     header = format_results(empty_frame(), metadata).encode("utf-8")
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh, open(target, "rb") as old:
-            fh.write(header)
+
+    def copy(fh, target: Path) -> None:
+        fh.write(header)
+        with open(target, "rb") as old:
             for line in old:  # past the old header and its column line
                 if not line.startswith(b"#"):
                     break
             shutil.copyfileobj(old, fh, 1 << 20)
+
+    return _replace_atomically(path, copy)
+
+
+def _replace_atomically(path: Path, fill) -> Path:
+    """`fill(binary file, target)` writes a temp file beside `path`'s target (a symlink followed),
+    flushed and fsynced, then renamed over a regular file or nothing (anything else: BenchError,
+    left alone); on any failure the temp file goes and the target stays as it was."""
+    target = Path(os.path.realpath(path))
+    _refuse_unless_regular(Path(path), target)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fill(fh, target)
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp_name, 0o666 & ~_umask())
-        _refuse_unless_regular(Path(path), target)
+        _refuse_unless_regular(Path(path), target)  # again: it may have changed while we wrote
         os.replace(tmp_name, target)
     except BaseException:
         try:

@@ -57,6 +57,18 @@ def fleet(out, *args, plants: str = "", mca: tuple[str, ...] = (), timeout: floa
                           timeout=timeout, env=env())
 
 
+def fail_lines(stderr: str) -> list[str]:
+    """The FAIL lines of a check's standard error, each joined with its indented continuation lines
+    (the check wraps them at the terminal's width)."""
+    out: list[str] = []
+    for line in stderr.splitlines():
+        if line.startswith("  ") and out:
+            out[-1] += " " + line.strip()
+        elif line.startswith("FAIL"):
+            out.append(line)
+    return out
+
+
 def none_left(out) -> bool:
     time.sleep(0.5)
     return subprocess.run(["pgrep", "-f", f"gpuipc_bench.cli check.*{out}"], capture_output=True).stdout == b""
@@ -71,7 +83,7 @@ def test_three_nodes_write_one_fleet_csv_and_a_slow_node_is_named(tmp_path):
     done = fleet(out, "--format", "junit", "--output", str(junit), "--table", str(md), "--tolerance", "0.5",
                  plants=f"{FIXED_MEMCPY};slow:c:host-memcpy:0.05")
     assert done.returncode != 0, done.stderr
-    fails = [line for line in done.stderr.splitlines() if line.startswith("FAIL")]
+    fails = fail_lines(done.stderr)
     assert any(line.startswith("FAIL node c host: fleet host-memcpy; measured") and "of the fleet median" in line
                for line in fails), done.stderr
     df, meta = read_results(out)
@@ -131,7 +143,7 @@ def test_a_hung_node_and_a_killed_rank_are_named_at_the_deadline_and_the_others_
     assert ended_in_time(start, wait_deadline), done.stderr[-3000:]
     for node in "bc":
         assert (f"FAIL node {node}: node report; did not report within {wait_deadline} s (hung, or a rank died or "
-                "stopped)") in done.stderr, done.stderr[-3000:]
+                "stopped)") in fail_lines(done.stderr), done.stderr[-3000:]
     df, meta = read_results(out)
     assert set(df["node"]) == {"a"} and sorted(meta["check.missing"].split(",")) == ["b", "c"]
     assert meta["partial"] == "true"
@@ -264,7 +276,7 @@ def test_a_remeasured_barrier_ends_and_names_the_node(tmp_path):
                  plants=f"slow:b:barrier:0.0001;{BARRIER_ONLY}")  # 10,000x: far beyond the band's 2 ms
     assert ended_in_time(start) and done.returncode == 1, done.stderr[-3000:]
     assert any(line.startswith("FAIL node b host: figure barrier;") and "measured twice" in line
-               for line in done.stderr.splitlines()), done.stderr[-3000:]
+               for line in fail_lines(done.stderr)), done.stderr[-3000:]
     df, meta = read_results(out)
     assert set(df["node"]) == {"a", "b", "c"} and meta["check.missing"] == ""
     assert meta["node.b.check.remeasured"] == "barrier@host"

@@ -25,11 +25,12 @@ for f in "$W"/lanes-one-gpu.csv "$W"/lanes-pair.csv "$W"/lanes-default-on.csv; d
   echo "== $(basename "$f")"; grep "^# lanes\." "$f"
   python3 - "$f" <<'PY'
 import sys, pandas as pd
+from gpuipc_bench.gpu.timing import warmup_ops
 df = pd.read_csv(sys.argv[1], comment="#", keep_default_na=False, na_values=[""])
 df = df[(df.metric == "bandwidth") & df.lane.notna()]
 print(f"{len(df)} bandwidth rows with a lane, {df.lane_pcie_bytes.notna().sum()} of them read;",
       df.lane.value_counts().to_dict())
-df["moved"] = df.bytes * df.batch
+df["moved"] = df.bytes * (df.batch + df.bytes.map(warmup_ops))  # with the batch's untimed warm-up ops (push and bidir: without)
 df["nv"] = df.lane_nvlink_bytes / df.moved
 df["pcie"] = df.lane_pcie_bytes / df.moved
 g = df.groupby(["scenario", "path", "variant", "measure", "src", "dst", "bytes"])

@@ -70,6 +70,8 @@ CASES: list[tuple[list[str], list[str]]] = [
     ([*RUN, "--pairs", "all"], ["--pairs all", "no pair of two"]),
     ([*RUN, "--full"], ["--full", "give --pairs all too"]),
     ([*RUN, "--full", "--pairs", "0-1"], ["--full", "give --pairs all too"]),
+    ([*RUN, "--budget", "-3"], ["--budget", "must be 1 to 86400 seconds"]),
+    ([*RUN, "--budget", "soon"], ["--budget", "is not a number"]),
     ([*RUN, "--sharing", "shared"], ["--sharing shared", "unknown sharing mode 'shared'"]),
     ([*RUN, "--sharing", "mps,mps"], ["--sharing mps,mps", "names a mode twice"]),
     ([*RUN, "--sharing", ","], ["--sharing", "give one or more of"]),

@@ -257,7 +257,8 @@ def test_a_dead_worker_is_named_and_rows_kept(tmp_path):
 def test_a_transport_that_cannot_connect_fails_in_one_line(tmp_path):
     done, out = _run(tmp_path, env={"UCX_TLS": "sm"})
     assert done.returncode == 1
-    line = next(x for x in done.stderr.splitlines() if x.startswith("error in scenario nixl-host"))
+    wrapped = done.stderr.replace("\n  ", " ")  # the line wraps at the terminal's width, its continuation indented
+    line = next(x for x in wrapped.splitlines() if x.startswith("error in scenario nixl-host"))
     assert "could not start its UCX backend: no active messages transport" in line, done.stderr
     assert "Traceback" not in done.stderr
 

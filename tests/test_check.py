@@ -595,6 +595,17 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     assert len(lines) == 1 and words in lines[0] and "Traceback" not in result.output
 
 
+def test_a_heatmap_table_refuses_to_overwrite_the_family_files_it_writes(tmp_path):
+    """--table X.png writes X-<family>.png: an existing one of those is refused before any work."""
+    taken = tmp_path / "fleet-host.png"
+    taken.write_bytes(b"keep")
+    result = CliRunner().invoke(cli, ["check", "-o", str(tmp_path / "c.csv"), "--table", str(tmp_path / "fleet.png")])
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"--table {taken}: file exists; use --force" in " ".join(result.output.split())
+    assert taken.read_bytes() == b"keep" and not (tmp_path / "c.csv").exists()
+
+
 def test_learn_does_not_overwrite_a_file_without_force(tmp_path):
     kept = tmp_path / "kept.json"
     kept.write_text("keep")

@@ -152,6 +152,17 @@ def check(csv_files, expect_file, learn_file, tolerance, fmt, out, force, table_
     raise click.exceptions.Exit(code)
 
 
+def files_written(table_file) -> list[Path]:
+    """The files --table writes: FILE itself, or for a heatmap (.png, .svg) one a figure family
+    (FILE's stem, '-', the family: check/heatmap.py's FAMILIES, and 'figures' for a fleet of none)."""
+    from gpuipc_bench.check.heatmap import FAMILIES
+
+    path = Path(table_file)
+    if path.suffix.lower() not in (".png", ".svg"):
+        return [path]
+    return [path.with_name(f"{path.stem}-{family}{path.suffix}") for family in (*FAMILIES, "figures")]
+
+
 def _inputs(expect_file, out, force, table_file, output_file):
     """What rank 0 (or a check without MPI) reads and claims before it measures: (the
     expectations, the CSV's path); UsageError for a bad file or a name taken."""
@@ -164,11 +175,11 @@ def _inputs(expect_file, out, force, table_file, output_file):
     out = out or default_results_path("check-")
     check_writable(out, force or default_name)
     for option, extra in (("--table", table_file), ("--output", output_file)):
-        if extra is not None:
+        for written in ([] if extra is None else files_written(extra) if option == "--table" else [Path(extra)]):
             try:
-                check_writable(extra, force)
+                check_writable(written, force)
             except UsageError as exc:  # its words name --out
-                raise UsageError(str(exc).replace(f"--out {extra}", f"{option} {extra}", 1)) from None
+                raise UsageError(str(exc).replace(f"--out {written}", f"{option} {written}", 1)) from None
     if default_name:  # a check started in the same second has it: the next free name (<name>-2.csv)
         out = claim_free_name(out)
     return expectations, out

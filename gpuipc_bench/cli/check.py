@@ -22,13 +22,12 @@ import shlex
 import signal
 import socket
 import sys
-import textwrap
 from pathlib import Path
 
 import click
 from rich.markup import escape
 
-from gpuipc_bench.cli.console import stderr_console, stdout_console
+from gpuipc_bench.cli.console import print_failure, stderr_console, stdout_console
 from gpuipc_bench.errors import BenchError, Interrupted, UsageError
 
 FORMATS = ("terminal", "json", "junit", "prometheus", "markdown", "health", "npd")
@@ -251,11 +250,7 @@ def _check(expectations, tolerance, fmt, out, table_file, deadline, timeout, fle
         _drain(events)
     for e in events:
         if e.status == judge.FAIL:  # the lines a fleet tool greps: node, GPUs, figure, measured, expected
-            # one failure a line, wrapped at the terminal's width with its continuation indented (a
-            # reader of the log joins the indented lines to the FAIL line before them)
-            text = textwrap.fill(f"FAIL {_fail_line(e)}", width=max(40, err.width), subsequent_indent="  ",
-                                 break_on_hyphens=False)
-            err.print(f"[red]FAIL[/]{escape(text[4:])}", highlight=False, soft_wrap=True)
+            print_failure(err, "FAIL", _fail_line(e))
     err.print(f"wrote {escape(str(out))} ({len(results)} rows, {len(reports)} node"
               f"{'s' if len(reports) != 1 else ''}{f', {len(missing)} missing' if missing else ''})", soft_wrap=True)
     if interrupted is not None:

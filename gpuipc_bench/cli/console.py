@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import textwrap
 
 from rich.console import Console
+from rich.markup import escape
 
 MIN_WIDTH = 40  # narrower than this, tables are a few characters a line
 
@@ -26,3 +28,11 @@ def stdout_console() -> Console:
 
 def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, width=_width())
+
+
+def print_failure(console: Console, word: str, text: str) -> None:
+    """One failure a line: `word` (red) and `text`, wrapped at the console's width with the
+    continuation indented, so that a reader of a log joins the indented lines to the line before."""
+    lines = textwrap.fill(f"{word} {text}", width=max(MIN_WIDTH, console.width), subsequent_indent="  ",
+                          break_on_hyphens=False)
+    console.print(f"[red]{escape(word)}[/]{escape(lines[len(word):])}", highlight=False, soft_wrap=True)

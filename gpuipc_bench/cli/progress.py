@@ -5,12 +5,11 @@ written file on stdout, and the end's lines (failed scenarios, the file written,
 from __future__ import annotations
 
 import dataclasses
-import textwrap
 
 import click
 from rich.markup import escape
 
-from gpuipc_bench.cli.console import stdout_console
+from gpuipc_bench.cli.console import print_failure, stdout_console
 from gpuipc_bench.errors import BenchError, WorkerFailed, signal_name
 from gpuipc_bench.harness.session import Reporter, RunInterrupted, Session, interrupted_where
 
@@ -77,10 +76,7 @@ def run_session(planned, config, out, err, quiet: bool, verbose: bool, job=None)
             print(out, flush=True)
         raise click.exceptions.Exit(128 + exc.signum) from None
     for name, error, rows in outcome.failures:
-        # one failure a line, wrapped at the terminal's width with its continuation indented
-        text = textwrap.fill(f"error in scenario {name} ({rows} samples kept): {error}", width=max(40, err.width),
-                             subsequent_indent="  ", break_on_hyphens=False)
-        err.print(f"[red]error[/]{escape(text[5:])}", highlight=False, soft_wrap=True)
+        print_failure(err, "error", f"in scenario {name} ({rows} samples kept): {error}")
         if verbose and isinstance(error, WorkerFailed) and error.traceback_text:
             err.print(error.traceback_text, markup=False, highlight=False)
     err.print(f"wrote {escape(str(out))} ({outcome.rows} rows{', partial' if outcome.partial else ''})"

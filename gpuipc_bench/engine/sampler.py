@@ -309,8 +309,9 @@ class Group:
                     self.clock = clock()
                 self.values.append(sample.seconds)
                 self.timed += sample.seconds * sample.batch
-                self.far = not robust.enough(self.values, counts.min_samples, counts.max_samples) and self.far_behind()
-                stop = robust.enough(self.values, counts.min_samples, counts.max_samples) or self.far or (
+                enough = robust.enough(self.values, counts.min_samples, counts.max_samples)
+                self.far = not enough and self.far_behind()
+                stop = enough or self.far or (
                     len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or self.beaten()
                                                                  or self.decided()))
                 sampler.samples += 1

@@ -256,11 +256,16 @@ def rerun_seconds(scenario, specs, mode, config, modes, groups: int, measured: i
     if shared:
         whole -= SET_START_S  # counted below, once per set of the pass
     cost = fixed + max(0.0, whole - fixed) * min(1.0, groups / max(1, measured))
-    key = (tuple(str(s.device) for s in specs), getattr(mode, "name", None))
+    key = pass_set(specs, mode)
     if shared and key not in started:
         started.add(key)
         cost += SET_START_S
     return cost
+
+
+def pass_set(specs, mode) -> tuple:
+    """The process set of the pass a run's workers sit in: their GPUs and the sharing mode."""
+    return (tuple(str(s.device) for s in specs), getattr(mode, "name", None))
 
 
 def measured_groups(frame, key: tuple, sizes) -> int:
@@ -327,6 +332,7 @@ class Resampler:
         budget, what was measured again and what is left open."""
         import dataclasses as dc
 
+        from gpuipc_bench.engine.scenario import shares_processes
         from gpuipc_bench.harness.supervision import WorkerLost
 
         results = self.results
@@ -337,8 +343,8 @@ class Resampler:
         while runs:
             rerun = runs.pop(0)
             self.done.add(rerun.key)
-            if getattr(rerun.scenario, "persistent_workers", False):
-                self.started.add((tuple(str(s.device) for s in rerun.specs), getattr(rerun.mode, "name", None)))
+            if shares_processes(rerun.scenario):
+                self.started.add(pass_set(rerun.specs, rerun.mode))
             config = dc.replace(self.plan.config, only_groups=rerun.groups)
             outcome = measure(rerun.scenario, rerun.specs, rerun.mode, config, REPLICA)
             self.measured.append(rerun)

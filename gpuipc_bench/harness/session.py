@@ -207,11 +207,7 @@ class Session:
                     continue
                 scenario, specs, mode = queue[index]
                 index += 1
-                if mode is not current:
-                    if current is not None:
-                        for note in current.leave():
-                            results.set_meta(f"note.sharing.{current.name}", note)
-                    current = mode
+                current = self._follow(current, mode)
                 outcome = self._one(scenario, specs, mode, plan, known, resweep)
                 if outcome is None:
                     continue
@@ -225,6 +221,14 @@ class Session:
                     return  # a process died or went silent: the run ends (independent: its own processes only)
             if not plan.independent:
                 self._resample(plan, known, current)
+
+    def _follow(self, current, mode):
+        """`mode` comes after `current`: a mode left behind ends its busy neighbour, its notes into
+        the header. Returns the mode now current."""
+        if mode is not current and current is not None:
+            for note in current.leave():
+                self.results.set_meta(f"note.sharing.{current.name}", note)
+        return mode
 
     def _round(self, item, plan, known: KnownBest, resweep, proof) -> list:
         """A round of disjoint pairs (harness.rounds.run_round); its header keys after it."""
@@ -256,11 +260,7 @@ class Session:
             if not state["fresh"]:  # the first pass's persistent sets end: the pass forks fresh ones
                 self.sets.close()
                 state["fresh"] = True
-            if mode is not state["mode"]:
-                if state["mode"] is not None:
-                    for note in state["mode"].leave():
-                        self.results.set_meta(f"note.sharing.{state['mode'].name}", note)
-                state["mode"] = mode
+            state["mode"] = self._follow(state["mode"], mode)
             return self._one(scenario, specs, mode, plan, known, None, config, replica)
 
         Resampler(plan, self.results, self.reporter, process_seconds, plan.budget).run(measure)

@@ -90,6 +90,23 @@ def figure(path, variant, seconds, sizes=(4 * KIB,), n=6, measure="stream", scen
     return rows
 
 
+def pairs_run(disagree: bool = False, replicas: tuple[int, ...] = (1,), repeats: bool = True):
+    """peer/ce and peer/sm on three NV18 pairs, sm 10% faster; with `disagree` sm is 1.5x slower
+    on 0>2 in the first process set, and in the others too where it `repeats`."""
+    groups = []
+    for replica in replicas:
+        for src, dst in (("0", "1"), ("1", "0"), ("0", "2")):
+            odd = disagree and (src, dst) == ("0", "2") and (replica == 1 or repeats)
+            slow = 1.5 if odd else 0.9
+            groups += [[{**row, "replica": replica} for row in found] for found in (
+                figure("peer", "ce", 20e-6, src=src, dst=dst, ceiling="", sharing="exclusive"),
+                figure("peer", "sm", 20e-6 * slow, src=src, dst=dst, ceiling="", sharing="exclusive"))]
+    return groups
+
+
+NV18 = {**META, "link.0-1": "NV18", "link.0-2": "NV18", "link.1-2": "NV18"}
+
+
 def setup(path, op, seconds, n=9):
     """n set-up samples of `op` on `path`."""
     return figure(path, op, seconds, metric="setup", measure="", ceiling="", n=n)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fakes import KIB, MIB, META, SAME_GPU, Heard, Named, Sets, figure, frame, plan_of, run_session
+from fakes import KIB, MIB, META, NV18, SAME_GPU, Heard, Named, Sets, figure, frame, pairs_run, plan_of, run_session
 from gpuipc_bench.analysis import analyse
 from gpuipc_bench.analysis.classes import Figure
 from gpuipc_bench.analysis.verdict import decide
@@ -220,3 +220,16 @@ def test_a_run_of_the_pass_samples_only_the_groups_it_names():
     made = [sampler.run(g, lambda trial: Sample(1e-3, 1), timer=True) for g in groups]
     rows = list(sampler.interleave(made, "k"))
     assert {r["variant"] for r in rows} == {"ce"} and len(rows) >= 6
+
+
+def test_a_gpu_pair_that_differs_in_one_process_set_is_measured_again():
+    """peer/sm is 1.5x slower on 0>2 in the first process set only: the query asks for both figures
+    on that pair again; with a second set that shows it too, nothing is open for it."""
+    from gpuipc_bench.harness import resample
+
+    found = resample.query(frame([r for g in pairs_run(disagree=True) for r in g]), NV18)
+    differ = [g for g in found.groups if g.decision.tier == resample.DIFFERS]
+    assert {(g.src, g.dst, g.path, g.variant) for g in differ} == {("0", "2", "peer", "sm"), ("0", "2", "peer", "ce")}
+    assert differ[0].decision.why == "differs once" and differ[0].decision.name.endswith(" 0>2")
+    again = resample.query(frame([r for g in pairs_run(disagree=True, replicas=(1, 2)) for r in g]), NV18)
+    assert not [g for g in again.groups if g.decision.tier == resample.DIFFERS]

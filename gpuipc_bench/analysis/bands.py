@@ -22,9 +22,12 @@ class Band:
     """Consecutive sizes of a section with one choice. decisions: every pair's decision at
     those sizes that measured the choice and holds it or cannot tell it from its own (one
     per size for one link), shown with the band's choice; differ: the decisions of the pairs
-    that reject the choice (they are named); unmeasured: sizes bridged, where the choice,
-    winning on both sides, was measured on no pair; pool: the members usable at every size
-    of the band (the choice among them); why: why the choice is the one."""
+    that reject the choice (they are named: among several pairs, only a difference two
+    process sets both show); unmeasured: sizes bridged, where the choice, winning on both
+    sides, was measured on no pair; pool: the members usable at every size of the band (the
+    choice among them); why: why the choice is the one; unconfirmed: the pairs whose own
+    choice is faster beyond delta in one process set only (not named: the resampling pass
+    measures them again, harness.resample)."""
 
     decisions: tuple[Decision, ...]
     choice: str = ""
@@ -34,6 +37,7 @@ class Band:
     pool: tuple[str, ...] = ()
     why: str = ""
     measured_to: int | None = None  # its choice was not measured above this size, where the next band starts
+    unconfirmed: tuple[Decision, ...] = ()
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -67,6 +71,7 @@ class Band:
             self, decisions=tuple(d for d in self.decisions if d.bytes in keep),
             differ=tuple(d for d in self.differ if d.bytes in keep),
             others=tuple(d for d in self.others if d.bytes in keep),
+            unconfirmed=tuple(d for d in self.unconfirmed if d.bytes in keep),
             unmeasured=tuple(b for b in self.unmeasured if b in keep),
             measured_to=self.measured_to if self.measured_to in keep else None)
 
@@ -86,6 +91,9 @@ def bands(decisions: Sequence[Decision], cost: SetupCost = _no_cost,
     by_size: dict[int, list[Decision]] = {}
     for d in decisions:
         by_size.setdefault(d.bytes, []).append(d)
+    # GPU pairs of one class: the choice is the one most pairs hold, as one process set shows;
+    # a pair is named as rejecting it only where two process sets both show it
+    gate = len({d.link for d in decisions}) > 1
     # sizes, members usable at all of them, class, the choice and why
     runs: list[tuple[list[int], set[str], str, str, str]] = []
     for size in sorted(by_size):
@@ -106,14 +114,20 @@ def bands(decisions: Sequence[Decision], cost: SetupCost = _no_cost,
         agree: list[Decision] = []
         differ: list[Decision] = []
         others: list[Decision] = []
+        once: list[Decision] = []
         for size in sizes:
             here = by_size[size]
             ref = _fastest(pick, here)
-            found = [d for d in here if pick in d.compared and not _rejects(d, pick, ref)]
+            seen = [d for d in here if _rejects(d, pick, ref) and not _rejects(d, pick, ref, gate)]
+            once += seen
+            unsure = {id(d) for d in seen}
+            found = [d for d in here if pick in d.compared and not _rejects(d, pick, ref) and id(d) not in unsure]
             agree += sorted((d.as_choice(pick, why) for d in found), key=lambda d: d.choice != pick)
-            differ += [d for d in here if _rejects(d, pick, ref)]
-            others += [d for d in here if pick not in d.compared and not _rejects(d, pick, ref)]
-        out.append(Band(tuple(agree), pick, tuple(differ), (), tuple(others), tuple(sorted(pool, key=order)), why))
+            differ += [d for d in here if _rejects(d, pick, ref, gate)]
+            others += [d for d in here if (pick not in d.compared or id(d) in unsure)
+                       and not _rejects(d, pick, ref, gate)]
+        out.append(Band(tuple(agree), pick, tuple(differ), (), tuple(others), tuple(sorted(pool, key=order)), why,
+                        unconfirmed=tuple(once)))
     return _edges(_bridge(out))
 
 
@@ -141,31 +155,34 @@ def _mechanism(label: str) -> str:
     return mechanism(path, variant).name
 
 
-def _usable(choice: str, cls: str, decisions: Sequence[Decision]) -> set[str]:
+def _usable(choice: str, cls: str, decisions: Sequence[Decision], gate: bool = False) -> set[str]:
     """The members of class `cls` usable at one size: not rejected by more pairs than `choice`."""
     labels = {x for d in decisions for x in d.tied if x in d.members or _mechanism(x) == cls}
-    most = _rejections(choice, decisions)
-    return {x for x in labels if _rejections(x, decisions) <= most} | {choice}
+    most = _rejections(choice, decisions, gate)
+    return {x for x in labels if _rejections(x, decisions, gate) <= most} | {choice}
 
 
-def _rejections(label: str, decisions: Sequence[Decision]) -> int:
+def _rejections(label: str, decisions: Sequence[Decision], gate: bool = False) -> int:
     ref = _fastest(label, decisions)
-    return sum(_rejects(d, label, ref) for d in decisions)
+    return sum(_rejects(d, label, ref, gate) for d in decisions)
 
 
-def _rejects(d: Decision, choice: str, ref: float) -> bool:
+def _rejects(d: Decision, choice: str, ref: float, gate: bool = False) -> bool:
     """Whether a pair's decision rejects `choice`: its own choice is faster beyond delta, as
     its samples show where it measured `choice`, or as the medians show where it did not
-    (`ref`: the median of `choice` on the pairs that measured it)."""
+    (`ref`: the median of `choice` on the pairs that measured it). With `gate` (GPU pairs of
+    one class, whose links are alike), only a difference that holds in each of two process
+    sets: the offset between two sets of processes is as large as the gaps one set shows
+    between identical links."""
     if choice in d.compared:
-        return choice not in d.tied
-    return d.choice_s[1] * (1 + d.delta) < ref
+        return choice not in d.tied and (not gate or choice in d.beaten_twice)
+    return d.choice_s[1] * (1 + d.delta) < ref and (not gate or d.replicas >= 2)
 
 
-def _support(choice: str, decisions: Sequence[Decision]) -> tuple[int, int]:
+def _support(choice: str, decisions: Sequence[Decision], gate: bool = False) -> tuple[int, int]:
     """(how many pairs reject choice, minus how many hold it)."""
     ref = _fastest(choice, decisions)
-    return sum(_rejects(d, choice, ref) for d in decisions), -sum(_holds(choice, d) for d in decisions)
+    return sum(_rejects(d, choice, ref, gate) for d in decisions), -sum(_holds(choice, d) for d in decisions)
 
 
 def _fastest(choice: str, decisions: Sequence[Decision]) -> float:
@@ -173,9 +190,9 @@ def _fastest(choice: str, decisions: Sequence[Decision]) -> float:
     return min(found) if found else math.inf
 
 
-def _choose(decisions: Sequence[Decision], order: Callable[[str], tuple]) -> str:
+def _choose(decisions: Sequence[Decision], order: Callable[[str], tuple], gate: bool = False) -> str:
     names = list(dict.fromkeys(d.choice for d in decisions))
-    return min(names, key=lambda c: (_support(c, decisions), needs_of(c), order(c)))
+    return min(names, key=lambda c: (_support(c, decisions, gate), needs_of(c), order(c)))
 
 
 def _bridge(found: list[Band]) -> list[Band]:
@@ -187,7 +204,7 @@ def _bridge(found: list[Band]) -> list[Band]:
             pool = tuple(x for x in before.pool if x in band.pool) or (band.choice,)
             band = Band(before.decisions + band.decisions, band.choice, before.differ + band.differ,
                         tuple(sorted(before.unmeasured + gap.sizes + band.unmeasured)), before.others + band.others,
-                        pool, before.why)
+                        pool, before.why, unconfirmed=before.unconfirmed + band.unconfirmed)
         out.append(band)
     return out
 

@@ -145,6 +145,10 @@ class Decision:
     leader_range: tuple[float, float] = (math.nan, math.nan)  # the fastest member's samples, min..max
     compared_states: tuple[stats.States | None, ...] = ()  # their two states, in the same order
     beaten: tuple[str, ...] = ()  # the figures some figure here beats beyond delta
+    # of those, the ones beaten in each of two process sets or more (both figures measured again by
+    # the resampling pass): a difference a GPU pair's answer may name (bands._rejects)
+    beaten_twice: tuple[str, ...] = ()
+    compared_replicas: tuple[int, ...] = ()  # the process sets behind each compared figure, in the same order
     lane: str = ""  # the lane the choice's bytes took, from NVML's counters (analysis/lanes.py); '': not read
     # the same decision with another label chosen (as_choice); None where it cannot be remade
     again: Callable[[str, str], Decision | None] | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -171,6 +175,13 @@ class Decision:
             return self
         found = self.again(label, self.why if why is None else why)
         return found if found is not None and found.choice == label else self
+
+    def replicas_of(self, label: str) -> int:
+        """The process sets behind a compared figure (0: not measured here)."""
+        if label not in self.compared:
+            return 0
+        i = self.compared.index(label)
+        return self.compared_replicas[i] if i < len(self.compared_replicas) else 1
 
     def median_of(self, label: str) -> float:
         """The median seconds of a compared figure (NaN: not measured here)."""
@@ -335,6 +346,8 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     pool = [f for c in tied for f in c.members]
     by_label = {f.label: f for f in pool}
     beaten = {f.label for f in figures if any(beats(g, f) for g in figures)}
+    beaten_twice = {f.label for f in figures if f.label in beaten and len(f.replicas) >= 2
+                    and any(len(g.replicas) >= 2 and beats(g, f) for g in figures)}
     choice, why = None, ""
     wanted = [f for f in figures if f.label == prefer and f.label not in beaten]
     if wanted:
@@ -390,6 +403,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         states=found_states[figures.index(choice)], compared_states=found_states,
         leader_range=(float(np.nanmin(lead.anchor.samples)), float(np.nanmax(lead.anchor.samples))),
         beaten=tuple(sorted(beaten)), replicas=max(1, len(choice.replicas)),
+        beaten_twice=tuple(sorted(beaten_twice)), compared_replicas=tuple(max(1, len(f.replicas)) for f in figures),
         again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why, known))
 
 

@@ -17,9 +17,13 @@ Which decisions (`open_decisions`, read from the analysis's decisions, never dec
              1 + MOVE_WITHIN x delta of the size's leader (by its fast state where its samples
              sit in two scheduler states): another draw of states may make it the choice;
   within     the choice against the next class is within X% (an equivalence bound, not a
-             difference): the choice and the next class's fastest figure.
+             difference): the choice and the next class's fastest figure;
+  differs once
+             a GPU pair whose own choice beats its link class's choice in one process set
+             only (analysis.bands: the answer names a pair only where two sets show it): the
+             class's choice and the pair's, on that pair.
 
-Most open first: undecided, can move, within; in each, the widest ratio interval first. A group
+Most open first: undecided, differs once, can move, within; in each, the widest ratio interval first. A group
 is measured again once (two replicas); what is still open after its second set is left open,
 said on stderr and in the header (`sampling.open`)."""
 
@@ -36,14 +40,15 @@ from gpuipc_bench.defaults import DEFAULT_RESAMPLE_S
 
 MOVE_WITHIN = 2.0  # a figure within 1 + this x delta of its size's leader can move the decision
 REPLICA = 2  # the resampling pass's process set
-UNDECIDED, CAN_MOVE, WITHIN = 3, 2, 1  # how open a decision is (the pass takes the most open first)
-OPENNESS = {UNDECIDED: "undecided", CAN_MOVE: "can move", WITHIN: "within"}
+# how open a decision is (the pass takes the most open first)
+UNDECIDED, DIFFERS, CAN_MOVE, WITHIN = 4, 3, 2, 1
+OPENNESS = {UNDECIDED: "undecided", DIFFERS: "differs once", CAN_MOVE: "can move", WITHIN: "within"}
 
 
 @dataclasses.dataclass(frozen=True)
 class OpenDecision:
     """A decision the resampling pass would measure again: its name ('time-sliced handoff 64 MiB',
-    with the link across GPUs), how open it is (UNDECIDED, CAN_MOVE, WITHIN), the reach of its
+    with the link across GPUs), how open it is (UNDECIDED, DIFFERS, CAN_MOVE, WITHIN), the reach of its
     ratio interval (log of hi / lo: the widest first) and the figures (path/variant) to measure."""
 
     name: str
@@ -121,6 +126,23 @@ def open_decisions(decisions, setup_cost, order) -> list[tuple[Any, OpenDecision
     return sorted(out, key=lambda found: (-found[1].tier, -found[1].reach))
 
 
+def differs_once(decisions, meta: Mapping[str, str], setup, order) -> list[tuple[Any, OpenDecision]]:
+    """(decision, what is open) for each GPU pair that rejects its link class's choice in one
+    process set only (analysis.bands' `unconfirmed`): its own choice and the class's, on it."""
+    from gpuipc_bench.analysis.model import arrange
+
+    sections, _ = arrange(decisions, meta, setup, order)
+    out = []
+    for section in sections:
+        for band in section.bands:
+            for d in band.unconfirmed:
+                labels = tuple(dict.fromkeys(x for x in (band.pick, d.choice) if x in d.compared))
+                reach = math.log(d.ratio_hi / d.ratio_lo) if d.ratio_lo > 0 and math.isfinite(d.ratio_hi) \
+                    else math.inf
+                out.append((d, OpenDecision(decision_name(d), DIFFERS, reach, labels or (d.choice,))))
+    return out
+
+
 def fastest_states(d) -> list[float]:
     """Each compared figure's seconds in the fastest state it may be drawn in: its fast state's
     median where its samples sit in two states; where they sit in one and that one is the slow
@@ -174,6 +196,7 @@ def query(frame, meta: Mapping[str, str], min_effect: float | None = None) -> Qu
     decisions = decide_all(rows, summary, samples, paths, setup,
                            stats.MIN_EFFECT if min_effect is None else min_effect, order, samples_by_replica(frame))
     found = open_decisions(decisions, setup_interval(setup, paths), order)
+    found = sorted(found + differs_once(decisions, meta, setup, order), key=lambda f: (-f[1].tier, -f[1].reach))
     where = {(r.label, str(r.src), str(r.dst), str(r.sharing), str(r.measure), int(r.bytes)): r.condition
              for r in rows.itertuples(index=False)}
     groups: dict[tuple, OpenGroup] = {}
@@ -381,7 +404,7 @@ class Resampler:
         results = self.results
         results.set_meta("sampling.resampled", "; ".join(r.label() for r in self.measured) or "none")
         results.set_meta("sampling.resample_seconds", f"{self.spent:.1f}")
-        still = [d for d in found.decisions if d.tier != CAN_MOVE or not self.measured_all(d, found)]
+        still = [d for d in found.decisions if d.tier not in (CAN_MOVE, DIFFERS) or not self.measured_all(d, found)]
         results.set_meta("sampling.open", "; ".join(f"{d.name} ({d.why})" for d in still) or "none")
         if still:
             names = ", ".join(f"{d.name} ({d.why})" for d in still)
@@ -389,7 +412,7 @@ class Resampler:
             self.reporter.note("\n      ".join(textwrap.wrap(text, 72)))
 
     def measured_all(self, decision: OpenDecision, found: Query) -> bool:
-        """Whether every group of a decision that can move was measured again (then it stands on
-        two replicas, and is not open)."""
+        """Whether every group of a decision that can move (or of a pair that differs once) was
+        measured again (then it stands on two replicas, and is not open)."""
         keys = {g.run_key for g in found.groups if g.decision == decision}
         return bool(keys) and keys <= self.done

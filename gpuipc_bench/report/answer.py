@@ -92,6 +92,9 @@ def band_figure(band: Band, measure: str, among_links: Sequence[tuple[str, str]]
     text = "; ".join(parts) + (f" over {pairs} pairs" if pairs > 1 and not (free and measure == "stream") else "")
     if 0 < pairs < len(among_links):
         text += " on " + ", ".join(f"{s}→{d}" for s, d in sorted({d.link for d in band.decisions}))
+    once = sorted({d.link for d in band.unconfirmed})
+    if once:  # a pair whose own choice was faster in one process set: not named as differing (bands.py)
+        text += f" ({', '.join(f'{s}→{d}' for s, d in once)} differs in one process set only)"
     if band.unmeasured:
         text += f" (not measured at {size_list(band.unmeasured)})"
     if band.measured_to is not None:

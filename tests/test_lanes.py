@@ -63,8 +63,9 @@ class FakeGpu:
         return out
 
 
-def copier(gpus: dict[int, FakeGpu], nbytes: int, clock: Clock):
-    """The known copies on fake GPUs: each moves nbytes over its lane and takes a millisecond."""
+def copier(gpus: dict[int, FakeGpu], nbytes: int, clock: Clock, requests: float = 0.0):
+    """The known copies on fake GPUs: each moves nbytes over its lane and takes a millisecond; a
+    read from host memory (h2d) sends `requests` bytes per byte read on the GPU's PCIe TX."""
 
     def copy(kind: str, a: int, b: int) -> None:
         clock.sleep(0.001)
@@ -72,6 +73,7 @@ def copier(gpus: dict[int, FakeGpu], nbytes: int, clock: Clock):
             gpus[a].traffic(PCIE_TX, nbytes)
         elif kind == "h2d":
             gpus[a].traffic(PCIE_RX, nbytes)
+            gpus[a].events.append((clock() + gpus[a].lag, PCIE_TX, int(nbytes * requests)))
         else:
             gpus[a].traffic(NVLINK_TX, nbytes)
             gpus[b].traffic(NVLINK_RX, nbytes)
@@ -244,6 +246,25 @@ def test_one_gpu_device_copy_crosses_no_lane_and_staging_shows_pcie():
     assert gpus[0].reads[-2:] == [True, True]  # within one GPU: the PCIe fields alone
     assert meter.watch({"metric": "latency", "src": 0, "dst": 0, "bytes": 8}) is None  # bandwidth rows only
     assert meter.watch({"metric": "bandwidth", "src": 0, "dst": 2, "bytes": 8}) is None  # GPU 2: no counters
+
+
+def test_a_staged_copy_is_counted_once_not_again_by_the_reading_gpus_requests():
+    """GPU 0 writes P to host memory, GPU 1 reads it: GPU 1's TX carries its read requests (9.6% of P
+    on an H200). The proof measures that share on its h2d copy, and the staged copy counts P, not
+    P plus the requests (1.088 P before)."""
+    clock = Clock()
+    gpus = {0: FakeGpu(clock), 1: FakeGpu(clock)}
+    proofs = prove(gpus, copier(gpus, lanes.PROOF_BYTES, clock, requests=0.096), nvlink=True, clock=clock,
+                   sleep=clock.sleep)
+    assert proofs[(1, PCIE_RX)].requests == pytest.approx(0.096, rel=1e-3)
+    assert "read requests 9.6%" in proofs[(1, PCIE_RX)].text()
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 64 * MIB, "path": "staging"})
+    copy = copier(gpus, 64 * MIB, clock, requests=0.096)
+    copy("d2h", 0, 0)
+    copy("h2d", 1, 1)
+    fields = finish(1)
+    assert fields["lane"] == "pcie" and fields["lane_pcie_bytes"] == pytest.approx(64 * MIB, rel=0.002)
 
 
 def test_a_wrapped_32_bit_counter_and_a_window_that_could_wrap():

@@ -42,6 +42,7 @@ from gpuipc_bench.hooks import plant
 from gpuipc_bench.check.expect import Expectations, parse
 from gpuipc_bench.check.node import NodeReport, check_node, measure_again
 from gpuipc_bench.errors import Interrupted
+from gpuipc_bench.harness.mpi_launch import idle_recv
 
 HELLO, ASSIGN, REPORT, WORD = 31, 32, 33, 34
 POLL_S = 0.01
@@ -97,7 +98,7 @@ def run(expectations: Expectations, tolerance: float | None, deadline: float, ti
         watchdog.start()
         try:
             world.send(mine, dest=0, tag=HELLO)
-            assignment = world.recv(source=0, tag=ASSIGN)
+            assignment = idle_recv(world, 0, ASSIGN, POLL_S)
             if assignment is not None:
                 pair, expected, partner = assignment
                 _check_as_member(world, rank, node, pair, parse(expected), tolerance, timeout, partner,
@@ -352,7 +353,7 @@ def _check_leader(world, node, pair, expectations, tolerance, timeout, partner, 
         deliver, word = inbox.put, _own_words.get
     else:
         deliver = lambda report: world.send(report.packed(), dest=0, tag=REPORT)  # noqa: E731
-        word = lambda: world.recv(source=0, tag=WORD)  # noqa: E731
+        word = lambda: idle_recv(world, 0, WORD, POLL_S)  # noqa: E731  (no core spun while others measure)
     job = _pair_job(world, pair, node)
     try:
         try:

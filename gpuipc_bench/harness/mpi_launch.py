@@ -37,6 +37,16 @@ from typing import Any, Callable
 from gpuipc_bench.errors import BenchError, UsageError, WorkerFailed
 
 CONTROL, MESSAGE = 1, 2  # MPI tags: rank 0's instructions; a worker's messages to rank 0
+IDLE_POLL_S = 0.002  # a rank waiting for a message looks this often (idle_recv)
+
+
+def idle_recv(comm, source: int, tag: int, poll_s: float = IDLE_POLL_S):
+    """comm.recv without spinning a core: Open MPI's blocking receive polls at full speed, so a rank
+    that waits (for its next scenario, or while other nodes measure) would take a core from the
+    workers measuring beside it. Probes, sleeping `poll_s` between probes."""
+    while not comm.iprobe(source=source, tag=tag):
+        time.sleep(poll_s)
+    return comm.recv(source=source, tag=tag)
 INSTALL_HINT = "pip install -e '.[mpi]' (mpi4py, built against the MPI library mpirun belongs to)"
 # Environment variables that MPI launchers and Slurm set in each process they start.
 SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
@@ -153,7 +163,7 @@ class Job:
         from gpuipc_bench.harness.launcher import run_worker
 
         while True:
-            message = self.comm.recv(source=0, tag=CONTROL)
+            message = idle_recv(self.comm, 0, CONTROL)
             if message[0] == "stop":
                 return 0
             _, scenario, specs, config, segment, shared = message

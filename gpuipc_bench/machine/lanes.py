@@ -188,13 +188,17 @@ class Proof:
     """What the known copies showed of one counter of one GPU: `state` (TRUSTED, UNTRUSTED, ABSENT,
     NO_LINKS: the GPU has no active NVLink, so nothing crosses it; UNPROVEN: no known copy could be
     made here), its unit (bytes per count), its protocol overhead (counted bytes over payload, -1),
-    how long it took to settle after a copy, and why where it is not trusted."""
+    how long it took to settle after a copy, and why where it is not trusted. A PCIe RX counter's
+    `requests`: the TX bytes its GPU sends per payload byte it reads over PCIe (a read from host
+    memory is asked for in request packets the GPU sends: 9.6% of the payload on an H200), so that
+    a GPU's TX less those is what it wrote (lane_bytes)."""
 
     state: str
     unit: int = 0
     overhead: float = 0.0
     settle_s: float = 0.0
     why: str = ""
+    requests: float = 0.0
 
     @property
     def usable(self) -> bool:
@@ -206,7 +210,8 @@ class Proof:
 
     def text(self) -> str:
         if self.state == TRUSTED:
-            return (f"trusted: unit {self.unit} B, overhead {100 * self.overhead:.1f}%, "
+            asks = f", read requests {100 * self.requests:.1f}%" if self.requests > 0 else ""
+            return (f"trusted: unit {self.unit} B, overhead {100 * self.overhead:.1f}%{asks}, "
                     f"settles in {1e3 * self.settle_s:.0f} ms")
         return f"{self.state}: {self.why}" if self.why else self.state
 
@@ -317,6 +322,9 @@ def prove(counters: Mapping[int, GpuCounters], copy: Callable[[str, int, int], N
             return {dev: counters[dev].read(pcie_only) for dev in gpus}
 
         deltas: dict[tuple[int, str], list[int | None]] = {key: [] for key in keys}
+        # a read from host memory: the request bytes its GPU sends meanwhile (the PCIe fields are read together)
+        asked = [(dev, PCIE_TX) for dev, counter in keys if counter == PCIE_RX and kind == "h2d"]
+        requests: dict[tuple[int, str], list[int | None]] = {key: [] for key in asked}
         settle = 0.0
         for k in range(PROOF_COPIES):
             before = read()
@@ -328,8 +336,13 @@ def prove(counters: Mapping[int, GpuCounters], copy: Callable[[str, int, int], N
                 after, settle = settle_time(read, keys, before, after, clock, sleep)
             for dev, counter in keys:
                 deltas[(dev, counter)].append(counter_delta(counter, before[dev][counter], after[dev][counter]))
+            for dev, counter in asked:
+                requests[(dev, counter)].append(counter_delta(counter, before[dev][counter], after[dev][counter]))
         for key in keys:
             proofs[key] = judge(moved, deltas[key], settle)
+            sent = [d for d in requests.get((key[0], PCIE_TX), []) if d is not None]
+            if proofs[key].usable and sent:
+                proofs[key] = dataclasses.replace(proofs[key], requests=max(0.0, statistics.median(sent) / moved))
     return proofs
 
 
@@ -369,10 +382,13 @@ def lane_bytes(lane: str, deltas: Mapping[int, Mapping[str, int | None]],
     """The payload bytes that crossed `lane` ('nvlink' or 'pcie') between the GPUs of `deltas`:
     the larger of the bytes the GPUs sent and the bytes they received (a copy from GPU a to b is
     counted by a's TX and b's RX; a staged copy by one GPU's TX and the other's, or its own, RX).
+    A GPU's PCIe TX less the requests for what it read (its RX payload x Proof.requests) is what
+    it wrote: a staged copy is not counted once more by the reading GPU's requests.
     None where a counter it needs is not trusted or gave no delta."""
     sent = received = 0.0
     for dev, moved in deltas.items():
-        for counter in (c for c in COUNTERS if LANES[c] == lane):
+        read = 0.0  # the payload this GPU read over the lane (its RX): its TX carried the requests for it
+        for counter in sorted((c for c in COUNTERS if LANES[c] == lane), key=lambda c: c not in (NVLINK_RX, PCIE_RX)):
             proof = proofs.get((dev, counter), Proof(UNPROVEN))
             if proof.state == NO_LINKS:
                 continue
@@ -380,9 +396,11 @@ def lane_bytes(lane: str, deltas: Mapping[int, Mapping[str, int | None]],
             if not proof.usable or delta is None:
                 return None
             if counter in (NVLINK_TX, PCIE_TX):
-                sent += proof.bytes(delta)
+                asked = read * proofs[(dev, PCIE_RX)].requests if counter == PCIE_TX else 0.0
+                sent += max(0.0, delta * proof.unit - asked) / (1.0 + proof.overhead)
             else:
-                received += proof.bytes(delta)
+                read = proof.bytes(delta)
+                received += read
     return max(sent, received)
 
 

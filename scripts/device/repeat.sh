@@ -2,10 +2,12 @@
 # On a lent GPU machine with the project installed (builds nothing): three default runs back to
 # back, each under /usr/bin/time, with `report A B` between consecutive runs and each run's
 # `report --format json`, then how often the three agree: per pair of runs, the decisions whose
-# mechanism class and whose chosen API are the same, the open ones (undecided or within), and each
+# mechanism class and whose chosen API are the same, the open ones (scripts/agreement.py), and each
 # run's wall time against its seconds.total, estimate and resampling pass (sampling.* keys).
-# Usage: bash scripts/device/repeat.sh [run options]   (e.g. --budget 45)
-# About 3 x 45 s of runs plus ~10 s of reports on one H100.
+# With REFERENCE=1, then a run of 20 samples per group (-n 20) that scripts/agreement.py checks each
+# run's runner-up ratios against (issue 33).
+# Usage: [REFERENCE=1] bash scripts/device/repeat.sh [run options]   (e.g. --budget 45)
+# About 3 x 45 s of runs plus ~10 s of reports on one H100; the reference about 2 minutes more.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 COLUMNS=80
 OUT=${OUT:-/tmp/gpuipc-out}; mkdir -p "$OUT"
@@ -29,23 +31,12 @@ gpuipc-bench report "$OUT/repeat-1.csv" "$OUT/repeat-3.csv" >"$OUT/report-1-3.tx
 for n in 1 2 3; do
   gpuipc-bench report "$OUT/repeat-$n.csv" --format json >"$OUT/repeat-$n.json" 2>"$OUT/repeat-$n.json.err"
 done
-python3 - "$OUT" <<'PY'
-import itertools, json, sys
-out = sys.argv[1]
-runs = []
-for n in (1, 2, 3):
-    with open(f"{out}/repeat-{n}.json") as f:
-        decisions = json.load(f)["runs"][0]["decisions"]
-    runs.append({(d["src"], d["dst"], d["sharing"], d["measure"], d["bytes"]): d for d in decisions})
-    opened = sum(d["outcome"] in ("undecided", "within") for d in decisions)
-    twice = sum(d["replicas"] > 1 for d in decisions)
-    print(f"run {n}: {len(decisions)} decisions, {opened} undecided or within, {twice} on two replicas")
-for (i, a), (j, b) in itertools.combinations(enumerate(runs, 1), 2):
-    keys = sorted(set(a) & set(b))
-    cls = sum(a[k]["class"] == b[k]["class"] for k in keys)
-    api = sum(a[k]["choice"] == b[k]["choice"] for k in keys)
-    print(f"runs {i}-{j}: class agrees in {cls}/{len(keys)}, API in {api}/{len(keys)} ({api / max(1, len(keys)):.0%})")
-    for k in keys:
-        if a[k]["choice"] != b[k]["choice"]:
-            print(f"  {k[2]} {k[3]} {k[4]}: {a[k]['choice']} ({a[k]['why']}) vs {b[k]['choice']} ({b[k]['why']})")
-PY
+refs=()
+if [ -n "${REFERENCE:-}" ]; then  # the runner-up check's reference: a run of 20 samples per group
+  timer "$OUT/reference-20.time" gpuipc-bench run -n 20 -o "$OUT/reference-20.csv" --force "$@" \
+    >"$OUT/reference-20.out" 2>"$OUT/reference-20.err"
+  echo "== reference (-n 20): exit $?; $(grep -h 'Elapsed (wall clock)' "$OUT/reference-20.time")"
+  gpuipc-bench report "$OUT/reference-20.csv" --format json >"$OUT/reference-20.json" 2>/dev/null
+  refs=(--reference "$OUT/reference-20.json")
+fi
+python3 scripts/agreement.py "$OUT"/repeat-{1,2,3}.json "${refs[@]}" | tee "$OUT/agreement.txt"

@@ -46,11 +46,13 @@ def main() -> None:
                 print(f"  GPU {d}: " + ", ".join(f"{c} {v}" for c, v in deltas.items()))
         t0 = time.perf_counter()
         proofs = lanes.prove(counters, copies, peer)
+        copies.close()
         print(f"proof took {time.perf_counter() - t0:.2f} s")
         for key, text in lanes.proof_metadata(proofs).items():
             print(f"  {key}: {text}")
     finally:
         copies.close()
+    sizes(counters, proofs, devices)
     print(f"one reading: {1e3 * lanes.read_cost(counters):.3f} ms")
     before = {d: counters[d].read() for d in devices}
     time.sleep(1.0)
@@ -58,6 +60,34 @@ def main() -> None:
     for d in devices:
         print(f"idle 1 s, GPU {d}: " + ", ".join(
             f"{c} {lanes.counter_delta(c, before[d][c], after[d][c])}" for c in lanes.COUNTERS))
+
+
+def sizes(counters, proofs, devices) -> None:
+    """The payload each counter reports (scaled by its proof) over the bytes copied, for the batches
+    a run's samples move (4 MiB x 65, 256 MiB x 2) and the proof's own (64 MiB x 16), read around
+    the copies alone as the harness reads a sample (no settling sleep): does the ratio depend on
+    the size or the direction, apart from the tool's samples?"""
+    for nbytes, count in ((4 << 20, 65), (64 << 20, 16), (256 << 20, 2)):
+        copies = KnownCopies(devices[:1], nbytes)
+        try:
+            for kind in ("d2h", "h2d"):
+                copies(kind, 0, 0)  # warm
+                before = counters[0].read(pcie_only=True)
+                start = time.perf_counter()
+                for _ in range(count):
+                    copies(kind, 0, 0)
+                window = time.perf_counter() - start
+                after = counters[0].read(pcie_only=True)
+                parts = []
+                for c in (lanes.PCIE_TX, lanes.PCIE_RX):
+                    delta = lanes.counter_delta(c, before[c], after[c])
+                    proof = proofs.get((0, c))
+                    scaled = proof.bytes(delta) if proof is not None and proof.usable and delta is not None else None
+                    parts.append(f"{c} {delta} = {scaled / (nbytes * count):.4f}x" if scaled is not None
+                                 else f"{c} {delta}")
+                print(f"{kind} GPU 0, {count} x {nbytes >> 20} MiB in {1e3 * window:.1f} ms: " + ", ".join(parts))
+        finally:
+            copies.close()
 
 
 if __name__ == "__main__":

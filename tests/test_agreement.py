@@ -1,0 +1,61 @@
+"""scripts/agreement.py: repeated runs' agreement and the runner-up check, on crafted JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "agreement.py"
+
+
+def _module():
+    spec = importlib.util.spec_from_file_location("agreement", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def decision(nbytes, choice="ipc/ce", cls="IPC mapping, copy engine", outcome="faster", ratio=1.10,
+             lo=1.08, hi=1.12, nxt="IPC mapping, kernel copy"):
+    return {"src": "0", "dst": "0", "sharing": "mps", "measure": "stream", "bytes": nbytes, "class": cls,
+            "choice": choice, "outcome": outcome, "next": nxt, "ratio": ratio, "ratio_lo": lo, "ratio_hi": hi,
+            "delta": 0.02, "replicas": 1}
+
+
+def write(tmp_path, name, found):
+    path = tmp_path / name
+    path.write_text(json.dumps({"runs": [{"decisions": found}]}))
+    return str(path)
+
+
+def test_runs_that_agree_pass_and_a_ratio_outside_the_reference_fails(tmp_path, capsys):
+    agreement = _module()
+    sizes = [4096 * 4 ** k for k in range(20)]
+    a = write(tmp_path, "a.json", [decision(n) for n in sizes])
+    b = write(tmp_path, "b.json", [decision(n, ratio=1.11) for n in sizes])
+    reference = write(tmp_path, "ref.json", [decision(n, lo=1.09, hi=1.11) for n in sizes])
+    assert agreement.main([a, b, "--reference", reference]) == 0
+    out = capsys.readouterr().out
+    assert "class agrees in 20/20, API in 20/20 (100%)" in out and "inside 20, outside 0" in out
+    # the runner-up says 1.46x where the 20-sample run says 1.02-1.04: outside, exit 1
+    c = write(tmp_path, "c.json", [decision(n, ratio=1.46 if n == sizes[3] else 1.10) for n in sizes])
+    assert agreement.main([a, c, "--reference", reference]) == 1
+    assert "1.460x, reference [1.069, 1.132]" in capsys.readouterr().out
+
+
+def test_a_class_change_or_too_many_open_decisions_fail(tmp_path, capsys):
+    agreement = _module()
+    sizes = [4096 * 4 ** k for k in range(20)]
+    a = write(tmp_path, "a.json", [decision(n) for n in sizes])
+    moved = write(tmp_path, "m.json", [decision(n, cls="peer copy engine", choice="peer/ce") if n == sizes[0]
+                                        else decision(n) for n in sizes])
+    assert agreement.main([a, moved]) == 1
+    assert "class agrees in 19/20" in capsys.readouterr().out
+    # one API of 20 differs (95%): passes; three undecided of 20 (15%): fails
+    api = write(tmp_path, "api.json", [decision(n, choice="vmm/ce") if n == sizes[0] else decision(n) for n in sizes])
+    assert agreement.main([a, api]) == 0
+    opened = write(tmp_path, "o.json", [decision(n, outcome="undecided") if n in sizes[:3] else decision(n)
+                                         for n in sizes])
+    assert agreement.main([opened]) == 1
+    assert "3 open at the class level (15%)" in capsys.readouterr().out

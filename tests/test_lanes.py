@@ -107,8 +107,17 @@ def test_a_counter_stuck_at_zero_is_untrusted_and_proves_nothing():
     assert proofs[(1, NVLINK_RX)].state == UNTRUSTED
     assert "did not move" in proofs[(1, NVLINK_RX)].why
     assert proofs[(0, NVLINK_TX)].state == TRUSTED
-    # a peer copy's NVLink bytes are not claimed from the one GPU that still counts
+    # a peer copy's NVLink bytes are read from the GPU whose NVLink counters are both trusted
     meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    assert meter.nvlink_end((0, 1)) == 0
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 64 * MIB})
+    gpus[0].traffic(NVLINK_TX, 64 * MIB)
+    gpus[1].traffic(NVLINK_RX, 64 * MIB)
+    fields = finish(1)
+    assert fields["lane"] == "nvlink" and fields["lane_nvlink_bytes"] == pytest.approx(64 * MIB)
+    # and never claimed where neither GPU counts both ways
+    stuck = {**proofs, (0, NVLINK_TX): Proof(UNTRUSTED, why="x")}
+    meter = LaneMeter(gpus, stuck, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
     finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 64 * MIB})
     gpus[0].traffic(NVLINK_TX, 64 * MIB)
     gpus[1].traffic(NVLINK_RX, 64 * MIB)
@@ -157,7 +166,7 @@ def test_the_proof_is_short_and_waits_for_nothing_where_the_counts_are_current()
     assert clock.now == pytest.approx(18 * 0.001 + 6 * lanes.SETTLE_CHECK_S)
 
 
-def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_groups_first_readings():
+def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_familys_first_reading():
     clock = Clock()
     gpus, proofs = proven_pair(clock)
     for gpu in gpus.values():
@@ -168,15 +177,17 @@ def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_groups_first_readin
     assert fields["lane"] == "small" and math.isnan(fields["lane_nvlink_bytes"])
     assert not gpus[0].reads and not gpus[1].reads
     big = {**group, "bytes": 64 * MIB}
-    for _ in range(lanes.READS_PER_GROUP):
+    for _ in range(lanes.READS_PER_FAMILY):
         finish = meter.watch(big, reps=1)
         gpus[0].traffic(NVLINK_TX, 64 * MIB)
         gpus[1].traffic(NVLINK_RX, 64 * MIB)
         assert finish(1)["lane"] == "nvlink"
     read = len(gpus[0].reads)
-    assert read == 2 * lanes.READS_PER_GROUP and not any(gpus[0].reads)  # both GPUs' NVLink fields
-    fields = meter.watch(big, reps=1)(1)  # the group's lane, not read again
-    assert fields["lane"] == "nvlink" and math.isnan(fields["lane_nvlink_bytes"])
+    # one GPU's NVLink fields (the 15 ms reading on an H200 of 18 links), the other's PCIe fields alone
+    assert read == 2 * lanes.READS_PER_FAMILY and not any(gpus[0].reads) and all(gpus[1].reads)
+    for size in (64 * MIB, 256 * MIB):  # the family's lane at any size, not read again
+        fields = meter.watch({**group, "bytes": size}, reps=1)(1)
+        assert fields["lane"] == "nvlink" and math.isnan(fields["lane_nvlink_bytes"])
     assert len(gpus[0].reads) == read
     assert lanes.group_lane(["other-traffic", "pcie", "nvlink", "nvlink"]) == "nvlink"
     assert lanes.group_lane(["other-traffic"]) == "" and lanes.group_lane(["unproven"]) == "unproven"
@@ -279,8 +290,8 @@ def test_a_wrapped_32_bit_counter_and_a_window_that_could_wrap():
     gpus[1].traffic(PCIE_RX, 32 * MIB)
     fields = finish(1)
     assert fields["lane"] == "pcie" and fields["lane_pcie_bytes"] == pytest.approx(32 * MIB, rel=0.001)
-    # a window long enough for 2^32 bytes at the link's rate: PCIe not attributed
-    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 32 * MIB})
+    # a window long enough for 2^32 bytes at the link's rate: PCIe not attributed (another family)
+    finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 32 * MIB, "variant": "sm"})
     clock.sleep(0.1)
     gpus[0].traffic(PCIE_TX, 32 * MIB)
     gpus[1].traffic(PCIE_RX, 32 * MIB)

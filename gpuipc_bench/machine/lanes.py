@@ -58,10 +58,11 @@ UNIT_TOLERANCE = 0.05  # bytes / delta within 5% of a power of two: that is its 
 PROVEN_LANES = ("nvlink", "pcie", "nvlink+pcie", "none")
 OTHER_TRAFFIC, SMALL, NOT_PROVEN = "other-traffic", "small", "unproven"
 # A sample that moves less than this (bytes x reps) is not read: the noise floor below (256 KiB +
-# 2%) is 3.6% of it, and it saves the 2 NVML calls per GPU a reading costs. A group's first
-# READS_PER_GROUP samples above it are read, its others carry their lane (LaneMeter).
+# 2%) is 3.6% of it, and it saves the 2 NVML calls per GPU a reading costs. A family's (a figure
+# at every size) first READS_PER_FAMILY samples above it are read, its others carry their lane
+# (LaneMeter): a reading of a GPU's NVLink fields, one per link, costs 15 ms on an H200 of NV18.
 MIN_BYTES = 16 << 20
-READS_PER_GROUP = 2
+READS_PER_FAMILY = 1
 FLOOR_BYTES = 256 << 10  # below this (and 2% of a sample's bytes) a lane carried nothing of it
 FLOOR_SHARE = 0.02  # the issue's tolerance: within 2% + 1 MiB of the bytes moved per sample
 WARMUP_TRANSFERS = 2  # a gated batch's untimed warm-up transfers (gpu.timing.WARMUP_OPS) move bytes too
@@ -404,14 +405,37 @@ def lane_bytes(lane: str, deltas: Mapping[int, Mapping[str, int | None]],
     return max(sent, received)
 
 
+def one_end_nvlink(dev: int, moved: Mapping[str, int | None], proofs: Mapping[tuple[int, str], Proof]) -> float | None:
+    """The NVLink payload the ports of one GPU of two carried, both ways (TX + RX): between two
+    GPUs every byte a sample moves over NVLink crosses them once. None where a counter is not
+    trusted or gave no delta."""
+    total = 0.0
+    for counter in (NVLINK_TX, NVLINK_RX):
+        proof = proofs.get((dev, counter), Proof(UNPROVEN))
+        if proof.state == NO_LINKS:
+            continue
+        delta = moved.get(counter)
+        if not proof.usable or delta is None:
+            return None
+        total += proof.bytes(delta)
+    return total
+
+
 def attribute(deltas: Mapping[int, Mapping[str, int | None]], proofs: Mapping[tuple[int, str], Proof],
-              nbytes: int, batch: int, two_gpus: bool) -> LaneShare:
+              nbytes: int, batch: int, two_gpus: bool, nvlink_end: int | None = None) -> LaneShare:
     """The lane of one sample of `batch` transfers of `nbytes`, from its counters' deltas on the GPUs
     of its ends. NVLink counts only between two GPUs (`two_gpus`): a copy within one GPU or
-    between it and host memory cannot cross it. More bytes than the sample could move (both ways,
-    its warm-up transfers too, FLOOR_SHARE more) is other traffic: flagged, not attributed."""
+    between it and host memory cannot cross it; `nvlink_end`: the one GPU whose NVLink fields
+    were read (one_end_nvlink), else both GPUs' (lane_bytes). More bytes than the sample could
+    move (both ways, its warm-up transfers too, FLOOR_SHARE more) is other traffic: flagged, not
+    attributed."""
     moved = nbytes * batch
-    nvlink = lane_bytes("nvlink", deltas, proofs) if two_gpus else 0.0
+    if not two_gpus:
+        nvlink: float | None = 0.0
+    elif nvlink_end is not None:
+        nvlink = one_end_nvlink(nvlink_end, deltas[nvlink_end], proofs)
+    else:
+        nvlink = lane_bytes("nvlink", deltas, proofs)
     pcie = lane_bytes("pcie", deltas, proofs)
     floor = FLOOR_BYTES + FLOOR_SHARE * moved
     known = [b for b in (nvlink, pcie) if b is not None]
@@ -443,26 +467,37 @@ class LaneMeter:
     the proof measured none) and returns the row's lane columns. Bandwidth groups between GPUs
     with counters only.
 
-    A reading costs a sample 2 NVML calls per GPU (0.62 ms each for the PCIe fields, ~1.3 ms
-    with every link's NVLink fields), so not every sample is read: one that moves less than
-    MIN_BYTES (bytes x the group's reps) says 'small' (below it the counters' noise floor,
-    FLOOR_BYTES + FLOOR_SHARE, is a large share of it) and is not read; a group's first
-    READS_PER_GROUP samples above it are read, its later ones carry their lane (group_lane)
-    with their byte columns NaN (not read). A sample within one GPU or to host memory reads
-    the PCIe fields alone (NVLink cannot carry it)."""
+    A reading costs a sample 2 NVML calls per GPU (0.3-0.6 ms each for the PCIe fields; 15 ms
+    with the NVLink fields of 18 links on an H200, driver 580), so not every sample is read: one
+    that moves less than MIN_BYTES (bytes x the group's reps) says 'small' (below it the
+    counters' noise floor, FLOOR_BYTES + FLOOR_SHARE, is a large share of it) and is not read;
+    a family's (path, variant, measure and ends: a figure at every size) first READS_PER_FAMILY
+    samples above it are read, its later ones, at that size or another, carry their lane
+    (group_lane) with their byte columns NaN (not read). A sample within one GPU or to host
+    memory reads the PCIe fields alone (NVLink cannot carry it); one between two GPUs reads the
+    NVLink fields of one of them (nvlink_end: every byte between the two crosses its ports, one
+    way or the other) and the PCIe fields of both."""
 
     def __init__(self, counters: Mapping[int, GpuCounters], proofs: Mapping[tuple[int, str], Proof],
                  wire: Mapping[int, float], clock: Callable[[], float] = time.perf_counter,
                  sleep: Callable[[float], None] = time.sleep):
         self.counters, self.proofs, self.wire, self.clock, self.sleep = counters, proofs, wire, clock, sleep
         self.wait_s = min(SAMPLE_SETTLE_LIMIT_S, max((p.settle_s for p in proofs.values() if p.usable), default=0.0))
-        self.seen: dict[tuple, list[str]] = {}  # a group (its figure's fields) -> the lanes its readings saw
+        self.seen: dict[tuple, list[str]] = {}  # a family (its figure's fields but the size) -> its readings' lanes
 
     def ends(self, group: Mapping[str, Any]) -> tuple[int, ...]:
         """The GPUs (CUDA devices) at a group's ends that have counters; () where an end is a GPU
         without them (nothing is attributed from half the picture)."""
         gpus = {int(str(end)) for end in (group.get("src"), group.get("dst")) if str(end).isdigit()}
         return tuple(sorted(gpus)) if gpus and gpus <= set(self.counters) else ()
+
+    def nvlink_end(self, ends: tuple[int, ...]) -> int:
+        """The GPU of two whose NVLink fields a sample reads: the first whose NVLink counters are
+        both trusted (or have no links), else the first."""
+        def proven(dev: int) -> bool:
+            return all(self.proofs.get((dev, c), Proof(UNPROVEN)).state in (TRUSTED, NO_LINKS)
+                       for c in (NVLINK_TX, NVLINK_RX))
+        return next((dev for dev in ends if proven(dev)), ends[0])
 
     def watch(self, group: Mapping[str, Any], reps: int = 1) -> Callable[[int], dict[str, Any]] | None:
         ends = self.ends(group) if group.get("metric") == "bandwidth" else ()
@@ -471,25 +506,25 @@ class LaneMeter:
         nbytes = int(group.get("bytes", 0))
         if nbytes * max(1, int(reps)) < MIN_BYTES:
             return lambda batch: LaneShare(SMALL).fields()
-        key = tuple(str(group.get(k, "")) for k in ("path", "variant", "measure", "src", "dst", "bytes"))
+        key = tuple(str(group.get(k, "")) for k in ("path", "variant", "measure", "src", "dst"))
         seen = self.seen.setdefault(key, [])
-        if len(seen) >= READS_PER_GROUP:
+        if len(seen) >= READS_PER_FAMILY:
             return lambda batch: LaneShare(group_lane(seen)).fields()
-        pcie_only = len(ends) == 1
-        before = {dev: self.counters[dev].read(pcie_only) for dev in ends}
+        nvlink = self.nvlink_end(ends) if len(ends) == 2 else None
+        before = {dev: self.counters[dev].read(dev != nvlink) for dev in ends}
         start = self.clock()
 
         def finish(batch: int) -> dict[str, Any]:
             if self.wait_s > 0:
                 self.sleep(self.wait_s)
-            after = {dev: self.counters[dev].read(pcie_only) for dev in ends}
+            after = {dev: self.counters[dev].read(dev != nvlink) for dev in ends}
             window = self.clock() - start
             deltas: dict[int, dict[str, int | None]] = {}
             for dev in ends:
                 deltas[dev] = {c: counter_delta(c, before[dev][c], after[dev][c]) for c in COUNTERS}
                 if window_can_wrap(window, self.wire.get(dev, UNKNOWN_WIRE_BYTES_S)):
                     deltas[dev][PCIE_TX] = deltas[dev][PCIE_RX] = None
-            share = attribute(deltas, self.proofs, nbytes, batch, len(ends) == 2)
+            share = attribute(deltas, self.proofs, nbytes, batch, len(ends) == 2, nvlink)
             seen.append(share.lane)
             return share.fields()
 

@@ -15,7 +15,8 @@ hosts whose memory bandwidth differs by more than the tolerance. Give the machin
 rank (six ranks for three nodes: a 16-core machine leaves the check's workers room); on fewer
 cores the nodes' CPU figures stray (the CI test's tolerance says so). Writes, to --out (and to
 standard output), one line per run: its exit status, its wall time, and each FAIL line it
-printed; then the count of runs that exited 0. Exit 0 when every run did.
+printed, and each node's measured figures; then the count of runs that exited 0. Exit 0 when
+every run did.
 """
 
 from __future__ import annotations
@@ -36,6 +37,23 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 NO_EXPECTATIONS = '{"format": "gpuipc-bench expectations", "version": 1, "tolerance": 0.1, "expectations": []}'
+
+
+def values(path: Path) -> str:
+    """'a: host-memcpy 12.5, barrier 1.02; b: ...': each node's measured figures in a run's JSON lines."""
+    found: dict[str, list[str]] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return "no JSON lines"
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("kind") == "figure" and isinstance(event.get("measured"), (int, float)):
+            found.setdefault(str(event["node"]), []).append(f"{event['figure']} {event['measured']:.3g}")
+    return "; ".join(f"{node}: {', '.join(v)}" for node, v in sorted(found.items())) or "no figures"
 
 
 def one_run(nodes: int, deadline: float, folder: Path, k: int, expect: Path) -> tuple[int, float, list[str]]:
@@ -62,6 +80,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=3)
     parser.add_argument("--deadline", type=float, default=600.0)
     parser.add_argument("--learn-runs", type=int, default=2, help="healthy runs the bands are learned from")
+    parser.add_argument("--control", action="store_true", help="then one more run with no expectations")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "check-ten-healthy-runs.txt")
     args = parser.parse_args()
     if shutil.which("mpirun") is None:
@@ -88,8 +107,9 @@ def main() -> int:
         for k in range(1, args.learn_runs + 1):  # the machine's bands first, from healthy runs
             code, seconds, fails = one_run(args.nodes, args.deadline, folder, -k, none)
             learning.append(str(folder / f"run{-k}.csv"))
-            lines.append(f"learning run {k}: exit {code} in {seconds:.1f} s")
-            print(lines[-1], flush=True)
+            lines += [f"learning run {k}: exit {code} in {seconds:.1f} s",
+                      f"  {values(folder / f'run{-k}.jsonl')}"]
+            print("\n".join(lines[-2:]), flush=True)
         done = subprocess.run([sys.executable, "-m", "gpuipc_bench.cli", "check", "--learn", str(learned),
                                "--learn-partial", *learning], capture_output=True, text=True, cwd=REPO)
         if done.returncode != 0:
@@ -102,10 +122,16 @@ def main() -> int:
         for k in range(1, args.runs + 1):
             code, seconds, fails = one_run(args.nodes, args.deadline, folder, k, learned)
             passed += code == 0
-            said = [f"run {k}: exit {code} in {seconds:.1f} s"] + [f"  {f}"[:80] for f in fails]
+            said = [f"run {k}: exit {code} in {seconds:.1f} s", f"  {values(folder / f'run{k}.jsonl')}"]
+            said += [f"  {f}"[:80] for f in fails]
             lines += said
             for line in said:
                 print(line, flush=True)
+        if args.control:  # one more run judged by nothing: do a run's figures depend on its expectations?
+            code, seconds, _ = one_run(args.nodes, args.deadline, folder, 0, none)
+            lines += [f"control run (no expectations): exit {code} in {seconds:.1f} s",
+                      f"  {values(folder / 'run0.jsonl')}"]
+            print("\n".join(lines[-2:]), flush=True)
     lines.append(f"{passed} of {args.runs} runs exited 0")
     print(lines[-1])
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")

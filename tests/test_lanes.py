@@ -166,7 +166,7 @@ def test_the_proof_is_short_and_waits_for_nothing_where_the_counts_are_current()
     assert clock.now == pytest.approx(18 * 0.001 + 6 * lanes.SETTLE_CHECK_S)
 
 
-def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_familys_first_reading():
+def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_groups_first_reading():
     clock = Clock()
     gpus, proofs = proven_pair(clock)
     for gpu in gpus.values():
@@ -177,18 +177,22 @@ def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_familys_first_readi
     assert fields["lane"] == "small" and math.isnan(fields["lane_nvlink_bytes"])
     assert not gpus[0].reads and not gpus[1].reads
     big = {**group, "bytes": 64 * MIB}
-    for _ in range(lanes.READS_PER_FAMILY):
+    small_ops = meter.watch({**group, "bytes": 1 * MIB}, reps=64)(64)  # 64 MiB in 1 MiB transfers
+    assert small_ops["lane"] == "small" and not gpus[0].reads  # each transfer's own PCIe traffic would show
+    for _ in range(lanes.READS_PER_GROUP):
         finish = meter.watch(big, reps=1)
         gpus[0].traffic(NVLINK_TX, 64 * MIB)
         gpus[1].traffic(NVLINK_RX, 64 * MIB)
         assert finish(1)["lane"] == "nvlink"
     read = len(gpus[0].reads)
     # one GPU's NVLink fields (the 15 ms reading on an H200 of 18 links), the other's PCIe fields alone
-    assert read == 2 * lanes.READS_PER_FAMILY and not any(gpus[0].reads) and all(gpus[1].reads)
-    for size in (64 * MIB, 256 * MIB):  # the family's lane at any size, not read again
-        fields = meter.watch({**group, "bytes": size}, reps=1)(1)
-        assert fields["lane"] == "nvlink" and math.isnan(fields["lane_nvlink_bytes"])
+    assert read == 2 * lanes.READS_PER_GROUP and not any(gpus[0].reads) and all(gpus[1].reads)
+    fields = meter.watch(big, reps=1)(1)  # the group's lane, not read again
+    assert fields["lane"] == "nvlink" and math.isnan(fields["lane_nvlink_bytes"])
     assert len(gpus[0].reads) == read
+    # between two GPUs, a reading that saw no lane missed the copy: unproven, never 'none'
+    finish = meter.watch({**big, "bytes": 256 * MIB}, reps=1)
+    assert finish(1)["lane"] == "unproven"
     assert lanes.group_lane(["other-traffic", "pcie", "nvlink", "nvlink"]) == "nvlink"
     assert lanes.group_lane(["other-traffic"]) == "" and lanes.group_lane(["unproven"]) == "unproven"
 
@@ -290,7 +294,7 @@ def test_a_wrapped_32_bit_counter_and_a_window_that_could_wrap():
     gpus[1].traffic(PCIE_RX, 32 * MIB)
     fields = finish(1)
     assert fields["lane"] == "pcie" and fields["lane_pcie_bytes"] == pytest.approx(32 * MIB, rel=0.001)
-    # a window long enough for 2^32 bytes at the link's rate: PCIe not attributed (another family)
+    # a window long enough for 2^32 bytes at the link's rate: PCIe not attributed (another group)
     finish = meter.watch({"metric": "bandwidth", "src": 0, "dst": 1, "bytes": 32 * MIB, "variant": "sm"})
     clock.sleep(0.1)
     gpus[0].traffic(PCIE_TX, 32 * MIB)

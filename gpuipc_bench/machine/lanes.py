@@ -58,11 +58,14 @@ UNIT_TOLERANCE = 0.05  # bytes / delta within 5% of a power of two: that is its 
 PROVEN_LANES = ("nvlink", "pcie", "nvlink+pcie", "none")
 OTHER_TRAFFIC, SMALL, NOT_PROVEN = "other-traffic", "small", "unproven"
 # A sample that moves less than this (bytes x reps) is not read: the noise floor below (256 KiB +
-# 2%) is 3.6% of it, and it saves the 2 NVML calls per GPU a reading costs. A family's (a figure
-# at every size) first READS_PER_FAMILY samples above it are read, its others carry their lane
+# 2%) is 3.6% of it, and it saves the 2 NVML calls per GPU a reading costs. Nor is one of transfers
+# under MIN_OP_BYTES each: every operation also moves a few KiB over PCIe (its launch, doorbell and
+# completion: 3-6% of a 64 KiB or 1 MiB transfer on an H200), which a device-local copy would show
+# as PCIe. A group's first READS_PER_GROUP samples above both are read, its others carry their lane
 # (LaneMeter): a reading of a GPU's NVLink fields, one per link, costs 15 ms on an H200 of NV18.
 MIN_BYTES = 16 << 20
-READS_PER_FAMILY = 1
+MIN_OP_BYTES = 4 << 20
+READS_PER_GROUP = 1
 FLOOR_BYTES = 256 << 10  # below this (and 2% of a sample's bytes) a lane carried nothing of it
 FLOOR_SHARE = 0.02  # the issue's tolerance: within 2% + 1 MiB of the bytes moved per sample
 WARMUP_TRANSFERS = 2  # a gated batch's untimed warm-up transfers (gpu.timing.WARMUP_OPS) move bytes too
@@ -447,7 +450,9 @@ def attribute(deltas: Mapping[int, Mapping[str, int | None]], proofs: Mapping[tu
         return dataclasses.replace(share, lane="+".join(carried))
     if moved < 2 * floor:
         return dataclasses.replace(share, lane=SMALL)
-    return dataclasses.replace(share, lane="none" if len(known) == 2 else NOT_PROVEN)
+    # between two GPUs the bytes cross some lane: none seen means the reading missed the copy
+    # (a process that reads around another's transfer), not a lane
+    return dataclasses.replace(share, lane="none" if len(known) == 2 and not two_gpus else NOT_PROVEN)
 
 
 def group_lane(seen: Iterable[str]) -> str:
@@ -469,11 +474,11 @@ class LaneMeter:
 
     A reading costs a sample 2 NVML calls per GPU (0.3-0.6 ms each for the PCIe fields; 15 ms
     with the NVLink fields of 18 links on an H200, driver 580), so not every sample is read: one
-    that moves less than MIN_BYTES (bytes x the group's reps) says 'small' (below it the
-    counters' noise floor, FLOOR_BYTES + FLOOR_SHARE, is a large share of it) and is not read;
-    a family's (path, variant, measure and ends: a figure at every size) first READS_PER_FAMILY
-    samples above it are read, its later ones, at that size or another, carry their lane
-    (group_lane) with their byte columns NaN (not read). A sample within one GPU or to host
+    that moves less than MIN_BYTES (bytes x the group's reps), or transfers under MIN_OP_BYTES,
+    says 'small' (the counters' noise floor, FLOOR_BYTES + FLOOR_SHARE, or each operation's own
+    PCIe traffic, is a large share of it) and is not read; a group's first READS_PER_GROUP
+    samples above it are read, its later ones carry their lane (group_lane) with their byte
+    columns NaN (not read). A sample within one GPU or to host
     memory reads the PCIe fields alone (NVLink cannot carry it); one between two GPUs reads the
     NVLink fields of one of them (nvlink_end: every byte between the two crosses its ports, one
     way or the other) and the PCIe fields of both."""
@@ -483,7 +488,7 @@ class LaneMeter:
                  sleep: Callable[[float], None] = time.sleep):
         self.counters, self.proofs, self.wire, self.clock, self.sleep = counters, proofs, wire, clock, sleep
         self.wait_s = min(SAMPLE_SETTLE_LIMIT_S, max((p.settle_s for p in proofs.values() if p.usable), default=0.0))
-        self.seen: dict[tuple, list[str]] = {}  # a family (its figure's fields but the size) -> its readings' lanes
+        self.seen: dict[tuple, list[str]] = {}  # a group (its figure's fields) -> the lanes its readings saw
 
     def ends(self, group: Mapping[str, Any]) -> tuple[int, ...]:
         """The GPUs (CUDA devices) at a group's ends that have counters; () where an end is a GPU
@@ -504,11 +509,11 @@ class LaneMeter:
         if not ends:
             return None
         nbytes = int(group.get("bytes", 0))
-        if nbytes * max(1, int(reps)) < MIN_BYTES:
+        if nbytes * max(1, int(reps)) < MIN_BYTES or nbytes < MIN_OP_BYTES:
             return lambda batch: LaneShare(SMALL).fields()
-        key = tuple(str(group.get(k, "")) for k in ("path", "variant", "measure", "src", "dst"))
+        key = tuple(str(group.get(k, "")) for k in ("path", "variant", "measure", "src", "dst", "bytes"))
         seen = self.seen.setdefault(key, [])
-        if len(seen) >= READS_PER_FAMILY:
+        if len(seen) >= READS_PER_GROUP:
             return lambda batch: LaneShare(group_lane(seen)).fields()
         nvlink = self.nvlink_end(ends) if len(ends) == 2 else None
         before = {dev: self.counters[dev].read(dev != nvlink) for dev in ends}

@@ -187,7 +187,12 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     figure = band_figure(band, measure, links) + (f", {note}" if note else "")
     first = Line(f"  {span:<{width - 2}} {name}{apis}: {figure}", width + 2)
     why = band.why or (d.why if d.choice == choice else "cheapest set-up")
-    use = f"→ {choice}" + (f" ({why})" if len(members) > 1 and why not in ("fastest", "declared first") else "")
+    # why the choice among its class's APIs: said where it is not the obvious, and once a summary
+    said = len(members) > 1 and why not in ("fastest", "declared first") and (
+        mentioned is None or f"why:{why}" not in mentioned)
+    use = f"→ {choice}" + (f" ({why})" if said else "")
+    if said and mentioned is not None:
+        mentioned.add(f"why:{why}")
     if d.cost and (mentioned is None or d.cost not in mentioned):
         use += f", needs {d.cost}"
         if mentioned is not None:

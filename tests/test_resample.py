@@ -5,6 +5,8 @@ the `replica` column written and read, and --budget's bad values."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from click.testing import CliRunner
@@ -233,3 +235,22 @@ def test_a_gpu_pair_that_differs_in_one_process_set_is_measured_again():
     assert differ[0].decision.why == "differs once" and differ[0].decision.name.endswith(" 0>2")
     again = resample.query(frame([r for g in pairs_run(disagree=True, replicas=(1, 2)) for r in g]), NV18)
     assert not [g for g in again.groups if g.decision.tier == resample.DIFFERS]
+
+
+def test_a_declared_first_api_passed_over_as_beaten_in_one_set_can_move_the_choice():
+    """MPS stream 4 B on an H200: ipc/ce shown the same as the choice vmm/ce, but beaten 3.5% by
+    another figure in this one process set, so vmm/ce was chosen; ipc/ce (declared first) is measured
+    again, so that the replicas decide (beaten then needs both)."""
+    import types
+
+    d = types.SimpleNamespace(
+        src="0", dst="0", sharing="mps", measure="stream", bytes=4, outcome="faster", ratio_lo=1.08,
+        ratio_hi=1.09, next_members=("vmm/sm",), choice="vmm/ce", members=("vmm/ce",),
+        same=("ipc/ce", "torch/expandable"), compared=("vmm/ce", "ipc/ce", "torch/expandable", "vmm/sm"),
+        compared_s=(1.70e-6, 1.735e-6, 1.675e-6, 1.85e-6), compared_states=(), delta=0.02,
+        beaten=("ipc/ce", "vmm/sm"))
+    order = {"ipc/ce": (0,), "vmm/ce": (1,), "torch/expandable": (2,), "vmm/sm": (3,)}.get
+    (found,) = resample.open_decisions([d], lambda label: (math.nan,) * 3, order)
+    assert found[1].why == "can move" and found[1].labels == ("vmm/ce", "ipc/ce")
+    d.beaten = ("vmm/sm",)  # not beaten: in the pool and not passed over, nothing to move
+    assert resample.open_decisions([d], lambda label: (math.nan,) * 3, order) == []

@@ -76,6 +76,25 @@ SPECS: tuple[Spec, ...] = (
     Spec("nixl-host-read", "nixl", "read", "stream", "bandwidth", HOST_BIG, scenario="nixl-host-read"),
 )
 BY_NAME = {spec.name: spec for spec in SPECS}
+# The figures of the host's CPUs alone (no GPU in them). On a shared or virtual host they move by up
+# to 2x from run to run with where the processes and their pages land (results/check-ten-healthy-
+# runs.txt: one node's host-memcpy 6.2-13.8 GB/s, its barrier 0.75-1.57 us), so a CPU figure fails
+# only beyond CPU_FACTOR times worse than its band or the fleet's median, and warns between.
+CPU_SCENARIOS = ("host", "barrier", "nixl-host-read")
+CPU_FACTOR = 2.0
+
+
+def is_cpu_figure(name: str) -> bool:
+    spec = BY_NAME.get(name)
+    return spec is not None and spec.scenario in CPU_SCENARIOS
+
+
+def cpu_beyond(value: float, reference: float, higher_better: bool) -> bool:
+    """Whether a CPU figure is more than CPU_FACTOR times worse than `reference`."""
+    if not reference or not value:
+        return False
+    worse = reference / value if higher_better else value / reference
+    return worse > CPU_FACTOR
 # What each figure's bytes are, in a wrong lane's words ("peer copy went over PCIe, not NVLink")
 WHAT = {"h2d": "host-to-GPU copy", "d2h": "GPU-to-host copy", "d2d": "device copy", "ipc-ce": "IPC copy",
         "ipc-handoff-4k": "IPC hand-off", "peer": "peer copy in one process", "peer-ce": "peer copy",

@@ -321,7 +321,10 @@ def _events(reports, missing, first_values, floor) -> list:
         f = figures_at[(node, name, gpus)]
         if (node, name, gpus) in first_values:
             why += f" (measured twice; first {format_value(first_values[(node, name, gpus)], f.unit)})"
-        events.append(judge.Event(judge.FAIL, node, "fleet", name, gpus, f.value, "the fleet's median", f.unit,
+        status = judge.fleet_status(f, medians.get((name, gpus)))
+        if status == judge.WARN:
+            why += f" (a CPU figure: a warning within {judge.CPU_FACTOR:g}x of the median)"
+        events.append(judge.Event(status, node, "fleet", name, gpus, f.value, "the fleet's median", f.unit,
                                   why, medians.get((name, gpus))))
     for node, why in missing.items():
         events.append(judge.Event(judge.FAIL, node, "node", "report", reason=why))

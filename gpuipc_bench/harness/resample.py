@@ -13,7 +13,8 @@ Which decisions (`open_decisions`, read from the analysis's decisions, never dec
   undecided  the choice against the next class cannot be told: the choice, the next class's
              fastest figure and every figure the samples cannot tell from the choice (`close`);
   can move   decided, but a figure outside the choice's pool (its class and the classes shown
-             the same) that the declared order would take before the choice lies within
+             the same), or in it but beaten beyond delta by another figure in this one process
+             set, that the declared order would take before the choice lies within
              1 + MOVE_WITHIN x delta of the size's leader (by its fast state where its samples
              sit in two scheduler states): another draw of states may make it the choice;
   within     the choice against the next class is within X% (an equivalence bound, not a
@@ -115,8 +116,11 @@ def open_decisions(decisions, setup_cost, order) -> list[tuple[Any, OpenDecision
             leader = min(d.compared_s)
             pool = {d.choice, *d.members, *d.same}
             fastest = fastest_states(d)
+            beaten = set(getattr(d, "beaten", ()))
             for label, seconds in zip(d.compared, fastest):
-                if label not in pool and seconds <= leader * (1 + MOVE_WITHIN * d.delta) and \
+                # outside the choice's pool, or in it but beaten by some figure in one process set (the
+                # same as the choice, yet passed over): the declared order would take it in another draw
+                if (label not in pool or label in beaten) and seconds <= leader * (1 + MOVE_WITHIN * d.delta) and \
                         choose_label([d.choice, label], setup_cost, order)[0] == label:
                     movers.append(label)
         if movers:

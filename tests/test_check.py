@@ -921,24 +921,25 @@ def test_simulated_nodes_measure_in_turn_under_the_test_hook(tmp_path):
         pass
 
 
-def test_a_cpu_figure_warns_within_twice_its_band_and_fails_beyond():
-    """On a shared or virtual host the CPU figures move by up to 2x from run to run (results/
-    check-ten-healthy-runs.txt): within 2x of the band a warning, beyond it a failure; a GPU
+def test_a_cpu_figure_warns_within_three_times_its_band_and_fails_beyond():
+    """On a shared or virtual host the CPU figures move by up to 2.2x from run to run (results/
+    check-ten-healthy-runs.txt): within 3x of the band a warning, beyond it a failure; a GPU
     figure keeps the tolerance."""
     band = {"model": "CPU Test CPU", "unit": "µs", "low": 0.9, "high": 1.0, "hosts": 3, "of_ceiling": None,
             "sources": ["a", "b", "c"], "older": []}
-    memcpy = {**band, "figure": "host-memcpy", "unit": "GB/s", "low": 11.0, "high": 12.0}
+    memcpy = {**band, "figure": "host-memcpy", "unit": "GB/s", "low": 12.0, "high": 13.0}
     refs = expect.parse({"format": "gpuipc-bench expectations", "version": 1, "tolerance": 0.1,
                          "expectations": [{**band, "figure": "barrier"}, memcpy]})
     facts = {"cpu": "Test CPU"}
-    slow = judge.judge_figure(_fig("barrier", 1.6, gpus="host", unit="µs"), "n1", facts, refs)
-    assert slow.status == "warn" and "a CPU figure: a warning within 2x" in slow.reason
-    broken = judge.judge_figure(_fig("barrier", 2.5, gpus="host", unit="µs"), "n1", facts, refs)
+    slow = judge.judge_figure(_fig("barrier", 2.2, gpus="host", unit="µs"), "n1", facts, refs)
+    assert slow.status == "warn" and "a CPU figure: a warning within 3x" in slow.reason
+    broken = judge.judge_figure(_fig("barrier", 3.5, gpus="host", unit="µs"), "n1", facts, refs)
     assert broken.status == "fail"
     assert judge.judge_figure(_fig("host-memcpy", 6.0, gpus="host"), "n1", facts, refs).status == "warn"
-    assert judge.judge_figure(_fig("host-memcpy", 5.0, gpus="host"), "n1", facts, refs).status == "fail"
-    # the fleet's rule alike: a CPU outlier within 2x of the median warns, a GPU figure's fails
-    assert judge.fleet_status(_fig("host-memcpy", 6.0, gpus="host"), 10.0) == "warn"
-    assert judge.fleet_status(_fig("host-memcpy", 4.0, gpus="host"), 10.0) == "fail"
-    assert judge.fleet_status(_fig("barrier", 1.9, gpus="host", unit="µs"), 1.0) == "warn"
+    assert judge.judge_figure(_fig("host-memcpy", 3.5, gpus="host"), "n1", facts, refs).status == "fail"
+    # the fleet's rule alike: a CPU outlier within 3x of the median warns (6.06 against 13.1 GB/s was
+    # seen on a healthy VM), a GPU figure's fails
+    assert judge.fleet_status(_fig("host-memcpy", 6.06, gpus="host"), 13.1) == "warn"
+    assert judge.fleet_status(_fig("host-memcpy", 4.0, gpus="host"), 13.1) == "fail"
+    assert judge.fleet_status(_fig("barrier", 2.9, gpus="host", unit="µs"), 1.0) == "warn"
     assert judge.fleet_status(_fig("h2d", 40.0), 55.0) == "fail"

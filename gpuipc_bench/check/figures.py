@@ -77,11 +77,12 @@ SPECS: tuple[Spec, ...] = (
 )
 BY_NAME = {spec.name: spec for spec in SPECS}
 # The figures of the host's CPUs alone (no GPU in them). On a shared or virtual host they move by up
-# to 2x from run to run with where the processes and their pages land (results/check-ten-healthy-
-# runs.txt: one node's host-memcpy 6.2-13.8 GB/s, its barrier 0.75-1.57 us), so a CPU figure fails
-# only beyond CPU_FACTOR times worse than its band or the fleet's median, and warns between.
+# to 2.2x from run to run with where the processes and their pages land (ten healthy runs on H200
+# VMs: one node's host-memcpy 6.1-13.8 GB/s, its barrier 0.75-1.57 us; results/check-ten-healthy-
+# runs.txt), so a CPU figure fails only beyond CPU_FACTOR times worse than its band or the fleet's
+# median, and warns between.
 CPU_SCENARIOS = ("host", "barrier", "nixl-host-read")
-CPU_FACTOR = 2.0
+CPU_FACTOR = 3.0
 
 
 def is_cpu_figure(name: str) -> bool:

@@ -9,9 +9,9 @@ fleet rules still apply). A busy GPU, a throttled clock or a down-trained PCIe l
 figure's GPUs is named as the likely cause.
 
 A figure of the host's CPUs alone (host-memcpy, host-handoff, host-pingpong-4k, barrier,
-nixl-host-read) moves by up to 2x from run to run on a shared or virtual host, with where its
-processes and pages land: it fails only beyond figures.CPU_FACTOR times worse than its band or the
-fleet's median, and warns between the tolerance and that.
+nixl-host-read) moves by up to 2.2x from run to run on a shared or virtual host, with where its
+processes and pages land: it fails only beyond figures.CPU_FACTOR (3) times worse than its band or
+the fleet's median, and warns between the tolerance and that.
 
 Across a fleet of three nodes or more, a node's figure is an outlier when it is worse than the
 fleet's median by more than max(MAD, 10% of the median) (the median absolute deviation; the

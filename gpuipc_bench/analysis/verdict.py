@@ -144,7 +144,9 @@ class Decision:
     compared_fraction: tuple[float, ...] = ()  # their fractions of their ceilings, in the same order
     leader_range: tuple[float, float] = (math.nan, math.nan)  # the fastest member's samples, min..max
     compared_states: tuple[stats.States | None, ...] = ()  # their two states, in the same order
-    beaten: tuple[str, ...] = ()  # the figures some figure here beats beyond delta
+    # the figures some figure here beats beyond delta: one of another mechanism, or of its own in the
+    # same scenario or in each of two process sets (decide's passes_over)
+    beaten: tuple[str, ...] = ()
     # of those, the ones beaten in each of two process sets or more (both figures measured again by
     # the resampling pass): a difference a GPU pair's answer may name (bands._rejects)
     beaten_twice: tuple[str, ...] = ()
@@ -343,10 +345,14 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     found = classes.form(figures, compare)
     lead = found[0]
     tied = [lead] + [c for c in found[1:] if compare(lead.anchor, c.anchor).outcome == stats.SAME]
+    # a class of the fastest's family (one mapping, the copy engine or a kernel: 'IPC mapping, ...')
+    # that the samples cannot tell from it: which is ahead is the draw's (at a two-state size, which
+    # state each group's samples fell in), so the declared order names the one to use among them
+    tied += [c for c in found[1:] if c not in tied and _family(c.name) == _family(lead.name)
+             and compare(lead.anchor, c.anchor).outcome == stats.UNDECIDED]
     pool = [f for c in tied for f in c.members]
     by_label = {f.label: f for f in pool}
-    beaten = {f.label for f in figures if any(beats(g, f) for g in figures)}
-    beaten_twice = {f.label for f in figures if f.label in beaten and len(f.replicas) >= 2
+    beaten_twice = {f.label for f in figures if len(f.replicas) >= 2
                     and any(len(g.replicas) >= 2 and beats(g, f) for g in figures)}
     # what passes an API over as the one to use: a figure of another mechanism faster beyond delta; one
     # of its own mechanism faster beyond delta in the same scenario (their samples interleaved in one
@@ -359,6 +365,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
             min(len(g.replicas), len(f.replicas)) >= 2
 
     passed_over = {f.label for f in figures if any(passes_over(g, f) for g in figures)}
+    beaten = passed_over  # beaten beyond delta: what the choice, the bands and as_choice respect
     # the fastest class's mechanism (and direction: a push and a pull differ) reached through any API:
     # an API of it that one process set shows a few % apart from the others is still a candidate (the
     # declared order names it, not the noise)
@@ -425,6 +432,12 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         beaten=tuple(sorted(beaten)), replicas=max(1, len(choice.replicas)),
         beaten_twice=tuple(sorted(beaten_twice)), compared_replicas=tuple(max(1, len(f.replicas)) for f in figures),
         again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why, known))
+
+
+def _family(name: str) -> str:
+    """A mechanism's family: its name before the comma ('IPC mapping, kernel copy': 'IPC mapping'),
+    the whole name where it has none."""
+    return name.partition(",")[0]
 
 
 def _identity(f: Figure) -> tuple[str, str]:

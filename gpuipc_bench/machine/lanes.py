@@ -393,12 +393,10 @@ def lane_bytes(lane: str, deltas: Mapping[int, Mapping[str, int | None]],
     for dev, moved in deltas.items():
         read = 0.0  # the payload this GPU read over the lane (its RX): its TX carried the requests for it
         for counter in sorted((c for c in COUNTERS if LANES[c] == lane), key=lambda c: c not in (NVLINK_RX, PCIE_RX)):
-            proof = proofs.get((dev, counter), Proof(UNPROVEN))
-            if proof.state == NO_LINKS:
-                continue
-            delta = moved.get(counter)
-            if not proof.usable or delta is None:
+            found = _reading(dev, counter, moved, proofs)
+            if found is None:
                 return None
+            proof, delta = found
             if counter in (NVLINK_TX, PCIE_TX):
                 asked = read * proofs[(dev, PCIE_RX)].requests if counter == PCIE_TX else 0.0
                 sent += max(0.0, delta * proof.unit - asked) / (1.0 + proof.overhead)
@@ -414,14 +412,24 @@ def one_end_nvlink(dev: int, moved: Mapping[str, int | None], proofs: Mapping[tu
     trusted or gave no delta."""
     total = 0.0
     for counter in (NVLINK_TX, NVLINK_RX):
-        proof = proofs.get((dev, counter), Proof(UNPROVEN))
-        if proof.state == NO_LINKS:
-            continue
-        delta = moved.get(counter)
-        if not proof.usable or delta is None:
+        found = _reading(dev, counter, moved, proofs)
+        if found is None:
             return None
-        total += proof.bytes(delta)
+        total += found[0].bytes(found[1])
     return total
+
+
+def _reading(dev: int, counter: str, moved: Mapping[str, int | None],
+             proofs: Mapping[tuple[int, str], Proof]) -> tuple[Proof, int] | None:
+    """A GPU's counter's proof and delta; (its proof, 0) where the GPU has no links for it (nothing
+    crossed them); None where the counter is not trusted or gave no delta."""
+    proof = proofs.get((dev, counter), Proof(UNPROVEN))
+    if proof.state == NO_LINKS:
+        return proof, 0
+    delta = moved.get(counter)
+    if not proof.usable or delta is None:
+        return None
+    return proof, int(delta)
 
 
 def attribute(deltas: Mapping[int, Mapping[str, int | None]], proofs: Mapping[tuple[int, str], Proof],

@@ -233,7 +233,9 @@ def _rank0(world, mine: Hello, expectations, tolerance, deadline, timeout, on_st
             for r in silent:
                 if r not in known:
                     fleet.missing[f"rank {r}"] = f"rank {r} said nothing within {hello_window:g} s"
-        fleet.nodes = list(state.by_node) + [n for n in fleet.missing if n not in state.by_node]
+        # in the order of their first ranks, not of their hellos' arrival: one job, one header
+        ordered = sorted(state.by_node, key=lambda n: min(state.by_node[n]))
+        fleet.nodes = ordered + [n for n in fleet.missing if n not in state.by_node]
         on_start(fleet.nodes, {})
 
     def pending() -> list[str]:

@@ -118,14 +118,18 @@ def bands(decisions: Sequence[Decision], cost: SetupCost = _no_cost,
         for size in sizes:
             here = by_size[size]
             ref = _fastest(pick, here)
-            seen = [d for d in here if _rejects(d, pick, ref) and not _rejects(d, pick, ref, gate)]
-            once += seen
-            unsure = {id(d) for d in seen}
-            found = [d for d in here if pick in d.compared and not _rejects(d, pick, ref) and id(d) not in unsure]
+            found = []
+            for d in here:
+                if _rejects(d, pick, ref, gate):
+                    differ.append(d)
+                elif _rejects(d, pick, ref):  # in one process set only: not named
+                    once.append(d)
+                    others.append(d)
+                elif pick in d.compared:
+                    found.append(d)
+                else:
+                    others.append(d)
             agree += sorted((d.as_choice(pick, why) for d in found), key=lambda d: d.choice != pick)
-            differ += [d for d in here if _rejects(d, pick, ref, gate)]
-            others += [d for d in here if (pick not in d.compared or id(d) in unsure)
-                       and not _rejects(d, pick, ref, gate)]
         out.append(Band(tuple(agree), pick, tuple(differ), (), tuple(others), tuple(sorted(pool, key=order)), why,
                         unconfirmed=tuple(once)))
     return _edges(_bridge(out))
@@ -155,16 +159,16 @@ def _mechanism(label: str) -> str:
     return mechanism(path, variant).name
 
 
-def _usable(choice: str, cls: str, decisions: Sequence[Decision], gate: bool = False) -> set[str]:
+def _usable(choice: str, cls: str, decisions: Sequence[Decision]) -> set[str]:
     """The members of class `cls` usable at one size: not rejected by more pairs than `choice`."""
     labels = {x for d in decisions for x in d.tied if x in d.members or _mechanism(x) == cls}
-    most = _rejections(choice, decisions, gate)
-    return {x for x in labels if _rejections(x, decisions, gate) <= most} | {choice}
+    most = _rejections(choice, decisions)
+    return {x for x in labels if _rejections(x, decisions) <= most} | {choice}
 
 
-def _rejections(label: str, decisions: Sequence[Decision], gate: bool = False) -> int:
+def _rejections(label: str, decisions: Sequence[Decision]) -> int:
     ref = _fastest(label, decisions)
-    return sum(_rejects(d, label, ref, gate) for d in decisions)
+    return sum(_rejects(d, label, ref) for d in decisions)
 
 
 def _rejects(d: Decision, choice: str, ref: float, gate: bool = False) -> bool:
@@ -179,10 +183,10 @@ def _rejects(d: Decision, choice: str, ref: float, gate: bool = False) -> bool:
     return d.choice_s[1] * (1 + d.delta) < ref and (not gate or d.replicas >= 2)
 
 
-def _support(choice: str, decisions: Sequence[Decision], gate: bool = False) -> tuple[int, int]:
+def _support(choice: str, decisions: Sequence[Decision]) -> tuple[int, int]:
     """(how many pairs reject choice, minus how many hold it)."""
     ref = _fastest(choice, decisions)
-    return sum(_rejects(d, choice, ref, gate) for d in decisions), -sum(_holds(choice, d) for d in decisions)
+    return sum(_rejects(d, choice, ref) for d in decisions), -sum(_holds(choice, d) for d in decisions)
 
 
 def _fastest(choice: str, decisions: Sequence[Decision]) -> float:
@@ -190,9 +194,9 @@ def _fastest(choice: str, decisions: Sequence[Decision]) -> float:
     return min(found) if found else math.inf
 
 
-def _choose(decisions: Sequence[Decision], order: Callable[[str], tuple], gate: bool = False) -> str:
+def _choose(decisions: Sequence[Decision], order: Callable[[str], tuple]) -> str:
     names = list(dict.fromkeys(d.choice for d in decisions))
-    return min(names, key=lambda c: (_support(c, decisions, gate), needs_of(c), order(c)))
+    return min(names, key=lambda c: (_support(c, decisions), needs_of(c), order(c)))
 
 
 def _bridge(found: list[Band]) -> list[Band]:

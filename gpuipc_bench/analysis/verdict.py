@@ -150,7 +150,6 @@ class Decision:
     # of those, the ones beaten in each of two process sets or more (both figures measured again by
     # the resampling pass): a difference a GPU pair's answer may name (bands._rejects)
     beaten_twice: tuple[str, ...] = ()
-    compared_replicas: tuple[int, ...] = ()  # the process sets behind each compared figure, in the same order
     lane: str = ""  # the lane the choice's bytes took, from NVML's counters (analysis/lanes.py); '': not read
     # the same decision with another label chosen (as_choice); None where it cannot be remade
     again: Callable[[str, str], Decision | None] | None = dataclasses.field(default=None, compare=False, repr=False)
@@ -177,13 +176,6 @@ class Decision:
             return self
         found = self.again(label, self.why if why is None else why)
         return found if found is not None and found.choice == label else self
-
-    def replicas_of(self, label: str) -> int:
-        """The process sets behind a compared figure (0: not measured here)."""
-        if label not in self.compared:
-            return 0
-        i = self.compared.index(label)
-        return self.compared_replicas[i] if i < len(self.compared_replicas) else 1
 
     def median_of(self, label: str) -> float:
         """The median seconds of a compared figure (NaN: not measured here)."""
@@ -364,13 +356,12 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         return _identity(f) != _identity(g) or str(f.row.scenario) == str(g.row.scenario) or \
             min(len(g.replicas), len(f.replicas)) >= 2
 
-    passed_over = {f.label for f in figures if any(passes_over(g, f) for g in figures)}
-    beaten = passed_over  # beaten beyond delta: what the choice, the bands and as_choice respect
+    beaten = {f.label for f in figures if any(passes_over(g, f) for g in figures)}
     # the fastest class's mechanism (and direction: a push and a pull differ) reached through any API:
     # an API of it that one process set shows a few % apart from the others is still a candidate (the
     # declared order names it, not the noise)
     for f in figures:
-        if f.label not in by_label and f.label not in passed_over and _identity(f) == _identity(lead.anchor):
+        if f.label not in by_label and f.label not in beaten and _identity(f) == _identity(lead.anchor):
             by_label[f.label] = f
     choice, why = None, ""
     wanted = [f for f in figures if f.label == prefer and f.label not in beaten]
@@ -378,7 +369,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         choice, why, by_label = wanted[0], prefer_why, {}
     while by_label:
         label, why = classes.choose_label(list(by_label), setup_cost, order)
-        if label not in passed_over:
+        if label not in beaten:
             choice = by_label[label]
             break
         del by_label[label]  # beaten beyond delta by a figure at this size: never the one to use
@@ -390,8 +381,12 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     # APIs of the choice's mechanism the samples cannot tell from it: named, not the next class
     # APIs of the choice's mechanism in classes of their own, undecided against it or faster than it in
     # this one process set (not passing it over: passes_over): named with it, never its next class
-    kin = [(c, r) for c, r in rest if r.outcome in (stats.UNDECIDED, stats.WITHIN, stats.SLOWER) and (
-        c.name == win.name and r.outcome != stats.SLOWER or _identity(c.anchor) == _identity(choice))]
+    def kin_of(c: classes.MechanismClass, r: stats.Comparison) -> bool:
+        if r.outcome in (stats.UNDECIDED, stats.WITHIN):
+            return c.name == win.name or _identity(c.anchor) == _identity(choice)
+        return r.outcome == stats.SLOWER and _identity(c.anchor) == _identity(choice)
+
+    kin = [(c, r) for c, r in rest if kin_of(c, r)]
     named = {id(c) for c, _ in same_classes + kin}
     after = [(c, r) for c, r in rest if id(c) not in named]
     nxt, vs = after[0] if after else (None, None)
@@ -430,7 +425,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         states=found_states[figures.index(choice)], compared_states=found_states,
         leader_range=(float(np.nanmin(lead.anchor.samples)), float(np.nanmax(lead.anchor.samples))),
         beaten=tuple(sorted(beaten)), replicas=max(1, len(choice.replicas)),
-        beaten_twice=tuple(sorted(beaten_twice)), compared_replicas=tuple(max(1, len(f.replicas)) for f in figures),
+        beaten_twice=tuple(sorted(beaten_twice)),
         again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why, known))
 
 

@@ -85,17 +85,14 @@ CPU_SCENARIOS = ("host", "barrier", "nixl-host-read")
 CPU_FACTOR = 3.0
 
 
-def is_cpu_figure(name: str) -> bool:
-    spec = BY_NAME.get(name)
-    return spec is not None and spec.scenario in CPU_SCENARIOS
-
-
-def cpu_beyond(value: float, reference: float, higher_better: bool) -> bool:
-    """Whether a CPU figure is more than CPU_FACTOR times worse than `reference`."""
-    if not reference or not value:
+def cpu_warning_only(figure: "Figure", reference: float | None) -> bool:
+    """Whether a figure that misses `reference` (its band's edge, or the fleet's median) only warns:
+    a CPU figure within CPU_FACTOR times worse than it."""
+    spec = BY_NAME.get(figure.name)
+    if spec is None or spec.scenario not in CPU_SCENARIOS or not reference or not figure.value:
         return False
-    worse = reference / value if higher_better else value / reference
-    return worse > CPU_FACTOR
+    worse = reference / figure.value if figure.higher_better else figure.value / reference
+    return worse <= CPU_FACTOR
 # What each figure's bytes are, in a wrong lane's words ("peer copy went over PCIe, not NVLink")
 WHAT = {"h2d": "host-to-GPU copy", "d2h": "GPU-to-host copy", "d2d": "device copy", "ipc-ce": "IPC copy",
         "ipc-handoff-4k": "IPC hand-off", "peer": "peer copy in one process", "peer-ce": "peer copy",

@@ -28,7 +28,7 @@ import statistics
 from typing import Any
 
 from gpuipc_bench.check.expect import Expectation, Expectations, model_of
-from gpuipc_bench.check.figures import CPU_FACTOR, FLEET_GAP, Figure, cpu_beyond, format_value, is_cpu_figure, outside
+from gpuipc_bench.check.figures import CPU_FACTOR, FLEET_GAP, Figure, cpu_warning_only, format_value, outside
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 MEASURED = "measured"  # a figure without an expectation for its model: measured, not judged
@@ -124,8 +124,7 @@ def _judge_figure(figure: Figure, node: str, facts: dict[str, str], expectations
         return event
     event.status = FAIL if exp.band else WARN
     event.reason = short + ("" if exp.band else " (a single-host reference: a warning only)")
-    if event.status == FAIL and is_cpu_figure(figure.name) and not cpu_beyond(
-            figure.value, exp.low if figure.higher_better else exp.high, figure.higher_better):
+    if event.status == FAIL and cpu_warning_only(figure, exp.low if figure.higher_better else exp.high):
         event.status = WARN
         event.reason += f" (a CPU figure: a warning within {CPU_FACTOR:g}x, as shared hosts move it)"
     found = [c for g in figure.gpus.split(">") for c in (causes or {}).get(g, []) if _applies(c, figure)]
@@ -225,10 +224,7 @@ def fleet_outliers(by_node: dict[str, list[Figure]], floor: float = FLEET_GAP) -
 def fleet_status(figure: Figure, median: float | None) -> str:
     """A fleet outlier's event: FAIL; a CPU figure's WARN unless it is CPU_FACTOR times worse than
     the fleet's median (figures.CPU_FACTOR)."""
-    if is_cpu_figure(figure.name) and median is not None and not cpu_beyond(figure.value, median,
-                                                                              figure.higher_better):
-        return WARN
-    return FAIL
+    return WARN if cpu_warning_only(figure, median) else FAIL
 
 
 def fleet_medians(by_node: dict[str, list[Figure]]) -> dict[tuple[str, str], float]:

@@ -38,6 +38,9 @@ from gpuipc_bench.errors import BenchError, UsageError, WorkerFailed
 
 CONTROL, MESSAGE = 1, 2  # MPI tags: rank 0's instructions; a worker's messages to rank 0
 IDLE_POLL_S = 0.002  # a rank waiting for a message looks this often (idle_recv)
+INSTALL_HINT = "pip install -e '.[mpi]' (mpi4py, built against the MPI library mpirun belongs to)"
+# Environment variables that MPI launchers and Slurm set in each process they start.
+SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
 
 
 def idle_recv(comm, source: int, tag: int, poll_s: float = IDLE_POLL_S):
@@ -47,9 +50,6 @@ def idle_recv(comm, source: int, tag: int, poll_s: float = IDLE_POLL_S):
     while not comm.iprobe(source=source, tag=tag):
         time.sleep(poll_s)
     return comm.recv(source=source, tag=tag)
-INSTALL_HINT = "pip install -e '.[mpi]' (mpi4py, built against the MPI library mpirun belongs to)"
-# Environment variables that MPI launchers and Slurm set in each process they start.
-SIZE_VARIABLES = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS")
 
 
 def launched_by_mpi(environ=os.environ) -> bool:

@@ -116,11 +116,10 @@ def open_decisions(decisions, setup_cost, order) -> list[tuple[Any, OpenDecision
             leader = min(d.compared_s)
             pool = {d.choice, *d.members, *d.same}
             fastest = fastest_states(d)
-            beaten = set(getattr(d, "beaten", ()))
             for label, seconds in zip(d.compared, fastest):
                 # outside the choice's pool, or in it but beaten by some figure in one process set (the
                 # same as the choice, yet passed over): the declared order would take it in another draw
-                if (label not in pool or label in beaten) and seconds <= leader * (1 + MOVE_WITHIN * d.delta) and \
+                if (label not in pool or label in d.beaten) and seconds <= leader * (1 + MOVE_WITHIN * d.delta) and \
                         choose_label([d.choice, label], setup_cost, order)[0] == label:
                     movers.append(label)
         if movers:

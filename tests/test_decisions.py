@@ -5,6 +5,7 @@ decisions between runs."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -293,6 +294,38 @@ def test_two_state_figures_are_compared_state_by_state_not_by_their_mix():
     assert 1.02 <= d.ratio <= 1.04 and d.ratio_hi < 1.1  # the medians of the mixes are 1.42x apart
     assert d.states is not None and d.states.fast_share == pytest.approx(6 / 9)
     assert d.states.fast_s == pytest.approx(330e-6, rel=0.01) and d.states.step == pytest.approx(0.42, abs=0.01)
+
+
+def test_a_figure_all_in_one_state_is_compared_with_the_nearest_state_of_the_other():
+    # push is 1.1% ahead of ce in each state (283 and 292 against 286.5 and 295 us, 16 MiB time-sliced):
+    # ce's samples all took the switch, push's mostly not; their medians are 4% apart, their states 1.1%
+    d = only(figure("ipc", "push", 283e-6, sizes=(16 * MIB,), measure="handoff", ceiling="", n=9,
+                    samples=[1.0, 1.0001, 1.0002, 1.0003, 1.0004, 1.0005, 1.0311, 1.0312, 1.0313]),
+             figure("ipc", "ce", 295e-6, sizes=(16 * MIB,), measure="handoff", ceiling="", n=9))
+    assert d.choice == "ipc/ce" and d.outcome != FASTER  # not passed over: the declared order names it
+    assert "ipc/ce" not in d.beaten
+
+
+def one_state_pair(sharing: str):
+    """256 MiB hand-offs, the size's step ~138 us (vmm/ce shows both states): ipc/sm's samples all
+    missed the switch (294 us), ipc/ce's all took it (422 us): 1.43x apart as drawn, ~4% the other
+    way state for state."""
+    size = 256 * MIB
+    return only(figure("ipc", "sm", 294e-6, sizes=(size,), measure="handoff", ceiling="", sharing=sharing),
+                figure("ipc", "ce", 422e-6, sizes=(size,), measure="handoff", ceiling="", sharing=sharing),
+                figure("vmm", "ce", 282e-6, sizes=(size,), measure="handoff", ceiling="", n=9, sharing=sharing,
+                       samples=[1, 1.001, 1.002, 1.003, 1.004, 1.005, 1.49, 1.491, 1.492]))
+
+
+def test_figures_each_in_one_state_a_step_apart_are_undecided_without_a_ratio():
+    d = one_state_pair("time-sliced")
+    assert d.cls == "IPC mapping, copy engine" and d.choice == "ipc/ce" and "ipc/ce" not in d.beaten
+    assert d.next == "IPC mapping, kernel copy" and d.outcome == UNDECIDED and math.isnan(d.ratio)
+
+
+def test_under_mps_there_is_no_switch_and_one_state_figures_are_compared_as_measured():
+    d = one_state_pair("mps")
+    assert "ipc/ce" in d.beaten and d.choice != "ipc/ce"  # 1.43x behind ipc/sm: no step to blame under MPS
 
 
 def test_json_decisions_say_within_states_and_replicas(tmp_path):

@@ -20,7 +20,10 @@ Two-state figures (robust.two_states: a scheduler state that adds a step to some
 are compared state by state: where both figures' samples fall into two states, the fast
 states are compared with each other (the slow ones where a fast state has fewer than
 MIN_STATE samples), so that a different mix of states is not taken for a difference between
-the paths; `states` says each figure's states and mix.
+the paths; `states` says each figure's states and mix. Where only one of the two shows two
+states (the other's samples all fell in one) and they are time-slicing's (`switches`), the
+one-state figure is compared with the other's state nearest it, and is undecided against it
+where that state holds fewer than MIN_STATE samples.
 
 delta = max(MIN_EFFECT, what the two figures' process sets measured of one ceiling apart).
 """
@@ -109,7 +112,8 @@ class Comparison:
     within: how far that interval reaches from 1, as a fraction (NaN without one);
     separated: every sample of the faster below every sample of the slower; p: the U test's
     two-sided p-value; states: a's and b's two states where they were compared state by
-    state ('fast' or 'slow': `compared`)."""
+    state ('fast' or 'slow': `compared`; also the state of the one figure in two states that the
+    other, in one state, was compared with)."""
 
     outcome: str
     ratio: float
@@ -181,12 +185,16 @@ class _Part:
         return self._logs
 
 
-def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha: float = ALPHA) -> Comparison:
-    """compare() of two figures' prepared samples."""
+def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha: float = ALPHA,
+                     switches: bool = False) -> Comparison:
+    """compare() of two figures' prepared samples. `switches`: their states are time-slicing's (a
+    context switch in a sample or not), which every figure at the size may fall in: one figure in
+    one state is compared with the other's state nearest it."""
     if not a.xs or not b.xs:
         return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta)
     both: tuple[States, States] | None = None
     compared = ""
+    part_a = part_b = ""
     if a.two is not None and b.two is not None:
         (sa, fa, wa), (sb, fb, wb) = a.two, b.two
         both = (sa, sb)
@@ -196,7 +204,19 @@ def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha:
             compared = "slow"
         else:
             both = None
-    xa, xb = a.part(compared), b.part(compared)
+        part_a = part_b = compared
+    elif switches and (a.two is None) != (b.two is None):
+        # one figure in two states, the other in one (its samples all fell in one state): like with
+        # like, the one state against the other's state nearest it (a time-sliced hand-off whose
+        # samples all took the context switch is not slower than one whose samples all missed it)
+        two, one = (a, b) if a.two is not None else (b, a)
+        nearest, enough = nearest_state(two, one.part().median)
+        if nearest and not enough:  # it sits in the state the other rarely took: nothing like to compare
+            return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta, compared="states")
+        if nearest:
+            compared = nearest
+            part_a, part_b = (nearest, "") if two is a else ("", nearest)
+    xa, xb = a.part(part_a), b.part(part_b)
     ma, mb = xa.median, xb.median
     if not (ma > 0 and mb > 0) or min(xa.lo, xb.lo) <= 0:
         return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta)
@@ -217,6 +237,22 @@ def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha:
     else:
         outcome = UNDECIDED
     return Comparison(outcome, ratio, ratio_lo, ratio_hi, delta, separated, p, reach, both, compared)
+
+
+def nearest_state(figure: Prepared, median: float) -> tuple[str, bool]:
+    """('fast' or 'slow', whether it holds MIN_STATE samples): the state of a two-state figure whose
+    median is nearest `median` (by ratio); ('', False) where there is none, or where `median` lies
+    further from it than the two states lie apart (the states do not explain the gap)."""
+    if figure.two is None or not median > 0:
+        return "", False
+    found, fast, slow = figure.two
+    if not (found.fast_s > 0 and found.slow_s > 0):
+        return "", False
+    away = {"fast": abs(math.log(median / found.fast_s)), "slow": abs(math.log(median / found.slow_s))}
+    which = min(away, key=away.__getitem__)
+    if away[which] > math.log(found.slow_s / found.fast_s):  # further from both than they are apart
+        return "", False
+    return which, len(fast if which == "fast" else slow) >= MIN_STATE
 
 
 def ratio_interval(a: Sequence[float], b: Sequence[float], alpha: float = ALPHA) -> tuple[float, float]:

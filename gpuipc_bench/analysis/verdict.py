@@ -40,6 +40,7 @@ from gpuipc_bench.analysis.classes import Figure
 from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, condition, label, records
 from gpuipc_bench.analysis.mechanisms import gpu_signalled, mechanism
 from gpuipc_bench.paths import PathInfo
+from gpuipc_bench.results.rows import base_mode
 
 MIXED = "mixed"  # the measure of a ranking over a schema-1 file
 MEASURE_ORDER = ("handoff", "stream", MIXED)
@@ -315,11 +316,16 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
             found = prepared[id(f)] = stats.Prepared(f.samples)
         return found
 
+    # a time-sliced hand-off's states (a context switch in a sample or not); MPS runs one context
+    switches = base_mode(str(figures[0].row.sharing)) == "time-sliced" and str(figures[0].row.measure) == HANDOFF
+    step = _state_step([prep(f) for f in figures]) if switches else 0.0
+
     def compare(a: Figure, b: Figure) -> stats.Comparison:
         key = (id(a), id(b))
         if key not in cache:
-            cache[key] = stats.compare_prepared(prep(a), prep(b),
-                                                _delta(ceilinged(a), ceilinged(b), ceilings, min_effect))
+            found = stats.compare_prepared(prep(a), prep(b), _delta(ceilinged(a), ceilinged(b), ceilings, min_effect),
+                                           switches=switches)
+            cache[key] = _unless_states(found, prep(a), prep(b), step)
         return cache[key]
 
     def beats(a: Figure, b: Figure) -> bool:
@@ -341,7 +347,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     # that the samples cannot tell from it: which is ahead is the draw's (at a two-state size, which
     # state each group's samples fell in), so the declared order names the one to use among them
     tied += [c for c in found[1:] if c not in tied and _family(c.name) == _family(lead.name)
-             and compare(lead.anchor, c.anchor).outcome == stats.UNDECIDED]
+             and compare(lead.anchor, c.anchor).outcome in (stats.UNDECIDED, stats.WITHIN)]
     pool = [f for c in tied for f in c.members]
     by_label = {f.label: f for f in pool}
     beaten_twice = {f.label for f in figures if len(f.replicas) >= 2
@@ -361,7 +367,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     # an API of it that one process set shows a few % apart from the others is still a candidate (the
     # declared order names it, not the noise)
     for f in figures:
-        if f.label not in by_label and f.label not in beaten and _identity(f) == _identity(lead.anchor):
+        if f.label not in by_label and f.label not in beaten and _identity(f)[0] == _identity(lead.anchor)[0]:
             by_label[f.label] = f
     choice, why = None, ""
     wanted = [f for f in figures if f.label == prefer and f.label not in beaten]
@@ -427,6 +433,28 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         beaten=tuple(sorted(beaten)), replicas=max(1, len(choice.replicas)),
         beaten_twice=tuple(sorted(beaten_twice)),
         again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why, known))
+
+
+def _state_step(figures: Sequence[stats.Prepared]) -> float:
+    """The scheduler's step at one size of a time-sliced hand-off (seconds: what a context switch
+    adds to a sample), the median over the figures whose samples show two states; 0 where none does."""
+    steps = [two[0].slow_s - two[0].fast_s for two in (p.two for p in figures) if two is not None]
+    return float(np.median(steps)) if steps else 0.0
+
+
+def _unless_states(found: stats.Comparison, a: stats.Prepared, b: stats.Prepared, step: float) -> stats.Comparison:
+    """`found`, or UNDECIDED where two figures whose samples each sit in one state (neither shows
+    two) are told apart by about the size's step (_state_step), but not if they sat in different
+    states: the slower's median less the step leaves it within delta of the faster, or faster."""
+    if step <= 0 or found.outcome not in (stats.FASTER, stats.SLOWER) or a.two is not None or b.two is not None:
+        return found
+    fast, slow = (a, b) if found.outcome == stats.FASTER else (b, a)
+    gap = slow.part().median - fast.part().median
+    if abs(gap - step) <= step / 2 and gap < step + fast.part().median * found.delta:
+        # no ratio claimed: which states the two sat in decides it (0.7x or 1.04x at 256 MiB)
+        return dataclasses.replace(found, outcome=stats.UNDECIDED, compared="states", ratio=math.nan,
+                                   ratio_lo=math.nan, ratio_hi=math.nan, within=math.nan)
+    return found
 
 
 def _family(name: str) -> str:

@@ -10,7 +10,10 @@ GPU) and, with two GPUs or more, peer for every ordered pair; vmm and mempool ru
 4 KiB, as the proof that their path works. Every GPU's PCIe link is read from NVML while the
 measurement runs (under staging's host copies): one below its maximum width fails, below its
 generation warns. A node without a GPU runs the host path and the barrier (the CPU figures).
-A figure that fails or warns is measured again (its scenario once more) before it counts.
+A figure that fails or warns is measured again (its scenario's runs on that GPU or pair once
+more) before it counts. --preset health: staging, ipc and peer only, three samples; peer in its
+health form (scenarios/peer.py: the copy engine's stream and peer@A>B ceiling at 256 MiB, the 4 KiB
+hand-off), its pairs in rounds of disjoint pairs at once where every pair is NVLink (harness.rounds).
 """
 
 from __future__ import annotations

@@ -776,12 +776,12 @@ def test_the_lane_of_each_figure_is_shown_and_a_peer_copy_over_pcie_fails_the_no
 
 
 def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants: str = "", preset: str = "full",
-                    sets=None):
+                    sets=None, hold_links: bool = True):
     """check_node on a fake node of four H100s (fakes.h100_node): a stand-in runner gives every
     scenario's headline rows (h2d, d2h, d2d at 55, 55 and 2600 GB/s on each GPU it runs on; peer
     at 400 and peer-ce at 380 on each pair), and holds each staging run under the check's link
     watch until NVML (fakes.FakeNvml, its links at `busy_links` while staging runs) has been read
-    under it. `sets(runner)`: the worker sets of a plan with rounds (check.node.round_sets).
+    under it (`hold_links`). `sets(runner)`: the worker sets of a plan with rounds (check.node.round_sets).
     Returns (report, the runs as (scenario, devices, sizes), the expectations)."""
     import time
 
@@ -814,7 +814,7 @@ def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants:
                 rows += figure("ceiling", f"peer@{a}>{b}", n / 400e9, (n,), n=5, src=a, dst=b)
                 rows += figure("peer", "ce", n / 380e9, (n,), n=5, src=a, dst=b, ceiling=f"peer@{a}>{b}",
                                sharing="exclusive")
-        if sc.name == "staging" and nvml.users:  # a host copy runs under the check's watch (it polls every 20 ms)
+        if sc.name == "staging" and nvml.users and hold_links:  # a host copy under the check's watch (polls: 20 ms)
             nvml.loaded, before, give_up = True, nvml.reads, time.monotonic() + 10
             while nvml.reads < before + 16 and time.monotonic() < give_up:
                 time.sleep(0.005)
@@ -898,10 +898,10 @@ class _PairSets:
 
         with self.lock:
             self.active += 1
-        time.sleep(0.03)
+        time.sleep(0.01)
         beside = self.active - 1
         outcome = self.runner(scenario, config, specs, on_row)
-        time.sleep(0.03)
+        time.sleep(0.01)
         with self.lock:
             self.active -= 1
             self.calls.append((scenario.name, scenario.health, (specs[0].device, specs[-1].device), beside))
@@ -930,7 +930,7 @@ def test_the_health_preset_measures_every_pairs_peer_figures_in_rounds_and_says_
         made.append(_PairSets(runner))
         return made[-1]
 
-    report, runs, _ = _four_gpu_check(monkeypatch, {}, preset="health", sets=sets)
+    report, runs, _ = _four_gpu_check(monkeypatch, {}, preset="health", sets=sets, hold_links=False)
     pairs = [(a, b) for a in range(4) for b in range(4) if a != b]
     assert len(made) == 1 and sorted(made[0].retired) == pairs
     calls = made[0].calls
@@ -964,7 +964,8 @@ def test_a_slow_pair_in_the_health_preset_is_measured_again_alone_and_drains_the
         made.append(_PairSets(runner))
         return made[-1]
 
-    report, runs, _ = _four_gpu_check(monkeypatch, {}, plants="slow:*:peer@1>2:0.5", preset="health", sets=sets)
+    report, runs, _ = _four_gpu_check(monkeypatch, {}, plants="slow:*:peer@1>2:0.5", preset="health", sets=sets,
+                                      hold_links=False)
     assert len(made) == 1 and len({pair for _, _, pair, _ in made[0].calls}) == 12
     assert runs[-1][:2] == ("peer", (1, 2)) and len(runs) == 4 + 4 + 14 + 1  # the first pass, then 1>2 alone
     failed = [(e.figure, e.gpus) for e in report.events if e.status == "fail"]

@@ -56,7 +56,7 @@ class IpcWorker(PairWorker):
     def setup(self) -> Iterator[dict]:
         ctx, gpu = self.ctx, self.gpu
         ctx.declare("push.checked", "ping", "pong")
-        rows = list(self.setup_costs(self.ring_bytes(), self.setup_repeats()))
+        rows = list(self.setup_costs(self.ring_bytes()))
         if not self.same_gpu and not self.producer:
             rows += list(self.peer_enable_rows())
         capacity = self.ring_bytes()
@@ -94,15 +94,15 @@ class IpcWorker(PairWorker):
         return MappedBuffer(self.ctx.receive(self.other, "ring"), capacity, self.device)
 
     def setup_repeats(self) -> int:
-        """How many times setup() times each set-up operation: the sampler's count."""
+        """How many times each set-up operation is timed: the sampler's count (peer's health form: once)."""
         return self.sampler.setup_repeats
 
-    def setup_costs(self, n: int, repeats: int | None = None) -> Iterator[dict]:
+    def setup_costs(self, n: int) -> Iterator[dict]:
         """Export (producer) and first open, close, event open (consumer), each on fresh objects
-        of `n` bytes, `repeats` times (default: the sampler's count)."""
+        of `n` bytes, setup_repeats() times."""
         ctx = self.ctx
         src, dst = self.pdev, self.cdev
-        for i in range(self.sampler.setup_repeats if repeats is None else repeats):
+        for i in range(self.setup_repeats()):
             ctx.phase("setup", n, i)
             if self.producer:
                 buf = DeviceBuffer(n, self.device)

@@ -91,7 +91,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
 
     gpu = machine.gpu_count > 0
     names, samples = scenario_names(machine, preset)
-    facts["check.estimate_seconds"] = f"{estimate_check(machine, preset, job, timeout):.1f}"
+    facts["check.estimate_seconds"] = f"{estimate_check(machine, preset, job, timeout, (names, samples)):.1f}"
     bus_ids = {str(g.index): g.pci_bus_id for g in machine.gpus}
     with conditions.LinkWatch(bus_ids if gpu and "staging" in names else {}) as links:  # under its host copies
         outcomes = measure(names, machine, job, keep, timeout, samples, preset, facts=facts)
@@ -156,13 +156,14 @@ def scenario_names(machine, preset: str = "full") -> tuple[list[str], int]:
     return [n for n in names if not plant.left_out(n)], samples
 
 
-def estimate_check(machine, preset: str = "full", job=None, timeout: float = 60.0) -> float:
+def estimate_check(machine, preset: str = "full", job=None, timeout: float = 60.0,
+                   chosen: tuple[list[str], int] | None = None) -> float:
     """Seconds the check's measurement should take on `machine` (harness.estimate's model over each
     scenario's preset_plan, its rounds included; the command's start and end once). A first pass
-    whose figures pass: a re-measure adds its scenarios' runs again."""
+    whose figures pass: a re-measure adds its runs again. `chosen`: scenario_names' answer."""
     from gpuipc_bench.harness.estimate import END_S, START_S
 
-    names, samples = scenario_names(machine, preset)
+    names, samples = chosen or scenario_names(machine, preset)
     scenarios = registry()
     total = START_S + END_S
     for name in names:

@@ -10,10 +10,11 @@ GPU) and, with two GPUs or more, peer for every ordered pair; vmm and mempool ru
 4 KiB, as the proof that their path works. Every GPU's PCIe link is read from NVML while the
 measurement runs (under staging's host copies): one below its maximum width fails, below its
 generation warns. A node without a GPU runs the host path and the barrier (the CPU figures).
-A figure that fails or warns is measured again (its scenario's runs on that GPU or pair once
-more) before it counts. --preset health: staging, ipc and peer only, three samples; peer in its
-health form (scenarios/peer.py: the copy engine's stream and peer@A>B ceiling at 256 MiB, the 4 KiB
-hand-off), its pairs in rounds of disjoint pairs at once where every pair is NVLink (harness.rounds).
+A figure that fails or warns is measured again (its scenario once more) before it counts.
+--preset health: staging, ipc and peer only, three samples; peer in its health form
+(scenarios/peer.py: the copy engine's stream and peer@A>B ceiling at 256 MiB, the 4 KiB hand-off),
+its pairs in rounds of disjoint pairs at once where every pair is NVLink (harness.rounds); a figure
+is measured again on its own GPU or pair only.
 """
 
 from __future__ import annotations
@@ -125,10 +126,10 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             rows.append(row)
             keep(row)
 
-        where: dict[str, set[str]] = {}  # only the runs of those figures' GPUs (a pair, not all twelve)
+        where: dict[str, set[str]] = {}  # health: only the runs of those figures' GPUs (a pair, not all twelve)
         for name, gpus in again:
             where.setdefault(figs.BY_NAME[name].scenario, set()).add(gpus)
-        measure(list(where), machine, job, keep_again, timeout, samples, preset, where)
+        measure(list(where), machine, job, keep_again, timeout, samples, preset, where if preset == "health" else None)
         second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1, facts=facts)}
         for k in again:
             if k in second:

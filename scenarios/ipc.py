@@ -93,12 +93,16 @@ class IpcWorker(PairWorker):
         """Map the other worker's ring into this process (anything with .ptr and close())."""
         return MappedBuffer(self.ctx.receive(self.other, "ring"), capacity, self.device)
 
+    def setup_repeats(self) -> int:
+        """How many times each set-up operation is timed: the sampler's count (peer's health form: once)."""
+        return self.sampler.setup_repeats
+
     def setup_costs(self, n: int) -> Iterator[dict]:
         """Export (producer) and first open, close, event open (consumer), each on fresh objects
-        of `n` bytes."""
+        of `n` bytes, setup_repeats() times."""
         ctx = self.ctx
         src, dst = self.pdev, self.cdev
-        for i in range(self.sampler.setup_repeats):
+        for i in range(self.setup_repeats()):
             ctx.phase("setup", n, i)
             if self.producer:
                 buf = DeviceBuffer(n, self.device)

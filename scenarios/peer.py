@@ -17,6 +17,15 @@ end waits for the producer's last ('bidir.done'). A sample's transfers are the c
 directions, so its GB/s is the total of the two (nvbandwidth's bidirectional figure); its
 bound is the sum of the two one-way ceilings, peer@A>B + peer@B>A. A reference, not a
 candidate: it answers what the pair does under two-way traffic, not how to move one message.
+
+The health form (`check --preset health`; PeerScenario.health, set on a copy by check.node.preset_plan,
+as harness.classes.sized sets only_sizes): what the check's health figures judge and what proves the
+path, nothing else. The copy engine's pull only: its stream at the run's largest size with the
+peer@A>B ceiling (the figures peer-ce and peer), its hand-off at the other sizes (4 KiB: the path's
+signals and verification across the two processes), the set-up rows once. No P2P-off pass, no bidir,
+no kernel copy or push, no ping-pong, no peer-sm ceiling. With no P2P-off pass nothing needs peer
+access off when the processes start: the pair may run in a persistent process set (forked ahead of
+its run), and disjoint pairs of an all-NVLink node at once (harness.rounds).
 """
 
 from __future__ import annotations
@@ -41,22 +50,40 @@ class PeerWorker(IpcWorker):
     path = "peer"
 
     def setup(self):
-        if not self.producer:
+        if not self.producer and not self.scenario.health:
             yield from self.p2p_off()
         yield from super().setup()
 
+    def setup_repeats(self) -> int:
+        return 1 if self.scenario.health else super().setup_repeats()
+
     def more_signals(self) -> tuple:
+        if self.scenario.health:
+            return ()
         self.bidir_go = Signal(self.ctx, "bidir.go", CONSUMER, PRODUCER, depth=1)
         self.bidir_done = Signal(self.ctx, "bidir.done", PRODUCER, CONSUMER, depth=1)
         self.bidir_src = self.gpu.alloc(self.ring_bytes())
         return self.bidir_go, self.bidir_done
 
     def measure(self, nbytes: int) -> Iterator[dict]:
+        if self.scenario.health:
+            yield from self.health_measure(nbytes)
+            return
         yield from super().measure(nbytes)
         reps = reps_for(nbytes)
         group = self.group("bidir", "stream", nbytes, self.pdev, self.cdev, "", reps)
         yield from self.sampler.run(group, lambda trial: self.bidir_sample(nbytes, trial), timer=not self.producer,
                                     reps=reps)
+
+    def health_measure(self, nbytes: int) -> Iterator[dict]:
+        """The health form's groups at `nbytes`: the copy engine's stream and its ceiling (peer@A>B,
+        measured by the consumer alone) at the largest size, its hand-off at the others."""
+        if nbytes != max(self.sizes):
+            yield from self.sampler.interleave([self.bandwidth("ce", "handoff", nbytes)], nbytes)
+            return
+        yield from self.sampler.interleave([self.bandwidth("ce", "stream", nbytes)], nbytes)
+        key = self.ceiling_for("ce")
+        yield from self.in_turn(lambda: iter(()) if self.producer else self.ceiling_rows(key, nbytes))
 
     def bidir_sample(self, nbytes: int, trial) -> Sample | None:
         """Both workers push `trial.reps` copies into the other's ring at once; each checks what
@@ -126,8 +153,21 @@ class PeerWorker(IpcWorker):
 
 
 class PeerScenario(IpcScenario):
-    persistent_workers = False  # measures its P2P-off copies first: peer access must start off
     name = "peer"
+    health = False  # the health form (the module's docstring); set on a copy, never on the registry's
+
+    @property  # type: ignore[override]
+    def persistent_workers(self) -> bool:
+        """Whether the pair may run in a persistent process set: in the health form only (the full
+        form measures its P2P-off copies first: peer access must start off in its processes)."""
+        return self.health
+
+    @property
+    def cost_key(self) -> str:
+        """Its costs in the plan's estimate (harness.estimate.COSTS): the health form is ipc's run
+        across the pair (a part of it: the copy engine's pull, the set-up rows once)."""
+        return "ipc" if self.health else self.name
+
     summary = "two GPUs: the ipc paths across them, and a copy with P2P off in one process"
     gpus_needed = 2
     worker_class = PeerWorker

@@ -775,11 +775,13 @@ def test_the_lane_of_each_figure_is_shown_and_a_peer_copy_over_pcie_fails_the_no
 # ---------------------------------------------------------------- every GPU of a node, its PCIe link under load
 
 
-def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants: str = ""):
+def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants: str = "", preset: str = "full",
+                    sets=None, hold_links: bool = True):
     """check_node on a fake node of four H100s (fakes.h100_node): a stand-in runner gives every
     scenario's headline rows (h2d, d2h, d2d at 55, 55 and 2600 GB/s on each GPU it runs on; peer
-    on each pair), and holds each staging run under the check's link watch until NVML
-    (fakes.FakeNvml, its links at `busy_links` while staging runs) has been read under it.
+    at 400 and peer-ce at 380 on each pair), and holds each staging run under the check's link
+    watch until NVML (fakes.FakeNvml, its links at `busy_links` while staging runs) has been read
+    under it (`hold_links`). `sets(runner)`: the worker sets of a plan with rounds (check.node.round_sets).
     Returns (report, the runs as (scenario, devices, sizes), the expectations)."""
     import time
 
@@ -810,7 +812,9 @@ def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants:
                 rows += figure("ipc", "ce", n / 2500e9, (n,), n=5, src=a, dst=b, ceiling=f"d2d@{a}")
             elif sc.name == "peer":
                 rows += figure("ceiling", f"peer@{a}>{b}", n / 400e9, (n,), n=5, src=a, dst=b)
-        if sc.name == "staging" and nvml.users:  # a host copy runs under the check's watch (it polls every 20 ms)
+                rows += figure("peer", "ce", n / 380e9, (n,), n=5, src=a, dst=b, ceiling=f"peer@{a}>{b}",
+                               sharing="exclusive")
+        if sc.name == "staging" and nvml.users and hold_links:  # a host copy under the check's watch (polls: 20 ms)
             nvml.loaded, before, give_up = True, nvml.reads, time.monotonic() + 10
             while nvml.reads < before + 16 and time.monotonic() < give_up:
                 time.sleep(0.005)
@@ -824,13 +828,18 @@ def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants:
     bands = {"h2d": (53.0, 57.0), "d2h": (53.0, 57.0), "d2d": (2500.0, 2700.0), "ipc-ce": (2400.0, 2600.0)}
     expected = Expectations({(model, f): Expectation(model, f, "GB/s", lo, hi, 2, sources=("test",))
                              for f, (lo, hi) in bands.items()}, {})
+    pair = model_of(facts, "0>1")
+    for f, (lo, hi) in {"peer": (390.0, 410.0), "peer-ce": (370.0, 390.0)}.items():
+        expected.entries[(pair, f)] = Expectation(pair, f, "GB/s", lo, hi, 2, sources=("test",))
     from gpuipc_bench.harness import launcher
 
     def run_scenario(scenario, config, specs, on_row, env=None, mode_name=None, **callbacks):  # the fork launcher
         return runner(scenario, config, specs, on_row)
 
     monkeypatch.setattr(launcher, "run_scenario", run_scenario)
-    return node.check_node("n1", expected), runs, expected
+    if sets is not None:
+        monkeypatch.setattr(node, "round_sets", lambda plan: sets(runner) if plan.rounds is not None else None)
+    return node.check_node("n1", expected, preset=preset), runs, expected
 
 
 def test_every_gpus_host_link_and_memory_are_measured_and_a_slow_gpu_is_named(monkeypatch):
@@ -854,6 +863,115 @@ def test_every_gpus_host_link_and_memory_are_measured_and_a_slow_gpu_is_named(mo
     without = [f for f in report.figures if (f.name, f.gpus) != ("d2d", "3")]
     missing = missing_figures("n1", report.facts, expected, ["staging", "ipc"], without)
     assert [(e.figure, e.gpus, e.status) for e in missing] == [("d2d", "3", "fail")]
+
+
+class _PairSets:
+    """Stands in for the persistent worker sets of a plan with rounds (check.node.round_sets): each
+    run goes to the test's runner; what ran beside it is counted. Forks nothing."""
+
+    def __init__(self, runner):
+        import threading
+
+        self.runner, self.lock = runner, threading.Lock()
+        self.active, self.started = 0, 0
+        self.calls: list[tuple] = []  # (scenario, its health form?, pair, runs in flight beside it)
+        self.prepared: list[tuple] = []
+        self.retired: list[tuple] = []
+
+    def prestart(self, scenarios) -> None:
+        pass
+
+    def ready_for(self, scenario, mode_name) -> None:
+        return None
+
+    def prepare(self, scenario, specs, mode_name=None, env=None) -> None:
+        import threading
+
+        assert threading.current_thread() is threading.main_thread()  # forked in the session's thread only
+        self.prepared.append((specs[0].device, specs[-1].device))
+
+    def retire(self, specs, mode_name=None, env=None) -> None:
+        self.retired.append((specs[0].device, specs[-1].device))
+
+    def run(self, scenario, config, specs, mode_name=None, env=None, on_row=None, **callbacks):
+        import time
+
+        with self.lock:
+            self.active += 1
+        time.sleep(0.01)
+        beside = self.active - 1
+        outcome = self.runner(scenario, config, specs, on_row)
+        time.sleep(0.01)
+        with self.lock:
+            self.active -= 1
+            self.calls.append((scenario.name, scenario.health, (specs[0].device, specs[-1].device), beside))
+        return outcome
+
+    def close(self) -> None:
+        pass
+
+    def let_go(self) -> None:
+        pass
+
+    def end(self) -> None:
+        pass
+
+
+def test_the_health_preset_measures_every_pairs_peer_figures_in_rounds_and_says_healthy(monkeypatch):
+    """On four NVLinked GPUs: peer's health form for each of the 12 ordered pairs, in the rounds of
+    disjoint pairs (the first alone, then together: the proof; the later ones at once), staging
+    and ipc once per GPU one after another; every GPU's and every pair's figures judged; Healthy."""
+    from gpuipc_bench.check.figures import BIG, SMALL
+    from gpuipc_bench.harness.rounds import tournament
+
+    made: list = []
+
+    def sets(runner):
+        made.append(_PairSets(runner))
+        return made[-1]
+
+    report, runs, _ = _four_gpu_check(monkeypatch, {}, preset="health", sets=sets, hold_links=False)
+    pairs = [(a, b) for a in range(4) for b in range(4) if a != b]
+    assert len(made) == 1 and sorted(made[0].retired) == pairs
+    calls = made[0].calls
+    assert all(name == "peer" and health for name, health, _, _ in calls)
+    assert len([run for run in runs if run[0] == "peer"]) == len(calls) == 12 + 2  # each through the sets
+    proof = set(tournament(4)[0])
+    beside = {}
+    for _, _, pair, n in calls:
+        beside.setdefault(pair, []).append(n)
+    assert sorted(beside) == pairs and all(beside[p] == [1] for p in set(pairs) - proof)
+    assert all(sorted(beside[p]) == [0, 1] for p in proof)  # alone, then together (the proof)
+    assert [sizes for name, _, sizes in runs if name == "peer"][0] == (SMALL, BIG)
+    staged = [devices for name, devices, _ in runs if name in ("staging", "ipc")]
+    assert staged == [(g, g) for g in range(4)] * 2
+    assert report.facts["check.peer.rounds.together"] == "yes"
+    assert float(report.facts["check.estimate_seconds"]) > 0
+    figures = [e for e in report.events if e.kind == "figure"]
+    for name in ("peer", "peer-ce"):
+        assert sorted(e.gpus for e in figures if e.figure == name) == sorted(f"{a}>{b}" for a, b in pairs)
+    assert all(e.status == "pass" for e in figures), [(e.figure, e.gpus, e.status, e.reason) for e in figures]
+    assert judge.exit_code(report.events) == 0, [e for e in report.events if e.status == "fail"]
+    assert output.to_health(report.events, ["n1"]) == "n1 | Healthy\n"
+
+
+def test_a_slow_pair_in_the_health_preset_is_measured_again_alone_and_drains_the_node(monkeypatch):
+    """A pair's peer ceiling at half its band (a plant: every measurement of peer@1>2): the re-measure
+    runs that pair's peer alone (not every pair again), and the node's line names the figure."""
+    made: list = []
+
+    def sets(runner):
+        made.append(_PairSets(runner))
+        return made[-1]
+
+    report, runs, _ = _four_gpu_check(monkeypatch, {}, plants="slow:*:peer@1>2:0.5", preset="health", sets=sets,
+                                      hold_links=False)
+    assert len(made) == 1 and len({pair for _, _, pair, _ in made[0].calls}) == 12
+    assert runs[-1][:2] == ("peer", (1, 2)) and len(runs) == 4 + 4 + 14 + 1  # the first pass, then 1>2 alone
+    failed = [(e.figure, e.gpus) for e in report.events if e.status == "fail"]
+    assert failed == [("peer", "1>2")] and report.facts["check.remeasured"] == "peer@1>2"
+    line = output.to_health(report.events, ["n1"]).rstrip("\n")
+    assert line.startswith("n1 | DRAIN: figure peer GPU 1>2") and len(line) <= 80, line
 
 
 def test_a_pcie_link_below_its_maximum_under_a_host_copy_is_named(monkeypatch):

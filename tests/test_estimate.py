@@ -140,3 +140,24 @@ def test_set_starts_follow_the_pool():
     runs = [(ipc, one, ts), (ipc, one, ts), (ipc, two, None), (ipc, one, ts), (peer, pair, None), (ipc, one, ts),
             (ipc, one, mps)]
     assert set_starts(runs) == [True, False, True, True, True, True, True]
+
+
+HEALTH_FOUR_GPUS_S = 40.0  # issue 38: `check --preset health` within 45 s on four GPUs; the estimate with room
+
+
+def test_the_health_presets_estimate_on_four_nvlinked_gpus_is_at_most_40_s(monkeypatch, capsys):
+    """check.node.estimate_check over the health preset's plans on fake all-NVLink nodes (NV18 between
+    every two GPUs): peer's health form, its pairs in rounds at once, against each pair's whole peer
+    run one at a time (what the preset ran before). Prints every size's pair of figures (-s)."""
+    from gpuipc_bench.check import node
+
+    sizes = (1, 2, 4, 8)
+    after = {gpus: node.estimate_check(h100_node(gpus), "health") for gpus in sizes}
+    monkeypatch.setattr(node, "health_form", lambda scenario: scenario)  # the full peer run, no rounds
+    before = {gpus: node.estimate_check(h100_node(gpus), "health") for gpus in sizes}
+    with capsys.disabled():
+        print("\ncheck --preset health, estimated: " + ", ".join(
+            f"{gpus} GPU{'s' if gpus > 1 else ''} {before[gpus]:.1f} -> {after[gpus]:.1f} s" for gpus in sizes))
+    assert after[4] <= HEALTH_FOUR_GPUS_S < before[4]
+    assert after[1] == before[1]  # no pair: nothing changes
+    assert after[2] < before[2] and after[8] < before[8] / 2

@@ -13,7 +13,7 @@ from gpuipc_bench.config import RunConfig
 from gpuipc_bench.harness.classes import group_pairs
 from gpuipc_bench.harness.launcher import Outcome
 from gpuipc_bench.harness.plan import Plan, plan_pairs, plan_runs, registry
-from gpuipc_bench.harness.rounds import Proof, Round, plan_rounds, schedule, tournament
+from gpuipc_bench.harness.rounds import Proof, Round, plan_rounds, rounds_of, schedule, tournament
 from gpuipc_bench.harness.session import Reporter, Session
 from gpuipc_bench.results import new_row, read_results
 
@@ -70,6 +70,22 @@ def test_the_queue_takes_the_round_pairs_headline_runs_at_the_first_ones_place()
     first = scheduled.index(items[0])
     assert [s.name for s, _, _ in scheduled[:first]] == ["staging", "ipc"]  # 0>1's, swept whole, alone
     assert len(rest) + sum(len(r) for item in items for r in item.runs.values()) == len(queue)
+
+
+def test_rounds_of_every_pair_take_the_scenarios_they_name():
+    """check --preset health's rounds (rounds_of: every ordered pair, scenarios=('peer',)): the peer runs
+    go into rounds, each round's pairs disjoint; runs of other scenarios stay where they were."""
+    machine = h100_node(4)
+    config = RunConfig(scenarios=("ipc", "peer"))
+    runs = [(registry()[n], registry()[n].workers(dataclasses.replace(config, devices=pair), machine), None)
+            for pair in PAIRS4 for n in ("ipc", "peer")]
+    rounds = rounds_of(PAIRS4, machine, ("peer",))
+    assert rounds.pairs() == set(PAIRS4) and len(rounds.rounds) == 6 and rounds.scenarios == ("peer",)
+    scheduled = schedule(runs, rounds)
+    items = [item for item in scheduled if isinstance(item, Round)]
+    assert all([s.name for s, _, _ in r] == ["peer"] for item in items for r in item.runs.values())
+    assert [run[0].name for run in scheduled if not isinstance(run, Round)] == ["ipc"] * 12
+    assert rounds_of(PAIRS4[:1], machine, ("peer",)) is None  # a lone pair: no round of two
 
 
 def _rows(pair, seconds, which=("ipc", "ce", "stream"), n=6):

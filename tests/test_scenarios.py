@@ -251,6 +251,27 @@ def test_peer_bidir_catches_a_wrong_answer(monkeypatch, no_leaks):
     assert "verification failed on path peer/bidir" in str(outcome.error)
 
 
+def test_peers_health_form_measures_the_checks_figures_and_the_path_only(monkeypatch, no_leaks):
+    """check --preset health's peer (PeerScenario.health, on a copy): the copy engine's stream and its
+    peer@A>B ceiling at the largest size, its hand-off at the other, each set-up operation once; no
+    P2P-off pass (its staged copies are not faked: they would fail here), bidir, kernel copy, push,
+    ping-pong or peer-sm ceiling; and it may share a persistent process set (the full form may not)."""
+    import copy
+
+    form = copy.copy(SCENARIOS["peer"])
+    form.health = True
+    assert form.persistent_workers and not SCENARIOS["peer"].persistent_workers and form.cost_key == "ipc"
+    outcome, rows = run(monkeypatch, "peer", scenario=form, sizes=(4099, 64 << 10), devices=(0, 1))
+    assert outcome.ok, outcome.error
+    measured = groups([r for r in rows if r["metric"] != "setup"], "path", "variant", "measure", "bytes")
+    assert set(measured) == {("peer", "ce", "handoff", 4099), ("peer", "ce", "stream", 64 << 10),
+                             ("ceiling", "peer@0>1", "stream", 64 << 10)}
+    assert all(r["verified"] is True for r in rows if r["path"] == "peer" and r["metric"] != "setup")
+    setup = groups([r for r in rows if r["metric"] == "setup"], "variant", "src", "dst")
+    assert setup == {(v, "0", "1"): 1 for v in ("ipc_export", "ipc_event_export", "ipc_open_cold", "ipc_close",
+                                                 "ipc_event_open", "peer_enable")} | {("peer_enable", "1", "0"): 1}
+
+
 # --------------------------------------------------------------------------- latency and sharing
 
 

@@ -11,10 +11,15 @@ GPU) and, with two GPUs or more, peer for every ordered pair; vmm and mempool ru
 measurement runs (under staging's host copies): one below its maximum width fails, below its
 generation warns. A node without a GPU runs the host path and the barrier (the CPU figures).
 A figure that fails or warns is measured again (its scenario once more) before it counts.
+--preset health: staging, ipc and peer only, three samples; peer in its health form
+(scenarios/peer.py: the copy engine's stream and peer@A>B ceiling at 256 MiB, the 4 KiB hand-off),
+its pairs in rounds of disjoint pairs at once where every pair is NVLink (harness.rounds); a figure
+is measured again on its own GPU or pair only.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Callable
 
@@ -86,17 +91,11 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             on_row(row)
 
     gpu = machine.gpu_count > 0
-    samples = SAMPLES
-    if preset == "health":
-        names, samples = list(HEALTH_GPU_SCENARIOS if gpu else HEALTH_CPU_SCENARIOS), HEALTH_SAMPLES
-    else:
-        names = [*GPU_SCENARIOS, *PROOF_SCENARIOS] if gpu else list(CPU_SCENARIOS)
-        if nixl_installed():  # KV caches move with NIXL: did UCX use the link?
-            names.append("nixl-read" if gpu else "nixl-host-read")
-    names = [n for n in names if not plant.left_out(n)]
+    names, samples = scenario_names(machine, preset)
+    facts["check.estimate_seconds"] = f"{estimate_check(machine, preset, job, timeout, (names, samples)):.1f}"
     bus_ids = {str(g.index): g.pci_bus_id for g in machine.gpus}
     with conditions.LinkWatch(bus_ids if gpu and "staging" in names else {}) as links:  # under its host copies
-        outcomes = measure(names, machine, job, keep, timeout, samples)
+        outcomes = measure(names, machine, job, keep, timeout, samples, preset, facts=facts)
     for name, error in outcomes.items():
         path = PATH_OF.get(name)
         if error and path in verdicts and verdicts[path].ok is not False:
@@ -127,7 +126,10 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
             rows.append(row)
             keep(row)
 
-        measure(figs.scenarios_for([k[0] for k in again]), machine, job, keep_again, timeout, samples)
+        where: dict[str, set[str]] = {}  # health: only the runs of those figures' GPUs (a pair, not all twelve)
+        for name, gpus in again:
+            where.setdefault(figs.BY_NAME[name].scenario, set()).add(gpus)
+        measure(list(where), machine, job, keep_again, timeout, samples, preset, where if preset == "health" else None)
         second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1, facts=facts)}
         for k in again:
             if k in second:
@@ -140,6 +142,38 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     report.events += missing_figures(node, facts, expectations, names, report.figures)
     facts["check.paths_passed"] = ",".join(e.figure for e in report.events if e.kind == "path" and e.status == "pass")
     return report
+
+
+def scenario_names(machine, preset: str = "full") -> tuple[list[str], int]:
+    """The scenarios the check runs on `machine` in `preset` ('full' or 'health'), and its samples
+    per group."""
+    gpu = machine.gpu_count > 0
+    if preset == "health":
+        names, samples = list(HEALTH_GPU_SCENARIOS if gpu else HEALTH_CPU_SCENARIOS), HEALTH_SAMPLES
+    else:
+        names, samples = [*GPU_SCENARIOS, *PROOF_SCENARIOS] if gpu else list(CPU_SCENARIOS), SAMPLES
+        if nixl_installed():  # KV caches move with NIXL: did UCX use the link?
+            names.append("nixl-read" if gpu else "nixl-host-read")
+    return [n for n in names if not plant.left_out(n)], samples
+
+
+def estimate_check(machine, preset: str = "full", job=None, timeout: float = 60.0,
+                   chosen: tuple[list[str], int] | None = None) -> float:
+    """Seconds the check's measurement should take on `machine` (harness.estimate's model over each
+    scenario's preset_plan, its rounds included; the command's start and end once). A first pass
+    whose figures pass: a re-measure adds its runs again. `chosen`: scenario_names' answer."""
+    from gpuipc_bench.harness.estimate import END_S, START_S
+
+    names, samples = chosen or scenario_names(machine, preset)
+    scenarios = registry()
+    total = START_S + END_S
+    for name in names:
+        try:
+            plan = preset_plan(scenarios[name], machine, job, timeout, samples, preset)
+        except UsageError:  # waived here
+            continue
+        total += plan.estimate - START_S - END_S
+    return total
 
 
 def measure_again(node: str, figure_names: list[str], facts: dict[str, str], job=None,
@@ -256,14 +290,18 @@ class KeepRows(Reporter):
         self.on_row(row)
 
 
-def measure(names, machine, job, on_row, timeout: float, samples: int = SAMPLES) -> dict[str, str]:
+def measure(names, machine, job, on_row, timeout: float, samples: int = SAMPLES, preset: str = "full",
+            where: dict[str, set[str]] | None = None, facts: dict[str, str] | None = None) -> dict[str, str]:
     """Run each named scenario on the preset, through a session of its own (its planted fault
-    around it); scenario -> '' (ran), its errors (the first line of each), or 'waived: why'."""
+    around it); scenario -> '' (ran), its errors (the first line of each), or 'waived: why'.
+    `where`: scenario -> the GPUs ('2', '1>2') whose runs alone it takes (a re-measure); `facts`:
+    takes each plan's rounds (check.SCENARIO.rounds.*: which pairs ran at once, the proof)."""
     with plant.node_in_turn():  # (a test hook: nodes simulated on one machine measure one at a time)
-        return measure_each(names, machine, job, on_row, timeout, samples)
+        return measure_each(names, machine, job, on_row, timeout, samples, preset, where, facts)
 
 
-def measure_each(names, machine, job, on_row, timeout: float, samples: int) -> dict[str, str]:
+def measure_each(names, machine, job, on_row, timeout: float, samples: int, preset: str = "full",
+                 where: dict[str, set[str]] | None = None, facts: dict[str, str] | None = None) -> dict[str, str]:
     """measure()'s loop: each named scenario through a session of its own."""
     scenarios = registry()
     found: dict[str, str] = {}
@@ -271,24 +309,63 @@ def measure_each(names, machine, job, on_row, timeout: float, samples: int) -> d
         if name not in scenarios:
             continue
         try:
-            plan = preset_plan(scenarios[name], machine, job, timeout, samples)
+            plan = preset_plan(scenarios[name], machine, job, timeout, samples, preset,
+                               None if where is None else where.get(name, set()))
         except UsageError as exc:  # waived here: the reason is the path's
             found[name] = f"waived: {scenarios[name].waive_reason(machine) or exc}"
             continue
+        if not plan.runs:  # a re-measure of other GPUs' figures
+            continue
         try:
             with plant.fault_for(name):
-                outcome = Session(None, KeepRows(on_row), job=job).run(plan)
+                outcome = Session(None, KeepRows(on_row), job=job, sets=round_sets(plan)).run(plan)
         finally:
             modes.end_all(plan.modes)  # (the session ends them at its clean end; here under every fault)
         found[name] = "; ".join(str(failure.error).splitlines()[0] for failure in outcome.failures)
+        if facts is not None and plan.rounds is not None:
+            facts.update({f"check.{name}.{key}": value for key, value in plan.rounds.metadata().items()})
     return found
 
 
-def preset_plan(scenario, machine, job, timeout: float, samples: int) -> Plan:
+def round_sets(plan):
+    """The worker sets of a plan with rounds (harness.rounds): persistent, so that each round's pairs
+    are forked ahead in this thread (never in a round's threads) and retired after it, one set of
+    processes a pair as before; None for any other plan (the session's own: fresh processes a run)."""
+    if plan.rounds is None:
+        return None
+    from gpuipc_bench.harness.pool import WorkerSets
+
+    return WorkerSets(plan.config.worker_log or "", persistent=True)
+
+
+def health_form(scenario):
+    """The scenario as the health preset measures it: a copy in its health form where it has one
+    (peer: the figures health judges and what proves the path, scenarios/peer.py), else itself."""
+    if not hasattr(scenario, "health"):
+        return scenario
+    reduced = copy.copy(scenario)
+    reduced.health = True
+    return reduced
+
+
+def run_gpus(specs) -> str:
+    """A run's GPUs as its figures name them: '2' (a same-GPU pair), '1>2', or 'host'."""
+    a, b = specs[0].device, specs[-1].device
+    return "host" if a is None else str(a) if a == b else f"{a}>{b}"
+
+
+def preset_plan(scenario, machine, job, timeout: float, samples: int, preset: str = "full",
+                where: set[str] | None = None) -> Plan:
     """The check's plan of one scenario: its preset sizes and samples (a path's proof: one sample
     at 4 KiB), every GPU pair where it takes two GPUs, the same-GPU pairs time-sliced (as `run
-    --sharing time-sliced`; MPI ranks share as the job started them), each run independent.
-    UsageError: it cannot run here."""
+    --sharing time-sliced`; MPI ranks share as the job started them), each run independent. In
+    the health preset the scenario's health form, whose GPU pairs (device memory only) run in
+    rounds of disjoint pairs at once on a node whose every pair is NVLink (harness.rounds: proved
+    first, alone and together). `where`: only the runs of these GPUs (run_gpus). Its estimate
+    (harness.estimate). UsageError: it cannot run here."""
+    from gpuipc_bench.harness.plan import plan_runs
+    from gpuipc_bench.harness.rounds import estimate_with_rounds, rounds_of
+
     proof = scenario.name in PROOF_SCENARIOS
     sizes: tuple[int, ...] | None = (figs.SMALL,) if proof else (GPU_SIZES if scenario.gpus_needed else HOST_SIZES)
     if scenario.name == "barrier":
@@ -298,9 +375,17 @@ def preset_plan(scenario, machine, job, timeout: float, samples: int) -> Plan:
                        launcher="mpi" if job else "fork", sharing=("time-sliced",),
                        worker_log="/dev/stderr")  # what libraries print: never into the JSON or JUnit on stdout
     runs, _ = plan_scenarios(config, registry(), machine, explicit=False, job=job)
+    form = health_form(scenario) if preset == "health" else scenario
+    runs = [(form, specs) for _, specs in runs]
     if scenario.pairable and scenario.gpus_needed >= 2 and machine.gpu_count >= 2:
         runs = plan_pairs(runs, config, machine, "all", full=True)[0]  # every pair's figures
     if scenario.name in EVERY_GPU_SCENARIOS:
         runs = every_gpu(runs, config, machine)
+    if where is not None:
+        runs = [run for run in runs if run_gpus(run[1]) in where]
+    rounds = None
+    if getattr(form, "health", False) and job is None:
+        rounds = rounds_of([(w[0].device, w[-1].device) for _, w in runs], machine, (scenario.name,))
     sharing = [] if job else modes.make(("time-sliced",))
-    return Plan(config, machine, runs, sharing, {}, [], independent=True)
+    estimate = estimate_with_rounds(plan_runs(runs, sharing), config, sharing, None, machine.gpu_count, rounds)
+    return Plan(config, machine, runs, sharing, {}, [], estimate, rounds=rounds, independent=True)

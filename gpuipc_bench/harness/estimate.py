@@ -70,8 +70,9 @@ def set_starts(runs) -> list[bool]:
 
 def run_seconds(scenario, specs, mode, config, modes: list, stream_sizes=None) -> float:
     """Seconds one scenario run takes in its processes, their start left out (start_seconds)."""
-    fixed, per_size = COSTS.get(scenario.name, DEFAULT_COST)
-    if len({spec.device for spec in specs}) > 1 and scenario.name not in ACROSS_GPUS_COSTS:
+    key = cost_key(scenario)
+    fixed, per_size = COSTS.get(key, DEFAULT_COST)
+    if len({spec.device for spec in specs}) > 1 and key not in ACROSS_GPUS_COSTS:
         per_size *= ACROSS_GPUS
     samples = (config.min_samples + config.max_samples) / 2 + config.warmup - 1
     scale = max(0.3, samples / DEFAULT_MID_SAMPLES)
@@ -81,6 +82,12 @@ def run_seconds(scenario, specs, mode, config, modes: list, stream_sizes=None) -
     if streams is not None:  # hand-offs at every size, streams at these: about half the groups
         swept = (len(sizes) + len(streams)) / 2
     return fixed + per_size * swept * scale
+
+
+def cost_key(scenario) -> str:
+    """The COSTS entry of a scenario run: its name, or what a reduced form says it costs as (the
+    health form of peer: ipc's, scenarios/peer.py)."""
+    return getattr(scenario, "cost_key", scenario.name)
 
 
 def start_seconds(scenario, gpus: int) -> float:

@@ -11,7 +11,10 @@ at a time and then all at once, and the later rounds run at once only where no f
 passes is shown apart by more than PROOF_DELTA (analysis.stats.compare); else one pair at a time.
 The together pass of the proof is its evidence only: its rows are not kept (the alone pass's are).
 The header names the rounds (`rounds.N`), the proof's outcome (`rounds.proof`) and whether the
-rounds ran at once (`rounds.together`)."""
+rounds ran at once (`rounds.together`).
+
+`check --preset health` takes every ordered pair's peer run (its health form, in device memory: no
+P2P-off pass) in the same rounds (rounds_of with scenarios=('peer',); check.node.preset_plan)."""
 
 from __future__ import annotations
 
@@ -56,6 +59,7 @@ class Rounds:
     rounds: tuple[tuple[tuple[int, int], ...], ...]
     together: bool | None = None  # the proof's outcome (None: not yet measured)
     proof: str = ""
+    scenarios: tuple[str, ...] = ROUND_SCENARIOS  # the scenarios whose runs of the round pairs take part
 
     def metadata(self) -> dict[str, str]:
         """Header keys: rounds.N (its pairs, measured at once), rounds.proof, rounds.together."""
@@ -74,12 +78,21 @@ def plan_rounds(classes, machine, config) -> Rounds | None:
     """The headline pairs of `--pairs all` in rounds where the node allows it (every pair NVLink,
     persistent process sets: --launcher fork), else None. Rounds of fewer than two pairs are left
     out (their pairs run as before); the largest round first: the proof needs two pairs at least."""
-    if classes is None or not classes.headline or config.launcher != "fork" or not nvlink_everywhere(machine):
+    if classes is None or not classes.headline or config.launcher != "fork":
         return None
-    headline = set(classes.headline)
-    rounds = [tuple(p for p in pairs if p in headline) for pairs in tournament(machine.gpu_count)]
+    return rounds_of(classes.headline, machine)
+
+
+def rounds_of(pairs, machine, scenarios: tuple[str, ...] = ROUND_SCENARIOS) -> Rounds | None:
+    """`pairs` (ordered GPU pairs) in the tournament's rounds where every pair of the node is NVLink,
+    else None; rounds of fewer than two pairs left out (their pairs run one at a time), the largest
+    first (the proof needs two pairs at least). `scenarios`: whose runs take part."""
+    if not nvlink_everywhere(machine):
+        return None
+    wanted = set(pairs)
+    rounds = [tuple(p for p in each if p in wanted) for each in tournament(machine.gpu_count)]
     rounds = sorted((r for r in rounds if len(r) >= 2), key=len, reverse=True)
-    return Rounds(tuple(rounds)) if rounds else None
+    return Rounds(tuple(rounds), scenarios=tuple(scenarios)) if rounds else None
 
 
 @dataclasses.dataclass
@@ -102,7 +115,7 @@ def schedule(queue: list, rounds: Rounds | None) -> list:
     pairs = rounds.pairs()
 
     def in_round(run) -> bool:
-        return run[0].name in ROUND_SCENARIOS and pair_of(run[1]) in pairs and run[2] is None
+        return run[0].name in rounds.scenarios and pair_of(run[1]) in pairs and run[2] is None
 
     taken = [run for run in queue if in_round(run)]
     if not taken:

@@ -202,13 +202,13 @@ class NvshmemWorker(PairWorker):
             timer = self.producer if variant.endswith("put") else not self.producer
             key = self.ceiling_for(variant)
             group = self.group(variant, "stream", nbytes, self.pdev, self.cdev, key, reps)
-            self.paired: list[Sample] = []
+            self.paired: list[tuple[Sample, dict | None]] = []  # each ceiling sample and its lane columns
             yield from self.sampler.run(group, lambda trial, v=variant: self.one_sided(v, nbytes, trial),
                                         timer=timer, reps=reps)
             if timer:  # the ceiling's samples, each taken right after the variant's
                 ceiling = self.ceiling_group(key, nbytes, reps)
-                for i, sample in enumerate(self.paired):
-                    yield self.sampler.row(ceiling, sample, i)
+                for i, (sample, lane) in enumerate(self.paired):
+                    yield self.sampler.row(ceiling, sample, i, lane=lane)
         if nbytes in CALL_SIZES:
             yield from self.call_costs(nbytes)
         if nbytes in PUTSIG_SIZES and self.putsig is not None:
@@ -273,10 +273,13 @@ class NvshmemWorker(PairWorker):
         self.ctx.sync()  # verified: the GPU is idle
         if sample is not None and not trial.warm:
             # the bound of this sample: the same copy, by this process on this stream, at once
-            # after it (a copy's fixed cost drifts a few % over time, and differs per process)
-            seconds, batch = self.meter().bandwidth(self.ceiling_for(variant), nbytes, trial.seed ^ CEILING_SEEDS,
-                                                    trial.reps)
-            self.paired.append(Sample(seconds, batch))
+            # after it (a copy's fixed cost drifts a few % over time, and differs per process);
+            # its lane read around it, as the sampler reads the variant's
+            key = self.ceiling_for(variant)
+            lanes = self.sampler.lanes
+            watch = lanes.watch(self.ceiling_group(key, nbytes, trial.reps), trial.reps) if lanes is not None else None
+            seconds, batch = self.meter().bandwidth(key, nbytes, trial.seed ^ CEILING_SEEDS, trial.reps)
+            self.paired.append((Sample(seconds, batch), watch(batch) if watch is not None else None))
         self.ctx.sync()  # the other process waits while it is measured
         return sample
 

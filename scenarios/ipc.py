@@ -25,6 +25,13 @@ GPU work between two processes there.
 
 Ceilings, measured by the consumer alone: d2d@GPU and d2d-sm@GPU (peer@A>B, peer-sm@A>B
 when the workers sit on two GPUs), and one copy + synchronize for the ping-pong.
+
+The health form (`check --preset health`; IpcScenario.health, set on a copy by check.node.health_form):
+what the check's health figures judge and what proves the path, nothing else. The copy engine's pull
+only: its stream at the run's largest size with its ceiling (d2d@GPU: the figures ipc-ce and d2d;
+peer@A>B across two GPUs), its hand-off at the other sizes (4 KiB: ipc-handoff-4k, the path's signals
+and verification across the two processes), the set-up rows once. No kernel copy or push, no
+ping-pong, no d2d-sm ceiling.
 """
 
 from __future__ import annotations
@@ -94,8 +101,8 @@ class IpcWorker(PairWorker):
         return MappedBuffer(self.ctx.receive(self.other, "ring"), capacity, self.device)
 
     def setup_repeats(self) -> int:
-        """How many times each set-up operation is timed: the sampler's count (peer's health form: once)."""
-        return self.sampler.setup_repeats
+        """How many times each set-up operation is timed: the sampler's count (the health form: once)."""
+        return 1 if self.health else self.sampler.setup_repeats
 
     def setup_costs(self, n: int) -> Iterator[dict]:
         """Export (producer) and first open, close, event open (consumer), each on fresh objects
@@ -132,10 +139,24 @@ class IpcWorker(PairWorker):
     # ------------------------------------------------------------------ measuring
 
     def measure(self, nbytes: int) -> Iterator[dict]:
+        if self.health:
+            yield from self.health_measure(nbytes)
+            return
         yield from self.sampler.interleave([self.bandwidth(v, m, nbytes) for v in VARIANTS for m in MEASURES], nbytes)
         yield from self.in_turn(lambda: self.ceiling_samples(nbytes))
         if nbytes in PINGPONG_SIZES:
             yield from self.pingpong(nbytes)
+
+    def health_measure(self, nbytes: int) -> Iterator[dict]:
+        """The health form's groups at `nbytes`: the copy engine's stream and its ceiling (d2d@GPU, or
+        peer@A>B across two GPUs; measured by the consumer alone) at the largest size, its hand-off at
+        the others."""
+        if nbytes != max(self.sizes):
+            yield from self.sampler.interleave([self.bandwidth("ce", "handoff", nbytes)], nbytes)
+            return
+        yield from self.sampler.interleave([self.bandwidth("ce", "stream", nbytes)], nbytes)
+        key = self.ceiling_for("ce")
+        yield from self.in_turn(lambda: iter(()) if self.producer else self.ceiling_rows(key, nbytes))
 
     def ceiling_for(self, variant: str) -> str:
         if self.same_gpu:
@@ -292,6 +313,7 @@ class IpcWorker(PairWorker):
 
 class IpcScenario(PairScenario):
     name = "ipc"
+    health = False  # the health form (the module's docstring); set on a copy, never on the registry's
     summary = "CUDA IPC: a second process maps the producer's cudaMalloc memory (pull ce/sm, push)"
     worker_class = IpcWorker
     paths = (PathInfo("ipc", colour="#1f77b4", setup=("ipc_open_cold",)),)

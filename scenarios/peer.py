@@ -18,9 +18,9 @@ directions, so its GB/s is the total of the two (nvbandwidth's bidirectional fig
 bound is the sum of the two one-way ceilings, peer@A>B + peer@B>A. A reference, not a
 candidate: it answers what the pair does under two-way traffic, not how to move one message.
 
-The health form (`check --preset health`; PeerScenario.health, set on a copy by check.node.preset_plan,
-as harness.classes.sized sets only_sizes): what the check's health figures judge and what proves the
-path, nothing else. The copy engine's pull only: its stream at the run's largest size with the
+The health form (`check --preset health`; IpcScenario.health, set on a copy by check.node.health_form,
+ipc's health form across the pair, scenarios/ipc.py): what the check's health figures judge and what
+proves the path, nothing else. The copy engine's pull only: its stream at the run's largest size with the
 peer@A>B ceiling (the figures peer-ce and peer), its hand-off at the other sizes (4 KiB: the path's
 signals and verification across the two processes), the set-up rows once. No P2P-off pass, no bidir,
 no kernel copy or push, no ping-pong, no peer-sm ceiling. With no P2P-off pass nothing needs peer
@@ -50,15 +50,12 @@ class PeerWorker(IpcWorker):
     path = "peer"
 
     def setup(self):
-        if not self.producer and not self.scenario.health:
+        if not self.producer and not self.health:
             yield from self.p2p_off()
         yield from super().setup()
 
-    def setup_repeats(self) -> int:
-        return 1 if self.scenario.health else super().setup_repeats()
-
     def more_signals(self) -> tuple:
-        if self.scenario.health:
+        if self.health:
             return ()
         self.bidir_go = Signal(self.ctx, "bidir.go", CONSUMER, PRODUCER, depth=1)
         self.bidir_done = Signal(self.ctx, "bidir.done", PRODUCER, CONSUMER, depth=1)
@@ -66,24 +63,13 @@ class PeerWorker(IpcWorker):
         return self.bidir_go, self.bidir_done
 
     def measure(self, nbytes: int) -> Iterator[dict]:
-        if self.scenario.health:
-            yield from self.health_measure(nbytes)
+        yield from super().measure(nbytes)  # the health form: ipc's (IpcWorker.health_measure)
+        if self.health:
             return
-        yield from super().measure(nbytes)
         reps = reps_for(nbytes)
         group = self.group("bidir", "stream", nbytes, self.pdev, self.cdev, "", reps)
         yield from self.sampler.run(group, lambda trial: self.bidir_sample(nbytes, trial), timer=not self.producer,
                                     reps=reps)
-
-    def health_measure(self, nbytes: int) -> Iterator[dict]:
-        """The health form's groups at `nbytes`: the copy engine's stream and its ceiling (peer@A>B,
-        measured by the consumer alone) at the largest size, its hand-off at the others."""
-        if nbytes != max(self.sizes):
-            yield from self.sampler.interleave([self.bandwidth("ce", "handoff", nbytes)], nbytes)
-            return
-        yield from self.sampler.interleave([self.bandwidth("ce", "stream", nbytes)], nbytes)
-        key = self.ceiling_for("ce")
-        yield from self.in_turn(lambda: iter(()) if self.producer else self.ceiling_rows(key, nbytes))
 
     def bidir_sample(self, nbytes: int, trial) -> Sample | None:
         """Both workers push `trial.reps` copies into the other's ring at once; each checks what
@@ -154,7 +140,6 @@ class PeerWorker(IpcWorker):
 
 class PeerScenario(IpcScenario):
     name = "peer"
-    health = False  # the health form (the module's docstring); set on a copy, never on the registry's
 
     @property  # type: ignore[override]
     def persistent_workers(self) -> bool:

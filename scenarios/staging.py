@@ -25,6 +25,13 @@ the interval.
 Ping-pong latency ('pinned-pingpong'): the producer's payload D2H into one host slot and H2D
 by the consumer, whose own payload (another seed) comes back the same way; each side
 verifies the other's bytes. Ceilings: the producer's d2h@GPU and the consumer's h2d@GPU.
+
+The health form (`check --preset health`; StagingScenario.health, set on a copy by
+check.node.health_form): what the check's health figures judge, the GPU's host link both ways, and
+nothing else: the producer's d2h@GPU and the consumer's h2d@GPU at the run's largest size, with one
+pinned source ring for h2d (filled for every sample: a few samples fill it for less than a second
+ring's cudaHostAlloc). No shared host ring (its first touch and registration), no pageable ring, no
+staged variant and no ping-pong.
 """
 
 from __future__ import annotations
@@ -92,6 +99,8 @@ class StagingWorker(PairWorker):
     event_variants: tuple[str, ...] = GPU_ORDERED
 
     def setup(self):
+        if self.health:  # the ceilings alone: nothing shared to set up
+            return
         ctx, gpu = self.ctx, self.gpu
         ctx.declare("h.sent", "h.done", "h.t0", "ping", "pong", "refused.0", "refused.1")
         self.ring_buf = gpu.alloc(self.ring_bytes())  # producer: source ring; consumer: destination ring
@@ -169,16 +178,27 @@ class StagingWorker(PairWorker):
         joint = "+" if measure == "handoff" and variant != "pipelined" else "|"
         return f"d2h{sm}@{self.pdev}{joint}h2d{sm}@{self.cdev}"
 
+    def host_rings(self) -> int:
+        return 1 if self.health else super().host_rings()
+
     def measure(self, nbytes):
+        if self.health:
+            if nbytes == max(self.sizes):
+                yield from self.ceilings_in_turn(nbytes)
+            return
         yield from self.sampler.interleave([
             self.bandwidth(variant, measure, nbytes) for variant in VARIANTS
             # across MIG instances, the driver may refuse the events (see open_events)
             if not (self.events_refused and variant in self.event_variants)
             for measure in (MEASURES if variant in GPU_ORDERED else ("handoff",))], nbytes)
-        yield from self.in_turn(lambda: self.ceiling_rows(
-            f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}", nbytes))
+        yield from self.ceilings_in_turn(nbytes)
         if nbytes in PINGPONG_SIZES:
             yield from self.pingpong(nbytes)
+
+    def ceilings_in_turn(self, nbytes):
+        """The producer's d2h@GPU, then the consumer's h2d@GPU, each alone."""
+        yield from self.in_turn(lambda: self.ceiling_rows(
+            f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}", nbytes))
 
     def bandwidth(self, variant, measure, nbytes):
         handoff = measure == "handoff"
@@ -296,6 +316,7 @@ class StagingWorker(PairWorker):
 
 class StagingScenario(PairScenario):
     name = "staging"
+    health = False  # the health form (the module's docstring); set on a copy, never on the registry's
     through_host = True
     summary = "cudaMemcpy D2H into a shared host buffer, H2D out of it (pinned, pipelined, host-ordered, pageable)"
     worker_class = StagingWorker
@@ -315,6 +336,8 @@ class StagingScenario(PairScenario):
         return pinned + pageable + 2 * ring, per_gpu * (2 * ring + max(self.sizes(config)))
 
     def prepare(self, config, specs):
+        if self.health:  # no shared host ring: the pair's gate page only
+            return super().prepare(config, specs)
         pinned, pageable = self.host_bytes(config)
         return _Shared(SharedGatePage(), SharedPages(pinned), SharedPages(pageable))
 

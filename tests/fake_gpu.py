@@ -275,7 +275,7 @@ class FakeGpu:
 
 
 class FakeCeilings:
-    def __init__(self, gpu, capacity):
+    def __init__(self, gpu, capacity, host_rings=2):
         self.gpu = gpu
 
     def bandwidth(self, key, nbytes, seed, reps=None):

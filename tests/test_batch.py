@@ -186,6 +186,11 @@ def test_an_h2d_ceiling_takes_two_host_rings_in_turn_each_filled_once_per_shape(
     assert table.gpu.fills == [(0x1000, 4096, 8, 7), (0x2000, 4096, 8, 6)]
     ptr, seed = table._host_source(ends, first, large, 21)  # another shape: that ring is filled again
     assert (ptr, seed) == (0x2000, 21) and table.gpu.fills[-1] == (0x2000, 1 << 16, 4, 21)
+    one = ceilings.Ceilings(StubGpu(), 1 << 20, host_rings=1)  # the health form's: one ring, filled every sample
+    one.gpu.fills = []
+    assert [one._host_source(ends, first, small, seed) for seed in (7, 9, 9)] == [(0x1000, 7), (0x1000, 9),
+                                                                                  (0x1000, 9)]
+    assert len(one.gpu.fills) == 3
 
 
 class StubCtx:

@@ -839,6 +839,7 @@ def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants:
     monkeypatch.setattr(launcher, "run_scenario", run_scenario)
     if sets is not None:
         monkeypatch.setattr(node, "round_sets", lambda plan: sets(runner) if plan.rounds is not None else None)
+        monkeypatch.setattr(node, "gpu_sets", lambda plan: sets(runner))
     return node.check_node("n1", expected, preset=preset), runs, expected
 
 
@@ -932,8 +933,11 @@ def test_the_health_preset_measures_every_pairs_peer_figures_in_rounds_and_says_
 
     report, runs, _ = _four_gpu_check(monkeypatch, {}, preset="health", sets=sets, hold_links=False)
     pairs = [(a, b) for a in range(4) for b in range(4) if a != b]
-    assert len(made) == 1 and sorted(made[0].retired) == pairs
-    calls = made[0].calls
+    assert len(made) == 2 and sorted(made[1].retired) == pairs
+    gpu_block, calls = made[0].calls, made[1].calls  # staging and ipc GPU after GPU in one set each, then peer
+    assert [(name, pair, beside) for name, _, pair, beside in gpu_block] == [
+        (name, (g, g), 0) for g in range(4) for name in ("staging", "ipc")]
+    assert all(health for _, health, _, _ in gpu_block)
     assert all(name == "peer" and health for name, health, _, _ in calls)
     assert len([run for run in runs if run[0] == "peer"]) == len(calls) == 12 + 2  # each through the sets
     proof = set(tournament(4)[0])
@@ -943,8 +947,8 @@ def test_the_health_preset_measures_every_pairs_peer_figures_in_rounds_and_says_
     assert sorted(beside) == pairs and all(beside[p] == [1] for p in set(pairs) - proof)
     assert all(sorted(beside[p]) == [0, 1] for p in proof)  # alone, then together (the proof)
     assert [sizes for name, _, sizes in runs if name == "peer"][0] == (SMALL, BIG)
-    staged = [devices for name, devices, _ in runs if name in ("staging", "ipc")]
-    assert staged == [(g, g) for g in range(4)] * 2
+    staged = [(name, sizes) for name, _, sizes in runs if name in ("staging", "ipc")]
+    assert staged == [("staging", (BIG,)), ("ipc", (SMALL, BIG))] + [("staging", (BIG,)), ("ipc", (BIG,))] * 3
     assert report.facts["check.peer.rounds.together"] == "yes"
     assert float(report.facts["check.estimate_seconds"]) > 0
     figures = [e for e in report.events if e.kind == "figure"]
@@ -953,6 +957,45 @@ def test_the_health_preset_measures_every_pairs_peer_figures_in_rounds_and_says_
     assert all(e.status == "pass" for e in figures), [(e.figure, e.gpus, e.status, e.reason) for e in figures]
     assert judge.exit_code(report.events) == 0, [e for e in report.events if e.status == "fail"]
     assert output.to_health(report.events, ["n1"]) == "n1 | Healthy\n"
+
+
+def test_a_slow_host_link_in_the_health_preset_is_measured_again_on_its_gpu_and_drains_the_node(monkeypatch):
+    """GPU 2's h2d at half its band (a plant, scripts/device/health.sh's): staging measured again on GPU 2
+    alone (ipc and peer not), and the node's line names the figure."""
+    made: list = []
+
+    def sets(runner):
+        made.append(_PairSets(runner))
+        return made[-1]
+
+    report, runs, _ = _four_gpu_check(monkeypatch, {}, plants="slow:*:h2d@2:0.5", preset="health", sets=sets,
+                                      hold_links=False)
+    assert runs[-1][:2] == ("staging", (2, 2)) and len(runs) == 4 + 4 + 14 + 1
+    assert report.facts["check.remeasured"] == "h2d@2"
+    line = output.to_health(report.events, ["n1"]).rstrip("\n")
+    assert line.startswith("n1 | DRAIN: figure h2d GPU 2") and len(line) <= 80, line
+
+
+def test_sets_forked_together_make_their_contexts_at_once_and_are_waited_for():
+    """check.node.CheckSets (real forks, no GPU here: each worker's context fails and says it is done
+    all the same): the sets `ahead` forked at once, each told to warm, every one waited for and alive."""
+    import time
+
+    from fakes import h100_node
+    from gpuipc_bench.check import node
+    from gpuipc_bench.config import RunConfig
+
+    ipc = node.registry()["ipc"]
+    specs = [ipc.workers(RunConfig(scenarios=("ipc",), devices=(g,)), h100_node(2)) for g in (0, 1)]
+    sets = node.CheckSets("", [(ipc, s) for s in specs], timeout=30.0)
+    try:
+        started = time.monotonic()
+        sets.start_ahead("time-sliced", {})
+        assert sets.started == 2 and len(sets.sets) == 2
+        assert all(each.alive() for each in sets.sets.values()) and not sets.warming and not sets.ahead
+        assert time.monotonic() - started < 30
+    finally:
+        sets.end()
 
 
 def test_a_slow_pair_in_the_health_preset_is_measured_again_alone_and_drains_the_node(monkeypatch):
@@ -966,7 +1009,7 @@ def test_a_slow_pair_in_the_health_preset_is_measured_again_alone_and_drains_the
 
     report, runs, _ = _four_gpu_check(monkeypatch, {}, plants="slow:*:peer@1>2:0.5", preset="health", sets=sets,
                                       hold_links=False)
-    assert len(made) == 1 and len({pair for _, _, pair, _ in made[0].calls}) == 12
+    assert len(made) == 2 and len({pair for _, _, pair, _ in made[1].calls}) == 12
     assert runs[-1][:2] == ("peer", (1, 2)) and len(runs) == 4 + 4 + 14 + 1  # the first pass, then 1>2 alone
     failed = [(e.figure, e.gpus) for e in report.events if e.status == "fail"]
     assert failed == [("peer", "1>2")] and report.facts["check.remeasured"] == "peer@1>2"

@@ -272,6 +272,28 @@ def test_peers_health_form_measures_the_checks_figures_and_the_path_only(monkeyp
                                                  "ipc_event_open", "peer_enable")} | {("peer_enable", "1", "0"): 1}
 
 
+def test_the_health_forms_of_ipc_and_staging_measure_the_checks_figures_only(monkeypatch, no_leaks):
+    """check --preset health's same-GPU forms (IpcScenario.health, StagingScenario.health, on copies): ipc's
+    copy-engine stream and d2d ceiling at the largest size, its hand-off at the other, each set-up operation
+    once; staging's two ceilings of the host link at the largest size and nothing else (no shared ring, no
+    staged variant, no ping-pong)."""
+    import copy
+
+    ipc, staging = copy.copy(SCENARIOS["ipc"]), copy.copy(SCENARIOS["staging"])
+    ipc.health = staging.health = True
+    outcome, rows = run(monkeypatch, "ipc", scenario=ipc, sizes=(4099, 64 << 10))
+    assert outcome.ok, outcome.error
+    measured = groups([r for r in rows if r["metric"] != "setup"], "path", "variant", "measure", "bytes")
+    assert set(measured) == {("ipc", "ce", "handoff", 4099), ("ipc", "ce", "stream", 64 << 10),
+                             ("ceiling", "d2d@0", "stream", 64 << 10)}
+    assert set(groups([r for r in rows if r["metric"] == "setup"], "variant").values()) == {1}
+    outcome, rows = run(monkeypatch, "staging", scenario=staging, sizes=(4099, 64 << 10))
+    assert outcome.ok, outcome.error
+    assert set(groups(rows, "path", "variant", "measure", "bytes")) == {("ceiling", "d2h@0", "stream", 64 << 10),
+                                                                        ("ceiling", "h2d@0", "stream", 64 << 10)}
+    assert all(r["verified"] is True for r in rows)
+
+
 # --------------------------------------------------------------------------- latency and sharing
 
 

@@ -11,16 +11,19 @@ GPU) and, with two GPUs or more, peer for every ordered pair; vmm and mempool ru
 measurement runs (under staging's host copies): one below its maximum width fails, below its
 generation warns. A node without a GPU runs the host path and the barrier (the CPU figures).
 A figure that fails or warns is measured again (its scenario once more) before it counts.
---preset health: staging, ipc and peer only, three samples; peer in its health form
-(scenarios/peer.py: the copy engine's stream and peer@A>B ceiling at 256 MiB, the 4 KiB hand-off),
-its pairs in rounds of disjoint pairs at once where every pair is NVLink (harness.rounds); a figure
-is measured again on its own GPU or pair only.
+--preset health: staging, ipc and peer only, three samples, each in its health form (the figures
+it judges and what proves the path: scenarios/staging.py, ipc.py, peer.py); staging and ipc of one
+GPU in one persistent process set, GPU after GPU (ONE_SET_PER_GPU), peer's pairs in rounds of
+disjoint pairs at once where every pair is NVLink (harness.rounds); the sets forked together make
+their CUDA contexts at once before the next run (CheckSets); a figure is measured again on its own
+GPU or pair only.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from typing import Callable
 
 from gpuipc_bench import modes
@@ -29,8 +32,10 @@ from gpuipc_bench.check.expect import Expectations, shape_of
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.harness.plan import Plan, plan_pairs, plan_scenarios, registry
+from gpuipc_bench.harness.pool import WorkerSets
 from gpuipc_bench.harness.session import Reporter, Session
 from gpuipc_bench.hooks import plant
+from gpuipc_bench.hooks.profiling import mark, write_trace
 
 SAMPLES, WARMUP = 5, 1
 GPU_SIZES = (figs.SMALL, figs.BIG)
@@ -42,6 +47,17 @@ CPU_SCENARIOS = ("host", "barrier")
 # --preset health: the headline paths only (no proofs, no NIXL, no barrier), fewer samples
 HEALTH_GPU_SCENARIOS, HEALTH_CPU_SCENARIOS, HEALTH_SAMPLES = ("staging", "ipc", "peer"), ("host",), 3
 PATH_OF = {"ipc": "ipc", "vmm": "vmm", "mempool": "mempool", "peer": "peer", "host": "host"}
+# --preset health: these scenarios' runs of one GPU in one persistent process set (one start a GPU, not one
+# a run: a start on a node of several GPUs costs seconds), GPU after GPU, in one session
+ONE_SET_PER_GPU = ("staging", "ipc")
+HEALTH_BIG_ONLY = ("staging",)  # measured at 256 MiB alone in the health preset (its figures' size)
+# The check's own costs beside harness.estimate's model (estimate_check), fitted to the health preset's
+# wall time (/usr/bin/time) before its per-GPU process sets and same-GPU health forms: one H200 6.0 s,
+# two H200s 23 s (the full peer form; results/h200x2-health.csv, results/README.md), four H200s 68.0 s
+# (peer's health form in rounds; scripts/device/health.sh). The model alone said 7.5, 17.3 and 38.0 s.
+CHECK_END_S = 1.3  # judging and the lines printed (no report rendered: harness.estimate.END_S is a run's)
+CHECK_START_S, CHECK_GPU_START_S = 0.0, 0.85  # each start of processes, and each further GPU of the node
+WARM_AHEAD = True  # the sets a session forks together make their CUDA contexts at once (CheckSets)
 
 
 @dataclasses.dataclass
@@ -75,6 +91,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     `preset`: 'full', or 'health' (the headline figures only, fewer samples)."""
     from gpuipc_bench.machine.probe import probe
 
+    mark("check probe")
     machine = probe()
     facts = machine.metadata()
     facts["host"] = node
@@ -94,8 +111,10 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     names, samples = scenario_names(machine, preset)
     facts["check.estimate_seconds"] = f"{estimate_check(machine, preset, job, timeout, (names, samples)):.1f}"
     bus_ids = {str(g.index): g.pci_bus_id for g in machine.gpus}
+    mark("check measure")
     with conditions.LinkWatch(bus_ids if gpu and "staging" in names else {}) as links:  # under its host copies
         outcomes = measure(names, machine, job, keep, timeout, samples, preset, facts=facts)
+    mark("check judge")
     for name, error in outcomes.items():
         path = PATH_OF.get(name)
         if error and path in verdicts and verdicts[path].ok is not False:
@@ -129,6 +148,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
         where: dict[str, set[str]] = {}  # health: only the runs of those figures' GPUs (a pair, not all twelve)
         for name, gpus in again:
             where.setdefault(figs.BY_NAME[name].scenario, set()).add(gpus)
+        mark("check measure again", ",".join(f"{n}@{g}" for n, g in again))
         measure(list(where), machine, job, keep_again, timeout, samples, preset, where if preset == "health" else None)
         second = {(f.name, f.gpus): f for f in figs.figures_of(_frame(rows), node, attempt=1, facts=facts)}
         for k in again:
@@ -137,6 +157,8 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
                 judged[k] = judge.remeasured(judged[k], judge.judge_figure(second[k], node, facts, expectations,
                                                                            tolerance, causes))
         facts["check.remeasured"] = ",".join(f"{n}@{g}" for n, g in again)
+    mark("check judged")
+    write_trace(f"parent-{os.getpid()}")  # (GPUIPC_BENCH_TRACE: the check's own steps beside its sessions')
     report.figures = list(first.values())
     report.events += list(judged.values())
     report.events += missing_figures(node, facts, expectations, names, report.figures)
@@ -160,20 +182,56 @@ def scenario_names(machine, preset: str = "full") -> tuple[list[str], int]:
 def estimate_check(machine, preset: str = "full", job=None, timeout: float = 60.0,
                    chosen: tuple[list[str], int] | None = None) -> float:
     """Seconds the check's measurement should take on `machine` (harness.estimate's model over each
-    scenario's preset_plan, its rounds included; the command's start and end once). A first pass
-    whose figures pass: a re-measure adds its runs again. `chosen`: scenario_names' answer."""
-    from gpuipc_bench.harness.estimate import END_S, START_S
+    session's plan, its rounds included; the command's start and the check's end once), and what a
+    start of processes costs a check beyond that model (check_start_seconds). A first pass whose
+    figures pass: a re-measure adds its runs again. `chosen`: scenario_names' answer."""
+    from gpuipc_bench.harness.estimate import END_S, START_S, start_seconds
 
     names, samples = chosen or scenario_names(machine, preset)
     scenarios = registry()
-    total = START_S + END_S
-    for name in names:
-        try:
-            plan = preset_plan(scenarios[name], machine, job, timeout, samples, preset)
-        except UsageError:  # waived here
+    total = START_S + CHECK_END_S
+    for block in sessions_of([n for n in names if n in scenarios], preset, job):
+        plans = {}
+        for name in block:
+            try:
+                plans[name] = preset_plan(scenarios[name], machine, job, timeout, samples, preset)
+            except UsageError:  # waived here
+                continue
+        if not plans:
             continue
-        total += plan.estimate - START_S - END_S
+        plan = joined_plan(plans, machine) if len(plans) > 1 else next(iter(plans.values()))
+        warmed = WARM_AHEAD and (len(plans) > 1 or plan.rounds is not None)
+        starts, counted = starts_in_wall(plan, warmed)
+        first = plan.runs[0][0]
+        total += (plan.estimate - START_S - END_S + starts * check_start_seconds(machine.gpu_count)
+                  - (counted - starts) * start_seconds(first, machine.gpu_count))
     return total
+
+
+def starts_in_wall(plan, warmed: bool = False) -> tuple[int, int]:
+    """(the starts of processes a plan's wall time holds, the starts harness.estimate's model counts in
+    it). Each run's that starts processes (harness.estimate.set_starts) and a round's pairs' once (they
+    start at once), the proof round's each (its pairs run alone first, one after another; the model
+    counts them again for its together pass). `warmed` (CheckSets): the sets forked together start at
+    once, the proof round's and a joined plan's (its every set ahead of its first run) too."""
+    from gpuipc_bench.harness.estimate import set_starts
+    from gpuipc_bench.harness.plan import plan_runs
+    from gpuipc_bench.harness.rounds import split
+
+    serial, grouped = split(plan_runs(plan.runs, plan.modes), plan.rounds)
+    alone = sum(set_starts(serial))
+    counted = alone + len(grouped) + (len(grouped[0]) if grouped else 0)
+    if warmed:
+        return min(1, alone) + len(grouped), counted
+    return alone + len(grouped) + (len(grouped[0]) - 1 if grouped else 0), counted
+
+
+def check_start_seconds(gpus: int) -> float:
+    """What a start of processes costs a check beyond harness.estimate's set start, on a node of `gpus`
+    GPUs: a check's process set lives for one run or two, and pays alone what a long run's sets pay once
+    (the CUDA initialisation that opens every GPU of the node, the lane counters' proofs, the ceilings'
+    pinned buffers, its exit)."""
+    return CHECK_START_S + CHECK_GPU_START_S * max(0, gpus - 1)
 
 
 def measure_again(node: str, figure_names: list[str], facts: dict[str, str], job=None,
@@ -302,29 +360,116 @@ def measure(names, machine, job, on_row, timeout: float, samples: int = SAMPLES,
 
 def measure_each(names, machine, job, on_row, timeout: float, samples: int, preset: str = "full",
                  where: dict[str, set[str]] | None = None, facts: dict[str, str] | None = None) -> dict[str, str]:
-    """measure()'s loop: each named scenario through a session of its own."""
+    """measure()'s loop: each named scenario through a session of its own; in the health preset (forked
+    workers) staging and ipc through one session, one process set a GPU (ONE_SET_PER_GPU)."""
     scenarios = registry()
     found: dict[str, str] = {}
-    for name in names:
-        if name not in scenarios:
+    for block in sessions_of([n for n in names if n in scenarios], preset, job):
+        plans: dict[str, Plan] = {}
+        for name in block:
+            try:
+                plans[name] = preset_plan(scenarios[name], machine, job, timeout, samples, preset,
+                                          None if where is None else where.get(name, set()))
+            except UsageError as exc:  # waived here: the reason is the path's
+                found[name] = f"waived: {scenarios[name].waive_reason(machine) or exc}"
+        plans = {name: plan for name, plan in plans.items() if plan.runs}  # (a re-measure of other GPUs' figures)
+        if not plans:
             continue
+        plan = joined_plan(plans, machine) if len(plans) > 1 else next(iter(plans.values()))
+        mark("check session", ",".join(plans))
         try:
-            plan = preset_plan(scenarios[name], machine, job, timeout, samples, preset,
-                               None if where is None else where.get(name, set()))
-        except UsageError as exc:  # waived here: the reason is the path's
-            found[name] = f"waived: {scenarios[name].waive_reason(machine) or exc}"
-            continue
-        if not plan.runs:  # a re-measure of other GPUs' figures
-            continue
-        try:
-            with plant.fault_for(name):
-                outcome = Session(None, KeepRows(on_row), job=job, sets=round_sets(plan)).run(plan)
+            if len(plans) > 1:
+                outcome = Session(None, KeepRows(on_row), job=job, sets=gpu_sets(plan)).run(plan)
+            else:
+                with plant.fault_for(next(iter(plans))):
+                    outcome = Session(None, KeepRows(on_row), job=job, sets=round_sets(plan)).run(plan)
         finally:
-            modes.end_all(plan.modes)  # (the session ends them at its clean end; here under every fault)
-        found[name] = "; ".join(str(failure.error).splitlines()[0] for failure in outcome.failures)
+            for each in plans.values():  # (the session ends them at its clean end; here under every fault)
+                modes.end_all(each.modes)
+        for name in plans:
+            found[name] = "; ".join(str(f.error).splitlines()[0] for f in outcome.failures if f.scenario == name)
         if facts is not None and plan.rounds is not None:
-            facts.update({f"check.{name}.{key}": value for key, value in plan.rounds.metadata().items()})
+            facts.update({f"check.{name}.{key}": value for name in plans
+                          for key, value in plan.rounds.metadata().items()})
     return found
+
+
+def sessions_of(names: list[str], preset: str, job) -> list[tuple[str, ...]]:
+    """The check's sessions, in order: each scenario alone, except in the health preset with forked
+    workers, where ONE_SET_PER_GPU's share one session (in the place of the first of them)."""
+    together = tuple(n for n in names if n in ONE_SET_PER_GPU) if preset == "health" and job is None else ()
+    out: list[tuple[str, ...]] = []
+    for name in names:
+        if name not in together:
+            out.append((name,))
+        elif name == together[0]:
+            out.append(together)
+    return out
+
+
+def joined_plan(plans: dict[str, Plan], machine) -> Plan:
+    """One plan of several scenarios' same-GPU runs, GPU after GPU (each GPU's runs back to back in its
+    process set, in the order of `plans`), in the first plan's sharing mode; its estimate."""
+    from gpuipc_bench.harness.plan import plan_runs
+    from gpuipc_bench.harness.rounds import estimate_with_rounds
+
+    first = next(iter(plans.values()))
+    gpus = list(dict.fromkeys(run_gpus(specs) for plan in plans.values() for _, specs in plan.runs))
+    runs = [run for gpu in gpus for plan in plans.values() for run in plan.runs if run_gpus(run[1]) == gpu]
+    config = dataclasses.replace(first.config, scenarios=tuple(plans))
+    estimate = estimate_with_rounds(plan_runs(runs, first.modes), config, first.modes, None, machine.gpu_count, None)
+    return dataclasses.replace(first, config=config, runs=runs, estimate=estimate)
+
+
+class CheckSets(WorkerSets):
+    """The persistent worker sets of a check's session: the sets forked together (a round's pairs,
+    prepared one after another; `ahead`, (scenario, specs) of each set the session will take, forked
+    at its first run) make their CUDA contexts at once (WARM_AHEAD: WorkerSet.warm) and are waited for
+    before the next run starts, so that their starts overlap and none runs beside a measurement; a
+    planted fault around each scenario's runs only (hooks.plant.fault_for)."""
+
+    def __init__(self, worker_log: str = "", ahead=(), timeout: float = 60.0):
+        import threading
+
+        super().__init__(worker_log, persistent=True)
+        self.ahead, self.timeout = list(ahead), timeout
+        self.warming: list = []
+        self.lock = threading.Lock()  # a round's runs start in threads of their own
+
+    def prepare(self, scenario, specs, mode_name=None, env=None) -> None:
+        from gpuipc_bench.harness.pool import set_key
+
+        started = self.started
+        super().prepare(scenario, specs, mode_name, env)
+        fresh = self.sets.get(set_key(specs, mode_name, env or {}))
+        if WARM_AHEAD and self.started > started and fresh is not None:
+            fresh.warm()
+            self.warming.append(fresh)
+
+    def start_ahead(self, mode_name=None, env=None) -> None:
+        """Fork the sets `ahead`, then wait until every set warming has its contexts (a set that did
+        not get them is ended: its run forks a fresh one and says what failed)."""
+        with self.lock:
+            for each, its_specs in self.ahead:
+                self.prepare(each, its_specs, mode_name, env)
+            self.ahead = []
+            for fresh in self.warming:
+                if not fresh.warmed(self.timeout):
+                    self.drop(fresh, close=True)
+            self.warming = []
+
+    def run(self, scenario, config, specs, mode_name=None, env=None, **callbacks):
+        self.start_ahead(mode_name, env)
+        mark("check run", scenario.name, run_gpus(specs))
+        with plant.fault_for(scenario.name):
+            return super().run(scenario, config, specs, mode_name=mode_name, env=env, **callbacks)
+
+
+def gpu_sets(plan) -> CheckSets:
+    """The worker sets of a joined plan (joined_plan): one a GPU, every one forked and started at the
+    session's first run."""
+    ahead = {run_gpus(specs): (scenario, specs) for scenario, specs in reversed(plan.runs)}
+    return CheckSets(plan.config.worker_log or "", list(ahead.values())[::-1], plan.config.timeout)
 
 
 def round_sets(plan):
@@ -333,9 +478,7 @@ def round_sets(plan):
     processes a pair as before; None for any other plan (the session's own: fresh processes a run)."""
     if plan.rounds is None:
         return None
-    from gpuipc_bench.harness.pool import WorkerSets
-
-    return WorkerSets(plan.config.worker_log or "", persistent=True)
+    return CheckSets(plan.config.worker_log or "", timeout=plan.config.timeout)
 
 
 def health_form(scenario):
@@ -363,6 +506,7 @@ def preset_plan(scenario, machine, job, timeout: float, samples: int, preset: st
     rounds of disjoint pairs at once on a node whose every pair is NVLink (harness.rounds: proved
     first, alone and together). `where`: only the runs of these GPUs (run_gpus). Its estimate
     (harness.estimate). UsageError: it cannot run here."""
+    from gpuipc_bench.harness.classes import sized
     from gpuipc_bench.harness.plan import plan_runs
     from gpuipc_bench.harness.rounds import estimate_with_rounds, rounds_of
 
@@ -381,6 +525,8 @@ def preset_plan(scenario, machine, job, timeout: float, samples: int, preset: st
         runs = plan_pairs(runs, config, machine, "all", full=True)[0]  # every pair's figures
     if scenario.name in EVERY_GPU_SCENARIOS:
         runs = every_gpu(runs, config, machine)
+    if preset == "health" and scenario.name in HEALTH_BIG_ONLY:
+        runs = [(sized(s, (figs.BIG,)), specs) for s, specs in runs]
     if where is not None:
         runs = [run for run in runs if run_gpus(run[1]) in where]
     rounds = None

@@ -102,6 +102,7 @@ class PairWorker:
         self.same_gpu = self.pdev == self.cdev
         self.across_mig = getattr(ctx.specs[PRODUCER], "mig", "") != getattr(ctx.specs[CONSUMER], "mig", "")
         self.sizes = scenario.sizes(ctx.config)
+        self.health = bool(getattr(scenario, "health", False))  # its health form (check --preset health)
         self.sampler = Sampler(ctx)
         self._gpu: Gpu | None = None
         self.ceilings: Ceilings | None = None
@@ -252,8 +253,12 @@ class PairWorker:
     def meter(self) -> Ceilings:
         """This worker's ceilings, made on first use (their buffers hold a ring of the largest size)."""
         if self.ceilings is None:
-            self.ceilings = Ceilings(self.gpu, self.ring_bytes())
+            self.ceilings = Ceilings(self.gpu, self.ring_bytes(), self.host_rings())
         return self.ceilings
+
+    def host_rings(self) -> int:
+        """Pinned source rings an h2d ceiling takes in turn (gpu.ceilings.Ceilings)."""
+        return 2
 
     def ring_bytes(self) -> int:
         """Bytes of a ring of the largest size of this run (every buffer that holds rings)."""

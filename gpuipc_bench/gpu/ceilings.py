@@ -50,10 +50,11 @@ def parse_ceiling(key: str) -> tuple[str, str, Any, Any]:
 
 class Ceilings:
     """Ceilings measured by one worker; buffers are made on first use at `capacity` bytes
-    (a ring of the largest size) and released with the worker's Gpu."""
+    (a ring of the largest size) and released with the worker's Gpu. `host_rings`: the pinned
+    source rings an h2d sample takes in turn (_host_source; 1: one ring, filled for every sample)."""
 
-    def __init__(self, gpu: Gpu, capacity: int):
-        self.gpu, self.capacity = gpu, int(capacity)
+    def __init__(self, gpu: Gpu, capacity: int, host_rings: int = 2):
+        self.gpu, self.capacity, self.host_rings = gpu, int(capacity), max(1, int(host_rings))
         self._buffers: dict[tuple, tuple[Any, Any]] = {}
         self._others: dict[int, Gpu] = {}
         self._host_sources: dict[tuple, list[list]] = {}  # (kind, src, dst) -> two [buffer, (ring, seed)]
@@ -131,14 +132,16 @@ class Ceilings:
         bus as the copy does (at 256 MiB, ~5 ms a sample, as long as the copy it is filled for), so
         two rings (`first` and one more) are filled once per ring shape and taken in turn: the
         destination's bytes still change from every sample to the next, and a copy that did not
-        happen still fails verification. `seed` fills a ring that holds another shape."""
+        happen still fails verification. `seed` fills a ring that holds another shape. With one ring
+        (host_rings 1) it is filled with `seed` for every sample."""
         rings = self._host_sources.get(ends)
         if rings is None:
-            rings = self._host_sources[ends] = [[first, None], [self.gpu.pinned(self.capacity), None]]
-        turn = self._host_turn[ends] = 1 - self._host_turn.get(ends, 1)
+            rings = self._host_sources[ends] = [[first, None]] + [[self.gpu.pinned(self.capacity), None]
+                                                                  for _ in range(self.host_rings - 1)]
+        turn = self._host_turn[ends] = (self._host_turn.get(ends, -1) + 1) % len(rings)
         buffer, held = rings[turn]
-        if held is None or held[0] != ring:
-            other = rings[1 - turn][1]
+        if held is None or held[0] != ring or len(rings) == 1:
+            other = rings[1 - turn][1] if len(rings) == 2 else None
             if other is not None and other == (ring, seed):
                 seed ^= 1
             with on_device(self.gpu.device):

@@ -135,6 +135,23 @@ def enter_worker(spec: WorkerSpec, env: dict[str, str] | None, worker_log: str =
     os.environ.update(worker_env(spec, env))  # before anything initialises CUDA
 
 
+def warm_worker(spec: WorkerSpec) -> None:
+    """A persistent worker's CUDA context on its GPU made ahead of its first task (harness.pool
+    WorkerSet.warm: the sets a check forks together start at once). An error here is left to the
+    scenario's own open of the GPU, which says it in its words."""
+    if spec.device is None:
+        return
+    try:
+        from gpuipc_bench.machine.mig import device_of
+        from gpuipc_bench.machine.probe import import_cupy
+
+        runtime = import_cupy().cuda.runtime
+        runtime.setDevice(int(device_of(spec)))
+        runtime.free(0)  # the context is made here
+    except Exception:  # noqa: BLE001 - said by the scenario's run
+        pass
+
+
 def name_worker(scenario, spec: WorkerSpec, specs, suffix: str = "") -> None:
     """The worker's process title for the scenario it runs now ('gpuipc-bench: ipc producer GPU0')."""
     where = "CPU" if spec.device is None else f"MIG {spec.mig[4:12]}" if spec.mig else f"GPU{spec.device}"

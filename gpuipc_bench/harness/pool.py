@@ -150,6 +150,23 @@ class WorkerSet:
             worker.spec = spec
         self.specs = list(specs)
 
+    def warm(self) -> None:
+        """Have every (idle) worker make its CUDA context now (launcher.warm_worker), without waiting:
+        warmed() waits for them."""
+        for tasks in self.tasks:
+            tasks.send("warm")
+
+    def warmed(self, timeout: float) -> bool:
+        """Wait (at most `timeout` seconds a worker) until every worker told to warm() says it has;
+        False, the set broken (a later run forks a fresh one), where one did not."""
+        try:
+            for worker in self.workers:
+                if not worker.conn.poll(timeout) or worker.conn.recv() != ("warm",):
+                    self.broken = True
+        except (EOFError, OSError):
+            self.broken = True
+        return not self.broken
+
     def let_go(self) -> None:
         """Tell every (idle) worker to leave, without waiting: close() then reaps them, given
         LEAVE_S from now (their CUDA contexts go down while the parent renders the answer)."""
@@ -371,6 +388,10 @@ def _set_main(tasks, conn, spec, env, worker_log) -> None:
                 break
             if task is None:
                 break
+            if task == "warm":
+                launcher.warm_worker(spec)
+                conn.send(("warm",))
+                continue
             scenario, spec, specs, config, segment, shared, fault, mode_name = task
             launcher.name_worker(scenario, spec, specs, " (persistent)")
             os.environ["GPUIPC_BENCH_FAULT"] = fault

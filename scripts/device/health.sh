@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # On a lent GPU machine: `gpuipc-bench check --preset health`, the contract of issue 38 (at most 45 s
 # on four GPUs; `{node} | Healthy` or `{node} | DRAIN: <reason>`). Two runs, each under /usr/bin/time:
-#   1. the health check as it is: expect exit 0 and `NODE | Healthy`
-#   2. with one pair's peer ceiling planted at half (GPUIPC_BENCH_CHECK_PLANT='slow:*:peer@1>2:0.5', a
-#      test-only plant; peer@1>0 on two GPUs, none on one): expect exit 1 and a DRAIN line naming
-#      `figure peer GPU 1>2`, the pair measured again alone (check.remeasured)
+#   1. the health check as it is, its timeline traced (GPUIPC_BENCH_TRACE=$W/trace: the check's steps, each
+#      session, each process set's start and its contexts made ahead, each worker's phases), summarised by
+#      scripts/trace/trace_summary.py into trace.txt and summary.txt: expect exit 0 and `NODE | Healthy`
+#   2. GPU 2's h2d planted at half (GPUIPC_BENCH_CHECK_PLANT='slow:*:h2d@2:0.5', a test-only plant; h2d@1 on
+#      two GPUs, h2d@0 on one): h2d has a band of two hosts on H200, so expect exit 1 and
+#      `NODE | DRAIN: figure h2d GPU 2 ...`, staging measured again on GPU 2 alone (check.remeasured)
 # Each run's header lines that say how it went (the check's estimate, the peer rounds and their proof,
 # what was measured again) and its figures per GPU and pair are in summary.txt. Everything ends in ONE
-# file, $OUT/health.tar.gz (health.csv, slow-pair.csv, their .out/.err/.time, summary.txt, pip.log).
-# Usage: bash scripts/device/health.sh   (about 1-2 minutes on four H200s: two checks of ~40-55 s)
+# file, $OUT/health.tar.gz (health.csv, slow-h2d.csv, their .out/.err/.time, trace/, trace.txt,
+# summary.txt, pip.log).
+# Usage: bash scripts/device/health.sh   (about 1.5 minutes on four H200s: two checks of ~40 s, a trace)
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/gpuipc-out}; mkdir -p "$OUT"
@@ -19,7 +22,7 @@ gpus=$(nvidia-smi -L | grep -c '^GPU')
 
 check() {  # NAME [ENV=VALUE...]: one health check, timed; its exit, wall time and lines into summary.txt
   local name=$1; shift
-  env "$@" timeout -s INT 170 /usr/bin/time -f "%e s wall, %M KiB max RSS" -o "$W/$name.time" \
+  env "$@" timeout -s INT 100 /usr/bin/time -f "%e s wall, %M KiB max RSS" -o "$W/$name.time" \
     gpuipc-bench check --preset health -o "$W/$name.csv" --force >"$W/$name.out" 2>"$W/$name.err"
   local code=$?
   {
@@ -38,11 +41,11 @@ PY
   echo "$code"
 }
 
-healthy=$(check health)
-plant=""
-if [ "$gpus" -ge 3 ]; then plant='slow:*:peer@1>2:0.5'; elif [ "$gpus" -eq 2 ]; then plant='slow:*:peer@1>0:0.5'; fi
-planted="(none: one GPU)"
-[ -n "$plant" ] && planted=$(check slow-pair "GPUIPC_BENCH_CHECK_PLANT=$plant")
+healthy=$(check health "GPUIPC_BENCH_TRACE=$W/trace")
+python3 scripts/trace/trace_summary.py "$W/trace" >"$W/trace.txt" 2>&1
+{ echo "== where the healthy run's time went (trace.txt)"; cat "$W/trace.txt"; } >>"$W/summary.txt"
+gpu=$(( gpus >= 3 ? 2 : gpus - 1 )); plant="slow:*:h2d@$gpu:0.5"
+planted=$(check slow-h2d "GPUIPC_BENCH_CHECK_PLANT=$plant")
 echo "== healthy run exit $healthy (expect 0); planted ($plant) exit $planted (expect 1)" >>"$W/summary.txt"
 cat "$W/summary.txt"
 tar -czf "$OUT/health.tar.gz" -C "$(dirname "$W")" health

@@ -135,7 +135,7 @@ def test_a_hung_node_and_a_killed_rank_are_named_at_the_deadline_and_the_others_
     """b's leader hangs before its report, c's is SIGKILLed mid-check: under the README's
     `--mca orte_abort_on_non_zero_status 0` the job outlives the killed rank, both nodes are named
     at the deadline, a's rows and events kept; mpirun returns non-zero. (One run waits out the
-    deadline for both: each wait is 30-90 s of CI.)"""
+    deadline for both: each wait is 20-90 s of CI.)"""
     out, events = tmp_path / "hang.csv", tmp_path / "hang.jsonl"
     start = time.monotonic()
     done = fleet(out, "--deadline", str(wait_deadline), "--timeout", "10", "--format", "json", "--output",
@@ -315,7 +315,7 @@ def test_a_remeasured_barrier_ends_and_names_the_node(tmp_path):
 def test_ranks_stopped_before_start_up_are_named_and_the_others_rows_kept(tmp_path, wait_deadline):
     """Rank 1 (rank 0's own partner) and rank 2 (b's leader) SIGSTOPped before their hello: nothing
     waits on them beyond the deadline; a and b are named, c's rows are kept, exit 1. (Both in one
-    run: each wait for the deadline is 30-90 s of CI.)"""
+    run: each wait for the deadline is 20-90 s of CI.)"""
     out, events = tmp_path / "stop.csv", tmp_path / "stop.jsonl"
     start = time.monotonic()
     done = fleet(out, "--deadline", str(wait_deadline), "--timeout", "10", "--format", "json", "--output",

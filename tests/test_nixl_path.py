@@ -203,7 +203,9 @@ def _run(tmp_path, *args, env=None, name="nixl.csv", scenario="nixl-host", sizes
 
 @needs_nixl
 def test_host_to_host_end_to_end(tmp_path):
-    done, out = _run(tmp_path)
+    # -n 3: what is checked is in every row (the adaptive count, the harness's own, is tested on the host
+    # path); the default 6-9 samples per group took 37 s of CI
+    done, out = _run(tmp_path, "-n", "3")
     assert done.returncode == 0, done.stderr
     df, meta = read_results(out)
     nixl_rows = df[df["path"] == "nixl"]

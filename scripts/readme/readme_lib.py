@@ -47,8 +47,10 @@ class Run:
     def fig(self, **keys) -> pd.Series:
         """The one summary row with these condition values (bytes as int, src/dst as str)."""
         rows = self.summary
-        for key, value in keys.items():
-            rows = rows[rows[key] == value]
+        match = pd.Series(True, index=rows.index)
+        for key, value in keys.items():  # one mask, then one take: a take per key was most of --check's time
+            match &= (rows[key] == value).fillna(False).astype(bool)
+        rows = rows[match]
         if len(rows) != 1:
             raise FigureError(f"{self.name}: {len(rows)} figures match {keys}")
         return rows.iloc[0]

@@ -58,6 +58,10 @@ HEALTH_BIG_ONLY = ("staging",)  # measured at 256 MiB alone in the health preset
 CHECK_END_S = 1.3  # judging and the lines printed (no report rendered: harness.estimate.END_S is a run's)
 CHECK_START_S, CHECK_GPU_START_S = 0.0, 0.85  # each start of processes, and each further GPU of the node
 WARM_AHEAD = True  # the sets a session forks together make their CUDA contexts at once (CheckSets)
+# the pairs whose sets a plan with rounds forks all at once, before its first round (each round's own
+# start took ~4.7 s of its ~4.9 s on four H200s): up to this many pairs (two processes each), else a
+# round's pairs before that round
+ROUND_PAIRS_AHEAD = 16
 
 
 @dataclasses.dataclass
@@ -213,7 +217,8 @@ def starts_in_wall(plan, warmed: bool = False) -> tuple[int, int]:
     it). Each run's that starts processes (harness.estimate.set_starts) and a round's pairs' once (they
     start at once), the proof round's each (its pairs run alone first, one after another; the model
     counts them again for its together pass). `warmed` (CheckSets): the sets forked together start at
-    once, the proof round's and a joined plan's (its every set ahead of its first run) too."""
+    once, the proof round's and a joined plan's (its every set ahead of its first run) too, and every
+    round's where round_sets forks them all ahead (up to ROUND_PAIRS_AHEAD pairs)."""
     from gpuipc_bench.harness.estimate import set_starts
     from gpuipc_bench.harness.plan import plan_runs
     from gpuipc_bench.harness.rounds import split
@@ -222,7 +227,9 @@ def starts_in_wall(plan, warmed: bool = False) -> tuple[int, int]:
     alone = sum(set_starts(serial))
     counted = alone + len(grouped) + (len(grouped[0]) if grouped else 0)
     if warmed:
-        return min(1, alone) + len(grouped), counted
+        pairs = {run_gpus(specs) for _, specs in plan.runs}
+        rounds = min(1, len(grouped)) if len(pairs) <= ROUND_PAIRS_AHEAD else len(grouped)  # round_sets' ahead
+        return min(1, alone) + rounds, counted
     return alone + len(grouped) + (len(grouped[0]) - 1 if grouped else 0), counted
 
 
@@ -428,17 +435,22 @@ class CheckSets(WorkerSets):
     before the next run starts, so that their starts overlap and none runs beside a measurement; a
     planted fault around each scenario's runs only (hooks.plant.fault_for)."""
 
-    def __init__(self, worker_log: str = "", ahead=(), timeout: float = 60.0):
+    def __init__(self, worker_log: str = "", ahead=(), timeout: float = 60.0, ahead_on_prepare: bool = False):
         import threading
 
         super().__init__(worker_log, persistent=True)
         self.ahead, self.timeout = list(ahead), timeout
+        self.ahead_on_prepare = ahead_on_prepare  # fork `ahead` at the first prepare (rounds: in the main thread)
         self.warming: list = []
         self.lock = threading.Lock()  # a round's runs start in threads of their own
 
     def prepare(self, scenario, specs, mode_name=None, env=None) -> None:
         from gpuipc_bench.harness.pool import set_key
 
+        if self.ahead_on_prepare and self.ahead:  # every round's sets, forked with the first round's
+            ahead, self.ahead = self.ahead, []
+            for each, its_specs in ahead:
+                self.prepare(each, its_specs, mode_name, env)
         started = self.started
         super().prepare(scenario, specs, mode_name, env)
         fresh = self.sets.get(set_key(specs, mode_name, env or {}))
@@ -475,10 +487,14 @@ def gpu_sets(plan) -> CheckSets:
 def round_sets(plan):
     """The worker sets of a plan with rounds (harness.rounds): persistent, so that each round's pairs
     are forked ahead in this thread (never in a round's threads) and retired after it, one set of
-    processes a pair as before; None for any other plan (the session's own: fresh processes a run)."""
+    processes a pair as before; None for any other plan (the session's own: fresh processes a run).
+    Up to ROUND_PAIRS_AHEAD pairs, every round's sets are forked at the first round's preparation and
+    make their contexts at once, so that the rounds do not each wait for a start."""
     if plan.rounds is None:
         return None
-    return CheckSets(plan.config.worker_log or "", timeout=plan.config.timeout)
+    pairs = {run_gpus(specs): (scenario, specs) for scenario, specs in plan.runs}
+    ahead = list(pairs.values()) if len(pairs) <= ROUND_PAIRS_AHEAD else []
+    return CheckSets(plan.config.worker_log or "", ahead, plan.config.timeout, ahead_on_prepare=True)
 
 
 def health_form(scenario):

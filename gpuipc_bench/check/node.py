@@ -58,9 +58,10 @@ HEALTH_BIG_ONLY = ("staging",)  # measured at 256 MiB alone in the health preset
 CHECK_END_S = 1.3  # judging and the lines printed (no report rendered: harness.estimate.END_S is a run's)
 CHECK_START_S, CHECK_GPU_START_S = 0.0, 0.85  # each start of processes, and each further GPU of the node
 WARM_AHEAD = True  # the sets a session forks together make their CUDA contexts at once (CheckSets)
-# the pairs whose sets a plan with rounds forks all at once, before its first round (each round's own
-# start took ~4.7 s of its ~4.9 s on four H200s): up to this many pairs (two processes each), else a
-# round's pairs before that round
+# the pairs whose sets a plan with rounds forks all at once, before its first round (their contexts
+# made at once): up to this many pairs (two processes each), else a round's pairs before that round.
+# On four H200s the check took 44.0 s with them ahead against 46.0 s without: a round's pairs still
+# spend ~4.7 s in their first run's set-up (the Gpu opened, peer access, the lane proofs)
 ROUND_PAIRS_AHEAD = 16
 
 
@@ -217,8 +218,7 @@ def starts_in_wall(plan, warmed: bool = False) -> tuple[int, int]:
     it). Each run's that starts processes (harness.estimate.set_starts) and a round's pairs' once (they
     start at once), the proof round's each (its pairs run alone first, one after another; the model
     counts them again for its together pass). `warmed` (CheckSets): the sets forked together start at
-    once, the proof round's and a joined plan's (its every set ahead of its first run) too, and every
-    round's where round_sets forks them all ahead (up to ROUND_PAIRS_AHEAD pairs)."""
+    once, the proof round's and a joined plan's (its every set ahead of its first run) too."""
     from gpuipc_bench.harness.estimate import set_starts
     from gpuipc_bench.harness.plan import plan_runs
     from gpuipc_bench.harness.rounds import split
@@ -226,10 +226,9 @@ def starts_in_wall(plan, warmed: bool = False) -> tuple[int, int]:
     serial, grouped = split(plan_runs(plan.runs, plan.modes), plan.rounds)
     alone = sum(set_starts(serial))
     counted = alone + len(grouped) + (len(grouped[0]) if grouped else 0)
-    if warmed:
-        pairs = {run_gpus(specs) for _, specs in plan.runs}
-        rounds = min(1, len(grouped)) if len(pairs) <= ROUND_PAIRS_AHEAD else len(grouped)  # round_sets' ahead
-        return min(1, alone) + rounds, counted
+    if warmed:  # (a round's pairs forked with the first round's, ahead, still pay about a start each in
+        # their first run's set-up: on four H200s ~4.7 s a round, its contexts made ahead or not)
+        return min(1, alone) + len(grouped), counted
     return alone + len(grouped) + (len(grouped[0]) - 1 if grouped else 0), counted
 
 
@@ -489,7 +488,7 @@ def round_sets(plan):
     are forked ahead in this thread (never in a round's threads) and retired after it, one set of
     processes a pair as before; None for any other plan (the session's own: fresh processes a run).
     Up to ROUND_PAIRS_AHEAD pairs, every round's sets are forked at the first round's preparation and
-    make their contexts at once, so that the rounds do not each wait for a start."""
+    make their contexts at once."""
     if plan.rounds is None:
         return None
     pairs = {run_gpus(specs): (scenario, specs) for scenario, specs in plan.runs}

@@ -959,17 +959,22 @@ def test_the_health_preset_measures_every_pairs_peer_figures_in_rounds_and_says_
     assert output.to_health(report.events, ["n1"]) == "n1 | Healthy\n"
 
 
-def test_a_slow_host_link_in_the_health_preset_is_measured_again_on_its_gpu_and_drains_the_node(monkeypatch):
-    """GPU 2's h2d at half its band (a plant, scripts/device/health.sh's): staging measured again on GPU 2
-    alone (ipc and peer not), and the node's line names the figure."""
+def _planted_health_check(monkeypatch, plants: str):
+    """The health preset on four fake NVLinked GPUs with `plants`: (report, runs, the sets made)."""
     made: list = []
 
     def sets(runner):
         made.append(_PairSets(runner))
         return made[-1]
 
-    report, runs, _ = _four_gpu_check(monkeypatch, {}, plants="slow:*:h2d@2:0.5", preset="health", sets=sets,
-                                      hold_links=False)
+    report, runs, _ = _four_gpu_check(monkeypatch, {}, plants=plants, preset="health", sets=sets, hold_links=False)
+    return report, runs, made
+
+
+def test_a_slow_host_link_in_the_health_preset_is_measured_again_on_its_gpu_and_drains_the_node(monkeypatch):
+    """GPU 2's h2d at half its band (a plant, scripts/device/health.sh's): staging measured again on GPU 2
+    alone (ipc and peer not), and the node's line names the figure."""
+    report, runs, _ = _planted_health_check(monkeypatch, "slow:*:h2d@2:0.5")
     assert runs[-1][:2] == ("staging", (2, 2)) and len(runs) == 4 + 4 + 14 + 1
     assert report.facts["check.remeasured"] == "h2d@2"
     line = output.to_health(report.events, ["n1"]).rstrip("\n")
@@ -998,17 +1003,42 @@ def test_sets_forked_together_make_their_contexts_at_once_and_are_waited_for():
         sets.end()
 
 
+def test_a_plan_in_rounds_forks_every_rounds_pairs_at_its_first_preparation(monkeypatch):
+    """check.node.round_sets: the first round's preparation (the main thread) forks the sets of every
+    pair of the plan, up to ROUND_PAIRS_AHEAD, then its own (already there); later preparations fork
+    nothing more ahead. Beyond the cap, each round forks its own pairs."""
+    from types import SimpleNamespace
+
+    from gpuipc_bench.check import node
+    from gpuipc_bench.harness.pool import WorkerSets
+
+    forked: list = []
+    monkeypatch.setattr(WorkerSets, "prepare", lambda self, scenario, specs, mode_name=None, env=None:
+                        forked.append(node.run_gpus(specs)))
+
+    def plan(gpus: int):
+        pairs = [(a, b) for a in range(gpus) for b in range(gpus) if a != b]
+        runs = [("peer", [SimpleNamespace(device=a, rank=0, role="producer", mig=""),
+                          SimpleNamespace(device=b, rank=1, role="consumer", mig="")]) for a, b in pairs]
+        return SimpleNamespace(rounds=object(), runs=runs, config=SimpleNamespace(worker_log="", timeout=60.0))
+
+    four = plan(4)
+    sets = node.round_sets(four)
+    sets.prepare(*four.runs[3])
+    assert forked == [node.run_gpus(specs) for _, specs in four.runs] + ["1>0"]
+    forked.clear()
+    sets.prepare(*four.runs[5])
+    assert forked == ["1>3"]
+    forked.clear()
+    many = plan(8)  # 56 pairs: more than ROUND_PAIRS_AHEAD
+    node.round_sets(many).prepare(*many.runs[0])
+    assert forked == ["0>1"] and len(many.runs) > node.ROUND_PAIRS_AHEAD
+
+
 def test_a_slow_pair_in_the_health_preset_is_measured_again_alone_and_drains_the_node(monkeypatch):
     """A pair's peer ceiling at half its band (a plant: every measurement of peer@1>2): the re-measure
     runs that pair's peer alone (not every pair again), and the node's line names the figure."""
-    made: list = []
-
-    def sets(runner):
-        made.append(_PairSets(runner))
-        return made[-1]
-
-    report, runs, _ = _four_gpu_check(monkeypatch, {}, plants="slow:*:peer@1>2:0.5", preset="health", sets=sets,
-                                      hold_links=False)
+    report, runs, made = _planted_health_check(monkeypatch, "slow:*:peer@1>2:0.5")
     assert len(made) == 2 and len({pair for _, _, pair, _ in made[1].calls}) == 12
     assert runs[-1][:2] == ("peer", (1, 2)) and len(runs) == 4 + 4 + 14 + 1  # the first pass, then 1>2 alone
     failed = [(e.figure, e.gpus) for e in report.events if e.status == "fail"]

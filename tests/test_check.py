@@ -1134,3 +1134,28 @@ def test_a_cpu_figure_warns_within_three_times_its_band_and_fails_beyond():
     assert judge.fleet_status(_fig("host-memcpy", 4.0, gpus="host"), 13.1) == "fail"
     assert judge.fleet_status(_fig("barrier", 2.9, gpus="host", unit="µs"), 1.0) == "warn"
     assert judge.fleet_status(_fig("h2d", 40.0), 55.0) == "fail"
+
+
+def test_a_gpu_or_pair_below_its_nodes_others_of_one_model_fails_by_the_fleet_rule():
+    """judge.node_outliers: a pair's peer at half the other eleven NV18 pairs' and GPU 2's h2d at half
+    the other three GPUs' are named (median / MAD with a 10% floor, as across a fleet); a pair of
+    another link class is judged among its own; a figure better than its node's others, a spread
+    under the floor, fewer than three of a model and the CPU figures are not."""
+    from gpuipc_bench.check.figures import Figure
+
+    facts = {f"gpu.{g}.name": "NVIDIA H200" for g in range(4)}
+    facts.update({f"link.{a}-{b}": "NV18" for a in range(4) for b in range(4) if a < b})
+    facts["link.0-3"] = "NV12"  # another class: 0>3 and 3>0 are judged apart (two: too few)
+    pairs = [f"{a}>{b}" for a in range(4) for b in range(4) if a != b]
+    peer = {p: 393.0 - 0.3 * i for i, p in enumerate(pairs)}
+    peer["1>2"], peer["2>1"], peer["0>3"] = 196.0, 430.0, 100.0  # slow; fast; another class, alone
+    figures = [Figure("peer", p, v, "GB/s") for p, v in peer.items()]
+    figures += [Figure("h2d", str(g), 55.3 if g != 2 else 27.7, "GB/s") for g in range(4)]
+    figures += [Figure("d2d", str(g), 2060.0 - 20 * g, "GB/s") for g in range(4)]  # 3% apart: under the floor
+    figures += [Figure("host-memcpy", "host", 1.0, "GB/s"), Figure("ipc-handoff-4k", "0", 286.0, "µs")]
+    found = judge.node_outliers(figures, facts)
+    assert sorted(found) == [("h2d", "2"), ("peer", "1>2")], found
+    assert found[("peer", "1>2")].startswith("196 GB/s is 0.50 of the median of this node's 10 pairs of its model")
+    events = {k: judge.Event(judge.WARN, "n1", "figure", k[0], k[1]) for k in found}
+    judge.flag_node_outliers(events, figures, facts)
+    assert all(e.status == judge.FAIL for e in events.values())

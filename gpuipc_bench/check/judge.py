@@ -28,7 +28,7 @@ import statistics
 from typing import Any
 
 from gpuipc_bench.check.expect import Expectation, Expectations, model_of
-from gpuipc_bench.check.figures import CPU_FACTOR, FLEET_GAP, Figure, cpu_warning_only, format_value, outside
+from gpuipc_bench.check.figures import BY_NAME, CPU_FACTOR, FLEET_GAP, Figure, cpu_warning_only, format_value, outside
 
 PASS, FAIL, WARN, SKIP = "pass", "fail", "warn", "skip"
 MEASURED = "measured"  # a figure without an expectation for its model: measured, not judged
@@ -219,6 +219,47 @@ def fleet_outliers(by_node: dict[str, list[Figure]], floor: float = FLEET_GAP) -
                                              f"of the fleet median {format_value(sign * median, nodes[node].unit)} "
                                              f"(outlier: further from it than {spread})")
     return found
+
+
+# The figures of one GPU or pair a node has several of, of one model (one GPU model; one link class of
+# two GPUs): each against its node's others, by the fleet's rule (median / MAD, FLEET_GAP's floor).
+NODE_PEERS_MIN = 3  # GPUs or pairs of one model on a node before the rule applies
+
+
+def node_outliers(figures: list[Figure], facts: dict[str, str], floor: float = FLEET_GAP) -> dict[tuple[str, str], str]:
+    """(figure, gpus) -> why that GPU's or pair's figure stands out below the node's others of its
+    model (a GPU's host link or memory, a pair's link: h2d@2 at half the other three GPUs', peer@1>2
+    at half the other eleven NV18 pairs'). Only the worse side counts; the CPU figures never (one each)."""
+    groups: dict[tuple[str, str], list[Figure]] = {}
+    for f in figures:
+        spec = BY_NAME.get(f.name)
+        if spec is None or not f.gpus or f.gpus == "host" or not (spec.every_gpu or ">" in f.gpus):
+            continue
+        groups.setdefault((f.name, model_of(facts, f.gpus)), []).append(f)
+    found = {}
+    for (name, model), members in groups.items():
+        if len(members) < NODE_PEERS_MIN:
+            continue
+        sign = 1.0 if members[0].higher_better else -1.0
+        xs = [sign * f.value for f in members]
+        median = statistics.median(xs)
+        for f, x in zip(members, xs):
+            if x < median and outside(x, xs, floor):
+                what = "pairs" if ">" in f.gpus else "GPUs"
+                found[(name, f.gpus)] = (f"{format_value(f.value, f.unit)} is {f.value / (sign * median):.2f} of the "
+                                         f"median of this node's {len(members)} {what} of its model "
+                                         f"{format_value(sign * median, f.unit)} (an outlier among them)")
+    return found
+
+
+def flag_node_outliers(judged: dict[tuple[str, str], Event], figures: list[Figure], facts: dict[str, str]) -> None:
+    """A GPU's or pair's figure that node_outliers names fails, whatever its expectation said (a
+    single host's reference only warns; a node with no reference passes every figure)."""
+    for key, why in node_outliers(figures, facts).items():
+        event = judged.get(key)
+        if event is not None and event.status != FAIL:
+            event.status = FAIL
+            event.reason = "; ".join(x for x in (why, event.reason) if x)
 
 
 def fleet_status(figure: Figure, median: float | None) -> str:

@@ -142,6 +142,7 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
     frame = _frame(report.rows)
     first = {(f.name, f.gpus): f for f in figs.figures_of(frame, node, facts=facts)}
     judged = {k: judge.judge_figure(f, node, facts, expectations, tolerance, causes) for k, f in first.items()}
+    judge.flag_node_outliers(judged, list(first.values()), facts)  # a GPU or pair below its node's others
     again = [k for k, e in judged.items() if e.status in (judge.FAIL, judge.WARN)]
     if again:  # flutter: measure those figures' scenarios once more before they count
         rows: list[dict] = []
@@ -161,6 +162,9 @@ def check_node(node: str, expectations: Expectations, tolerance: float | None = 
                 first[k] = second[k]
                 judged[k] = judge.remeasured(judged[k], judge.judge_figure(second[k], node, facts, expectations,
                                                                            tolerance, causes))
+        for k, why in judge.node_outliers(list(first.values()), facts).items():  # measured twice, still below
+            if k in again and k in second and judged[k].status != judge.FAIL:
+                judged[k].status, judged[k].reason = judge.FAIL, f"{why} (measured twice)"
         facts["check.remeasured"] = ",".join(f"{n}@{g}" for n, g in again)
     mark("check judged")
     write_trace(f"parent-{os.getpid()}")  # (GPUIPC_BENCH_TRACE: the check's own steps beside its sessions')

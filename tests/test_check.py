@@ -1155,7 +1155,7 @@ def test_a_gpu_or_pair_below_its_nodes_others_of_one_model_fails_by_the_fleet_ru
     figures += [Figure("host-memcpy", "host", 1.0, "GB/s"), Figure("ipc-handoff-4k", "0", 286.0, "µs")]
     found = judge.node_outliers(figures, facts)
     assert sorted(found) == [("h2d", "2"), ("peer", "1>2")], found
-    assert found[("peer", "1>2")].startswith("196 GB/s is 0.50 of the median of this node's 10 pairs of its model")
+    assert found[("peer", "1>2")].startswith("196 GB/s is 0.50 of the median (391 GB/s) of this node's 10 pairs")
     events = {k: judge.Event(judge.WARN, "n1", "figure", k[0], k[1]) for k in found}
     judge.flag_node_outliers(events, figures, facts)
     assert all(e.status == judge.FAIL for e in events.values())

@@ -247,8 +247,8 @@ def node_outliers(figures: list[Figure], facts: dict[str, str], floor: float = F
             if x < median and outside(x, xs, floor):
                 what = "pairs" if ">" in f.gpus else "GPUs"
                 found[(name, f.gpus)] = (f"{format_value(f.value, f.unit)} is {f.value / (sign * median):.2f} of the "
-                                         f"median of this node's {len(members)} {what} of its model "
-                                         f"{format_value(sign * median, f.unit)} (an outlier among them)")
+                                         f"median ({format_value(sign * median, f.unit)}) of this node's "
+                                         f"{len(members)} {what} of its model (an outlier among them)")
     return found
 
 

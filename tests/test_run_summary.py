@@ -88,12 +88,17 @@ def budget(analysis) -> int:
     """The summary's line budget at 80 columns: 25 for one GPU (or links to the host) in one
     sharing mode; 42 for two sharing modes, or GPU pairs alone; 52 for both (two lines over the
     first budgets since time-sliced hand-offs are compared state by state: where they name ipc/ce
-    at 16-256 MiB and MPS keeps ipc/push, the MPS section has that band too)."""
+    at 16-256 MiB and MPS keeps ipc/push, the MPS section has that band too). A check's rows of
+    every GPU of a node (its same-GPU pairs on each: `check --preset health` on four GPUs) have a
+    section a GPU: 25 for the first, 5 more for each further GPU."""
     decisions = analysis.answer.decisions
     cross = [d for d in decisions if d.src.isdigit() and d.dst.isdigit() and d.src != d.dst]
     modes = {d.sharing for d in decisions if d not in cross}
+    same_gpus = {d.src for d in decisions if d not in cross and d.src.isdigit()}
     if cross and modes:
         return 52
+    if len(same_gpus) > 1 and len(modes) == 1:
+        return 25 + 5 * (len(same_gpus) - 1)
     return 42 if cross or len(modes) > 1 else 25
 
 

@@ -144,9 +144,11 @@ class Run:
         if fault:
             full_env[FAULT_ENV] = fault
         full_env.update(env or {})
+        # SIGHUP as a terminal leaves it (not ignored), whatever pytest inherited (`nohup pytest`)
         self.proc = subprocess.Popen([*prefix, sys.executable, "-m", "gpuipc_bench.cli", *args],
                                      cwd=cwd, env=full_env, stdout=stdout, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True)
+                                     text=True, start_new_session=True,
+                                     preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL))
 
     def wait_for_fault(self, timeout: float = 60.0, unfired: str | None = None) -> str:
         """Wait until the injected fault has fired (the worker wrote it down); its line. A run

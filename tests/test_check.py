@@ -1137,10 +1137,10 @@ def test_a_cpu_figure_warns_within_three_times_its_band_and_fails_beyond():
 
 
 def test_a_gpu_or_pair_below_its_nodes_others_of_one_model_fails_by_the_fleet_rule():
-    """judge.node_outliers: a pair's peer at half the other eleven NV18 pairs' and GPU 2's h2d at half
-    the other three GPUs' are named (median / MAD with a 10% floor, as across a fleet); a pair of
-    another link class is judged among its own; a figure better than its node's others, a spread
-    under the floor, fewer than three of a model and the CPU figures are not."""
+    """judge.node_outliers: a pair's peer at half the other NV18 pairs' and GPU 2's d2d at half the
+    other three GPUs' are named (median / MAD with a 10% floor, as across a fleet); a pair of another
+    link class is judged among its own; a figure better than its node's others, a spread under the
+    floor, fewer than three of a model, the host links and the CPU figures are not."""
     from gpuipc_bench.check.figures import Figure
 
     facts = {f"gpu.{g}.name": "NVIDIA H200" for g in range(4)}
@@ -1150,11 +1150,12 @@ def test_a_gpu_or_pair_below_its_nodes_others_of_one_model_fails_by_the_fleet_ru
     peer = {p: 393.0 - 0.3 * i for i, p in enumerate(pairs)}
     peer["1>2"], peer["2>1"], peer["0>3"] = 196.0, 430.0, 100.0  # slow; fast; another class, alone
     figures = [Figure("peer", p, v, "GB/s") for p, v in peer.items()]
-    figures += [Figure("h2d", str(g), 55.3 if g != 2 else 27.7, "GB/s") for g in range(4)]
-    figures += [Figure("d2d", str(g), 2060.0 - 20 * g, "GB/s") for g in range(4)]  # 3% apart: under the floor
+    figures += [Figure("d2d", str(g), 2060.0 if g != 2 else 1030.0, "GB/s") for g in range(4)]
+    figures += [Figure("ipc-ce", str(g), 2060.0 - 20 * g, "GB/s") for g in range(4)]  # 3% apart: under the floor
+    figures += [Figure("h2d", str(g), 55.3 if g != 1 else 27.7, "GB/s") for g in range(4)]  # the host link: its band
     figures += [Figure("host-memcpy", "host", 1.0, "GB/s"), Figure("ipc-handoff-4k", "0", 286.0, "µs")]
     found = judge.node_outliers(figures, facts)
-    assert sorted(found) == [("h2d", "2"), ("peer", "1>2")], found
+    assert sorted(found) == [("d2d", "2"), ("peer", "1>2")], found
     assert found[("peer", "1>2")].startswith("196 GB/s is 0.50 of the median (391 GB/s) of this node's 10 pairs")
     events = {k: judge.Event(judge.WARN, "n1", "figure", k[0], k[1]) for k in found}
     judge.flag_node_outliers(events, figures, facts)

@@ -224,16 +224,22 @@ def fleet_outliers(by_node: dict[str, list[Figure]], floor: float = FLEET_GAP) -
 # The figures of one GPU or pair a node has several of, of one model (one GPU model; one link class of
 # two GPUs): each against its node's others, by the fleet's rule (median / MAD, FLEET_GAP's floor).
 NODE_PEERS_MIN = 3  # GPUs or pairs of one model on a node before the rule applies
+# Not the host links: on a node of two sockets a GPU's h2d and d2h move with where the pinned memory
+# lies (the far socket's GPUs read it across the CPUs' link); their bands and the PCIe link check
+# (width, generation) judge them
+NODE_RULE_SKIPS = ("h2d", "d2h")
 
 
 def node_outliers(figures: list[Figure], facts: dict[str, str], floor: float = FLEET_GAP) -> dict[tuple[str, str], str]:
     """(figure, gpus) -> why that GPU's or pair's figure stands out below the node's others of its
-    model (a GPU's host link or memory, a pair's link: h2d@2 at half the other three GPUs', peer@1>2
-    at half the other eleven NV18 pairs'). Only the worse side counts; the CPU figures never (one each)."""
+    model (a GPU's memory, a pair's link: d2d@2 at half the other three GPUs', peer@1>2 at half the
+    other eleven NV18 pairs'). Only the worse side counts; the CPU figures never (one each), nor the
+    host links (NODE_RULE_SKIPS)."""
     groups: dict[tuple[str, str], list[Figure]] = {}
     for f in figures:
         spec = BY_NAME.get(f.name)
-        if spec is None or not f.gpus or f.gpus == "host" or not (spec.every_gpu or ">" in f.gpus):
+        if spec is None or not f.gpus or f.gpus == "host" or not (spec.every_gpu or ">" in f.gpus) \
+                or f.name in NODE_RULE_SKIPS:
             continue
         groups.setdefault((f.name, model_of(facts, f.gpus)), []).append(f)
     found = {}

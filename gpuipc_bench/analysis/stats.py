@@ -20,10 +20,11 @@ Two-state figures (robust.two_states: a scheduler state that adds a step to some
 are compared state by state: where both figures' samples fall into two states, the fast
 states are compared with each other (the slow ones where a fast state has fewer than
 MIN_STATE samples), so that a different mix of states is not taken for a difference between
-the paths; `states` says each figure's states and mix. Where only one of the two shows two
-states (the other's samples all fell in one) and they are time-slicing's (`switches`), the
-one-state figure is compared with the other's state nearest it, and is undecided against it
-where that state holds fewer than MIN_STATE samples.
+the paths; `states` says each figure's states and mix. Where the states are time-slicing's
+(a size's `step`: what a context switch adds to a sample, state_step) and only one of the two
+shows two (the other's samples all fell in one), the one-state figure is compared with the
+other's state nearest it, and is undecided against it where that state holds fewer than
+MIN_STATE samples; two one-state figures about one step apart are undecided, no ratio claimed.
 
 delta = max(MIN_EFFECT, what the two figures' process sets measured of one ceiling apart).
 """
@@ -186,10 +187,11 @@ class _Part:
 
 
 def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha: float = ALPHA,
-                     switches: bool = False) -> Comparison:
-    """compare() of two figures' prepared samples. `switches`: their states are time-slicing's (a
-    context switch in a sample or not), which every figure at the size may fall in: one figure in
-    one state is compared with the other's state nearest it."""
+                     step: float = 0.0) -> Comparison:
+    """compare() of two figures' prepared samples. `step` (seconds, state_step; 0: none): their states
+    are time-slicing's (a context switch in a sample or not), which every figure at the size may fall
+    in: a figure in one state is compared with the other's state nearest it, and two figures each in
+    one state a step apart are not told apart."""
     if not a.xs or not b.xs:
         return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta)
     both: tuple[States, States] | None = None
@@ -205,7 +207,7 @@ def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha:
         else:
             both = None
         part_a = part_b = compared
-    elif switches and (a.two is None) != (b.two is None):
+    elif step > 0 and (a.two is None) != (b.two is None):
         # one figure in two states, the other in one (its samples all fell in one state): like with
         # like, the one state against the other's state nearest it (a time-sliced hand-off whose
         # samples all took the context switch is not slower than one whose samples all missed it)
@@ -236,7 +238,20 @@ def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha:
         outcome = WITHIN
     else:
         outcome = UNDECIDED
+    if step > 0 and outcome in (FASTER, SLOWER) and a.two is None and b.two is None:
+        # each in one state, about one step apart: as drawn or state for state, either may be ahead
+        # (0.7x or 1.04x at 256 MiB); no ratio claimed
+        gap, fast = abs(mb - ma), min(ma, mb)
+        if abs(gap - step) <= step / 2 and gap < step + fast * delta:
+            return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta, separated, p, math.nan, both, "states")
     return Comparison(outcome, ratio, ratio_lo, ratio_hi, delta, separated, p, reach, both, compared)
+
+
+def state_step(figures: Sequence[Prepared]) -> float:
+    """A size's scheduler step (seconds: what a context switch adds to a sample), the median over the
+    figures whose samples show two states; 0 where none does."""
+    steps = [two[0].slow_s - two[0].fast_s for two in (p.two for p in figures) if two is not None]
+    return float(np.median(steps)) if steps else 0.0
 
 
 def nearest_state(figure: Prepared, median: float) -> tuple[str, bool]:

@@ -318,14 +318,13 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
 
     # a time-sliced hand-off's states (a context switch in a sample or not); MPS runs one context
     switches = base_mode(str(figures[0].row.sharing)) == "time-sliced" and str(figures[0].row.measure) == HANDOFF
-    step = _state_step([prep(f) for f in figures]) if switches else 0.0
+    step = stats.state_step([prep(f) for f in figures]) if switches else 0.0
 
     def compare(a: Figure, b: Figure) -> stats.Comparison:
         key = (id(a), id(b))
         if key not in cache:
-            found = stats.compare_prepared(prep(a), prep(b), _delta(ceilinged(a), ceilinged(b), ceilings, min_effect),
-                                           switches=switches)
-            cache[key] = _unless_states(found, prep(a), prep(b), step)
+            cache[key] = stats.compare_prepared(prep(a), prep(b),
+                                                _delta(ceilinged(a), ceilinged(b), ceilings, min_effect), step=step)
         return cache[key]
 
     def beats(a: Figure, b: Figure) -> bool:
@@ -433,28 +432,6 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         beaten=tuple(sorted(beaten)), replicas=max(1, len(choice.replicas)),
         beaten_twice=tuple(sorted(beaten_twice)),
         again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why, known))
-
-
-def _state_step(figures: Sequence[stats.Prepared]) -> float:
-    """The scheduler's step at one size of a time-sliced hand-off (seconds: what a context switch
-    adds to a sample), the median over the figures whose samples show two states; 0 where none does."""
-    steps = [two[0].slow_s - two[0].fast_s for two in (p.two for p in figures) if two is not None]
-    return float(np.median(steps)) if steps else 0.0
-
-
-def _unless_states(found: stats.Comparison, a: stats.Prepared, b: stats.Prepared, step: float) -> stats.Comparison:
-    """`found`, or UNDECIDED where two figures whose samples each sit in one state (neither shows
-    two) are told apart by about the size's step (_state_step), but not if they sat in different
-    states: the slower's median less the step leaves it within delta of the faster, or faster."""
-    if step <= 0 or found.outcome not in (stats.FASTER, stats.SLOWER) or a.two is not None or b.two is not None:
-        return found
-    fast, slow = (a, b) if found.outcome == stats.FASTER else (b, a)
-    gap = slow.part().median - fast.part().median
-    if abs(gap - step) <= step / 2 and gap < step + fast.part().median * found.delta:
-        # no ratio claimed: which states the two sat in decides it (0.7x or 1.04x at 256 MiB)
-        return dataclasses.replace(found, outcome=stats.UNDECIDED, compared="states", ratio=math.nan,
-                                   ratio_lo=math.nan, ratio_hi=math.nan, within=math.nan)
-    return found
 
 
 def _family(name: str) -> str:

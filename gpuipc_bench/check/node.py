@@ -200,15 +200,9 @@ def estimate_check(machine, preset: str = "full", job=None, timeout: float = 60.
     scenarios = registry()
     total = START_S + CHECK_END_S
     for block in sessions_of([n for n in names if n in scenarios], preset, job):
-        plans = {}
-        for name in block:
-            try:
-                plans[name] = preset_plan(scenarios[name], machine, job, timeout, samples, preset)
-            except UsageError:  # waived here
-                continue
-        if not plans:
+        plans, plan, _ = session_plan(block, machine, job, timeout, samples, preset)
+        if plan is None:
             continue
-        plan = joined_plan(plans, machine) if len(plans) > 1 else next(iter(plans.values()))
         warmed = WARM_AHEAD and (len(plans) > 1 or plan.rounds is not None)
         starts, counted = starts_in_wall(plan, warmed)
         first = plan.runs[0][0]
@@ -375,17 +369,10 @@ def measure_each(names, machine, job, on_row, timeout: float, samples: int, pres
     scenarios = registry()
     found: dict[str, str] = {}
     for block in sessions_of([n for n in names if n in scenarios], preset, job):
-        plans: dict[str, Plan] = {}
-        for name in block:
-            try:
-                plans[name] = preset_plan(scenarios[name], machine, job, timeout, samples, preset,
-                                          None if where is None else where.get(name, set()))
-            except UsageError as exc:  # waived here: the reason is the path's
-                found[name] = f"waived: {scenarios[name].waive_reason(machine) or exc}"
-        plans = {name: plan for name, plan in plans.items() if plan.runs}  # (a re-measure of other GPUs' figures)
-        if not plans:
+        plans, plan, waived = session_plan(block, machine, job, timeout, samples, preset, where)
+        found.update(waived)
+        if plan is None:
             continue
-        plan = joined_plan(plans, machine) if len(plans) > 1 else next(iter(plans.values()))
         mark("check session", ",".join(plans))
         try:
             if len(plans) > 1:
@@ -402,6 +389,28 @@ def measure_each(names, machine, job, on_row, timeout: float, samples: int, pres
             facts.update({f"check.{name}.{key}": value for name in plans
                           for key, value in plan.rounds.metadata().items()})
     return found
+
+
+def session_plan(block, machine, job, timeout: float, samples: int, preset: str,
+                 where: dict[str, set[str]] | None = None) -> tuple[dict[str, Plan], Plan | None, dict[str, str]]:
+    """One session of the check (a block of sessions_of): each scenario's preset_plan with runs (a
+    re-measure leaves out other GPUs' figures), the session's plan (joined_plan where several share
+    it; None: nothing to run), and the scenarios waived here ('waived: why', the path's reason)."""
+    scenarios = registry()
+    plans: dict[str, Plan] = {}
+    waived: dict[str, str] = {}
+    for name in block:
+        try:
+            plan = preset_plan(scenarios[name], machine, job, timeout, samples, preset,
+                               None if where is None else where.get(name, set()))
+        except UsageError as exc:
+            waived[name] = f"waived: {scenarios[name].waive_reason(machine) or exc}"
+            continue
+        if plan.runs:
+            plans[name] = plan
+    if not plans:
+        return plans, None, waived
+    return plans, joined_plan(plans, machine) if len(plans) > 1 else next(iter(plans.values())), waived
 
 
 def sessions_of(names: list[str], preset: str, job) -> list[tuple[str, ...]]:
@@ -438,22 +447,25 @@ class CheckSets(WorkerSets):
     before the next run starts, so that their starts overlap and none runs beside a measurement; a
     planted fault around each scenario's runs only (hooks.plant.fault_for)."""
 
-    def __init__(self, worker_log: str = "", ahead=(), timeout: float = 60.0, ahead_on_prepare: bool = False):
+    def __init__(self, worker_log: str = "", ahead=(), timeout: float = 60.0):
         import threading
 
         super().__init__(worker_log, persistent=True)
         self.ahead, self.timeout = list(ahead), timeout
-        self.ahead_on_prepare = ahead_on_prepare  # fork `ahead` at the first prepare (rounds: in the main thread)
         self.warming: list = []
         self.lock = threading.Lock()  # a round's runs start in threads of their own
+
+    def fork_ahead(self, mode_name=None, env=None) -> None:
+        """Fork the sets `ahead` not forked yet (at the first prepare, a round's in the main thread, or
+        at the first run)."""
+        ahead, self.ahead = self.ahead, []
+        for each, its_specs in ahead:
+            self.prepare(each, its_specs, mode_name, env)
 
     def prepare(self, scenario, specs, mode_name=None, env=None) -> None:
         from gpuipc_bench.harness.pool import set_key
 
-        if self.ahead_on_prepare and self.ahead:  # every round's sets, forked with the first round's
-            ahead, self.ahead = self.ahead, []
-            for each, its_specs in ahead:
-                self.prepare(each, its_specs, mode_name, env)
+        self.fork_ahead(mode_name, env)
         started = self.started
         super().prepare(scenario, specs, mode_name, env)
         fresh = self.sets.get(set_key(specs, mode_name, env or {}))
@@ -465,9 +477,7 @@ class CheckSets(WorkerSets):
         """Fork the sets `ahead`, then wait until every set warming has its contexts (a set that did
         not get them is ended: its run forks a fresh one and says what failed)."""
         with self.lock:
-            for each, its_specs in self.ahead:
-                self.prepare(each, its_specs, mode_name, env)
-            self.ahead = []
+            self.fork_ahead(mode_name, env)
             for fresh in self.warming:
                 if not fresh.warmed(self.timeout):
                     self.drop(fresh, close=True)
@@ -497,7 +507,7 @@ def round_sets(plan):
         return None
     pairs = {run_gpus(specs): (scenario, specs) for scenario, specs in plan.runs}
     ahead = list(pairs.values()) if len(pairs) <= ROUND_PAIRS_AHEAD else []
-    return CheckSets(plan.config.worker_log or "", ahead, plan.config.timeout, ahead_on_prepare=True)
+    return CheckSets(plan.config.worker_log or "", ahead, plan.config.timeout)
 
 
 def health_form(scenario):

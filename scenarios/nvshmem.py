@@ -268,6 +268,8 @@ class NvshmemWorker(PairWorker):
             gpu.synchronize()
             sample = Sample(marks.seconds() / trial.reps, trial.reps)
         self.ctx.sync()  # the bytes have landed
+        if self.sampler.window is not None:  # the lane reading: the verification and the ceiling are not the sample
+            self.sampler.window.end()
         if not self.producer:
             gpu.verify(sym, ring, trial.seed, self.path, variant, corrupt=self.ctx.corrupt)
         self.ctx.sync()  # verified: the GPU is idle
@@ -278,7 +280,8 @@ class NvshmemWorker(PairWorker):
             key = self.ceiling_for(variant)
             lanes = self.sampler.lanes
             watch = lanes.watch(self.ceiling_group(key, nbytes, trial.reps), trial.reps) if lanes is not None else None
-            seconds, batch = self.meter().bandwidth(key, nbytes, trial.seed ^ CEILING_SEEDS, trial.reps)
+            seconds, batch = self.meter().bandwidth(key, nbytes, trial.seed ^ CEILING_SEEDS, trial.reps,
+                                                    window=watch if hasattr(watch, "end") else None)
             self.paired.append((Sample(seconds, batch), watch(batch) if watch is not None else None))
         self.ctx.sync()  # the other process waits while it is measured
         return sample

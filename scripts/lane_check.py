@@ -6,8 +6,8 @@ Per bandwidth figure whose samples were read (the `lane_*_bytes` columns): the l
 lane it should take (analysis.lanes.expected_lane), the samples read, and per lane the median of
 bytes counted over bytes moved. A sample moves its batch, and the untimed warm-up transfers
 queued before its start event (gpu.timing.warmup_ops) where they cross the same lane (a push
-figure's do not: they run before the producer's batch on the consumer's side); a figure's sample
-passes where one of the two is met.
+figure's do not: they run before the producer's batch on the consumer's side; a pipelined
+staging figure's move one chunk each); a figure's sample passes where one of these is met.
 
   NVLink expected  NVLink bytes within 2% + 1 MiB of the bytes moved; no more than 1 MiB on PCIe
                    beyond its floor (PCIe carries the launches and the counters' own reads);
@@ -34,16 +34,21 @@ PCIE_FLOOR = 8 << 20  # PCIe bytes a sample of NVLink traffic still shows (launc
 FIGURE = ["scenario", "path", "variant", "measure", "src", "dst", "sharing", "bytes"]
 
 
-def moved_options(row) -> tuple[float, float]:
-    """The bytes a sample moved: its batch alone, and with its warm-up transfers."""
+def moved_options(row, chunk: int = 0) -> tuple[float, ...]:
+    """The bytes a sample moved: its batch alone, and with its warm-up transfers (a pipelined
+    variant's warm-up moves one chunk, `chunk`: the header's chunk_bytes)."""
     nbytes, batch = float(row["bytes"]), float(row["batch"])
-    return nbytes * batch, nbytes * (batch + warmup_ops(int(row["bytes"])))
+    warm = warmup_ops(int(row["bytes"]))
+    found = (nbytes * batch, nbytes * (batch + warm))
+    if chunk and str(row.get("variant")) == "pipelined":
+        found += (nbytes * batch + warm * min(float(chunk), nbytes),)
+    return found
 
 
-def sample_ok(expected: str, row) -> bool:
+def sample_ok(expected: str, row, chunk: int = 0) -> bool:
     nv, pcie = row["lane_nvlink_bytes"], row["lane_pcie_bytes"]
     nv = 0.0 if pd.isna(nv) else float(nv)
-    options = moved_options(row)
+    options = moved_options(row, chunk)
     if expected == "nvlink":
         return any(abs(nv - m) <= SHARE * m + SLACK for m in options) and \
             (pd.isna(pcie) or float(pcie) <= PCIE_FLOOR + SLACK)
@@ -56,6 +61,7 @@ def sample_ok(expected: str, row) -> bool:
 
 def check(frame: pd.DataFrame, meta) -> tuple[pd.DataFrame, int]:
     rows = frame[(frame["metric"] == "bandwidth") & frame["lane_pcie_bytes"].notna()].copy()
+    chunk = int(meta.get("chunk_bytes") or 0)
     out = []
     for key, part in rows.groupby(FIGURE, sort=False, dropna=False):
         fields = dict(zip(FIGURE, key))
@@ -65,7 +71,7 @@ def check(frame: pd.DataFrame, meta) -> tuple[pd.DataFrame, int]:
         moved = part.apply(lambda r: moved_options(r)[1], axis=1)
         nv = (part["lane_nvlink_bytes"].fillna(0) / moved).median()
         pcie = (part["lane_pcie_bytes"] / moved).median()
-        passed = sum(sample_ok(expected, r) for _, r in part.iterrows())
+        passed = sum(sample_ok(expected, r, chunk) for _, r in part.iterrows())
         out.append({**fields, "lane": lanes, "expected": expected or "?", "read": len(part),
                     "nvlink/moved": nv, "pcie/moved": pcie, "ok": f"{passed}/{len(part)}"})
     table = pd.DataFrame(out)

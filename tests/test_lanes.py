@@ -41,20 +41,21 @@ class FakeGpu:
         self.stuck, self.missing = set(stuck), set(missing)
         self.spans = {c: (0, 1) for c in lanes.COUNTERS if c not in self.missing}
         self.events: list[tuple[float, str, int]] = [(-1.0, PCIE_TX, pcie_start), (-1.0, PCIE_RX, pcie_start)]
-        self.reads: list[bool] = []  # each reading's pcie_only: one NVML call each
+        self.reads: list[str] = []  # each reading's fields ('all', 'pcie', 'nvlink'): one NVML call each
 
-    def traffic(self, counter: str, payload: int) -> None:
+    def traffic(self, counter: str, payload: int, overhead: float = PCIE_OVERHEAD) -> None:
         if counter in (NVLINK_TX, NVLINK_RX):
             counted = payload // 1024
         else:
-            counted = int(payload * (1 + PCIE_OVERHEAD))
+            counted = int(payload * (1 + overhead))
         self.events.append((self.clock() + self.lag, counter, counted))
 
-    def read(self, pcie_only: bool = False) -> dict[str, int | None]:
-        self.reads.append(pcie_only)
+    def read(self, pcie_only: bool = False, nvlink_only: bool = False) -> dict[str, int | None]:
+        self.reads.append("pcie" if pcie_only else "nvlink" if nvlink_only else "all")
         out: dict[str, int | None] = {}
         for counter in lanes.COUNTERS:
-            if counter in self.missing or (pcie_only and counter in (NVLINK_TX, NVLINK_RX)):
+            nvlink = counter in (NVLINK_TX, NVLINK_RX)
+            if counter in self.missing or (pcie_only and nvlink) or (nvlink_only and not nvlink):
                 out[counter] = None
                 continue
             total = 0 if counter in self.stuck else sum(n for t, c, n in self.events
@@ -63,9 +64,13 @@ class FakeGpu:
         return out
 
 
+SM_OVERHEAD, SM_REQUESTS = 0.17, 0.19  # a kernel's loads and stores of host memory: smaller packets
+
+
 def copier(gpus: dict[int, FakeGpu], nbytes: int, clock: Clock, requests: float = 0.0):
     """The known copies on fake GPUs: each moves nbytes over its lane and takes a millisecond; a
-    read from host memory (h2d) sends `requests` bytes per byte read on the GPU's PCIe TX."""
+    read from host memory (h2d) sends `requests` bytes per byte read on the GPU's PCIe TX; a
+    kernel's ('d2h-sm', 'h2d-sm') counts SM_OVERHEAD and sends SM_REQUESTS."""
 
     def copy(kind: str, a: int, b: int) -> None:
         clock.sleep(0.001)
@@ -74,6 +79,11 @@ def copier(gpus: dict[int, FakeGpu], nbytes: int, clock: Clock, requests: float 
         elif kind == "h2d":
             gpus[a].traffic(PCIE_RX, nbytes)
             gpus[a].events.append((clock() + gpus[a].lag, PCIE_TX, int(nbytes * requests)))
+        elif kind == "d2h-sm":
+            gpus[a].traffic(PCIE_TX, nbytes, SM_OVERHEAD)
+        elif kind == "h2d-sm":
+            gpus[a].traffic(PCIE_RX, nbytes, SM_OVERHEAD)
+            gpus[a].events.append((clock() + gpus[a].lag, PCIE_TX, int(nbytes * SM_REQUESTS)))
         else:
             gpus[a].traffic(NVLINK_TX, nbytes)
             gpus[b].traffic(NVLINK_RX, nbytes)
@@ -162,7 +172,7 @@ def test_the_proof_is_short_and_waits_for_nothing_where_the_counts_are_current()
     pair = {0: FakeGpu(clock), 1: FakeGpu(clock)}
     prove(pair, copier(pair, lanes.PROOF_BYTES, clock), nvlink=True, clock=clock, sleep=clock.sleep)
     assert len(pair[0].reads) + len(pair[1].reads) == 4 * 7 + 2 * 14
-    assert sum(not r for g in pair.values() for r in g.reads) == 2 * 14  # the peer copies' full readings
+    assert sum(r == "all" for g in pair.values() for r in g.reads) == 2 * 14  # the peer copies' full readings
     assert clock.now == pytest.approx(18 * 0.001 + 6 * lanes.SETTLE_CHECK_S)
 
 
@@ -185,8 +195,10 @@ def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_groups_first_readin
         gpus[1].traffic(NVLINK_RX, 64 * MIB)
         assert finish(1)["lane"] == "nvlink"
     read = len(gpus[0].reads)
-    # one GPU's NVLink fields (the 15 ms reading on an H200 of 18 links), the other's PCIe fields alone
-    assert read == 2 * lanes.READS_PER_GROUP and not any(gpus[0].reads) and all(gpus[1].reads)
+    # one GPU's NVLink fields (the 15 ms reading on an H200 of 18 links), outside both GPUs' PCIe
+    # fields (its NVLink reading moves bytes over its PCIe): first at the start, last at the end
+    assert gpus[0].reads == ["nvlink", "pcie", "pcie", "nvlink"] * lanes.READS_PER_GROUP
+    assert gpus[1].reads == ["pcie", "pcie"] * lanes.READS_PER_GROUP
     fields = meter.watch(big, reps=1)(1)  # the group's lane, not read again
     assert fields["lane"] == "nvlink" and math.isnan(fields["lane_nvlink_bytes"])
     assert len(gpus[0].reads) == read
@@ -258,7 +270,7 @@ def test_one_gpu_device_copy_crosses_no_lane_and_staging_shows_pcie():
     gpus[0].traffic(PCIE_TX, 16 * MIB)
     gpus[0].traffic(PCIE_RX, 16 * MIB)
     assert finish(2)["lane"] == "pcie"
-    assert gpus[0].reads[-2:] == [True, True]  # within one GPU: the PCIe fields alone
+    assert gpus[0].reads[-2:] == ["pcie", "pcie"]  # within one GPU: the PCIe fields alone
     assert meter.watch({"metric": "latency", "src": 0, "dst": 0, "bytes": 8}) is None  # bandwidth rows only
     assert meter.watch({"metric": "bandwidth", "src": 0, "dst": 2, "bytes": 8}) is None  # GPU 2: no counters
 
@@ -521,7 +533,8 @@ def test_a_process_proves_its_counters_once_not_at_every_scenario(monkeypatch):
     monkeypatch.setattr(lanes, "enabled", lambda: True)
     monkeypatch.setattr(lanes, "prove", prove)
     monkeypatch.setattr(lanes, "LaneMeter", lambda *a: types.SimpleNamespace(wait_s=0.0))
-    monkeypatch.setattr(gpu_lanes, "KnownCopies", lambda devices, nbytes: types.SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(gpu_lanes, "KnownCopies",
+                        lambda devices, nbytes, kernel_gpu=None: types.SimpleNamespace(close=lambda: None))
     ctx = types.SimpleNamespace(specs=[types.SimpleNamespace(device=0, mig="")] * 2, phase=lambda name: None,
                                 send=lambda message: None)
     worker = types.SimpleNamespace(ctx=ctx, pdev=0, cdev=0, sampler=types.SimpleNamespace(lanes=None),
@@ -529,3 +542,126 @@ def test_a_process_proves_its_counters_once_not_at_every_scenario(monkeypatch):
     for _ in range(6):  # three scenarios, before and after each set-up
         engine_lanes.prove_lanes(worker)
     assert proofs == [False] and worker.sampler.lanes is not None
+
+
+# ------------------------------------------------------------------------------ what a sample's window holds
+
+def test_kernel_copies_of_host_memory_are_read_with_their_own_overhead():
+    """mmap's zero-copy: a kernel stores into host memory on GPU 0 and another loads it on GPU 1. Their
+    packets are smaller than the copy engine's: read with the copy engine's overhead the sample
+    counted ~1.17x its bytes; with the kernel copies' (prove_kernel_copies), its bytes."""
+    clock = Clock()
+    gpus = {0: FakeGpu(clock), 1: FakeGpu(clock)}
+    proofs = prove(gpus, copier(gpus, lanes.PROOF_BYTES, clock, requests=0.094), nvlink=True, clock=clock,
+                   sleep=clock.sleep)
+    kernel = lanes.prove_kernel_copies(gpus, copier(gpus, lanes.PROOF_BYTES, clock), proofs, clock=clock,
+                                       sleep=clock.sleep)
+    assert set(kernel) == {(d, c) for d in (0, 1) for c in (PCIE_TX, PCIE_RX)}
+    assert kernel[(1, PCIE_RX)].sm_overhead == pytest.approx(SM_OVERHEAD, abs=1e-4)
+    assert kernel[(1, PCIE_RX)].sm_requests == pytest.approx(SM_REQUESTS, abs=1e-4)
+    assert kernel[(1, PCIE_RX)].overhead == pytest.approx(PCIE_OVERHEAD, abs=1e-4)  # the copy engine's kept
+    assert "kernel copies 17.0% and read requests 19.0%" in kernel[(1, PCIE_RX)].text()
+    group = {"metric": "bandwidth", "path": "mmap", "variant": "zero-copy", "src": 0, "dst": 1,
+             "bytes": 64 * MIB, "ceiling": "d2h-sm@0|h2d-sm@1"}
+    assert lanes.copy_engine(group) == "sm" and lanes.copy_engine({**group, "ceiling": "d2h@0|h2d@1"}) == "ce"
+    assert lanes.copy_engine({"path": "ceiling", "variant": "h2d-sm@0", "ceiling": ""}) == "sm"
+
+    def sample(proven) -> float:
+        meter = LaneMeter(gpus, proven, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+        window = meter.watch({**group, "variant": f"zero-copy-{len(meter.seen)}-{clock.now}"})
+        copy = copier(gpus, 64 * MIB, clock)
+        copy("d2h-sm", 0, 0)
+        copy("h2d-sm", 1, 1)
+        return window(1)["lane_pcie_bytes"]
+
+    assert sample(proofs) > 1.1 * 64 * MIB
+    assert sample({**proofs, **kernel}) == pytest.approx(64 * MIB, rel=0.002)
+
+
+def test_a_window_holds_the_samples_transfers_not_a_fill_before_or_a_verification_after():
+    """A ceiling from host memory fills its source ring (a kernel's stores) before its copies, and one
+    into host memory verifies it after them (a kernel's loads): begin() again after the fill and end()
+    before the verification keep both out. An NVSHMEM sample ends its window before its paired
+    ceiling's copies."""
+    clock = Clock()
+    gpus = {0: FakeGpu(clock)}
+    proofs = prove(gpus, copier(gpus, lanes.PROOF_BYTES, clock, requests=0.094), nvlink=False, clock=clock,
+                   sleep=clock.sleep)
+    meter = LaneMeter(gpus, proofs, {0: 63e9}, clock=clock, sleep=clock.sleep)
+    group = {"metric": "bandwidth", "path": "ceiling", "variant": "d2h@0", "src": 0, "dst": "host",
+             "bytes": 64 * MIB}
+    copy = copier(gpus, 64 * MIB, clock, requests=0.094)
+    window = meter.watch(group)
+    copy("d2h-sm", 0, 0)  # a fill of host memory, before the copies
+    window.begin()
+    copy("d2h", 0, 0)
+    window.end()
+    copy("h2d-sm", 0, 0)  # the verification reads host memory
+    copy("h2d-sm", 0, 0)
+    fields = window(1)
+    assert fields["lane"] == "pcie" and fields["lane_pcie_bytes"] == pytest.approx(64 * MIB, rel=0.002)
+    window.end()  # once ended, the window keeps its reading
+    assert window(1)["lane_pcie_bytes"] == pytest.approx(64 * MIB, rel=0.002)
+
+
+def test_the_sampler_gives_a_take_its_lane_window_and_takes_it_back():
+    from gpuipc_bench.engine.sampler import Counts, Sample, Sampler
+
+    class Window(lanes.LaneWindow):
+        ended = 0
+
+        def __init__(self):  # no counters: what the sampler does with it
+            pass
+
+        def end(self):
+            Window.ended += 1
+
+        def __call__(self, batch):
+            return {"lane": "pcie", "lane_nvlink_bytes": 0.0, "lane_pcie_bytes": 1.0}
+
+    ctx = types.SimpleNamespace(row_fields={"scenario": "t", "workers": 1, "sharing": "exclusive"},
+                                config=None, phase=lambda *a, **k: None, spec=None)
+    sampler = Sampler(ctx, Counts(warmup=0, min_samples=2, max_samples=2))
+    sampler.lanes = types.SimpleNamespace(watch=lambda group, reps: Window())
+    seen = []
+
+    def take(trial):
+        seen.append(sampler.window)
+        sampler.window.end()  # a take that ends its window early (a ceiling before verifying)
+        return Sample(1e-3, 1)
+
+    group = dict(path="ceiling", variant="d2h@0", measure="stream", metric="bandwidth", src="0", dst="host",
+                 bytes=64 << 20)
+    rows = list(sampler.run(group, take, timer=True, solo=True, calibrate=False))
+    assert len(rows) == 2 and all(isinstance(w, Window) for w in seen) and Window.ended == 2
+    assert sampler.window is None
+
+
+def test_a_process_whose_kernels_copy_host_memory_proves_their_overheads_once(monkeypatch):
+    from gpuipc_bench.engine import lanes as engine_lanes
+    from gpuipc_bench.gpu import lanes as gpu_lanes
+
+    calls = []
+    trusted = {(0, k): lanes.Proof(lanes.NO_LINKS if k in (lanes.NVLINK_TX, lanes.NVLINK_RX) else lanes.TRUSTED, 1)
+               for k in lanes.COUNTERS}
+    monkeypatch.setattr(engine_lanes, "_OPEN", {"counters": {0: object()}, "wire": {}, "read_s": 1e-4})
+    monkeypatch.setattr(engine_lanes, "_PROOFS", {})
+    monkeypatch.setattr(engine_lanes, "_TRIED", set())
+    monkeypatch.setattr(lanes, "enabled", lambda: True)
+    monkeypatch.setattr(lanes, "prove", lambda counters, copies, peer, done=(): (calls.append("ce"), dict(trusted))[1])
+    monkeypatch.setattr(lanes, "prove_kernel_copies", lambda counters, copies, proofs: (
+        calls.append(("sm", copies.kernel_gpu is not None)),
+        {(0, lanes.PCIE_TX): lanes.Proof(lanes.TRUSTED, 1, sm_overhead=0.17)})[1])
+    monkeypatch.setattr(lanes, "LaneMeter", lambda *a: types.SimpleNamespace(wait_s=0.0))
+    monkeypatch.setattr(gpu_lanes, "KnownCopies", lambda devices, nbytes, kernel_gpu=None: types.SimpleNamespace(
+        close=lambda: None, kernel_gpu=kernel_gpu))
+    ctx = types.SimpleNamespace(specs=[types.SimpleNamespace(device=0, mig="")] * 2, phase=lambda name: None,
+                                send=lambda message: None)
+    plain = types.SimpleNamespace(ctx=ctx, pdev=0, cdev=0, sampler=types.SimpleNamespace(lanes=None),
+                                  in_turn=lambda fn: fn())
+    engine_lanes.prove_lanes(plain)
+    mmap = types.SimpleNamespace(**vars(plain), kernel_host_copies=True, meter=lambda: None)
+    for _ in range(4):  # the mmap scenario's set-up, twice, in the same process
+        engine_lanes.prove_lanes(mmap)
+    assert calls == ["ce", ("sm", True)]
+    assert engine_lanes._PROOFS[(0, lanes.PCIE_TX)].sm_overhead == 0.17

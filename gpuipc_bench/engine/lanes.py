@@ -68,13 +68,22 @@ def prove_lanes(worker) -> None:
         # once peer access changed: every scenario's set-up calls this twice (a proof ~0.1-0.2 s)
         todo = [(d, k) for d in counters for k in lanes.COUNTERS
                 if (d, k) not in settled and (d, k, peer) not in _TRIED]
-        if not todo:
+        # a path whose kernels load and store host memory (mmap's zero-copy) reads PCIe with the
+        # overheads of kernel copies, proven once per process too
+        kernels = [d for d in counters
+                   if getattr(worker, "kernel_host_copies", False) and (d, "sm", True) not in _TRIED]
+        if not todo and not kernels:
             return
         _TRIED.update((d, k, peer) for d, k in todo)
+        _TRIED.update((d, "sm", True) for d in kernels)
         worker.ctx.phase("setup")  # the proof is part of the set-up (its copies before the first sample)
-        copies = KnownCopies(devices, lanes.PROOF_BYTES)
+        launcher = (lambda dev: worker.meter().gpu_for(dev)) if kernels else None
+        copies = KnownCopies(devices, lanes.PROOF_BYTES, launcher)
         try:
-            found = lanes.prove(counters, copies, peer, done=settled)
+            found = lanes.prove(counters, copies, peer, done=settled) if todo else {}
+            if kernels:
+                _PROOFS.update(found)
+                found.update(lanes.prove_kernel_copies({d: counters[d] for d in kernels}, copies, _PROOFS))
         finally:
             copies.close()
         _PROOFS.update(found)

@@ -224,7 +224,7 @@ class PairWorker:
         reps = reps_for(nbytes)
 
         def take(trial) -> Sample:
-            seconds, batch = ceilings.bandwidth(key, nbytes, trial.seed, trial.reps)
+            seconds, batch = ceilings.bandwidth(key, nbytes, trial.seed, trial.reps, window=self.sampler.window)
             return Sample(seconds, batch)
 
         yield from self.sampler.run(self.ceiling_group(key, nbytes, reps), take, timer=True, solo=True, reps=reps,

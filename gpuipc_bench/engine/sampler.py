@@ -40,6 +40,8 @@ from gpuipc_bench.patterns import seed_for
 from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.results import base_mode, new_row
 
+from gpuipc_bench.machine.lanes import LaneWindow
+
 if TYPE_CHECKING:
     from gpuipc_bench.machine.lanes import LaneMeter
 
@@ -108,6 +110,9 @@ class Sampler:
         # The lane counters (gpuipc_bench.machine.lanes.LaneMeter), where the worker has them: read
         # around each timed sample of the timing worker, their lane columns added to its row
         self.lanes: LaneMeter | None = None
+        # The lane reading of the sample being taken (machine.lanes.LaneWindow), where its counters
+        # are read: a take() that does more than its transfers marks where they begin and end.
+        self.window: LaneWindow | None = None
 
     @property
     def setup_repeats(self) -> int:
@@ -291,7 +296,11 @@ class Group:
             trial = Trial(sampler.seq, seed_for(sampler.seq), self.reps, self.index, warm)
         lanes = sampler.lanes.watch(self.group, self.reps) if sampler.lanes is not None and self.timer and not warm \
             else None
-        sample = self.take(trial)
+        sampler.window = lanes if isinstance(lanes, LaneWindow) else None
+        try:
+            sample = self.take(trial)
+        finally:
+            sampler.window = None
         lane = lanes(sample.batch) if lanes is not None and sample is not None else None
         if sample is not None:
             mark("took", sample.seconds * sample.batch)

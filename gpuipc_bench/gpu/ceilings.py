@@ -99,17 +99,22 @@ class Ceilings:
         sides = 2 if src == dst and src != "host" else 1
         return L2Check(int(nbytes), self.issuer(key).l2_bytes, sides)
 
-    def bandwidth(self, key: str, nbytes: int, seed: int, reps: int | None = None) -> tuple[float, int]:
+    def bandwidth(self, key: str, nbytes: int, seed: int, reps: int | None = None,
+                  window: Any = None) -> tuple[float, int]:
         """(seconds per transfer, reps) of one verified sample: rep r copies slot r of a source ring
         filled with seed + r into slot r of the destination ring (from host memory: one of two
-        rings filled once per shape, _host_source)."""
+        rings filled once per shape, _host_source). `window`: the sample's lane reading
+        (machine.lanes.LaneWindow), begun again after a fill of host memory and ended before the
+        verification, which reads host memory too where the copies write it."""
         kind, engine, src, dst, s, d = self._ends(key)
         reps = reps or reps_for(nbytes)
         ring = Ring.for_size(nbytes, reps)
         issuer = self.issuer(key)
         dp = _dptr(d)
         if src == "host":
-            sp, seed = self._host_source((kind, src, dst), s, ring, seed)
+            sp, seed, filled = self._host_source((kind, src, dst), s, ring, seed)
+            if filled and window is not None:
+                window.begin()
         else:
             sp = _dptr(s)
             filler = self.gpu_for(src)
@@ -122,14 +127,16 @@ class Ceilings:
             marks = issuer.time_batch(lambda r: copy(dp + ring.offset(r), sp + ring.offset(r)), reps,
                                       warm=lambda: copy(scratch, sp), transfer_bytes=nbytes)
             seconds = marks.seconds() / reps
+        if window is not None:
+            window.end()
         checker = self.gpu if dst == "host" else self.gpu_for(dst)
         with on_device(checker.device):
             checker.verify(dp, ring, seed, "ceiling", key)
         return seconds, reps
 
-    def _host_source(self, ends: tuple, first, ring: Ring, seed: int) -> tuple[int, int]:
-        """(address, seed) of the pinned host ring an h2d sample copies from. Filling it crosses the
-        bus as the copy does (at 256 MiB, ~5 ms a sample, as long as the copy it is filled for), so
+    def _host_source(self, ends: tuple, first, ring: Ring, seed: int) -> tuple[int, int, bool]:
+        """(address, seed, whether it was filled now) of the pinned host ring an h2d sample copies
+        from. Filling it crosses the bus as the copy does (at 256 MiB, ~5 ms a sample, as long as the copy it is filled for), so
         two rings (`first` and one more) are filled once per ring shape and taken in turn: the
         destination's bytes still change from every sample to the next, and a copy that did not
         happen still fails verification. `seed` fills a ring that holds another shape. With one ring
@@ -140,7 +147,8 @@ class Ceilings:
                                                                   for _ in range(self.host_rings - 1)]
         turn = self._host_turn[ends] = (self._host_turn.get(ends, -1) + 1) % len(rings)
         buffer, held = rings[turn]
-        if held is None or held[0] != ring or len(rings) == 1:
+        filled = held is None or held[0] != ring or len(rings) == 1
+        if filled:
             other = rings[1 - turn][1] if len(rings) == 2 else None
             if other is not None and other == (ring, seed):
                 seed ^= 1
@@ -148,7 +156,7 @@ class Ceilings:
                 self.gpu.fill(_dptr(buffer), ring, seed)
                 self.gpu.synchronize()
             rings[turn][1] = held = (ring, seed)
-        return _dptr(buffer), held[1]
+        return _dptr(buffer), held[1], filled
 
     def latency(self, key: str, nbytes: int, seed: int, reps: int = 100) -> float:
         """Seconds of one copy + stream synchronize, host-timed, mean of `reps` (after one more),

@@ -5,6 +5,8 @@ through host memory). Each copy is synchronous: it has ended when the call retur
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from gpuipc_bench.gpu.errors import cuda_call
 from gpuipc_bench.gpu.memory import DeviceBuffer, PinnedHostBuffer, on_device, rt
 
@@ -12,10 +14,12 @@ MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST = 1, 2
 
 
 class KnownCopies:
-    """copy(kind, a, b): 'd2h' and 'h2d' on GPU a, 'peer' from GPU a to GPU b, `nbytes` each."""
+    """copy(kind, a, b): 'd2h' and 'h2d' on GPU a, 'peer' from GPU a to GPU b, `nbytes` each; with
+    `kernel_gpu` (device -> its gpu.device.Gpu), 'd2h-sm' and 'h2d-sm' too: the same copies made by
+    the tool's copy kernel on GPU a, loading or storing pinned host memory."""
 
-    def __init__(self, devices: list[int], nbytes: int):
-        self.nbytes = int(nbytes)
+    def __init__(self, devices: list[int], nbytes: int, kernel_gpu: Callable[[int], Any] | None = None):
+        self.nbytes, self.kernel_gpu = int(nbytes), kernel_gpu
         self.buffers: dict[int, DeviceBuffer] = {}
         self.host: PinnedHostBuffer | None = None
         try:
@@ -35,6 +39,12 @@ class KnownCopies:
             elif kind == "h2d":
                 with cuda_call("cudaMemcpy", a):
                     rt().memcpy(self.buffers[a].ptr, host, self.nbytes, MEMCPY_HOST_TO_DEVICE)
+            elif kind in ("d2h-sm", "h2d-sm") and self.kernel_gpu is not None:
+                gpu = self.kernel_gpu(a)
+                mapped = self.host.dptr if self.host is not None else 0  # the host buffer as the kernel sees it
+                dst, src = (mapped, self.buffers[a].ptr) if kind == "d2h-sm" else (self.buffers[a].ptr, mapped)
+                gpu.copy_launcher(self.nbytes, "sm")(dst, src)
+                gpu.synchronize()
             elif kind == "peer":
                 with cuda_call("cudaMemcpyPeer", a):
                     rt().memcpyPeer(self.buffers[b].ptr, b, self.buffers[a].ptr, a, self.nbytes)

@@ -115,18 +115,24 @@ class GpuCounters:
                 self.spans[counter] = (len(self.fields), len(self.fields) + len(self.links))
                 self.fields += [(field_id, link) for link in self.links]
 
-    def read(self, pcie_only: bool = False) -> dict[str, int | None]:
+    def read(self, pcie_only: bool = False, nvlink_only: bool = False) -> dict[str, int | None]:
         """The counters' raw values; `pcie_only`: the two PCIe fields alone (the PCIe fields come
         first: a shorter call, 0.62 ms against ~1.3 ms with every link's NVLink fields on an H200
-        VM, driver 580), for a sample within one GPU or to host memory, which NVLink cannot carry."""
-        fields = self.fields[:2] if pcie_only else self.fields
+        VM, driver 580), for a sample within one GPU or to host memory, which NVLink cannot carry;
+        `nvlink_only`: the NVLink fields alone (a reading of them moves ~0.85 MB over the GPU's
+        PCIe on an H200 of NV18: LaneWindow keeps it out of the PCIe fields' window)."""
+        first = 2 if nvlink_only else 0
+        fields = self.fields[:2] if pcie_only else self.fields[first:]
+        out: dict[str, int | None] = {counter: None for counter in COUNTERS}
+        if not fields:
+            return out
         try:
             values = self.nvml.nvmlDeviceGetFieldValues(self.handle, fields)
         except Exception:  # noqa: BLE001 - a driver without the call: every counter absent
-            return {counter: None for counter in COUNTERS}
-        out: dict[str, int | None] = {counter: None for counter in COUNTERS}
+            return out
         for counter, (start, stop) in self.spans.items():
-            if stop > len(fields):
+            start, stop = start - first, stop - first
+            if start < 0 or stop > len(fields):
                 continue
             parts = [field_value(values[k], self.nvml) for k in range(start, stop)]
             out[counter] = None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
@@ -195,7 +201,12 @@ class Proof:
     how long it took to settle after a copy, and why where it is not trusted. A PCIe RX counter's
     `requests`: the TX bytes its GPU sends per payload byte it reads over PCIe (a read from host
     memory is asked for in request packets the GPU sends: 9.6% of the payload on an H200), so that
-    a GPU's TX less those is what it wrote (lane_bytes)."""
+    a GPU's TX less those is what it wrote (lane_bytes).
+
+    A kernel's loads and stores of host memory travel in smaller packets than the copy engine's
+    (on an H200: 1.13-1.18x the payload counted against the copy engine's 1.08-1.09x), so a PCIe
+    counter proven on kernel copies too (prove_kernel_copies) has `sm_overhead` and, for RX,
+    `sm_requests`: the figures of the samples whose copies a kernel makes (engine 'sm')."""
 
     state: str
     unit: int = 0
@@ -203,19 +214,31 @@ class Proof:
     settle_s: float = 0.0
     why: str = ""
     requests: float = 0.0
+    sm_overhead: float | None = None
+    sm_requests: float | None = None
 
     @property
     def usable(self) -> bool:
         return self.state == TRUSTED
 
-    def bytes(self, delta: int) -> float:
-        """The payload bytes a trusted counter's delta stands for."""
-        return delta * self.unit / (1.0 + self.overhead)
+    def overhead_for(self, engine: str = "ce") -> float:
+        return self.sm_overhead if engine == "sm" and self.sm_overhead is not None else self.overhead
+
+    def requests_for(self, engine: str = "ce") -> float:
+        return self.sm_requests if engine == "sm" and self.sm_requests is not None else self.requests
+
+    def bytes(self, delta: int, engine: str = "ce") -> float:
+        """The payload bytes a trusted counter's delta stands for (copies by `engine`)."""
+        return delta * self.unit / (1.0 + self.overhead_for(engine))
 
     def text(self) -> str:
         if self.state == TRUSTED:
             asks = f", read requests {100 * self.requests:.1f}%" if self.requests > 0 else ""
-            return (f"trusted: unit {self.unit} B, overhead {100 * self.overhead:.1f}%{asks}, "
+            kernel = ""
+            if self.sm_overhead is not None:
+                kernel = f", kernel copies {100 * self.sm_overhead:.1f}%"
+                kernel += f" and read requests {100 * self.sm_requests:.1f}%" if self.sm_requests else ""
+            return (f"trusted: unit {self.unit} B, overhead {100 * self.overhead:.1f}%{asks}{kernel}, "
                     f"settles in {1e3 * self.settle_s:.0f} ms")
         return f"{self.state}: {self.why}" if self.why else self.state
 
@@ -320,34 +343,69 @@ def prove(counters: Mapping[int, GpuCounters], copy: Callable[[str, int, int], N
         if key not in proofs and key not in done:
             plan.setdefault(how, []).append(key)
     for (kind, a, b), keys in plan.items():
-        gpus = sorted({dev for dev, _ in keys})
-
-        def read(gpus: list[int] = gpus, pcie_only: bool = kind != "peer") -> Reading:
-            return {dev: counters[dev].read(pcie_only) for dev in gpus}
-
-        deltas: dict[tuple[int, str], list[int | None]] = {key: [] for key in keys}
-        # a read from host memory: the request bytes its GPU sends meanwhile (the PCIe fields are read together)
-        asked = [(dev, PCIE_TX) for dev, counter in keys if counter == PCIE_RX and kind == "h2d"]
-        requests: dict[tuple[int, str], list[int | None]] = {key: [] for key in asked}
-        settle = 0.0
-        for k in range(PROOF_COPIES):
-            before = read()
-            copy(kind, a, b)
-            if settle > 0:
-                sleep(settle)
-            after = read()
-            if k == 0:
-                after, settle = settle_time(read, keys, before, after, clock, sleep)
-            for dev, counter in keys:
-                deltas[(dev, counter)].append(counter_delta(counter, before[dev][counter], after[dev][counter]))
-            for dev, counter in asked:
-                requests[(dev, counter)].append(counter_delta(counter, before[dev][counter], after[dev][counter]))
+        deltas, requests, settle = _known_copies(counters, copy, kind, a, b, keys, clock, sleep)
         for key in keys:
             proofs[key] = judge(moved, deltas[key], settle)
             sent = [d for d in requests.get((key[0], PCIE_TX), []) if d is not None]
             if proofs[key].usable and sent:
                 proofs[key] = dataclasses.replace(proofs[key], requests=max(0.0, statistics.median(sent) / moved))
     return proofs
+
+
+def _known_copies(counters: Mapping[int, GpuCounters], copy: Callable[[str, int, int], None], kind: str, a: int,
+                  b: int, keys: list[tuple[int, str]], clock: Callable[[], float], sleep: Callable[[float], None],
+                  settle: float | None = None) -> tuple[dict, dict, float]:
+    """PROOF_COPIES known copies of one kind, the counters of `keys` read around each: their deltas,
+    the request bytes a GPU that reads host memory sent meanwhile (its PCIe TX: the PCIe fields are
+    read together), and the settle time (measured after the first copy unless given)."""
+    gpus = sorted({dev for dev, _ in keys})
+
+    def read() -> Reading:
+        return {dev: counters[dev].read(pcie_only=kind != "peer") for dev in gpus}
+
+    deltas: dict[tuple[int, str], list[int | None]] = {key: [] for key in keys}
+    asked = [(dev, PCIE_TX) for dev, counter in keys if counter == PCIE_RX and kind.startswith("h2d")]
+    requests: dict[tuple[int, str], list[int | None]] = {key: [] for key in asked}
+    wait = settle or 0.0
+    for k in range(PROOF_COPIES):
+        before = read()
+        copy(kind, a, b)
+        if wait > 0:
+            sleep(wait)
+        after = read()
+        if k == 0 and settle is None:
+            after, wait = settle_time(read, keys, before, after, clock, sleep)
+        for dev, counter in keys:
+            deltas[(dev, counter)].append(counter_delta(counter, before[dev][counter], after[dev][counter]))
+        for dev, counter in asked:
+            requests[(dev, counter)].append(counter_delta(counter, before[dev][counter], after[dev][counter]))
+    return deltas, requests, wait
+
+
+def prove_kernel_copies(counters: Mapping[int, GpuCounters], copy: Callable[[str, int, int], None],
+                        proofs: Mapping[tuple[int, str], Proof], clock: Callable[[], float] = time.perf_counter,
+                        sleep: Callable[[float], None] = time.sleep,
+                        moved: int = PROOF_BYTES) -> dict[tuple[int, str], Proof]:
+    """The trusted PCIe counters of `proofs` (their copy-engine proof done) proven on kernel copies
+    too: copy('d2h-sm', dev, dev), a kernel storing into pinned host memory, for PCIe TX, and
+    copy('h2d-sm', dev, dev), one loading from it, for PCIe RX and its requests. The proofs that
+    changed (sm_overhead, sm_requests); a counter whose kernel copies gave no steady count keeps
+    the copy engine's figures. About 40 ms a GPU (6 copies of 64 MiB and 14 readings)."""
+    out: dict[tuple[int, str], Proof] = {}
+    for dev in sorted(counters):
+        for kind, counter in (("d2h-sm", PCIE_TX), ("h2d-sm", PCIE_RX)):
+            proof = proofs.get((dev, counter))
+            if proof is None or not proof.usable or proof.sm_overhead is not None:
+                continue
+            deltas, requests, _ = _known_copies(counters, copy, kind, dev, dev, [(dev, counter)], clock, sleep,
+                                                settle=proof.settle_s)
+            found = judge(moved, deltas[(dev, counter)], proof.settle_s)
+            if not found.usable or found.unit != proof.unit:
+                continue
+            sent = [d for d in requests.get((dev, PCIE_TX), []) if d is not None]
+            asks = max(0.0, statistics.median(sent) / moved) if sent else None
+            out[(dev, counter)] = dataclasses.replace(proof, sm_overhead=found.overhead, sm_requests=asks)
+    return out
 
 
 def read_cost(counters: Mapping[int, GpuCounters], clock: Callable[[], float] = time.perf_counter,
@@ -382,13 +440,14 @@ class LaneShare:
 
 
 def lane_bytes(lane: str, deltas: Mapping[int, Mapping[str, int | None]],
-               proofs: Mapping[tuple[int, str], Proof]) -> float | None:
+               proofs: Mapping[tuple[int, str], Proof], engine: str = "ce") -> float | None:
     """The payload bytes that crossed `lane` ('nvlink' or 'pcie') between the GPUs of `deltas`:
     the larger of the bytes the GPUs sent and the bytes they received (a copy from GPU a to b is
     counted by a's TX and b's RX; a staged copy by one GPU's TX and the other's, or its own, RX).
     A GPU's PCIe TX less the requests for what it read (its RX payload x Proof.requests) is what
-    it wrote: a staged copy is not counted once more by the reading GPU's requests.
-    None where a counter it needs is not trusted or gave no delta."""
+    it wrote: a staged copy is not counted once more by the reading GPU's requests. `engine`: who
+    made the copies ('ce' or 'sm': Proof.overhead_for). None where a counter it needs is not
+    trusted or gave no delta."""
     sent = received = 0.0
     for dev, moved in deltas.items():
         read = 0.0  # the payload this GPU read over the lane (its RX): its TX carried the requests for it
@@ -398,10 +457,10 @@ def lane_bytes(lane: str, deltas: Mapping[int, Mapping[str, int | None]],
                 return None
             proof, delta = found
             if counter in (NVLINK_TX, PCIE_TX):
-                asked = read * proofs[(dev, PCIE_RX)].requests if counter == PCIE_TX else 0.0
-                sent += max(0.0, delta * proof.unit - asked) / (1.0 + proof.overhead)
+                asked = read * proofs[(dev, PCIE_RX)].requests_for(engine) if counter == PCIE_TX else 0.0
+                sent += max(0.0, delta * proof.unit - asked) / (1.0 + proof.overhead_for(engine))
             else:
-                read = proof.bytes(delta)
+                read = proof.bytes(delta, engine)
                 received += read
     return max(sent, received)
 
@@ -433,13 +492,14 @@ def _reading(dev: int, counter: str, moved: Mapping[str, int | None],
 
 
 def attribute(deltas: Mapping[int, Mapping[str, int | None]], proofs: Mapping[tuple[int, str], Proof],
-              nbytes: int, batch: int, two_gpus: bool, nvlink_end: int | None = None) -> LaneShare:
+              nbytes: int, batch: int, two_gpus: bool, nvlink_end: int | None = None,
+              engine: str = "ce") -> LaneShare:
     """The lane of one sample of `batch` transfers of `nbytes`, from its counters' deltas on the GPUs
     of its ends. NVLink counts only between two GPUs (`two_gpus`): a copy within one GPU or
     between it and host memory cannot cross it; `nvlink_end`: the one GPU whose NVLink fields
     were read (one_end_nvlink), else both GPUs' (lane_bytes). More bytes than the sample could
     move (both ways, its warm-up transfers too, FLOOR_SHARE more) is other traffic: flagged, not
-    attributed."""
+    attributed. `engine`: who made the sample's copies, for the PCIe overheads (lane_bytes)."""
     moved = nbytes * batch
     if not two_gpus:
         nvlink: float | None = 0.0
@@ -447,7 +507,7 @@ def attribute(deltas: Mapping[int, Mapping[str, int | None]], proofs: Mapping[tu
         nvlink = one_end_nvlink(nvlink_end, deltas[nvlink_end], proofs)
     else:
         nvlink = lane_bytes("nvlink", deltas, proofs)
-    pcie = lane_bytes("pcie", deltas, proofs)
+    pcie = lane_bytes("pcie", deltas, proofs, engine)
     floor = FLOOR_BYTES + FLOOR_SHARE * moved
     known = [b for b in (nvlink, pcie) if b is not None]
     if known and sum(known) > BOTH_WAYS * nbytes * (batch + WARMUP_TRANSFERS) * (1 + FLOOR_SHARE) + floor:
@@ -475,9 +535,10 @@ def group_lane(seen: Iterable[str]) -> str:
 
 class LaneMeter:
     """The lane of each sample, read by the worker that times it (Sampler.lanes): watch(group,
-    reps) reads the counters of the GPUs at the group's ends and gives finish(batch), which
-    reads them again (after the proof's settle time, at most SAMPLE_SETTLE_LIMIT_S: none where
-    the proof measured none) and returns the row's lane columns. Bandwidth groups between GPUs
+    reps) reads the counters of the GPUs at the group's ends and gives a LaneWindow, which
+    reads them again where the sample's transfers end (after the proof's settle time, at most
+    SAMPLE_SETTLE_LIMIT_S: none where the proof measured none) and returns the row's lane
+    columns. Bandwidth groups between GPUs
     with counters only.
 
     A reading costs a sample 2 NVML calls per GPU (0.3-0.6 ms each for the PCIe fields; 15 ms
@@ -513,6 +574,9 @@ class LaneMeter:
         return next((dev for dev in ends if proven(dev)), ends[0])
 
     def watch(self, group: Mapping[str, Any], reps: int = 1) -> Callable[[int], dict[str, Any]] | None:
+        """The reading of one sample of `group`: a LaneWindow (the counters read now), a function
+        of the batch that says why nothing is read ('small', the group's lane), or None (no
+        counters at its ends, or not a bandwidth row)."""
         ends = self.ends(group) if group.get("metric") == "bandwidth" else ()
         if not ends:
             return None
@@ -523,22 +587,71 @@ class LaneMeter:
         seen = self.seen.setdefault(key, [])
         if len(seen) >= READS_PER_GROUP:
             return lambda batch: LaneShare(group_lane(seen)).fields()
-        nvlink = self.nvlink_end(ends) if len(ends) == 2 else None
-        before = {dev: self.counters[dev].read(dev != nvlink) for dev in ends}
-        start = self.clock()
+        return LaneWindow(self, ends, nbytes, copy_engine(group), seen)
 
-        def finish(batch: int) -> dict[str, Any]:
-            if self.wait_s > 0:
-                self.sleep(self.wait_s)
-            after = {dev: self.counters[dev].read(dev != nvlink) for dev in ends}
-            window = self.clock() - start
-            deltas: dict[int, dict[str, int | None]] = {}
-            for dev in ends:
-                deltas[dev] = {c: counter_delta(c, before[dev][c], after[dev][c]) for c in COUNTERS}
-                if window_can_wrap(window, self.wire.get(dev, UNKNOWN_WIRE_BYTES_S)):
-                    deltas[dev][PCIE_TX] = deltas[dev][PCIE_RX] = None
-            share = attribute(deltas, self.proofs, nbytes, batch, len(ends) == 2, nvlink)
-            seen.append(share.lane)
-            return share.fields()
 
-        return finish
+def copy_engine(group: Mapping[str, Any]) -> str:
+    """Who makes a group's copies: 'sm' (a kernel's loads and stores) where its ceiling key, or a
+    ceiling row's own key, names a kernel copy (gpu.ceilings: 'd2h-sm@0'), else 'ce'."""
+    keys = [str(group.get("ceiling") or "")]
+    if group.get("path") == "ceiling":
+        keys.append(str(group.get("variant") or ""))
+    return "sm" if any("-sm@" in key for key in keys) else "ce"
+
+
+class LaneWindow:
+    """The counters of one sample's GPUs, read where its transfers begin and end. Made by
+    LaneMeter.watch, which reads them (begin); end() reads them again (after the proof's settle
+    time); calling it with the sample's batch ends the window where nobody did and returns the
+    row's lane columns. A sample that does more than its transfers marks them, so that other
+    bytes are not taken for the sample's: a ceiling's fill of host memory before them (begin()
+    again), its verification of host memory after them, the paired ceiling of an NVSHMEM sample
+    (end()).
+
+    The NVLink fields of the GPU that has them are read outside the PCIe fields' window (first at
+    the beginning, last at the end): a reading of 18 links' fields moves ~0.85 MB over that GPU's
+    PCIe (an H200 of NV18, driver 580), which a staged copy of 4 MiB would count as 10% more."""
+
+    def __init__(self, meter: LaneMeter, ends: tuple[int, ...], nbytes: int, engine: str, seen: list[str]):
+        self.meter, self.ends, self.nbytes, self.engine, self.seen = meter, ends, nbytes, engine, seen
+        self.nvlink = meter.nvlink_end(ends) if len(ends) == 2 else None
+        self.before: dict[int, dict[str, int | None]] = {}
+        self.after: dict[int, dict[str, int | None]] | None = None
+        self.start = 0.0
+        self.begin()
+
+    def begin(self) -> None:
+        """Read the counters where the sample's transfers begin (again, where it was read before)."""
+        counters, nv = self.meter.counters, self.nvlink
+        links = counters[nv].read(nvlink_only=True) if nv is not None else {}
+        self.before = {dev: dict(counters[dev].read(pcie_only=True)) for dev in self.ends}
+        if nv is not None:
+            self.before[nv].update({c: links.get(c) for c in (NVLINK_TX, NVLINK_RX)})
+        self.start, self.after = self.meter.clock(), None
+
+    def end(self) -> None:
+        """Read the counters where the sample's transfers have ended (once: a later call does nothing)."""
+        if self.after is not None:
+            return
+        counters, nv = self.meter.counters, self.nvlink
+        if self.meter.wait_s > 0:
+            self.meter.sleep(self.meter.wait_s)
+        after = {dev: dict(counters[dev].read(pcie_only=True)) for dev in self.ends}
+        self.window_s = self.meter.clock() - self.start
+        if nv is not None:
+            links = counters[nv].read(nvlink_only=True)
+            after[nv].update({c: links.get(c) for c in (NVLINK_TX, NVLINK_RX)})
+        self.after = after
+
+    def __call__(self, batch: int) -> dict[str, Any]:
+        self.end()
+        assert self.after is not None
+        deltas: dict[int, dict[str, int | None]] = {}
+        for dev in self.ends:
+            deltas[dev] = {c: counter_delta(c, self.before[dev][c], self.after[dev][c]) for c in COUNTERS}
+            if window_can_wrap(self.window_s, self.meter.wire.get(dev, UNKNOWN_WIRE_BYTES_S)):
+                deltas[dev][PCIE_TX] = deltas[dev][PCIE_RX] = None
+        share = attribute(deltas, self.meter.proofs, self.nbytes, batch, len(self.ends) == 2, self.nvlink,
+                          self.engine)
+        self.seen.append(share.lane)
+        return share.fields()

@@ -7,7 +7,8 @@ lane it should take (analysis.lanes.expected_lane), the samples read, and per la
 bytes counted over bytes moved. A sample moves its batch, and the untimed warm-up transfers
 queued before its start event (gpu.timing.warmup_ops) where they cross the same lane (a push
 figure's do not: they run before the producer's batch on the consumer's side; a pipelined
-staging figure's move one chunk each); a figure's sample passes where one of these is met.
+staging figure's move one chunk each; NCCL's sendrecv moves its bytes both ways); a figure's
+sample passes where one of these is met.
 
   NVLink expected  NVLink bytes within 2% + 1 MiB of the bytes moved; no more than 1 MiB on PCIe
                    beyond its floor (PCIe carries the launches and the counters' own reads);
@@ -38,6 +39,8 @@ def moved_options(row, chunk: int = 0) -> tuple[float, ...]:
     """The bytes a sample moved: its batch alone, and with its warm-up transfers (a pipelined
     variant's warm-up moves one chunk, `chunk`: the header's chunk_bytes)."""
     nbytes, batch = float(row["bytes"]), float(row["batch"])
+    if str(row.get("variant")).partition(":")[0] == "sendrecv":  # NCCL's sendrecv: its bytes both ways at once
+        nbytes *= 2
     warm = warmup_ops(int(row["bytes"]))
     found = (nbytes * batch, nbytes * (batch + warm))
     if chunk and str(row.get("variant")) == "pipelined":

@@ -181,7 +181,7 @@ def test_the_meter_is_not_read_for_a_small_sample_nor_past_a_groups_first_readin
     gpus, proofs = proven_pair(clock)
     for gpu in gpus.values():
         gpu.reads.clear()
-    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep)
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep, poll_s=0)
     group = {"metric": "bandwidth", "path": "ipc", "variant": "ce", "src": 0, "dst": 1, "bytes": 64 << 10}
     fields = meter.watch(group, reps=255)(255)  # 64 KiB x 255 < 16 MiB
     assert fields["lane"] == "small" and math.isnan(fields["lane_nvlink_bytes"])
@@ -665,3 +665,37 @@ def test_a_process_whose_kernels_copy_host_memory_proves_their_overheads_once(mo
         engine_lanes.prove_lanes(mmap)
     assert calls == ["ce", ("sm", True)]
     assert engine_lanes._PROOFS[(0, lanes.PCIE_TX)].sm_overhead == 0.17
+
+
+def test_a_long_window_reads_the_pcie_fields_often_enough_that_no_wrap_goes_unseen():
+    """NIXL over TCP between two GPUs: 5 GiB at ~1 GB/s, more than 2^32 bytes on a 32-bit counter and a
+    window of seconds. Read every 20 ms (poll), it is counted; read at its ends alone, it is not."""
+    clock = Clock()
+    gpus, proofs = proven_pair(clock)
+    meter = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep, poll_s=0)
+    group = {"metric": "bandwidth", "path": "nixl", "variant": "write:tcp", "src": 0, "dst": 1, "bytes": 256 * MIB}
+
+    def sample(polled: bool) -> dict:
+        window = meter.watch({**group, "measure": str(polled)}, reps=20)
+        for _ in range(20):
+            clock.sleep(0.02)
+            gpus[0].traffic(PCIE_TX, 256 * MIB)
+            gpus[1].traffic(PCIE_RX, 256 * MIB)
+            if polled:
+                window.poll()
+        return window(20)
+
+    fields = sample(True)
+    assert fields["lane"] == "pcie" and fields["lane_pcie_bytes"] == pytest.approx(20 * 256 * MIB, rel=0.001)
+    assert math.isnan(sample(False)["lane_pcie_bytes"])
+    # the poller is a thread of the window: it reads while the window is open, and stops at its end
+    threaded = LaneMeter(gpus, proofs, {0: 63e9, 1: 63e9}, clock=clock, sleep=clock.sleep, poll_s=0.001)
+    import time as real_time
+
+    before = gpus[1].reads.count("pcie")
+    window = threaded.watch({**group, "measure": "threaded"}, reps=20)
+    deadline = real_time.monotonic() + 2.0
+    while gpus[1].reads.count("pcie") < before + 4 and real_time.monotonic() < deadline:
+        real_time.sleep(0.002)
+    window(20)
+    assert window._poller is None and gpus[1].reads.count("pcie") >= before + 4

@@ -136,11 +136,11 @@ class Ceilings:
 
     def _host_source(self, ends: tuple, first, ring: Ring, seed: int) -> tuple[int, int, bool]:
         """(address, seed, whether it was filled now) of the pinned host ring an h2d sample copies
-        from. Filling it crosses the bus as the copy does (at 256 MiB, ~5 ms a sample, as long as the copy it is filled for), so
-        two rings (`first` and one more) are filled once per ring shape and taken in turn: the
-        destination's bytes still change from every sample to the next, and a copy that did not
-        happen still fails verification. `seed` fills a ring that holds another shape. With one ring
-        (host_rings 1) it is filled with `seed` for every sample."""
+        from. Filling it crosses the bus as the copy does (at 256 MiB, ~5 ms a sample, as long as the
+        copy it is filled for), so two rings (`first` and one more) are filled once per ring shape
+        and taken in turn: the destination's bytes still change from every sample to the next, and
+        a copy that did not happen still fails verification. `seed` fills a ring that holds another
+        shape. With one ring (host_rings 1) it is filled with `seed` for every sample."""
         rings = self._host_sources.get(ends)
         if rings is None:
             rings = self._host_sources[ends] = [[first, None]] + [[self.gpu.pinned(self.capacity), None]

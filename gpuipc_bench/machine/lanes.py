@@ -25,6 +25,7 @@ import dataclasses
 import math
 import os
 import statistics
+import threading
 import time
 from typing import Any, Callable, Iterable, Mapping
 
@@ -70,6 +71,9 @@ FLOOR_BYTES = 256 << 10  # below this (and 2% of a sample's bytes) a lane carrie
 FLOOR_SHARE = 0.02  # the issue's tolerance: within 2% + 1 MiB of the bytes moved per sample
 WARMUP_TRANSFERS = 2  # a gated batch's untimed warm-up transfers (gpu.timing.WARMUP_OPS) move bytes too
 BOTH_WAYS = 2  # a ping-pong or a bidirectional copy moves its bytes both ways
+# An open window reads the PCIe fields this often: 2^32 bytes take 68 ms at PCIe 5.0 x16's rate, 34 ms
+# at 6.0's, so no 32-bit counter wraps twice unseen between two readings (a 0.3-0.6 ms NVML call each).
+WRAP_POLL_S = 0.02
 
 
 def enabled() -> bool:
@@ -554,8 +558,9 @@ class LaneMeter:
 
     def __init__(self, counters: Mapping[int, GpuCounters], proofs: Mapping[tuple[int, str], Proof],
                  wire: Mapping[int, float], clock: Callable[[], float] = time.perf_counter,
-                 sleep: Callable[[float], None] = time.sleep):
+                 sleep: Callable[[float], None] = time.sleep, poll_s: float = WRAP_POLL_S):
         self.counters, self.proofs, self.wire, self.clock, self.sleep = counters, proofs, wire, clock, sleep
+        self.poll_s = poll_s  # how often an open window reads the PCIe fields (LaneWindow.poll); 0: never
         self.wait_s = min(SAMPLE_SETTLE_LIMIT_S, max((p.settle_s for p in proofs.values() if p.usable), default=0.0))
         self.seen: dict[tuple, list[str]] = {}  # a group (its figure's fields) -> the lanes its readings saw
 
@@ -617,26 +622,68 @@ class LaneWindow:
         self.nvlink = meter.nvlink_end(ends) if len(ends) == 2 else None
         self.before: dict[int, dict[str, int | None]] = {}
         self.after: dict[int, dict[str, int | None]] | None = None
-        self.start = 0.0
+        self.start = self.window_s = 0.0
+        self._lock = threading.Lock()
+        self._stop: threading.Event | None = None
+        self._poller: threading.Thread | None = None
         self.begin()
 
     def begin(self) -> None:
-        """Read the counters where the sample's transfers begin (again, where it was read before)."""
+        """Read the counters where the sample's transfers begin (again, where it was read before),
+        and keep reading the PCIe fields every meter.poll_s while the window is open (poll)."""
+        self._halt()
         counters, nv = self.meter.counters, self.nvlink
         links = counters[nv].read(nvlink_only=True) if nv is not None else {}
         self.before = {dev: dict(counters[dev].read(pcie_only=True)) for dev in self.ends}
         if nv is not None:
             self.before[nv].update({c: links.get(c) for c in (NVLINK_TX, NVLINK_RX)})
         self.start, self.after = self.meter.clock(), None
+        self._last = {dev: {c: self.before[dev][c] for c in (PCIE_TX, PCIE_RX)} for dev in self.ends}
+        self._last_t, self.gap_s = self.start, 0.0
+        self._pcie: dict[int, dict[str, int | None]] = {dev: {PCIE_TX: 0, PCIE_RX: 0} for dev in self.ends}
+        if self.meter.poll_s > 0:
+            self._stop = threading.Event()
+            self._poller = threading.Thread(target=self._poll_until_stopped, args=(self._stop,),
+                                            name="gpuipc-bench-lanes", daemon=True)
+            self._poller.start()
+
+    def poll(self, reading: Mapping[int, Mapping[str, int | None]] | None = None) -> None:
+        """Add the PCIe counts since the last reading (`reading`, or one taken now): a 32-bit
+        counter that wraps between two readings is still counted right where they are less than
+        one wrap apart (window_can_wrap), however long the window (a transfer over TCP at 1 GB/s
+        lasts longer than the 68 ms that wrap 2^32 bytes at PCIe 5.0 x16's rate)."""
+        with self._lock:
+            now = reading if reading is not None else {
+                dev: self.meter.counters[dev].read(pcie_only=True) for dev in self.ends}
+            t = self.meter.clock()
+            self.gap_s = max(self.gap_s, t - self._last_t)
+            for dev in self.ends:
+                for c in (PCIE_TX, PCIE_RX):
+                    step, total = counter_delta(c, self._last[dev][c], now[dev][c]), self._pcie[dev][c]
+                    self._pcie[dev][c] = None if step is None or total is None else total + step
+                    self._last[dev][c] = now[dev][c]
+            self._last_t = t
+
+    def _poll_until_stopped(self, stop: threading.Event) -> None:
+        while not stop.wait(self.meter.poll_s):
+            self.poll()
+
+    def _halt(self) -> None:
+        if self._stop is not None and self._poller is not None:
+            self._stop.set()
+            self._poller.join()
+        self._stop = self._poller = None
 
     def end(self) -> None:
         """Read the counters where the sample's transfers have ended (once: a later call does nothing)."""
         if self.after is not None:
             return
+        self._halt()
         counters, nv = self.meter.counters, self.nvlink
         if self.meter.wait_s > 0:
             self.meter.sleep(self.meter.wait_s)
         after = {dev: dict(counters[dev].read(pcie_only=True)) for dev in self.ends}
+        self.poll(after)
         self.window_s = self.meter.clock() - self.start
         if nv is not None:
             links = counters[nv].read(nvlink_only=True)
@@ -648,8 +695,9 @@ class LaneWindow:
         assert self.after is not None
         deltas: dict[int, dict[str, int | None]] = {}
         for dev in self.ends:
-            deltas[dev] = {c: counter_delta(c, self.before[dev][c], self.after[dev][c]) for c in COUNTERS}
-            if window_can_wrap(self.window_s, self.meter.wire.get(dev, UNKNOWN_WIRE_BYTES_S)):
+            deltas[dev] = {c: counter_delta(c, self.before[dev][c], self.after[dev][c]) for c in (NVLINK_TX, NVLINK_RX)}
+            deltas[dev].update(self._pcie[dev])
+            if window_can_wrap(self.gap_s, self.meter.wire.get(dev, UNKNOWN_WIRE_BYTES_S)):
                 deltas[dev][PCIE_TX] = deltas[dev][PCIE_RX] = None
         share = attribute(deltas, self.meter.proofs, self.nbytes, batch, len(self.ends) == 2, self.nvlink,
                           self.engine)

@@ -561,6 +561,7 @@ def test_kernel_copies_of_host_memory_are_read_with_their_own_overhead():
     assert kernel[(1, PCIE_RX)].sm_requests == pytest.approx(SM_REQUESTS, abs=1e-4)
     assert kernel[(1, PCIE_RX)].overhead == pytest.approx(PCIE_OVERHEAD, abs=1e-4)  # the copy engine's kept
     assert "kernel copies 17.0% and read requests 19.0%" in kernel[(1, PCIE_RX)].text()
+    assert lanes.proof_metadata(kernel)["lanes.1.pcie_rx.kernel"] == "overhead 17.0%, read requests 19.0%"
     group = {"metric": "bandwidth", "path": "mmap", "variant": "zero-copy", "src": 0, "dst": 1,
              "bytes": 64 * MIB, "ceiling": "d2h-sm@0|h2d-sm@1"}
     assert lanes.copy_engine(group) == "sm" and lanes.copy_engine({**group, "ceiling": "d2h@0|h2d@1"}) == "ce"

@@ -425,8 +425,16 @@ def read_cost(counters: Mapping[int, GpuCounters], clock: Callable[[], float] = 
 
 
 def proof_metadata(proofs: Mapping[tuple[int, str], Proof]) -> dict[str, str]:
-    """The header's `lanes.<gpu>.<counter>` lines."""
-    return {f"{META_PREFIX}{dev}.{counter}": proof.text() for (dev, counter), proof in sorted(proofs.items())}
+    """The header's `lanes.<gpu>.<counter>` lines, and a `lanes.<gpu>.<counter>.kernel` line where the
+    counter was proven on kernel copies too (a process set of its own: another set's line for the
+    counter does not carry them)."""
+    out = {}
+    for (dev, counter), proof in sorted(proofs.items()):
+        out[f"{META_PREFIX}{dev}.{counter}"] = proof.text()
+        if proof.usable and proof.sm_overhead is not None:
+            asks = f", read requests {100 * proof.sm_requests:.1f}%" if proof.sm_requests else ""
+            out[f"{META_PREFIX}{dev}.{counter}.kernel"] = f"overhead {100 * proof.sm_overhead:.1f}%{asks}"
+    return out
 
 
 # ----------------------------------------------------------------------------- attribution

@@ -69,6 +69,9 @@ class RunConfig:
     # seconds) rows (engine.sampler: a group far behind them is decided in FAR_SAMPLES samples)
     stream_sizes: tuple[int, ...] | None = None
     known_best: tuple[tuple, ...] = ()
+    # A further sharing mode's run whose first mode's run of the scenario ended well: that mode's name, whose
+    # host-link ceilings from engine.pair.HOST_CEILINGS_SHARED_FROM up this run takes (None: it measures them)
+    host_ceilings_from: str | None = None
     # The resampling pass's run (harness.resample): the groups it measures again, (path, variant, measure,
     # bytes); None: every group (its set-up operations and ceilings are measured whatever this says)
     only_groups: frozenset[tuple[str, str, str, int]] | None = None

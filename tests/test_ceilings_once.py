@@ -15,14 +15,17 @@ from gpuipc_bench.analysis import summarize
 from gpuipc_bench.analysis.summary import ceiling_sources
 from gpuipc_bench.results import read_results
 
-RUN = Path(__file__).resolve().parents[1] / "results" / "h100-default-modes.csv"
+ROOT_RESULTS = Path(__file__).resolve().parents[1] / "results"
+RUN = ROOT_RESULTS / "h100-default-modes.csv"
 
 
-def _worker(scenario: str, sharing: str, notes: list):
+def _worker(scenario: str, sharing: str, notes: list, first: str | None = None):
     worker = object.__new__(pair.PairWorker)
     worker.scenario = SimpleNamespace(name=scenario)
-    worker.ctx = SimpleNamespace(row_fields={"sharing": sharing}, note=lambda key, text: notes.append((key, text)))
+    worker.ctx = SimpleNamespace(row_fields={"sharing": sharing}, note=lambda key, text: notes.append((key, text)),
+                                 config=SimpleNamespace(host_ceilings_from=first))
     worker.ceilings_from = {}
+    worker.host_ceilings_noted = False
     measured = []
 
     def measure(key, nbytes):
@@ -74,3 +77,40 @@ def test_the_analysis_reads_a_reused_ceiling_where_it_was_measured():
 def test_the_header_lines_name_the_sources():
     meta = {"note.vmm.ceilings_from.time-sliced": "staging,ipc", "note.vmm.other": "x", "gpu.0.name": "H100"}
     assert ceiling_sources(meta) == {("vmm", "time-sliced"): ("staging", "ipc")}
+
+
+def test_a_further_mode_takes_the_first_modes_host_link_ceilings_from_4_mib():
+    """Under MPS after a time-sliced run of the scenario (RunConfig.host_ceilings_from): h2d and d2h, by
+    the copy engine or a kernel, measured below 4 MiB only (where the mode moves them: up to 15% on an
+    H200), a note naming the mode; the device's own ceilings measured at every size."""
+    notes: list = []
+    worker, measured = _worker("mmap", "mps", notes, first="time-sliced")
+    for key in ("d2h@0", "h2d-sm@0", "d2d@0"):
+        for nbytes in (1 << 20, 4 << 20, 256 << 20):
+            list(worker.ceiling_rows(key, nbytes))
+    assert measured == [("d2h@0", 1 << 20), ("h2d-sm@0", 1 << 20), ("d2d@0", 1 << 20), ("d2d@0", 4 << 20),
+                        ("d2d@0", 256 << 20)]
+    assert notes == [("host_ceilings_from.mps", f"time-sliced from {pair.HOST_CEILINGS_SHARED_FROM}")]
+
+
+def test_the_analysis_reads_a_further_modes_host_link_ceiling_in_the_first_mode():
+    frame, meta = read_results(ROOT_RESULTS / "h200-states-1.csv")
+    big = frame["bytes"] >= pair.HOST_CEILINGS_SHARED_FROM
+    host = frame["variant"].astype(str).str.match(r"^(h2d|d2h)")
+    dropped = frame[~((frame["path"] == "ceiling") & (frame["sharing"] == "mps") & big & host)]
+    note = {f"note.{sc}.host_ceilings_from.mps": f"time-sliced from {pair.HOST_CEILINGS_SHARED_FROM}"
+            for sc in ("mmap", "staging", "hostpool")}
+    sources = ceiling_sources({**meta, **note})
+    assert sources.modes[("mmap", "mps")] == ("time-sliced", 4 << 20)
+    without, borrowed, full = (summarize(dropped, meta=meta), summarize(dropped, meta={**meta, **note}),
+                               summarize(frame, meta=meta))
+
+    def ceiling(summary, sharing, nbytes, variant="dma"):
+        row = summary[(summary["scenario"] == "mmap") & (summary["variant"] == variant)
+                      & (summary["sharing"] == sharing) & (summary["measure"] == "stream") & (summary["bytes"] == nbytes)]
+        return float(row["ceiling_gbps"].iloc[0])
+
+    assert math.isnan(ceiling(without, "mps", 256 << 20))
+    assert ceiling(borrowed, "mps", 256 << 20) == ceiling(full, "time-sliced", 256 << 20)
+    assert ceiling(borrowed, "mps", 256 << 20, "zero-copy") == ceiling(full, "time-sliced", 256 << 20, "zero-copy")
+    assert ceiling(borrowed, "mps", 1 << 20) == ceiling(full, "mps", 1 << 20)  # below 4 MiB: its own mode's

@@ -155,21 +155,35 @@ def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = Non
     return _order(summary, df, paths)[list(SUMMARY_COLUMNS)].reset_index(drop=True)
 
 
-def ceiling_sources(meta: Mapping[str, str]) -> dict[tuple[str, str], tuple[str, ...]]:
+class CeilingSources(dict):
     """(scenario, sharing) -> the scenarios whose rows hold ceilings its workers measured before
-    it, from the header's `note.<scenario>.ceilings_from.<sharing>: a,b` lines."""
-    out = {}
+    it; `modes`: (scenario, sharing) -> (the mode, the size from which) whose host-link ceilings a
+    further sharing mode's run takes (engine.pair.HOST_CEILINGS_SHARED_FROM)."""
+
+    def __init__(self, *args, modes: dict[tuple[str, str], tuple[str, int]] | None = None):
+        super().__init__(*args)
+        self.modes = modes or {}
+
+
+def ceiling_sources(meta: Mapping[str, str]) -> CeilingSources:
+    """The header's `note.<scenario>.ceilings_from.<sharing>: a,b` lines, and its
+    `note.<scenario>.host_ceilings_from.<sharing>: <mode> from <bytes>` lines (CeilingSources)."""
+    out, modes = {}, {}
     for key, text in meta.items():
         parts = key.split(".", 3)
         if len(parts) == 4 and parts[0] == "note" and parts[2] == "ceilings_from":
             out[(parts[1], parts[3])] = tuple(s for s in str(text).split(",") if s)
-    return out
+        elif len(parts) == 4 and parts[0] == "note" and parts[2] == "host_ceilings_from":
+            mode, _, start = str(text).partition(" from ")
+            if start.strip().isdigit():
+                modes[(parts[1], parts[3])] = (mode.strip(), int(start))
+    return CeilingSources(out, modes=modes)
 
 
 def _call_floor(summary: pd.DataFrame, ceilings: dict[tuple, float],
                 sources: Mapping[tuple[str, str], tuple[str, ...]] | None = None) -> None:
     """ceiling_peak_gbps and call_bound of every row with a ceiling (see summarize)."""
-    sources = sources or {}
+    sources = sources if sources is not None else {}
     peak, bound = [], []
     sizes_of: dict[tuple, set] = {}  # (scenario, sharing) -> the sizes its ceilings were measured at
     for (sc, sh, _, b) in ceilings:
@@ -184,6 +198,10 @@ def _call_floor(summary: pd.DataFrame, ceilings: dict[tuple, float],
         if key not in curves:
             sizes = set().union(*(sizes_of.get((sc, r.sharing), set()) for sc in
                                   (r.scenario, CEILING_SCENARIO, *sources.get((r.scenario, r.sharing), ()))))
+            borrowed = getattr(sources, "modes", {}).get((r.scenario, r.sharing))
+            if borrowed is not None:  # the sizes whose host-link ceilings the first mode measured
+                sizes |= {b for b in set().union(*(sizes_of.get((sc, borrowed[0]), set()) for sc in (
+                    r.scenario, *sources.get((r.scenario, borrowed[0]), ())))) if b >= borrowed[1]}
             curve = {b: _ceiling_for(ceilings, r.scenario, r.sharing, r.ceiling, b, sources) for b in sorted(sizes)}
             curves[key] = {b: g for b, g in curve.items() if math.isfinite(g) and g > 0}
         curve = curves[key]
@@ -328,6 +346,9 @@ def _ceiling_medians(df: pd.DataFrame) -> dict[tuple, float]:
     return {(str(sc), str(sh), str(v), int(b)): _gbps(int(b), float(s)) for (sc, sh, v, b), s in medians.items()}
 
 
+HOST_LINKS = ("h2d", "d2h")  # ceiling kinds of the bus between host memory and a GPU (gpu.ceilings.KINDS)
+
+
 def _ceiling_for(ceilings: dict[tuple, float], scenario: str, sharing: str, variant: str, nbytes: int,
                  sources: Mapping[tuple[str, str], tuple[str, ...]] | None = None) -> float:
     """The ceiling `variant` at `nbytes`. Two hops (device to host, host to device): 'a+b' when
@@ -353,6 +374,10 @@ def _ceiling_for(ceilings: dict[tuple, float], scenario: str, sharing: str, vari
         found = ceilings.get((held, sharing, variant, nbytes))
         if found is not None:
             return found
+    borrowed = getattr(sources, "modes", {}).get((scenario, sharing))
+    if borrowed is not None and nbytes >= borrowed[1] and variant.partition("-")[0].partition("@")[0] in HOST_LINKS:
+        # a further sharing mode's host link from this size: the first mode's (the same bus, not the mode's)
+        return _ceiling_for(ceilings, scenario, borrowed[0], variant, nbytes, sources)
     own = [k for k in ceilings if k[0] == scenario and k[1] == sharing and k[2] == variant]
     if own:
         return math.nan  # the scenario measured this ceiling, just not at this size

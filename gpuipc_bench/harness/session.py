@@ -33,7 +33,7 @@ from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed, signal_name
 from gpuipc_bench.harness.header import run_header
 from gpuipc_bench.harness.known import KnownBest
-from gpuipc_bench.harness.plan import plan_runs, second_mode_stream_sizes, shuffle_paths
+from gpuipc_bench.harness.plan import modes_for, plan_runs, second_mode_stream_sizes, shuffle_paths
 from gpuipc_bench.harness.rounds import Proof, Round, run_round, schedule
 from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.hooks.profiling import mark, write_trace
@@ -120,6 +120,7 @@ class Session:
         self.results: Any = None
         self.failures: list[Failure] = []
         self.done: list[str] = []
+        self.ended_well: set[tuple] = set()  # (scenario, its GPUs, mode) of the runs that ended without a failure
         self.lock = threading.Lock()  # the results, figures and seconds, fed from a round's threads (harness.rounds)
 
     @property
@@ -291,9 +292,14 @@ class Session:
             self.failures.append(Failure(scenario.name, exc, 0))
             self.reporter.failed(line)
             return None
+        devices = tuple(spec.device for spec in specs)
+        first = modes_for(scenario, specs, modes)[:1]
+        borrow = mode is not None and bool(first) and first[0].name != mode.name and \
+            (scenario.name, devices, first[0].name) in self.ended_well  # its host-link ceilings: engine.pair
         scenario_config = dataclasses.replace(
             config, known_best=() if plan.independent else known.rows(),
-            stream_sizes=second_mode_stream_sizes(scenario, config, specs, modes, mode))
+            stream_sizes=second_mode_stream_sizes(scenario, config, specs, modes, mode),
+            host_ceilings_from=first[0].name if borrow else None)
         if scenario_config.stream_sizes is not None and replica == 1:
             results.set_meta(f"sampling.stream_sizes.{scenario.name}.{mode.name}",
                              ",".join(str(n) for n in scenario_config.stream_sizes))
@@ -345,6 +351,7 @@ class Session:
             reporter.failed(line)
         else:
             self.done.append(scenario.name)
+            self.ended_well.add((scenario.name, devices, mode.name if mode is not None else None))
         mark("scenario ended", scenario.name)
         with self.lock:  # summed over GPU pairs and modes (and over the pairs of a round, which overlap)
             spent = time.monotonic() - started + float(results.metadata.get(f"seconds.{scenario.name}", 0))

@@ -181,15 +181,16 @@ def test_an_h2d_ceiling_takes_two_host_rings_in_turn_each_filled_once_per_shape(
     ends, first = ("h2d", "host", 0), Buffer(0x1000)
     small, large = Ring.for_size(4096, 8), Ring.for_size(1 << 16, 4)
     taken = [table._host_source(ends, first, small, seed) for seed in (7, 7, 9, 11, 13)]
-    assert [ptr for ptr, _ in taken] == [0x1000, 0x2000, 0x1000, 0x2000, 0x1000]
-    assert [seed for _, seed in taken] == [7, 6, 7, 6, 7]  # the second ring's pattern differs from the first's
+    assert [ptr for ptr, _, _ in taken] == [0x1000, 0x2000, 0x1000, 0x2000, 0x1000]
+    assert [seed for _, seed, _ in taken] == [7, 6, 7, 6, 7]  # the second ring's pattern differs from the first's
+    assert [filled for _, _, filled in taken] == [True, True, False, False, False]  # (the lane window begins after)
     assert table.gpu.fills == [(0x1000, 4096, 8, 7), (0x2000, 4096, 8, 6)]
-    ptr, seed = table._host_source(ends, first, large, 21)  # another shape: that ring is filled again
-    assert (ptr, seed) == (0x2000, 21) and table.gpu.fills[-1] == (0x2000, 1 << 16, 4, 21)
+    ptr, seed, filled = table._host_source(ends, first, large, 21)  # another shape: that ring is filled again
+    assert (ptr, seed, filled) == (0x2000, 21, True) and table.gpu.fills[-1] == (0x2000, 1 << 16, 4, 21)
     one = ceilings.Ceilings(StubGpu(), 1 << 20, host_rings=1)  # the health form's: one ring, filled every sample
     one.gpu.fills = []
-    assert [one._host_source(ends, first, small, seed) for seed in (7, 9, 9)] == [(0x1000, 7), (0x1000, 9),
-                                                                                  (0x1000, 9)]
+    assert [one._host_source(ends, first, small, seed) for seed in (7, 9, 9)] == [
+        (0x1000, 7, True), (0x1000, 9, True), (0x1000, 9, True)]
     assert len(one.gpu.fills) == 3
 
 

@@ -107,7 +107,8 @@ def test_the_analysis_reads_a_further_modes_host_link_ceiling_in_the_first_mode(
 
     def ceiling(summary, sharing, nbytes, variant="dma"):
         row = summary[(summary["scenario"] == "mmap") & (summary["variant"] == variant)
-                      & (summary["sharing"] == sharing) & (summary["measure"] == "stream") & (summary["bytes"] == nbytes)]
+                      & (summary["sharing"] == sharing) & (summary["measure"] == "stream")
+                      & (summary["bytes"] == nbytes)]
         return float(row["ceiling_gbps"].iloc[0])
 
     assert math.isnan(ceiling(without, "mps", 256 << 20))

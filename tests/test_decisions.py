@@ -217,6 +217,14 @@ def test_comparing_runs_names_the_decisions_that_changed(tmp_path):
     result = CliRunner().invoke(cli, ["report", str(a), str(b)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
     assert "the choice at 4 KiB changed from staging/pinned-hostsync to ipc/push" in " ".join(result.output.split())
+    # first of all, before either run's tables: whether the mechanism class changed, and where
+    moved = [c for c in changes if c.before_class != c.after_class]
+    head = [line.strip() for line in result.output.split("═")[0].splitlines()]
+    assert head[0] == "Decisions against run 1" and moved
+    assert head[1].startswith(f"run 2: another mechanism class in {len(moved)} of ")
+    assert head[1].endswith(f", the same API in {int(head[1].split(' of ')[1].split()[0]) - len(changes)}")
+    assert "time-sliced · handoff at 4 KiB: two hops via pinned host, host-synced → IPC mapping, copy engine" \
+        in " ".join(head)
     data = json.loads(CliRunner().invoke(cli, ["report", str(a), str(b), "--format", "json"]).output)
     assert any(c["before"] == "staging/pinned-hostsync" and c["after"] == "ipc/push" for c in
                data["decision_changes"])

@@ -94,6 +94,10 @@ def _report_terminal(runs, sources, analyses, detailed: bool) -> None:
     from gpuipc_bench.report import analyse_runs, render_comparison_terminal, render_terminal
 
     console = stdout_console()
+    if len(runs) > 1:  # whether a choice changed, the mechanism class first, before any run's tables
+        from gpuipc_bench.report import render_decision_headline
+
+        render_decision_headline(analyses if _default_options(analyses) else analyse_runs(runs), console)
     for i, (source, (frame, meta), analysis) in enumerate(zip(sources, runs, analyses)):
         if len(runs) > 1:
             console.rule(Text(f"run {i + 1}: {source}"), style="bold", characters="═")

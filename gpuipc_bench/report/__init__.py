@@ -110,6 +110,21 @@ def render_comparison_terminal(runs: Sequence[Run], sources: Sequence[str], cons
                                wording.decision_changes(changes))
 
 
+def render_decision_headline(analyses: Sequence[RunAnalysis], console: Console) -> None:
+    """Before several runs' reports: whether each run's choices differ from run 1's, the mechanism
+    class first, then the API (wording.class_headline; the comparison at the end lists every change)."""
+    from rich.text import Text
+
+    from gpuipc_bench.analysis import compare_decisions
+    from gpuipc_bench.report import wording
+
+    changes = compare_decisions([a.answer.decisions for a in analyses])
+    console.print(Text("Decisions against run 1", style="bold"))
+    for line in wording.class_headline(changes, [len(a.answer.decisions) for a in analyses]):
+        console.print(Text("  " + line))
+    console.print()
+
+
 # --------------------------------------------------------------------------- markdown, data
 
 

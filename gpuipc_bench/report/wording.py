@@ -303,6 +303,26 @@ def decision_changes(changes) -> list[str]:
     return out
 
 
+def class_headline(changes, decisions: Sequence[int]) -> list[str]:
+    """What changed against run 1, the mechanism class first (issue 33: 'report A B' says first
+    whether a choice changed, at the class level): one line per other run, 'run 2: the same
+    mechanism class in all 29 decisions, the same API in 28', and the decisions whose class
+    changed under it. `changes`: analysis.compare.DecisionChange; `decisions`: each run's
+    decision count."""
+    out: list[str] = []
+    for run in range(1, len(decisions)):
+        mine = [c for c in changes if c.run == run]
+        moved = [c for c in mine if c.before_class != c.after_class]
+        total = max(decisions[0], decisions[run])
+        same_class = (f"the same mechanism class in all {total} decisions" if not moved else
+                      f"another mechanism class in {len(moved)} of {total} decisions")
+        out.append(f"run {run + 1}: {same_class}, the same API in {total - len(mine)}")
+        for c in moved:
+            where = f"{link_title(c.src, c.dst, c.sharing)} · {MEASURE_SHORT.get(c.measure, c.measure)}"
+            out.append(f"  {where} at {size_list([c.bytes])}: {c.before_class or 'none'} → {c.after_class or 'none'}")
+    return out
+
+
 def link_title(src: str, dst: str, sharing: str) -> str:
     """'GPU 0 → GPU 0 · time-sliced' (the sharing mode left out when 'none')."""
     return " · ".join([link(src, dst)] + ([sharing] if sharing and sharing != "none" else []))

@@ -67,8 +67,8 @@ def test_tied_members_taking_turns_are_one_band_with_the_cheapest_member():
     assert {d.choice for d in found.decisions} == {"ipc/push"}
     text = " ".join("\n".join(t for t, _ in summary_lines(analyse(frame([r for g in alternating() for r in g]),
                                                                     META), "run.csv", 80)).split())
-    assert "16 KiB–1 MiB IPC mapping, copy engine (3 APIs)" in text and "→ ipc/push (cheapest set-up)" in text
-    assert "next IPC mapping, kernel copy 1.29" in text  # measured from the choice (10.1 µs), not the fastest
+    assert "16 KiB–1 MiB ipc/push (IPC mapping, copy engine; cheapest set-up): 10.1 µs" in text
+    assert "next ipc/sm 1.29" in text  # measured from the choice (10.1 µs), not the fastest
 
 
 def test_a_choice_rejected_at_a_size_splits_the_band():

@@ -1,7 +1,7 @@
 """The one-screen answer `run` prints at the end (and `report --summary`): within the
-terminal's width without a cut figure, at most 25 lines for one GPU in one sharing mode, 40
-for two modes or a class of GPU pairs, 50 for a plain run on a multi-GPU node (the same-GPU
-answer and the pairs'), for every committed reference run."""
+terminal's width without a cut figure, at most 25 lines for one GPU with both sharing modes,
+30 for any node of several GPUs (a plain run: the same-GPU answer in brief, then the pairs'
+per link class), for every committed reference run."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from rich.console import Console
 from gpuipc_bench.analysis import analyse
 from gpuipc_bench.cli import cli
 from gpuipc_bench.paths import BUILTIN, to_metadata
-from gpuipc_bench.report import render_run_summary
+from gpuipc_bench.report import answer, render_run_summary
 from gpuipc_bench.results import read_results, write_results
 
 HERE = Path(__file__).parent
@@ -85,21 +85,23 @@ def two_measures(source: Path, tmp_path: Path) -> Path:
 
 
 def budget(analysis) -> int:
-    """The summary's line budget at 80 columns: 25 for one GPU (or links to the host) in one
-    sharing mode; 42 for two sharing modes, or GPU pairs alone; 52 for both (two lines over the
-    first budgets since time-sliced hand-offs are compared state by state: where they name ipc/ce
-    at 16-256 MiB and MPS keeps ipc/push, the MPS section has that band too). A check's rows of
-    every GPU of a node (its same-GPU pairs on each: `check --preset health` on four GPUs) have a
-    section a GPU: 25 for the first, 5 more for each further GPU."""
+    """The summary's line budget at 80 columns (issue 33): 25 for one GPU (or links to the
+    host) with both sharing modes, 30 for any node with GPU pairs. A check's rows of every GPU
+    of a node measured on itself (`check --preset health` on four GPUs) have a section a GPU:
+    25 for the first, 5 more for each further GPU; a run with busy neighbours (`--sharing
+    mps+copy`) has a BUSY NEIGHBOUR line of at most 2 screen lines a mode beyond the 25."""
     decisions = analysis.answer.decisions
     cross = [d for d in decisions if d.src.isdigit() and d.dst.isdigit() and d.src != d.dst]
-    modes = {d.sharing for d in decisions if d not in cross}
-    same_gpus = {d.src for d in decisions if d not in cross and d.src.isdigit()}
-    if cross and modes:
-        return 52
-    if len(same_gpus) > 1 and len(modes) == 1:
-        return 25 + 5 * (len(same_gpus) - 1)
-    return 42 if cross or len(modes) > 1 else 25
+    if cross:
+        return 30
+    same_gpus = {d.src for d in decisions if d.src.isdigit()}
+    busy = {s for s in analysis.summary["sharing"].dropna().unique() if "+" in str(s)}
+    return 25 + 5 * max(len(same_gpus) - 1, 0) + 2 * len(busy)
+
+
+def ends_with_the_report_command(text: str, name: str) -> bool:
+    words = " ".join(text.split())
+    return any(words.endswith(f"{lead}: gpuipc-bench report {name}") for lead in ("every table and warning", "in full"))
 
 
 @dataclasses.dataclass
@@ -145,34 +147,47 @@ def test_summary_of_each_reference_run_fits_its_budget(reference):
     text, name = reference.text, reference.name
     assert_one_screen(text, lines=budget(reference.analysis))
     assert text.startswith("gpuipc-bench · vm · ")
-    assert " ".join(text.split()).endswith(f"every table and warning: gpuipc-bench report {name}")
+    assert ends_with_the_report_command(text, name)
 
 
 @pytest.mark.skipif(not PAIRS_ALL.exists(), reason="reference runs not in this checkout")
-def test_the_nvlink_pairs_answer_is_one_per_link_class_within_40_lines():
+def test_the_nvlink_pairs_answer_is_one_per_link_class_within_30_lines():
     text = summary_text(PAIRS_ALL, source="results/h100x2-nvlink-pairs-all.csv")
-    assert_one_screen(text, lines=40)
+    assert_one_screen(text, lines=30)
     words = " ".join(text.split())
     assert "2 GPU pairs over NV18 (0→1, 1→0) · exclusive · hand-off" in words
     assert "GPU 0 → GPU 1 ·" not in words and "GPU 1 → GPU 0 ·" not in words  # no block per direction
     # the GPU-signalled hand-off bridges the sizes its kernel was not run at, and says so, and
     # where it stops being measured
-    assert ("0.856–1.13 µs ±0.3% over 2 pairs (not measured at 16, 256 B) (not measured above 4 KiB) "
-            "→ peer/device-ll") in words
+    assert ("peer/device-ll (kernel ping-pong, IPC-mapped LL words): 0.856–1.13 µs ±0.3% over 2 pairs "
+            "(not measured at 16, 256 B) (not measured above 4 KiB)") in words
     assert words.count("needs a polling kernel on both GPUs") == 1
     assert "394 GB/s at 256 MiB (394–395 over 2 pairs) = 100% of peer" in words
     # one process set (a schema-3 run): the 1.29x gap on 1>0 at 16 KiB is not named as a pair that
     # differs, only said to differ in one set
     assert "differs at" not in words
-    assert "on 0→1 (1→0 differs in one process set only) → ipc/push" in words
+    assert "ipc/push (IPC mapping, copy engine): 17.9 µs ±1.3% on 0→1 (1→0 differs in one process set only)" in words
+    assert words.count("IPC mapping, copy engine") == 1  # a mechanism is named at its first band only
 
 
 @pytest.mark.skipif(not PAIRS_DEFAULT.exists(), reason="reference runs not in this checkout")
-def test_a_plain_run_on_two_gpus_fits_52_lines_same_gpu_first():
+def test_a_plain_run_on_two_gpus_fits_30_lines_same_gpu_first_in_brief():
+    """51 lines in full (the same GPU's 18 and the pairs' 26): the same GPU's answer is said
+    in brief, each band's choice and sizes, the pairs' in full."""
     text = summary_text(PAIRS_DEFAULT, source="results/h100x2-nvlink-default.csv")
-    assert_one_screen(text, lines=52)
-    same, pairs = text.index("GPU 0 → GPU 0 · same GPU"), text.index("2 GPU pairs over NV18")
+    assert_one_screen(text, lines=30)
+    same, pairs = text.index("GPU 0 → GPU 0 · same GPU (figures: the report)"), text.index("2 GPU pairs over NV18")
     assert same < pairs
+    words = " ".join(text.split())
+    brief = words[:words.index("2 GPU pairs over NV18")]
+    sections = kept_analyses[PAIRS_DEFAULT].answer.sections
+    for section in sections:
+        for band in section.bands:
+            if not section.cross_gpu:
+                assert f"{band.pick} {' '.join(answer.band_span(band).split())}" in brief, band.pick
+            else:  # every band of the pairs with its own figure and interval
+                assert f"{' '.join(answer.band_span(band).split())} {band.pick}" in words, band.pick
+    assert "µs" not in brief and "±" not in brief
 
 
 def without_mps(path: Path, tmp_path: Path) -> Path:
@@ -188,43 +203,48 @@ def test_the_h100_answer_one_gpu_one_mode_fits_25_lines_with_one_line_per_mechan
     assert_one_screen(text, lines=25)
     words = " ".join(text.split())
     # the 16 KiB hand-off: host-synchronised staging, not pageable (every sample of it is faster)
-    assert "4 B–4 MiB* two hops via pinned host, host-synced" in words and "staging/pageable" not in words
-    # one line for the copy engine's stream, with the one to use (declared first: no reason said)
-    assert "IPC mapping, copy engine (2 APIs)" in words and "→ ipc/ce · next IPC mapping, kernel copy" in words
+    assert "4 B–4 MiB* staging/pinned-hostsync (two hops via pinned host, host-synced)" in words
+    assert "staging/pageable" not in words
+    # one line for the copy engine's stream, with the one to use (declared first: no reason said), its
+    # mechanism named at its first band only, the runner-up by its fastest API
+    assert "4 B–256 MiB* ipc/ce: 1.86–3.33 µs to 1 MiB" in words and "· next ipc/sm 1.03–1.08×" in words
+    assert words.count("IPC mapping, copy engine") == 1
     assert "per transfer" not in words.split("stream")[0]  # hand-offs are not call-bound
     assert "(call-bound)" in words and "1,486 GB/s ±0.9% at 256 MiB = 100% of d2d@0" in words
     assert "SET-UP per buffer (median): ipc 189 µs" in words and "CONFIDENCE" in words
 
 
 @pytest.mark.skipif(not H100_DEFAULT.exists(), reason="reference runs not in this checkout")
-def test_the_h100_answer_with_both_sharing_modes_fits_40_lines():
+def test_the_h100_answer_with_both_sharing_modes_fits_25_lines():
     text = summary_text(H100_DEFAULT)
-    assert_one_screen(text, lines=40)
+    assert_one_screen(text, lines=25)
     assert "GPU 0 → GPU 0 · same GPU · time-sliced · hand-off" in text
     assert " mps · handoff, where it changes the choice" in text
     assert "needs a polling kernel on both GPUs" in " ".join(text.split())
 
 
 @pytest.mark.skipif(not H100_MODES.exists(), reason="reference runs not in this checkout")
-def test_the_h100_answer_time_sliced_then_mps_fits_42_lines_with_one_band_per_mechanism():
+def test_the_h100_answer_time_sliced_then_mps_fits_25_lines_with_one_band_per_mechanism():
+    """32 lines in full: said without the mechanisms' names (every band's choice, figure and
+    runner-up kept)."""
     text = summary_text(H100_MODES, source="results/h100-default-modes.csv")
-    assert_one_screen(text, lines=42)
+    assert_one_screen(text, lines=25)
     words = " ".join(text.split())
     mps = words[words.index("mps · handoff, where it changes the choice"):]
     # under MPS the pushes through one mapping take turns at being the fastest: one band, the
     # cheapest of them; the pulls win from 64 MiB, where the pushes are behind beyond delta
     # (why the choice is the cheapest to set up is said once in a summary: at its first band)
-    assert "16 KiB–16 MiB* IPC mapping, copy engine (3 APIs)" in mps and "→ ipc/push" in mps
-    assert "64–256 MiB IPC mapping, copy engine (3 APIs)" in mps and "→ ipc/ce" in mps
+    assert "16 KiB–16 MiB* ipc/push: 11.3–23.9 µs ±2.7% · next ipc/ce 1.10–1.26×" in mps
+    assert "64–256 MiB ipc/ce: 61.9–201 µs ±83% · next torch/caching 1.86×" in mps
     assert words.count("(cheapest set-up)") == 1
-    assert mps.count("IPC mapping, copy engine (") == 2
+    assert mps[:mps.index("mps · stream")].count(" · next ") == 3
     # the stream under MPS: lines at 4 and 64 KiB only, where the kernel copy changes the choice
     stream = mps[mps.index("mps · stream, where it changes the choice"):]
-    assert stream.count("(call-bound)") == 2 and "4 KiB* IPC mapping, kernel copy" in stream
+    assert stream.count("(call-bound)") == 2 and "4 KiB* ipc/sm: 2.34 µs ±0.2% (call-bound)" in stream
     # time-sliced hand-off: push and pull apart at 64-256 MiB, the pushes one band; at 16 MiB, compared
     # state by state, the pull is not behind (the declared order names it)
-    assert "16 MiB IPC mapping, copy engine (6 APIs): 307 µs ±0.2% (54.7 GB/s) → ipc/ce" in words
-    assert "64–256 MiB IPC mapping, copy engine (3 APIs): 299–338 µs ±0.4% → ipc/push" in words
+    assert "16 MiB ipc/ce: 307 µs ±0.2% (54.7 GB/s) · ≈ ipc/sm" in words
+    assert "64–256 MiB ipc/push (cheapest set-up): 299–338 µs ±0.4% · next ipc/ce 1.09–1.69×" in words
 
 
 @pytest.mark.skipif(not REFERENCES, reason="reference runs not in this checkout")
@@ -245,9 +265,11 @@ def test_no_next_is_faster_than_the_choice_and_no_number_loses_its_unit(referenc
 
 
 @pytest.mark.skipif(not H200.exists(), reason="reference runs not in this checkout")
-def test_the_gpu_pair_answer_fits_40_lines_and_keeps_the_pair_apart():
+def test_the_gpu_pair_answer_fits_30_lines_and_keeps_the_pair_apart():
+    """28 lines in full before issue 33's summary: in full, the same GPU's answer too."""
     text = summary_text(H200)
-    assert_one_screen(text, lines=40)
+    assert_one_screen(text, lines=30)
+    assert "(figures: the report)" not in text
     assert "GPU 0 → GPU 1 · NV18 · exclusive" in text
     assert text.index("GPU 0 → GPU 0 · same GPU") < text.index("GPU 0 → GPU 1 · NV18")
 
@@ -341,6 +363,7 @@ def test_the_hand_over_cost_per_sharing_mode_explains_the_flip(tmp_path):
     """With both modes measured, one line gives the GPU-ordered hand-over's cost in each (the
     context switch time-sliced, none under MPS), from the run's own figures; with one mode, none."""
     from gpuipc_bench.analysis.handover import handovers
+    from gpuipc_bench.report.answer import NBSP, handover_line
 
     summary_text(H100_MODES)  # its analysis kept
     found = handovers(kept_analyses[H100_MODES].summary)
@@ -348,8 +371,11 @@ def test_the_hand_over_cost_per_sharing_mode_explains_the_flip(tmp_path):
     sliced, mps = found
     assert sliced.lo_s <= sliced.median_s <= sliced.hi_s and mps.lo_s <= mps.median_s <= mps.hi_s
     assert sliced.median_s > 10 * mps.median_s  # the context switch, on this H100
-    text = " ".join(summary_text(H100_MODES).split())  # the line wraps at 80 columns
-    assert "HAND-OVER on one GPU, 4 KiB" in text and "(a context switch)" in text
+    text = " ".join(summary_text(H100_MODES).split())
+    # on one screen line at 80 columns: each figure with its interval, the unit said once
+    assert "HAND-OVER at 4 KiB: 273 µs [272–273] time-sliced · 11.1 µs [11.0–11.2] mps" in text
+    wide = handover_line(found, width=200).text.replace(NBSP, " ")
+    assert wide.startswith("HAND-OVER on one GPU, 4 KiB") and "time-sliced (a context switch)" in wide
     assert "HAND-OVER" not in summary_text(without_mps(H100_MODES, tmp_path))
 
 

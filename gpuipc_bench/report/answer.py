@@ -19,6 +19,7 @@ is a time per transfer ("call-bound"), never GB/s or a fraction of the ceiling.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 
@@ -38,7 +39,7 @@ from gpuipc_bench.machine.mig import heading as mig_heading, is_mig, refused_lin
 from gpuipc_bench.report import wording
 from gpuipc_bench.report.findings import fallback_lines, handover_line, neighbour_lines  # noqa: F401 - re-exported
 from gpuipc_bench.report.lines import (  # noqa: F401 - re-exported: the formatting the report modules share
-    NBSP, Line, no_break, size_text, value_span, time_parts, fmt_time, sizes_text, time_span, wrap,
+    NBSP, Line, fewest_lines, no_break, size_text, value_span, time_parts, fmt_time, sizes_text, time_span, wrap,
 )
 from gpuipc_bench.report.wording import fmt_num, link
 from gpuipc_bench.results import base_mode
@@ -171,36 +172,80 @@ def lane_notes(decisions: Sequence[Decision]) -> tuple[str, ...]:
 def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int = SIZE_WIDTH,
                mentioned: set[str] | None = None, links: Sequence[tuple[str, str]] = (),
                note: str | None = None) -> list[Line]:
-    """The two lines of a band: its sizes, mechanism and figure (and the lane its bytes took,
-    `note`: lane_notes' first where None); the choice, what is the same (≈) or cannot be told
-    from it (≈?), the next mechanism and how much slower it is. `width`: the sizes column's;
-    `mentioned`: the costs already said (said once); `links`: the section's GPU pairs."""
+    """The two lines of a band (the report's): its sizes, mechanism and figure (and the lane its
+    bytes took, `note`: lane_notes' first where None); the choice, what is the same (≈) or
+    cannot be told from it (≈?), the next mechanism and how much slower it is. `width`: the
+    sizes column's; `mentioned`: the costs already said (said once); `links`: the section's
+    GPU pairs."""
     if note is None:
         note = next(iter(lane_notes(band.decisions)), "")
     d = band.first
-    l2 = [x.bytes for x in band.decisions if x.l2_resident]
-    choice = band.pick
-    span = sizes_text(band.lo, band.hi) + ("*" if l2 else "")
-    members = list(band.pool) or sorted({m for x in band.decisions for m in x.members if _in_class(choice, x)})
-    name = d.cls if d.cls != choice else choice
+    members = band_members(band)
+    name = d.cls if d.cls != band.pick else band.pick
     apis = f" ({len(members)} APIs)" if len(members) > 1 else ""
     figure = band_figure(band, measure, links) + (f", {note}" if note else "")
-    first = Line(f"  {span:<{width - 2}} {name}{apis}: {figure}", width + 2)
-    why = band.why or (d.why if d.choice == choice else "cheapest set-up")
-    # why the choice among its class's APIs: said where it is not the obvious, and once a summary
+    first = Line(f"  {band_span(band):<{width - 2}} {name}{apis}: {figure}", width + 2)
+    why, cost = choice_reasons(band, members, mentioned)
+    rest = [f"→ {band.pick}" + (f" ({why})" if why else "") + (f", needs {cost}" if cost else ""),
+            *other_clauses(band, members)]
+    return [first, Line(" " * width + " · ".join(rest), width + 2)]
+
+
+def summary_band_line(band: Band, measure: str, width: int, mentioned: set[str],
+                      links: Sequence[tuple[str, str]] = (), note: str = "", form: Form | None = None) -> Line:
+    """A band's one logical line in the summary: its sizes, the API to use (with its mechanism
+    at the mechanism's first mention in the summary, `mentioned`, and why where that is said),
+    its figure with its interval (and `note`, the lane), what it needs (said once), what is
+    the same (≈) or undecided (≈?), and the next class by its fastest API and how much slower.
+    `form`: what a summary too long for one screen leaves out (Form)."""
+    form = form or Form()
+    d = band.first
+    members = band_members(band)
+    named = form.mechanisms and d.cls not in (band.pick, "") and f"class:{d.cls}" not in mentioned
+    if named:
+        mentioned.add(f"class:{d.cls}")
+    why, cost = choice_reasons(band, members, mentioned)
+    said = "; ".join(x for x in (d.cls if named else "", why if form.asides else "") if x)
+    figure = band_figure(band, measure, links) + (f", {note}" if note else "") + (f", needs {cost}" if cost else "")
+    text = f"  {band_span(band):<{width - 2}} {band.pick}" + (f" ({said})" if said else "") + f": {figure}"
+    rest = other_clauses(band, members, by_api=True)
+    shown = rest if form.asides else [x for x in rest if x.startswith("next ")]
+    return Line(" · ".join([text, *shown]), HANG)
+
+
+def band_span(band: Band) -> str:
+    """'4 B–4 MiB*': a band's sizes, '*' where some are L2-resident."""
+    return sizes_text(band.lo, band.hi) + ("*" if any(x.l2_resident for x in band.decisions) else "")
+
+
+def band_members(band: Band) -> list[str]:
+    """The APIs of the choice's mechanism usable over the band."""
+    return list(band.pool) or sorted({m for x in band.decisions for m in x.members if _in_class(band.pick, x)})
+
+
+def choice_reasons(band: Band, members: Sequence[str], mentioned: set[str] | None) -> tuple[str, str]:
+    """Why the choice among its class's APIs ('cheapest set-up': said where it is not the
+    obvious, and once a summary, `mentioned`) and what it costs besides the copy (once a
+    summary); '' where not said."""
+    d = band.first
+    why = band.why or (d.why if d.choice == band.pick else "cheapest set-up")
     said = len(members) > 1 and why not in ("fastest", "declared first") and (
         mentioned is None or f"why:{why}" not in mentioned)
-    use = f"→ {choice}" + (f" ({why})" if said else "")
-    if said and mentioned is not None:
-        mentioned.add(f"why:{why}")
-    if d.cost and (mentioned is None or d.cost not in mentioned):
-        use += f", needs {d.cost}"
-        if mentioned is not None:
-            mentioned.add(d.cost)
-    rest = [use]
-    # the other mechanisms' APIs as good somewhere in the band: ≈ where always shown the same, ≈? where
-    # undecided at some size; with the sizes where they are as good ('' everywhere)
-    # (of other mechanisms: the line is about mechanisms; the choice names the API of its own)
+    cost = d.cost if d.cost and (mentioned is None or d.cost not in mentioned) else ""
+    if mentioned is not None:
+        mentioned.update(x for x in (f"why:{why}" if said else "", cost) if x)
+    return (why if said else ""), cost
+
+
+def other_clauses(band: Band, members: Sequence[str], by_api: bool = False) -> list[str]:
+    """What else the band's line says after its choice: the other mechanisms' APIs as good
+    somewhere in the band (≈ where always shown the same, ≈? where undecided at some size,
+    with the sizes where they are as good, '' everywhere; of other mechanisms: the line is
+    about mechanisms, the choice names the API of its own), and the next class (by its
+    mechanism's name, or by its fastest API: `by_api`) with how much slower it is."""
+    d = band.first
+    choice = band.pick
+    rest = []
     others = sorted({m for x in band.decisions for m in x.tied} - {choice} - set(members))
     # and not the next class's fastest API somewhere: the next clause gives its ratios
     nexts = [x for x in band.decisions if x.next and math.isfinite(x.ratio) and not set(x.next_members) & set(members)]
@@ -215,9 +260,14 @@ def band_lines(band: Band, measure: str, setup: dict[str, SetupCost], width: int
     # the next class at each size, unless it holds one of the band's own APIs (split from them by noise there)
     if nexts:
         last = max(nexts, key=lambda x: x.bytes)
-        same = [x.ratio for x in nexts if _next_key(x) == _next_key(last)]
-        rest.append(f"next {_next_name(last, d.cls, {_mechanism_of(m) for m in others})} {ratio_span(same)}")
-    return [first, Line(" " * width + " · ".join(rest), width + 2)]
+        alike = [x for x in nexts if _next_key(x) == _next_key(last)]
+        same = [x.ratio for x in alike]
+        fastest = list(dict.fromkeys(x.next_members[0] for x in alike))
+        # by its fastest API where one is at every size (else by the mechanism, as the report names it)
+        name = fastest[0] if by_api and len(fastest) == 1 else \
+            _next_name(last, d.cls, {_mechanism_of(m) for m in others})
+        rest.append(f"next {name} {ratio_span(same)}")
+    return rest
 
 
 def _next_name(d: Decision, cls: str, tied: set[str] = frozenset()) -> str:
@@ -303,11 +353,18 @@ def link_heading(section: Section, meta: Mapping[str, str] | None = None) -> str
     return link(src, dst) + (f" · {section.link_class}" if section.link_class else "")
 
 
-def section_subtitle(section: Section) -> str:
+def section_subtitle(section: Section, mentioned: set[str] | None = None) -> str:
+    """'time-sliced · hand-off (one message at a time)': the measure's gloss said once a
+    summary (`mentioned`), every time without it."""
     parts = [section.sharing] if section.sharing not in ("", "none") else []
     if not section.primary:
         return " · ".join(parts + [section.measure]) + ", where it changes the choice"
-    return " · ".join(parts + [MEASURE_TITLES.get(section.measure, section.measure)])
+    title = MEASURE_TITLES.get(section.measure, section.measure)
+    if mentioned is not None:
+        if f"measure:{section.measure}" in mentioned:
+            title = title.partition(" (")[0]
+        mentioned.add(f"measure:{section.measure}")
+    return " · ".join(parts + [title])
 
 
 # --------------------------------------------------------------------------- the other lines
@@ -352,19 +409,20 @@ def confidence_line(decisions: Sequence[Decision], width: int = 80) -> Line | No
     if within:
         bound = max((d.within for d in within if math.isfinite(d.within)), default=math.nan)
         text += f", {len(within)} within {wording.fmt_percent(bound)}"
+    where = ""
     if undecided:
-        where: dict[str, list[int]] = {}
+        at: dict[str, list[int]] = {}
         for d in undecided:
-            where.setdefault(d.measure, []).append(d.bytes)
-        listed = [f"{m} {', '.join(wording.format_size(b) for b in sorted(set(at)))}" if len(set(at)) <= 3
-                  else f"{m} {len(set(at))} sizes" for m, at in where.items()]
+            at.setdefault(d.measure, []).append(d.bytes)
+        listed = [f"{m} {', '.join(size_text(b) for b in sorted(set(x)))}" if len(set(x)) <= 3
+                  else f"{m} {len(set(x))} sizes" for m, x in at.items()]
         text += f", {len(undecided)} undecided"
-        if len(text) + len("; ".join(listed)) + 4 <= width:
-            text += f" ({'; '.join(listed)})"
+        where = f" ({'; '.join(listed)})"
     fewest = min(d.samples for d in decisions)
-    if fewest < 6:
-        text += f"; from {fewest} samples a range covers the median {range_coverage(fewest):.1%} of the time"
-    return Line(text + ".", 2)
+    coverage = f"; from {fewest} samples a range covers the median {range_coverage(fewest):.1%} of the time" \
+        if fewest < 6 else ""
+    # where the undecided are, said where it takes the line onto no more screen lines
+    return fewest_lines([text + where + coverage + ".", text + coverage + "."], 2, width)
 
 
 def _figure_warnings(ws: Sequence[StabilityWarning]) -> str:
@@ -402,8 +460,56 @@ def warnings_line(relevant: Sequence[StabilityWarning], total: int, width: int =
     return Line(text(fits[0] if fits else MAX_WARNINGS_LISTED), 2, "yellow")
 
 
+ONE_GPU_LINES = 25  # the summary's screen lines at 80 columns: one GPU, both sharing modes
+NODE_LINES = 30  # any node of several GPUs (a heading per link class, not per pair)
+CHECK_GPU_LINES = 5  # each further GPU measured on itself alone
+NEIGHBOUR_LINES = 2  # each busy-neighbour mode's line
+
+
+@dataclasses.dataclass(frozen=True)
+class Form:
+    """What the summary says beyond each band's sizes, choice, figure and runner-up: the
+    sections within a GPU or to the host in full (not `brief`: on a node of several GPUs they
+    may be said in one line per link, brief_line), the mechanism at its first mention, what
+    is the same (≈) or undecided (≈?) and why the choice among its mechanism's APIs."""
+
+    brief: bool = False
+    mechanisms: bool = True
+    asides: bool = True  # ≈, ≈? and why the choice among its class's APIs
+
+
 def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list[tuple[str, str]]:
-    """The one-screen answer as (text, style) screen lines at `width` columns."""
+    """The one-screen answer as (text, style) screen lines at `width` columns: in full where
+    it fits its budget (NODE_LINES on a node with GPU pairs, ONE_GPU_LINES otherwise), else in
+    the first of the shorter forms that fits (or the shortest): on a node, the links within
+    a GPU or to the host in brief (each band's choice and sizes: the node's question is its
+    pairs), then without the mechanisms' names, then without what ties (the report has all)."""
+    node = any(s.cross_gpu for s in analysis.answer.sections)
+    forms = [Form(), *([Form(brief=True)] if node else []), Form(brief=node, mechanisms=False),
+             Form(brief=node, mechanisms=False, asides=False)]
+    budget = line_budget(analysis)
+    for form in forms:
+        lines = answer_lines(analysis, source, width, form)
+        if len(lines) <= budget * 80 // width:  # the budgets are for 80 columns
+            break
+    return lines
+
+
+def line_budget(analysis: RunAnalysis) -> int:
+    """The summary's screen lines at 80 columns: NODE_LINES with GPU pairs; else ONE_GPU_LINES,
+    CHECK_GPU_LINES more for each further GPU with links of its own (`check --preset health`
+    measures each GPU on itself) and NEIGHBOUR_LINES more for each busy-neighbour mode."""
+    sections = analysis.answer.sections
+    if any(s.cross_gpu for s in sections):
+        return NODE_LINES
+    gpus = {s.links[0][0] for s in sections if is_gpu(s.links[0][0])}
+    busy = {c.mode for c in neighbour_costs(analysis.summary)}
+    return ONE_GPU_LINES + CHECK_GPU_LINES * max(len(gpus) - 1, 0) + NEIGHBOUR_LINES * len(busy)
+
+
+def answer_lines(analysis: RunAnalysis, source: str | None, width: int, form: Form = Form()) -> list[tuple[str, str]]:
+    """The one-screen answer's screen lines in `form`."""
+    brief = form.brief
     answer = analysis.answer
     name = source or "RUN.csv"
     lines = [Line(wording.machine_line(analysis.meta, width, "gpuipc-bench · "), 0, "bold")]
@@ -422,28 +528,32 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
             lines.append(Line(NO_DECISION + (f" Measured: {shown}." if names else ""), 0))
     else:
         l2 = any(d.l2_resident for d in answer.shown)
-        lines.append(Line("Fastest mechanism per size → API to use; ≈ the same, ≈? undecided"
-                          + (", * partly L2." if l2 else "."), 0, "dim"))
-    setup = {c.path: c for c in answer.setup}
+        lines.append(Line(LEGEND + (", * partly L2." if l2 else "."), 0, "dim"))
     # A mode with a busy neighbour ('mps+copy') is summed up by its BUSY NEIGHBOUR line: its own
     # decisions are in the report, not on this screen
     sections = [section for section in answer.sections if base_mode(section.sharing) == section.sharing]
-    bands = [b for section in sections for b in section.bands]
-    column = max([SIZE_WIDTH] + [len(sizes_text(b.lo, b.hi)) + 3 for b in bands])
+    full = [s for s in sections if s.cross_gpu or not brief]
     heading, mentioned = None, set()
     for section in sections:
         here = link_heading(section, analysis.meta)
+        if section not in full:
+            if here != heading:
+                lines.append(brief_line([s for s in sections if s not in full and link_heading(
+                    s, analysis.meta) == here], here))
+                heading = here
+            continue
+        title = section_subtitle(section, mentioned)
         if here != heading:  # a heading per link or class of GPU pairs, with its first title where it fits
-            combined = f"{here} · {section_subtitle(section)}"
+            combined = f"{here} · {title}"
             lines += [Line(combined, 2, "bold")] if len(combined) <= width else \
-                [Line(here, 2, "bold"), Line(" " + section_subtitle(section), 3, "bold")]
+                [Line(here, 2, "bold"), Line(" " + title, 3, "bold")]
             heading = here
         else:
-            lines.append(Line(" " + section_subtitle(section), 3, "bold"))
+            lines.append(Line(" " + title, 3, "bold"))
+        column = max(len(band_span(b)) for b in section.bands) + 2  # the section's sizes column
         for band in section.bands:
-            note = fitting_note(band, section, setup, column, mentioned, width)
-            head, rest = band_lines(band, section.measure, setup, column, mentioned, section.links, note)
-            lines.append(Line(head.text + " " + rest.text.strip(), HANG))
+            note = fitting_note(band, section, column, mentioned, width, form)
+            lines.append(summary_band_line(band, section.measure, column, mentioned, section.links, note, form))
             lines += differ_lines(band, section.measure, HANG - 2)
     handover = [h for h in answer.handover if base_mode(h.sharing) == h.sharing]
     if handover:
@@ -454,18 +564,34 @@ def summary_lines(analysis: RunAnalysis, source: str | None, width: int) -> list
                           confidence_line(answer.decisions, width),
                           warnings_line(answer.relevant, len(analysis.warnings), width, bool(sections)))
               if x is not None]
-    lines.append(Line(f"every table and warning: gpuipc-bench report {name}", 2, long_words=True))
+    lines.append(fewest_lines([f"every table and warning: gpuipc-bench report {name}",
+                               f"in full: gpuipc-bench report {name}"], 2, width, long_words=True))
     return wrap(lines, width)
 
 
-def fitting_note(band: Band, section: Section, setup: dict[str, SetupCost], column: int, mentioned: set[str],
-                 width: int) -> str:
+LEGEND = "API to use per size; ≈ the same, ≈? undecided, next: the runner-up"
+
+
+def brief_line(sections: Sequence[Section], heading: str) -> Line:
+    """A link's answer in brief: each sharing mode's and measure's choices with their sizes
+    ('time-sliced hand-off ipc/ce 16–256 MiB, ...'), the figures left to the report."""
+    parts, sharing = [], None
+    for section in sections:
+        mode = f"{section.sharing} " if section.sharing not in ("", "none", sharing) else ""
+        sharing = section.sharing
+        measure = {"handoff": "hand-off"}.get(section.measure, section.measure)
+        parts.append(f"{mode}{measure} " + ", ".join(f"{b.pick} {band_span(b)}" for b in section.bands))
+    return Line(f"{heading} (figures: the report) · " + " · ".join(parts), 2)
+
+
+def fitting_note(band: Band, section: Section, column: int, mentioned: set[str], width: int,
+                 form: Form | None = None) -> str:
     """The longest of a band's lane notes that takes its line onto no more screen lines than it
     has without one ('' where none fits: the report and the JSON still say it): the summary's
     line budget does not grow with the counters."""
     def count(note: str) -> int:
-        head, rest = band_lines(band, section.measure, setup, column, set(mentioned), section.links, note)
-        return len(wrap([Line(head.text + " " + rest.text.strip(), HANG)], width))
+        line = summary_band_line(band, section.measure, column, set(mentioned), section.links, note, form)
+        return len(wrap([line], width))
 
     notes = lane_notes(band.decisions)
     if not notes:

@@ -22,25 +22,30 @@ def fallback_lines(analysis: RunAnalysis) -> list[Line]:
 
 def neighbour_lines(found: Sequence[NeighbourCost]) -> list[Line]:
     """Per mode with a busy neighbour: what it costs the pair's hand-off and stream, each figure
-    with its interval, the same path without the neighbour first."""
+    with its interval, the same path without the neighbour first (the path named once where
+    both measures are of one)."""
     out = []
     for mode in dict.fromkeys(c.mode for c in found):
         mine = [c for c in found if c.mode == mode]
+        one = len({c.label for c in mine}) == 1
         parts = []
         for c in mine:
+            label = "" if one else f" {c.label}"
+            size = wording.format_size(c.nbytes).replace(" ", NBSP)
             if c.measure == "handoff":
-                parts.append(f"hand-off {wording.format_size(c.nbytes)} {c.label} {_time(c.without)} → "
-                             f"{_time(c.beside)} ({c.ratio:.2f}×)")
+                parts.append(f"hand-off {size}{label} {_figure(c.without)} → {_figure(c.beside)} ({c.ratio:.2f}×)")
             else:
-                parts.append(f"stream {wording.format_size(c.nbytes)} {c.label} {_gbps(c.without, c.nbytes)} → "
+                parts.append(f"stream {size}{label} {_gbps(c.without, c.nbytes)} → "
                              f"{_gbps(c.beside, c.nbytes)}{NBSP}GB/s ({1 / c.ratio:.2f}×)")
-        out.append(Line(f"BUSY NEIGHBOUR ({mode} against {mine[0].base}): " + " · ".join(parts), 2))
+        against = "" if mode.partition("+")[0] == mine[0].base else f" against {mine[0].base}"
+        named = f", {mine[0].label}" if one else ""
+        out.append(Line(f"BUSY NEIGHBOUR {mode}{against}{named}: " + " · ".join(parts), 2))
     return out
 
 
-def _time(f: Figure) -> str:
-    """'273 µs [272–273 µs]': a time per transfer and its interval."""
-    return f"{fmt_time(f.median_s)} [{time_span([f.lo_s, f.hi_s])}]"
+def _figure(f: Figure) -> str:
+    """'273 µs [272–273]': a time per transfer and its interval."""
+    return _time(f.median_s, f.lo_s, f.hi_s)
 
 
 def _gbps(f: Figure, nbytes: int) -> str:
@@ -52,18 +57,29 @@ def _gbps(f: Figure, nbytes: int) -> str:
 
 def handover_line(found: Sequence[Handover], width: int = 80) -> Line:
     """Why the sharing mode flips the small-message answer: the GPU-ordered hand-over's cost per
-    mode, with the paths that measured it where that fits one line of `width`."""
+    mode with its interval, on one screen line of `width` where a shorter wording fits (the
+    paths that measured it, then why time-sliced costs more, left out in turn)."""
     first = found[0]
 
-    def text(named: bool) -> str:
+    def text(named: bool, why: bool, head: str = "HAND-OVER on one GPU, 4 KiB") -> str:
         parts = []
         for h in found:
-            why = " (a context switch)" if h.sharing == "time-sliced" else ""
+            reason = " (a context switch)" if h.sharing == "time-sliced" and why else ""
             path = "" if h.label == first.label or not named else f", {h.label}"
-            span = time_span([h.lo_s, h.hi_s])
-            interval = "" if span == fmt_time(h.median_s) else f" [{span}]"  # an interval that rounds away
-            parts.append(f"{fmt_time(h.median_s)}{interval} {h.sharing}{why}{path}")
-        return f"HAND-OVER on one GPU, 4 KiB{f' ({first.label})' if named else ''}: " + " · ".join(parts)
+            parts.append(f"{_time(h.median_s, h.lo_s, h.hi_s)} {h.sharing}{reason}{path}")
+        return f"{head}{f' ({first.label})' if named else ''}: " + " · ".join(parts)
 
-    full = text(True)
-    return Line(full if len(full) + 2 <= width else text(False), 2)
+    variants = [text(True, True), text(False, True), text(False, False), text(False, False, "HAND-OVER at 4 KiB")]
+    return Line(next((t for t in variants if len(t) <= width), variants[1]), 2)
+
+
+def _time(median_s: float, lo_s: float, hi_s: float) -> str:
+    """'274 µs [273–282]': a time and its interval, the unit said once where they share it
+    ('999 µs [990 µs–1.01 ms]' where not; '273 µs ±0.1%' where its ends round to the median)."""
+    span = time_span([lo_s, hi_s])
+    if span == fmt_time(median_s):
+        return f"{span} {wording.fmt_pm(lo_s, median_s, hi_s)}"
+    unit = fmt_time(median_s).rpartition(NBSP)[2]
+    if span.endswith(NBSP + unit) and span.count(NBSP) == 1:
+        span = span.rpartition(NBSP)[0]
+    return f"{fmt_time(median_s)} [{span}]"

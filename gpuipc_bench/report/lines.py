@@ -36,6 +36,13 @@ def wrap(lines: Sequence[Line], width: int) -> list[tuple[str, str]]:
     return out
 
 
+def fewest_lines(variants: Sequence[str], indent: int, width: int, style: str = "", long_words: bool = False) -> Line:
+    """The first of `variants` (the fullest first) that wraps onto the fewest screen lines."""
+    made = [Line(text, indent, style, long_words) for text in variants]
+    counts = [len(wrap([line], width)) for line in made]
+    return made[counts.index(min(counts))]
+
+
 # --------------------------------------------------------------------------- figures
 
 

@@ -121,7 +121,17 @@ def fork_vs_fresh(runs: Runs) -> str:
                                  "included, set-up rows left out"))
 
 
+ANSWER = "gpuipc_bench.report.answer"
+SUMMARY_BUDGET: list[Row] = [
+    (ANSWER, "ONE_GPU_LINES", "", "the summary's screen lines at 80 columns: one GPU, both sharing modes"),
+    (ANSWER, "NODE_LINES", "", "the same, for a node of several GPUs"),
+    (ANSWER, "CHECK_GPU_LINES", "", "more for each further GPU measured on itself alone (a check's health preset)"),
+    (ANSWER, "NEIGHBOUR_LINES", "", "more for each busy-neighbour mode's line"),
+]
+
+
 METHOD_RENDERERS: dict[str, Callable[[Runs], str]] = {
+    "summary-budget": parameters(SUMMARY_BUDGET),
     "measuring-parameters": parameters(MEASURING),
     "verdict-parameters": parameters(VERDICT),
     "range-covers": covers,

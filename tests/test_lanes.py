@@ -444,6 +444,28 @@ def test_the_lane_alarm_names_a_path_whose_bytes_took_another_lane():
         "wrong lane in 100% of samples"
 
 
+def test_the_summary_raises_the_lane_alarm_where_a_library_took_another_lane():
+    """NIXL with UCX_TLS without cuda_ipc between two NVLink H200s (results/): its figures went over PCIe,
+    and the one-screen summary says so in a line of its own; a run whose bytes took their lanes has none."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from gpuipc_bench.report import render_run_summary
+    from gpuipc_bench.results import read_results
+
+    results = Path(__file__).resolve().parents[1] / "results"
+
+    def summary(name: str) -> str:
+        console = Console(width=80, record=True, color_system=None, file=open("/dev/null", "w"))
+        render_run_summary(*read_results(results / name), console, source=name)
+        return " ".join(console.export_text().split())
+
+    forced = summary("h200x2-nixl-cuda-copy-lanes.csv")
+    assert "! wrong lane (2 figures): nixl/read:cuda_copy" in forced and "went over PCIe, its lane is NVLink" in forced
+    assert "wrong lane" not in summary("h200x2-hostceil.csv")
+
+
 # ------------------------------------------------------------------------------ the answer's lane
 
 def laned_run(tmp_path, lane_of_path):

@@ -37,7 +37,9 @@ from gpuipc_bench.analysis.warnings import StabilityWarning
 from gpuipc_bench.machine.lanes import NOT_PROVEN, OTHER_TRAFFIC, PROVEN_LANES, SMALL
 from gpuipc_bench.machine.mig import heading as mig_heading, is_mig, refused_line
 from gpuipc_bench.report import wording
-from gpuipc_bench.report.findings import fallback_lines, handover_line, neighbour_lines  # noqa: F401 - re-exported
+from gpuipc_bench.report.findings import (  # noqa: F401 - re-exported
+    fallback_lines, handover_line, lane_alarm_lines, neighbour_lines,
+)
 from gpuipc_bench.report.lines import (  # noqa: F401 - re-exported: the formatting the report modules share
     NBSP, Line, fewest_lines, no_break, size_text, value_span, time_parts, fmt_time, sizes_text, time_span, wrap,
 )
@@ -559,7 +561,8 @@ def answer_lines(analysis: RunAnalysis, source: str | None, width: int, form: Fo
     if handover:
         lines.append(handover_line(handover, width))
     lines += neighbour_lines(neighbour_costs(analysis.summary))
-    lines += fallback_lines(analysis) + [Line("! " + x, 2, "bold yellow") for x in [refused_line(analysis.meta)] if x]
+    lines += fallback_lines(analysis) + lane_alarm_lines(analysis)
+    lines += [Line("! " + x, 2, "bold yellow") for x in [refused_line(analysis.meta)] if x]
     lines += [x for x in (setup_line(answer.setup, _consulted(sections), width),
                           confidence_line(answer.decisions, width),
                           warnings_line(answer.relevant, len(analysis.warnings), width, bool(sections)))

@@ -20,6 +20,39 @@ def fallback_lines(analysis: RunAnalysis) -> list[Line]:
                  2, "bold yellow") for f, n in worst_per_scenario(analysis.fallbacks)]
 
 
+def lane_alarm_lines(analysis: RunAnalysis) -> list[Line]:
+    """The lane alarm (issue 36): a line per scenario whose figures that the answer chose took another
+    lane than the path's by NVML's counters (analysis.warnings.lane_warnings), its largest such figure
+    named, the lane it took and the one it should (a library that fell back to host memory between
+    NVLink GPUs; a P2P-off copy that went over NVLink)."""
+    from gpuipc_bench.analysis.lanes import expected_lane, figure_lanes
+    from gpuipc_bench.analysis.warnings import WRONG_LANE
+
+    # a figure the answer names: a decision's choice (the report lists every wrong-lane figure)
+    chosen = {(d.choice, d.src, d.dst, d.sharing, d.measure, d.bytes) for d in analysis.answer.decisions}
+    wrong = [w for w in analysis.warnings if w.cause == WRONG_LANE
+             and (f"{w.path}/{w.variant}", w.src, w.dst, w.sharing, w.measure, w.bytes) in chosen]
+    if not wrong:
+        return []
+    seen = figure_lanes(analysis.frame)
+    out = []
+    for scenario in dict.fromkeys(w.scenario for w in wrong):
+        mine = [w for w in wrong if w.scenario == scenario]
+        w = max(mine, key=lambda x: x.bytes)
+        lane = seen.get((w.path, w.variant, w.measure, w.src, w.dst, w.sharing, w.bytes), "") or "another lane"
+        should = expected_lane(w.path, w.variant, w.src, w.dst, analysis.meta) or "another"
+        many = f" ({len(mine)} figures)" if len(mine) > 1 else ""
+        size = wording.format_size(w.bytes).replace(" ", NBSP)
+        should = f"its lane is {LANE_WORDS.get(should, should)}" if should != "none" else "it should cross none"
+        out.append(Line(f"! wrong lane{many}: {w.path}/{w.variant} at {size} ({wording.link(w.src, w.dst)}) went "
+                        f"over {LANE_WORDS.get(lane, lane)}, {should} (NVML's byte counters): check the transport "
+                        "the library chose and peer access", 2, "bold yellow"))
+    return out
+
+
+LANE_WORDS = {"pcie": "PCIe", "nvlink": "NVLink", "nvlink+pcie": "NVLink and PCIe", "none": "no lane"}
+
+
 def neighbour_lines(found: Sequence[NeighbourCost]) -> list[Line]:
     """Per mode with a busy neighbour: what it costs the pair's hand-off and stream, each figure
     with its interval, the same path without the neighbour first (the path named once where

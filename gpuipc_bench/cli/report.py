@@ -94,18 +94,19 @@ def _report_terminal(runs, sources, analyses, detailed: bool) -> None:
     from gpuipc_bench.report import analyse_runs, render_comparison_terminal, render_terminal
 
     console = stdout_console()
+    compared = None  # the runs analysed with the default options, for the comparison (once)
     if len(runs) > 1:  # whether a choice changed, the mechanism class first, before any run's tables
         from gpuipc_bench.report import render_decision_headline
 
-        render_decision_headline(analyses if _default_options(analyses) else analyse_runs(runs), console)
+        compared = analyses if _default_options(analyses) else analyse_runs(runs)
+        render_decision_headline(compared, console)
     for i, (source, (frame, meta), analysis) in enumerate(zip(sources, runs, analyses)):
         if len(runs) > 1:
             console.rule(Text(f"run {i + 1}: {source}"), style="bold", characters="═")
         render_terminal(frame, meta, console, source=source, detailed=detailed, analysis=analysis)
     if len(runs) > 1:
         console.rule("comparison", style="bold", characters="═")
-        render_comparison_terminal(runs, sources, console,
-                                   analyses if _default_options(analyses) else analyse_runs(runs))
+        render_comparison_terminal(runs, sources, console, compared)
 
 
 def _default_options(analyses) -> bool:

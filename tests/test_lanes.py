@@ -659,6 +659,13 @@ def test_the_sampler_gives_a_take_its_lane_window_and_takes_it_back():
     assert len(rows) == 2 and all(isinstance(w, Window) for w in seen) and Window.ended == 2
     assert sampler.window is None
 
+    def fails(trial):
+        raise RuntimeError("a copy failed")
+
+    with pytest.raises(RuntimeError):
+        list(sampler.run({**group, "variant": "h2d@0"}, fails, timer=True, solo=True, calibrate=False))
+    assert Window.ended == 3 and sampler.window is None  # a take that raised: its window (and poller) ended
+
 
 def test_a_process_whose_kernels_copy_host_memory_proves_their_overheads_once(monkeypatch):
     from gpuipc_bench.engine import lanes as engine_lanes

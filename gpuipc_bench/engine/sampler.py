@@ -299,6 +299,10 @@ class Group:
         sampler.window = lanes if isinstance(lanes, LaneWindow) else None
         try:
             sample = self.take(trial)
+        except BaseException:
+            if sampler.window is not None:  # its PCIe poller stops with it
+                sampler.window.end()
+            raise
         finally:
             sampler.window = None
         lane = lanes(sample.batch) if lanes is not None and sample is not None else None

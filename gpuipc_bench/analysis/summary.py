@@ -196,12 +196,14 @@ def _call_floor(summary: pd.DataFrame, ceilings: dict[tuple, float],
             continue
         key = (r.scenario, r.sharing, r.ceiling)
         if key not in curves:
-            sizes = set().union(*(sizes_of.get((sc, r.sharing), set()) for sc in
-                                  (r.scenario, CEILING_SCENARIO, *sources.get((r.scenario, r.sharing), ()))))
+            def measured(sharing: str, *more: str) -> set:  # the sizes its ceilings were measured at in a mode
+                return set().union(*(sizes_of.get((sc, sharing), set())
+                                     for sc in (r.scenario, *more, *sources.get((r.scenario, sharing), ()))))
+
+            sizes = measured(r.sharing, CEILING_SCENARIO)
             borrowed = getattr(sources, "modes", {}).get((r.scenario, r.sharing))
             if borrowed is not None:  # the sizes whose host-link ceilings the first mode measured
-                sizes |= {b for b in set().union(*(sizes_of.get((sc, borrowed[0]), set()) for sc in (
-                    r.scenario, *sources.get((r.scenario, borrowed[0]), ())))) if b >= borrowed[1]}
+                sizes |= {b for b in measured(borrowed[0]) if b >= borrowed[1]}
             curve = {b: _ceiling_for(ceilings, r.scenario, r.sharing, r.ceiling, b, sources) for b in sorted(sizes)}
             curves[key] = {b: g for b, g in curve.items() if math.isfinite(g) and g > 0}
         curve = curves[key]

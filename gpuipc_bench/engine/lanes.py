@@ -81,12 +81,12 @@ def prove_lanes(worker) -> None:
         copies = KnownCopies(devices, lanes.PROOF_BYTES, launcher)
         try:
             found = lanes.prove(counters, copies, peer, done=settled) if todo else {}
-            if kernels:
-                _PROOFS.update(found)
+            _PROOFS.update(found)
+            if kernels:  # over the copy engine's proofs just made
                 found.update(lanes.prove_kernel_copies({d: counters[d] for d in kernels}, copies, _PROOFS))
+                _PROOFS.update(found)
         finally:
             copies.close()
-        _PROOFS.update(found)
         if "read_s" not in _OPEN:
             _OPEN["read_s"] = lanes.read_cost(counters)
             worker.ctx.send(("note", f"{lanes.META_PREFIX}read_ms", f"{1e3 * _OPEN['read_s']:.3f}"))

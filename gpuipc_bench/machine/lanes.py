@@ -630,7 +630,6 @@ class LaneWindow:
         self.nvlink = meter.nvlink_end(ends) if len(ends) == 2 else None
         self.before: dict[int, dict[str, int | None]] = {}
         self.after: dict[int, dict[str, int | None]] | None = None
-        self.start = self.window_s = 0.0
         self._lock = threading.Lock()
         self._stop: threading.Event | None = None
         self._poller: threading.Thread | None = None
@@ -645,9 +644,9 @@ class LaneWindow:
         self.before = {dev: dict(counters[dev].read(pcie_only=True)) for dev in self.ends}
         if nv is not None:
             self.before[nv].update({c: links.get(c) for c in (NVLINK_TX, NVLINK_RX)})
-        self.start, self.after = self.meter.clock(), None
+        self.after = None
         self._last = {dev: {c: self.before[dev][c] for c in (PCIE_TX, PCIE_RX)} for dev in self.ends}
-        self._last_t, self.gap_s = self.start, 0.0
+        self._last_t, self.gap_s = self.meter.clock(), 0.0
         self._pcie: dict[int, dict[str, int | None]] = {dev: {PCIE_TX: 0, PCIE_RX: 0} for dev in self.ends}
         if self.meter.poll_s > 0:
             self._stop = threading.Event()
@@ -677,7 +676,7 @@ class LaneWindow:
             self.poll()
 
     def _halt(self) -> None:
-        if self._stop is not None and self._poller is not None:
+        if self._stop is not None and self._poller is not None:  # (both set together, in begin)
             self._stop.set()
             self._poller.join()
         self._stop = self._poller = None
@@ -692,7 +691,6 @@ class LaneWindow:
             self.meter.sleep(self.meter.wait_s)
         after = {dev: dict(counters[dev].read(pcie_only=True)) for dev in self.ends}
         self.poll(after)
-        self.window_s = self.meter.clock() - self.start
         if nv is not None:
             links = counters[nv].read(nvlink_only=True)
             after[nv].update({c: links.get(c) for c in (NVLINK_TX, NVLINK_RX)})

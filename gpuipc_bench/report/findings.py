@@ -20,6 +20,9 @@ def fallback_lines(analysis: RunAnalysis) -> list[Line]:
                  2, "bold yellow") for f, n in worst_per_scenario(analysis.fallbacks)]
 
 
+LANE_WORDS = {"pcie": "PCIe", "nvlink": "NVLink", "nvlink+pcie": "NVLink and PCIe", "none": "no lane"}
+
+
 def lane_alarm_lines(analysis: RunAnalysis) -> list[Line]:
     """The lane alarm (issue 36): a line per scenario whose figures that the answer chose took another
     lane than the path's by NVML's counters (analysis.warnings.lane_warnings), its largest such figure
@@ -48,9 +51,6 @@ def lane_alarm_lines(analysis: RunAnalysis) -> list[Line]:
                         f"over {LANE_WORDS.get(lane, lane)}, {should} (NVML's byte counters): check the transport "
                         "the library chose and peer access", 2, "bold yellow"))
     return out
-
-
-LANE_WORDS = {"pcie": "PCIe", "nvlink": "NVLink", "nvlink+pcie": "NVLink and PCIe", "none": "no lane"}
 
 
 def neighbour_lines(found: Sequence[NeighbourCost]) -> list[Line]:

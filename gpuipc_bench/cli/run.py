@@ -215,6 +215,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             check_plot_targets(plot, [Path(out).stem], None, force)
 
         planned = make_plan(options, config)
+        mark("plan made")
         config = planned.config
         err = stderr_console()
         for kind, text in planned.notes:

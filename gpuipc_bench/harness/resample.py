@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from gpuipc_bench.defaults import DEFAULT_RESAMPLE_S
+from gpuipc_bench.hooks.profiling import mark
 
 MOVE_WITHIN = 2.0  # a figure within 1 + this x delta of its size's leader can move the decision
 REPLICA = 2  # the resampling pass's process set
@@ -389,6 +390,7 @@ class Resampler:
         """The open decisions of the rows so far, and the seconds the analysis took."""
         began = time.monotonic()
         found = query(self.results.frame, self.results.metadata)
+        mark("resample query", len(found.groups))
         return found, time.monotonic() - began
 
     def fitting(self, found: Query) -> list[Rerun]:

@@ -379,11 +379,14 @@ class Session:
                 raise self._set_aside(exc) from None
             results.close()
             closer.start()
+            mark("results written")
             if self.out is not None:  # (kept in memory: no file, and no frame built for nothing)
                 self.reporter.written(results.frame, results.metadata)
+            mark("summary shown")
         finally:
             if closer.ident is not None:
                 closer.join()
+                mark("closer joined")
             sets.end()  # (nothing left to do unless the closer failed)
             mark("sets ended")
             write_trace(f"parent-{os.getpid()}")

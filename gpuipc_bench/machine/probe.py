@@ -402,11 +402,12 @@ def _mps_state() -> str:
 
     if serves_this_process():
         return "running"
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            if comm.read_text().strip().startswith("nvidia-cuda-mps"):
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:  # '<pid> (<comm>) <state> ...'; a zombie (Z: exited, not yet reaped) runs nothing
+            comm, _, rest = stat.read_text().partition(" (")[2].rpartition(")")
+            if comm.startswith("nvidia-cuda-mps") and rest.split()[0] != "Z":
                 return "running elsewhere"
-        except OSError:
+        except (OSError, IndexError):
             continue  # the process went away, or is not ours to read
     return "not running"
 

@@ -305,7 +305,7 @@ class Heard(Reporter):
     def note(self, text):
         self.events.append(("note", text))
 
-    def written(self, frame, metadata):
+    def written(self, frame, metadata, analysis=None):
         self.events.append(("written", len(frame), metadata["status"]))
 
 

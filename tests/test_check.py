@@ -794,7 +794,7 @@ def _four_gpu_check(monkeypatch, busy_links: dict[int, tuple[int, int]], plants:
     nvml = FakeNvml([g.pci_bus_id for g in machine.gpus], busy=busy_links)
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     monkeypatch.setattr(conditions, "IN_PROCESS", True)  # the watch reads the stand-in, in a thread here
-    monkeypatch.setattr("gpuipc_bench.machine.probe.probe", lambda: machine)
+    monkeypatch.setattr("gpuipc_bench.machine.probe.probe", lambda **k: machine)
     monkeypatch.setattr(node, "nixl_installed", lambda: False)
     monkeypatch.setenv(plant.PLANT_ENV, plants)
     runs = []

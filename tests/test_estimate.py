@@ -36,7 +36,7 @@ def fake_node(monkeypatch):
         monkeypatch.setattr(type(planning.registry()[name]), "waive_reason", lambda self, machine: None)
 
     def plan_for(gpus, **options):
-        monkeypatch.setattr("gpuipc_bench.machine.probe.probe", lambda: h100_node(gpus))
+        monkeypatch.setattr("gpuipc_bench.machine.probe.probe", lambda **k: h100_node(gpus))
         return planning.make_plan(planning.PlanOptions(**options))
 
     return plan_for

@@ -57,6 +57,16 @@ def test_probe_reports_cuda_state(here):
     assert here.cpu_count >= 1 and here.hostname
 
 
+def test_probe_does_the_caller_s_work_in_this_process_while_its_child_starts_cuda():
+    """`meanwhile` (the run's pandas import) runs here, in this process's own thread, once, while the
+    child starts CUDA: no thread of it is left to a later fork."""
+    import threading
+
+    seen = []
+    machine = probe(meanwhile=lambda: seen.append((os.getpid(), threading.current_thread() is threading.main_thread())))
+    assert seen == [(os.getpid(), True)] and machine.cpu_count >= 1
+
+
 def test_probe_leaves_no_child_behind():
     probe()
     assert multiprocessing.active_children() == []

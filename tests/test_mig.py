@@ -171,7 +171,7 @@ def test_the_run_plans_mig_pairs_and_records_the_note(monkeypatch, tmp_path):
         return Outcome(scenario.name)
 
     monkeypatch.setattr(launcher, "run_scenario", stub)
-    monkeypatch.setattr(machine_mod, "probe", lambda: mig_machine(instances=(A,)))
+    monkeypatch.setattr(machine_mod, "probe", lambda **k: mig_machine(instances=(A,)))
     out = tmp_path / "run.csv"
     result = CliRunner().invoke(cli, ["run", "-s", "staging", "--sizes", "4K", "-o", str(out), "--sharing",
                                       "time-sliced", "--launcher", "fork-fresh"])  # the stub is fork-fresh's

@@ -150,6 +150,33 @@ def test_the_pass_measures_the_open_groups_again_on_a_fresh_set_and_tags_them(tm
     assert "no --budget" in meta["sampling.budget"] and "sampling.open" in meta
 
 
+def test_what_the_pass_left_open_comes_from_the_run_s_one_final_analysis(tmp_path, monkeypatch):
+    """The pass queries the rows once (both runs fit its time: no analysis between them); what it
+    left open is read from the analysis the summary prints, not from a query of its own, and says
+    what a query of the final rows says."""
+    calls = []
+    real = resample.query
+    monkeypatch.setattr(resample, "query", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    class Summarised(Heard):
+        shows_summary = True
+
+        def written(self, frame_, metadata, analysis=None):
+            self.analysis = analysis
+
+    clock = [5.0]
+    monkeypatch.setattr(session_module, "process_seconds", lambda: clock[0])
+    plan = plan_of((Named("ipc"), SAME_GPU), (Named("vmm"), SAME_GPU))
+    _, heard, out = run_session(tmp_path, plan, Resampling(clock, 0.5), Summarised())
+    written, meta = read_results(out)
+    assert len(calls) == 1
+    assert heard.analysis is not None and heard.analysis.meta["sampling.open"] == meta["sampling.open"]
+    final = real(written, meta)
+    still = [d for d in final.decisions if d.why not in ("can move", "differs once")]
+    assert meta["sampling.open"] == ("; ".join(f"{d.name} ({d.why})" for d in still) or "none")
+    assert resample.query_of(analyse(written, meta)).decisions == final.decisions
+
+
 def test_the_budget_is_respected_and_what_it_left_open_is_said(tmp_path, monkeypatch):
     """Each run takes 2 s of the fake clock: after the first pass (5 + 2 x 2 = 9 s) a 12 s budget
     (its end, 2.8 s, kept) leaves room for one run of the pass; the other decision stays open."""

@@ -258,7 +258,7 @@ def test_a_reference_run_replayed_through_the_session_writes_its_rows_and_render
     monkeypatch.setattr(session_module, "run_header", lambda config, machine: dict(meta))
 
     class Render(Heard):
-        def written(self, written_frame, metadata):
+        def written(self, written_frame, metadata, analysis=None):
             self.summary = summary(written_frame, metadata)
 
     plan = plan_of(*[(Named(name), CPU) for name, _ in blocks])

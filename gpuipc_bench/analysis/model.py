@@ -100,6 +100,9 @@ class RunAnalysis:
     min_effect: float
     amortise_over: int
     fallbacks: list[Fallback] = dataclasses.field(default_factory=list)  # transport-fallback
+    # the decisions as decided, before the answer shows each with its band's choice (the
+    # resampling's query asks them what is open: harness.resample.query_of)
+    decided: tuple = ()
 
 
 def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None = None,
@@ -125,6 +128,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
     order = declared_order(summary, paths)
     decisions = with_lanes(decide_all(rows, summary, samples, paths, setup, min_effect, order,
                                       samples_by_replica(df)), df)
+    decided = tuple(decisions)
     warnings = stability_warnings(summary, samples)
     warnings += clock_warnings(df, meta)
     warnings += lane_warnings(df, meta)
@@ -136,7 +140,7 @@ def analyse(df: pd.DataFrame, meta: Mapping[str, str], min_effect: float | None 
                       tuple(relevant_warnings(warnings, decisions, rows)), tuple(handovers(summary))),
         break_even=break_even(summary, paths, samples, amortise_over=amortise_over, mixed_measures=mixed,
                               ranked=ranked),
-        min_effect=min_effect, amortise_over=amortise_over, fallbacks=fallbacks(df, summary, meta),
+        min_effect=min_effect, amortise_over=amortise_over, fallbacks=fallbacks(df, summary, meta), decided=decided,
     )
 
 

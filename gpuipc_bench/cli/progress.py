@@ -55,11 +55,17 @@ class ProgressReporter(Reporter):
         if not self.quiet:
             self.err.print(f"[yellow]note[/]: {escape(text)}", soft_wrap=True)
 
-    def written(self, frame, metadata) -> None:
+    @property
+    def shows_summary(self) -> bool:
+        """Whether written() prints the run's summary (it analyses the rows for it)."""
+        return not self.quiet
+
+    def written(self, frame, metadata, analysis=None) -> None:
+        """The file is written: its summary (`analysis`: the rows' analysis where the run has it)."""
         if not self.quiet:
             from gpuipc_bench.report import render_run_summary
 
-            render_run_summary(frame, metadata, stdout_console(), source=self.out)
+            render_run_summary(frame, metadata, stdout_console(), source=self.out, analysis=analysis)
 
 
 def run_session(planned, config, out, err, quiet: bool, verbose: bool, job=None) -> None:

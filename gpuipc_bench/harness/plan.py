@@ -350,11 +350,12 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     from gpuipc_bench.harness.estimate import estimate_text
     from gpuipc_bench.harness.rounds import estimate_with_rounds, plan_rounds
     from gpuipc_bench.machine.probe import probe
+    from gpuipc_bench.results.rows import pandas_module
 
     config = run_config(options) if config is None else config
     job, devices, visible = options.job, options.devices, options.visible
     notes: list[tuple[str, str]] = []
-    machine = probe()
+    machine = probe(meanwhile=pandas_module)  # pandas (~0.5 s: the results' frames) while CUDA starts there
     if job is not None and devices is None:
         config = dataclasses.replace(config, devices=job.devices(machine.gpu_count))
     notes += [("cleanup", text) for text in stop_stale_daemons()]

@@ -184,7 +184,7 @@ def query(frame, meta: Mapping[str, str], min_effect: float | None = None) -> Qu
     """open_groups with the open decisions themselves: the analysis's summary, candidates and
     decisions (analysis.model), without its warnings, bands or break-even."""
     from gpuipc_bench.analysis import stats
-    from gpuipc_bench.analysis.model import decide_all, declared_order, setup_costs, setup_interval
+    from gpuipc_bench.analysis.model import decide_all, declared_order, setup_costs
     from gpuipc_bench.analysis.summary import samples_by_condition, samples_by_replica, summarize
     from gpuipc_bench.analysis.verdict import candidates
     from gpuipc_bench.paths import from_metadata
@@ -199,6 +199,24 @@ def query(frame, meta: Mapping[str, str], min_effect: float | None = None) -> Qu
     order = declared_order(summary, paths)
     decisions = decide_all(rows, summary, samples, paths, setup,
                            stats.MIN_EFFECT if min_effect is None else min_effect, order, samples_by_replica(frame))
+    return _query(decisions, rows, setup, order, paths, meta)
+
+
+def query_of(analysis) -> Query:
+    """The query of a run's whole analysis (analysis.model.analyse, as the summary shows it): the run's
+    end asks it of the analysis it prints, instead of analysing the rows once more."""
+    from gpuipc_bench.analysis.model import declared_order, setup_costs
+
+    if analysis.frame.empty:
+        return Query([], [], 0)
+    setup = setup_costs(analysis.summary, analysis.paths)
+    order = declared_order(analysis.summary, analysis.paths)
+    return _query(list(analysis.decided), analysis.candidates, setup, order, analysis.paths, analysis.meta)
+
+
+def _query(decisions, rows, setup, order, paths, meta: Mapping[str, str]) -> Query:
+    from gpuipc_bench.analysis.model import setup_interval
+
     found = open_decisions(decisions, setup_interval(setup, paths), order)
     found = sorted(found + differs_once(decisions, meta, setup, order), key=lambda f: (-f[1].tier, -f[1].reach))
     where = {(r.label, str(r.src), str(r.dst), str(r.sharing), str(r.measure), int(r.bytes)): r.condition
@@ -350,6 +368,7 @@ class Resampler:
         self.started: set[tuple] = set()
         self.measured: list[Rerun] = []
         self.spent = 0.0
+        self.pending = False  # run() measured again: finish() reports what is left open
 
     def run(self, measure: Callable[..., object]) -> None:
         """Measure again, while the time allows, the most open run that fits: `measure(scenario,
@@ -366,7 +385,7 @@ class Resampler:
         results.set_meta("sampling.budget", self.describe_budget())
         started = time.monotonic()
         found, took = self.timed_query()
-        runs = self.fitting(found)
+        runs = self.by_set(self.fitting(found))
         while runs:
             rerun = runs.pop(0)
             self.done.add(rerun.key)
@@ -378,13 +397,33 @@ class Resampler:
             if outcome is not None and isinstance(getattr(outcome, "error", None), WorkerLost):
                 break
             runs = [r for r in runs if self.clock() + r.seconds <= self.deadline]
-            if runs and runs[0].seconds > 2 * took:  # worth an analysis: the rows now may have decided it
+            # worth an analysis where the time left cannot hold every run (the rows now may have
+            # decided some) and the next costs more than two analyses; where it holds them, they run
+            if runs and self.clock() + sum(r.seconds for r in runs) > self.deadline and runs[0].seconds > 2 * took:
                 found, took = self.timed_query()
                 runs = self.fitting(found)
-        if self.measured:
-            found, _ = self.timed_query()
         self.spent = time.monotonic() - started
-        self.report(found)
+        self.pending = bool(self.measured)  # what is left open: from the run's final analysis (finish)
+        if not self.pending:
+            self.report(found)
+
+    def finish(self, analysis) -> None:
+        """After a pass that measured again: what it left open, from the run's final analysis (the
+        one its summary prints: analysis.model.analyse of every row), into the header and said."""
+        if self.pending:
+            self.pending = False
+            self.report(query_of(analysis))
+
+    def by_set(self, runs: list[Rerun]) -> list[Rerun]:
+        """`runs` (most open first) where the time left holds them all: a process set's runs one
+        after the other, the sets in the order of their most open run (each set is forked once,
+        ~0.5 s, and a mode is not left and started again); else as they are."""
+        if self.clock() + sum(r.seconds for r in runs) > self.deadline:
+            return runs
+        first: dict[tuple, int] = {}
+        for r in runs:
+            first.setdefault(pass_set(r.specs, r.mode), len(first))
+        return sorted(runs, key=lambda r: first[pass_set(r.specs, r.mode)])
 
     def timed_query(self) -> tuple[Query, float]:
         """The open decisions of the rows so far, and the seconds the analysis took."""

@@ -71,9 +71,12 @@ class Reporter:
     def note(self, text: str) -> None:
         """Something the user should know now (a pair swept whole, the driver's refusal across MIG instances)."""
 
-    def written(self, frame, metadata: dict[str, str]) -> None:
+    shows_summary = False  # written() prints the run's summary: the run's end analyses the rows for it
+
+    def written(self, frame, metadata: dict[str, str], analysis=None) -> None:
         """The results file is complete and closed; the workers and modes end meanwhile (not
-        called without a file)."""
+        called without a file). `analysis`: the rows' analysis where the run made one (the
+        summary's), else None."""
 
 
 class RunInterrupted(Interrupted):
@@ -122,6 +125,7 @@ class Session:
         self.done: list[str] = []
         self.ended_well: set[tuple] = set()  # (scenario, its GPUs, mode) of the runs that ended without a failure
         self.lock = threading.Lock()  # the results, figures and seconds, fed from a round's threads (harness.rounds)
+        self.resampler: Any = None  # the resampling pass (harness.resample), once it ran
 
     @property
     def rows(self) -> int:
@@ -264,7 +268,8 @@ class Session:
             state["mode"] = self._follow(state["mode"], mode)
             return self._one(scenario, specs, mode, plan, known, None, config, replica)
 
-        Resampler(plan, self.results, self.reporter, process_seconds, plan.budget).run(measure)
+        self.resampler = Resampler(plan, self.results, self.reporter, process_seconds, plan.budget)
+        self.resampler.run(measure)
 
     def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep, config=None, replica: int = 1,
              keep: bool = True, tee=None):
@@ -370,6 +375,19 @@ class Session:
         status = self.status() or "nothing run"
         try:
             results.set_meta("worker_sets", str(sets.started))
+            closer.start()  # the workers and the MPS daemon go down while the rows are analysed
+            analysis = None
+            resampler = self.resampler
+            if self.out is not None and (resampler is not None and resampler.pending or self.reporter.shows_summary):
+                from gpuipc_bench.analysis import analyse
+
+                analysis = analyse(results.frame, results.metadata)  # once: for what is left open and the summary
+                mark("analysed")
+            if resampler is not None and resampler.pending:
+                if analysis is not None:
+                    resampler.finish(analysis)
+                else:  # (kept in memory: nothing analysed, nothing to say)
+                    resampler.pending = False
             results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
             # the user's clock: from the command's start (imports, probe, daemons) to this write; the summary after
             results.set_meta("seconds.wall", f"{process_seconds():.1f}")
@@ -378,10 +396,11 @@ class Session:
             except ResultsWriteError as exc:
                 raise self._set_aside(exc) from None
             results.close()
-            closer.start()
             mark("results written")
             if self.out is not None:  # (kept in memory: no file, and no frame built for nothing)
-                self.reporter.written(results.frame, results.metadata)
+                if analysis is not None:  # its header as written now (status, seconds, what is left open)
+                    analysis = dataclasses.replace(analysis, meta=dict(results.metadata))
+                self.reporter.written(results.frame, results.metadata, analysis)
             mark("summary shown")
         finally:
             if closer.ident is not None:

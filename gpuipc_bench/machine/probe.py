@@ -23,7 +23,7 @@ import os
 import platform
 import socket
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.machine.nvml import cpu_list_text, decoded_text, nvml_facts, read_timeslices
@@ -192,10 +192,12 @@ def _peer_text(peer_access: frozenset[tuple[int, int]], i: int, j: int) -> str:
 # ---------------------------------------------------------------- probe
 
 
-def probe(timeout: float = 60.0) -> Machine:
+def probe(timeout: float = 60.0, meanwhile: Callable[[], object] | None = None) -> Machine:
     """Learn what this machine is without initialising CUDA in this process.
 
-    Nothing is cached: each call forks a fresh probe child (a fraction of a second).
+    Nothing is cached: each call forks a fresh probe child (a fraction of a second). `meanwhile`:
+    work of the caller's done in this process while the child initialises CUDA (no thread: a
+    later fork finds no other thread running).
     """
     import threading
 
@@ -213,6 +215,8 @@ def probe(timeout: float = 60.0) -> Machine:
     slices.start()
     try:
         nvml = nvml_facts()  # while the child imports CuPy
+        if meanwhile is not None:
+            meanwhile()
         cuda = _receive(receiver, child, timeout)
     finally:
         receiver.close()

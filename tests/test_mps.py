@@ -85,6 +85,26 @@ def test_the_daemon_is_this_process_s_child_and_reaped_by_it_as_it_quits(fake_mp
     assert _subreaper() == 0, "the setting is back as it was"
 
 
+def test_a_server_the_daemon_leaves_behind_is_reaped_by_this_process_too(fake_mps, monkeypatch, tmp_path):
+    """While the daemon lives this process is the subreaper: a server orphaned by the daemon's quit
+    (here a process the fake's shell leaves, named by get_server_list) becomes its child, and
+    stop() reaps it; the setting is back after."""
+    monkeypatch.setattr(mps, "REAP_WAIT_S", 60.0)
+    daemon = mps.MpsDaemon.start()
+    try:
+        assert _subreaper() == 1
+        orphan = subprocess.run(["bash", "-c", "(exec sleep 0.3) & echo $!"], capture_output=True, text=True)
+        server = int(orphan.stdout)
+        parent = int(Path(f"/proc/{server}/stat").read_text().rpartition(")")[2].split()[1])
+        assert parent == os.getpid()  # orphaned by its shell: this process's
+        monkeypatch.setenv("FAKE_MPS_SERVER", str(server))
+        daemon.server_pids()
+        time.sleep(0.5)  # it exits: a zombie of this process until stop()
+    finally:
+        assert daemon.stop() == []
+    assert not os.path.exists(f"/proc/{server}") and _subreaper() == 0
+
+
 def _subreaper() -> int:
     import ctypes
 

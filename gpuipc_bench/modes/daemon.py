@@ -25,7 +25,6 @@ ever signalled when its /proc environment names this daemon's pipe directory.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import glob
 import os
@@ -160,6 +159,7 @@ class MpsDaemon:
     owns_dirs: bool = True
     known_servers: set[int] = dataclasses.field(default_factory=set)
     guard: subprocess.Popen | None = None
+    subreaper_was: int | None = None  # this process's subreaper setting before start(), set back by stop()
 
     # ---------------------------------------------------------------- start
 
@@ -230,10 +230,13 @@ class MpsDaemon:
     def _launch(self, timeout: float) -> None:
         out_path = Path(self.log_dir, "gpuipc-bench-start.out")
         try:
-            # `-d` forks the daemon and exits: as a subreaper for that moment, this process becomes the
-            # orphaned daemon's parent, and reaps it the moment it quits (stop) instead of leaving its
-            # zombie to the container's init (1.7 s of a run's end on an H200 node)
-            with open(out_path, "wb") as out, subreaper():  # not a pipe: the daemon may keep it open
+            # `-d` forks the daemon and exits: as a subreaper while the daemon lives, this process becomes
+            # the orphaned daemon's parent (and its server's, should the daemon quit first), and reaps
+            # them the moment they exit (stop) instead of leaving their zombies to the container's init
+            # (1.7 s of a run's end on an H200 node)
+            if self.subreaper_was is None:
+                self.subreaper_was = set_subreaper(1)
+            with open(out_path, "wb") as out:  # not a pipe: the daemon may keep it open
                 proc = subprocess.run(start_command(self.binary), env=self.full_env(), stdin=subprocess.DEVNULL,
                                       stdout=out, stderr=subprocess.STDOUT, timeout=timeout, close_fds=True)
         except subprocess.TimeoutExpired:
@@ -325,6 +328,9 @@ class MpsDaemon:
         for pid in [p for p in (self.pid, *sorted(self.known_servers)) if p]:
             self._await_reaped(pid)
         self.pid = None
+        if self.subreaper_was is not None:
+            set_subreaper(self.subreaper_was)
+            self.subreaper_was = None
         if self.owns_dirs:
             for folder in (self.pipe_dir, self.log_dir):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -388,25 +394,20 @@ class MpsDaemon:
 PR_SET_CHILD_SUBREAPER, PR_GET_CHILD_SUBREAPER = 36, 37  # prctl(2), Linux 3.4
 
 
-@contextlib.contextmanager
-def subreaper():
-    """This process as the child subreaper of what is orphaned inside the block (prctl(2)), its
-    earlier setting back after it; nothing where prctl is not there (not Linux)."""
+def set_subreaper(on: int) -> int | None:
+    """Make this process the child subreaper of its orphaned descendants, or not (prctl(2)); its
+    setting before, or None where prctl is not there (not Linux) or refused."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
         was = ctypes.c_int(0)
         if libc.prctl(PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0) != 0 or \
-                libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-            libc = None
+                libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+            return None
     except (OSError, AttributeError):
-        libc = None
-    try:
-        yield
-    finally:
-        if libc is not None:
-            libc.prctl(PR_SET_CHILD_SUBREAPER, was.value, 0, 0, 0)
+        return None
+    return was.value
 
 
 def _start_time(pid: int) -> str:

@@ -349,16 +349,34 @@ def fake_pynvml(values: dict[tuple[int, int], int | None]):
     return nvml
 
 
-def test_nvlink_fields_are_read_per_link_and_summed_in_one_call():
+def test_nvlink_fields_are_read_per_link_and_summed_in_one_call_where_the_sum_is_refused():
     values = {(138, 0): 100, (138, 1): 250, (139, 0): 7, (139, 1): 8, (197, 0): 1234, (198, 0): 99}
     nvml = fake_pynvml(values)
     gpu = lanes.GpuCounters(nvml, "handle", links=(0, 1), scoped=True)
+    assert not gpu.aggregate and nvml.calls == 1  # the aggregate scope asked once, refused
     assert gpu.read() == {NVLINK_TX: 350, NVLINK_RX: 15, PCIE_TX: 1234, PCIE_RX: 99}
-    assert nvml.calls == 1
+    assert nvml.calls == 2
     values[(139, 1)] = None  # one link's field returns an error: the counter is absent, not half of it
     assert gpu.read()[NVLINK_RX] is None
     unscoped = lanes.GpuCounters(nvml, "handle", links=(0, 1), scoped=False)
     assert unscoped.read()[NVLINK_TX] is None and unscoped.read()[PCIE_TX] == 1234
+
+
+def test_nvlink_fields_are_read_as_the_sum_over_the_links_where_nvml_gives_it():
+    """Scope id UINT_MAX: one field per direction (0.98 ms on an NV18 H200, against 28 ms for the 36
+    per-link fields); the per-link fields are not read then."""
+    agg = lanes.ALL_LINKS
+    values = {(138, agg): 350, (139, agg): 15, (138, 0): 1, (138, 1): 1, (139, 0): 1, (139, 1): 1,
+              (197, 0): 1234, (198, 0): 99}
+    nvml = fake_pynvml(values)
+    gpu = lanes.GpuCounters(nvml, "handle", links=(0, 1), scoped=True)
+    assert gpu.aggregate and len(gpu.fields) == 4
+    assert gpu.read() == {NVLINK_TX: 350, NVLINK_RX: 15, PCIE_TX: 1234, PCIE_RX: 99}
+    assert gpu.read(nvlink_only=True) == {NVLINK_TX: 350, NVLINK_RX: 15, PCIE_TX: None, PCIE_RX: None}
+    values[(139, agg)] = None  # refused later: the counter is absent, never a partial sum
+    assert gpu.read()[NVLINK_RX] is None
+    no_links = lanes.GpuCounters(nvml, "handle", links=(), scoped=True)
+    assert not no_links.aggregate and no_links.read()[NVLINK_TX] is None
 
 
 def test_wire_rate():

@@ -105,6 +105,22 @@ def test_a_server_the_daemon_leaves_behind_is_reaped_by_this_process_too(fake_mp
     assert not os.path.exists(f"/proc/{server}") and _subreaper() == 0
 
 
+def test_a_server_no_list_named_is_reaped_by_this_process_too(fake_mps, monkeypatch, tmp_path):
+    """A daemon's process orphaned to this process (the subreaper) that get_server_list never named
+    (its name starts nvidia-cuda-mps) is reaped by stop() all the same."""
+    daemon = mps.MpsDaemon.start()
+    try:
+        binary = tmp_path / "nvidia-cuda-mps-server"
+        binary.symlink_to("/bin/sleep")
+        shell = subprocess.run(["bash", "-c", f"(exec {binary} 0.2) & echo $!"], capture_output=True, text=True)
+        server = int(shell.stdout)
+        time.sleep(0.4)  # exited: a zombie of this process
+        assert Path(f"/proc/{server}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
+    finally:
+        assert daemon.stop() == []
+    assert not os.path.exists(f"/proc/{server}")
+
+
 def _subreaper() -> int:
     import ctypes
 

@@ -327,10 +327,11 @@ class MpsDaemon:
                 problems.append(problem)
         for pid in [p for p in (self.pid, *sorted(self.known_servers)) if p]:
             self._await_reaped(pid)
-        self.pid = None
-        if self.subreaper_was is not None:
+        if self.subreaper_was is not None:  # a server no get_server_list named, orphaned to this process
+            reap_children("nvidia-cuda-mps", END_GRACE_S)
             set_subreaper(self.subreaper_was)
             self.subreaper_was = None
+        self.pid = None
         if self.owns_dirs:
             for folder in (self.pipe_dir, self.log_dir):
                 shutil.rmtree(folder, ignore_errors=True)
@@ -351,21 +352,17 @@ class MpsDaemon:
         once; else init, a few seconds later, so wait a little for the entry to go (not an error
         if it stays: the probe takes no zombie for a daemon)."""
         deadline = time.monotonic() + (REAP_WAIT_S if timeout is None else timeout)
-        try:
-            while os.waitpid(pid, os.WNOHANG)[0] != pid:  # our child: reaped as soon as it exits
-                if time.monotonic() >= deadline:
+        while time.monotonic() < deadline:
+            try:  # our child (the subreaper's, or orphaned to it while we wait): reaped as soon as it exits
+                if os.waitpid(pid, os.WNOHANG)[0] == pid:
                     return
-                time.sleep(0.01)
-            return
-        except ChildProcessError:
-            pass  # not our child (init's, or reaped already)
-        while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
-            try:
-                if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
-                    return  # alive and not ours to wait for (a recycled pid)
-            except (OSError, IndexError):
-                return
-            time.sleep(0.05)
+            except ChildProcessError:  # init's (or reaped already): wait for its entry to go
+                try:
+                    if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                        return  # alive and not ours to wait for (a recycled pid)
+                except (OSError, IndexError):
+                    return  # gone
+            time.sleep(0.01)
 
     def _end(self, pid: int) -> str | None:
         """Wait a little for `pid` to go, then SIGTERM, then SIGKILL it, if it is ours."""
@@ -408,6 +405,26 @@ def set_subreaper(on: int) -> int | None:
     except (OSError, AttributeError):
         return None
     return was.value
+
+
+def reap_children(prefix: str, timeout: float) -> None:
+    """Reap this process's children whose name starts with `prefix` (the daemon's processes, ours as
+    the subreaper), waiting up to `timeout` for those still exiting."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                comm, _, rest = stat.read_text().partition(" (")[2].rpartition(")")
+                if comm.startswith(prefix[:15]) and int(rest.split()[1]) == os.getpid():
+                    pid = int(stat.parent.name)
+                    if os.waitpid(pid, os.WNOHANG)[0] != pid:
+                        left.append(pid)
+            except (OSError, IndexError, ValueError, ChildProcessError):
+                continue
+        if not left or time.monotonic() >= deadline:
+            return
+        time.sleep(0.02)
 
 
 def _start_time(pid: int) -> str:

@@ -562,5 +562,7 @@ def preset_plan(scenario, machine, job, timeout: float, samples: int, preset: st
     if getattr(form, "health", False) and job is None:
         rounds = rounds_of([(w[0].device, w[-1].device) for _, w in runs], machine, (scenario.name,))
     sharing = [] if job else modes.make(("time-sliced",))
-    estimate = estimate_with_rounds(plan_runs(runs, sharing), config, sharing, None, machine.gpu_count, rounds)
+    # a start across two GPUs: in the check's own per-start model (check_start_seconds), fitted to its runs
+    estimate = estimate_with_rounds(plan_runs(runs, sharing), config, sharing, None, machine.gpu_count, rounds,
+                                    pair_start_s=0.0)
     return Plan(config, machine, runs, sharing, {}, [], estimate, rounds=rounds, independent=True)

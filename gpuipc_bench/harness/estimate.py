@@ -18,12 +18,20 @@ from __future__ import annotations
 
 from gpuipc_bench.engine.scenario import shares_processes
 
-START_S, END_S = 1.4, 2.8  # imports, probe and header; the answer analysed, written and printed, the exit
+# imports, probe and header; the answer analysed (once: harness.session._end), written and printed while the
+# workers and the MPS daemon go down, the exit (one H200: 1.0-1.1 s from the last scenario to the exit)
+START_S, END_S = 1.4, 1.2
 SET_START_S = 1.0  # a persistent process set forked: its workers' CUDA contexts, one GPU on the node
 # Each further GPU of the node, per start of processes (a set forked, a scenario's own processes): on four
 # H200s a set fork took ~1.7 s (plain run: 16 forks, the ipc to latency scenarios 1.6-1.8 s each above their
 # sweeps) against 1.0 on one H100, and torch's and nvshmem's own processes 0.5-0.9 s more a run than on one H200
 NODE_GPU_START_S = 0.23
+# A start of processes whose workers sit on two GPUs, beyond a same-GPU start: each worker's context opens
+# peer access and the pair's lane counters are proven (known copies over NVLink and PCIe), fitted below
+PAIR_START_S = 1.5
+# The resampling pass (harness.resample) without --budget: it starts runs while DEFAULT_RESAMPLE_S allows,
+# and the last may end after it (one H200: 1.1-4.6 s, 2.6 on average, over nine default runs)
+RESAMPLE_USE = 0.85
 # scenario -> (fixed seconds per run: set-up rows, rings, a library or processes of its own; seconds per
 # size swept at the default sample counts), fitted to three traced runs of this version on one H100
 # (two default runs and a --quick run, results/h100-speed-*.csv); peer and nccl, which need two GPUs, to
@@ -42,6 +50,9 @@ DEFAULT_MID_SAMPLES = 7.0  # a group's samples in a default run (6 to 9): the pe
 # torch 2.5 s, nvshmem 3.1 s a pair)
 ACROSS_GPUS = 0.7
 ACROSS_GPUS_COSTS = ("peer", "nccl")  # fitted across GPUs already: their sweep is not scaled again
+# every byte through host memory: no hand-over saved across GPUs (two H200s: mmap 4.3 s across the pair
+# against 3.9 on one GPU, staging 3.0 against 2.4)
+HOST_STAGED = ("staging", "mmap", "hostpool")
 
 
 def set_key(specs, mode) -> tuple:
@@ -72,7 +83,7 @@ def run_seconds(scenario, specs, mode, config, modes: list, stream_sizes=None) -
     """Seconds one scenario run takes in its processes, their start left out (start_seconds)."""
     key = cost_key(scenario)
     fixed, per_size = COSTS.get(key, DEFAULT_COST)
-    if len({spec.device for spec in specs}) > 1 and key not in ACROSS_GPUS_COSTS:
+    if len({spec.device for spec in specs}) > 1 and key not in ACROSS_GPUS_COSTS + HOST_STAGED:
         per_size *= ACROSS_GPUS
     samples = (config.min_samples + config.max_samples) / 2 + config.warmup - 1
     scale = max(0.3, samples / DEFAULT_MID_SAMPLES)
@@ -90,14 +101,26 @@ def cost_key(scenario) -> str:
     return getattr(scenario, "cost_key", scenario.name)
 
 
-def start_seconds(scenario, gpus: int) -> float:
+def start_seconds(scenario, gpus: int, specs=None, pair_start_s: float = PAIR_START_S) -> float:
     """Seconds a start of processes costs on a node of `gpus` GPUs, beyond the scenario's fixed cost
-    (a persistent set's fork; a scenario with processes of its own has their start in its COSTS)."""
+    (a persistent set's fork; a scenario with processes of its own has their start in its COSTS), and
+    `pair_start_s` more where its workers (`specs`) sit on two GPUs."""
     node = NODE_GPU_START_S * max(0, gpus - 1)
-    return node + (SET_START_S if shares_processes(scenario) else 0.0)
+    pair = pair_start_s if specs is not None and len({spec.device for spec in specs}) > 1 else 0.0
+    return node + pair + (SET_START_S if shares_processes(scenario) else 0.0)
 
 
-def estimate_seconds(runs, config, modes: list, stream_sizes=None, gpus: int = 1) -> float:
+def resample_seconds(first_pass: float, budget: float | None) -> float:
+    """What the resampling pass should add to a first pass of `first_pass` seconds: its default
+    allowance as runs use it, or what --budget leaves."""
+    from gpuipc_bench.defaults import DEFAULT_RESAMPLE_S
+
+    room = DEFAULT_RESAMPLE_S if budget is None else max(0.0, budget - first_pass)
+    return RESAMPLE_USE * room
+
+
+def estimate_seconds(runs, config, modes: list, stream_sizes=None, gpus: int = 1,
+                     pair_start_s: float = PAIR_START_S) -> float:
     """Seconds the planned `runs` ((scenario, specs, mode) in run order) should take here, on a node
     of `gpus` GPUs. `stream_sizes(scenario, config, specs, modes, mode)`: the stream sizes a run
     measures where not every size (harness.plan.second_mode_stream_sizes), or None."""
@@ -105,7 +128,7 @@ def estimate_seconds(runs, config, modes: list, stream_sizes=None, gpus: int = 1
     for (scenario, specs, mode), starts in zip(runs, set_starts(runs)):
         total += run_seconds(scenario, specs, mode, config, modes, stream_sizes)
         if starts:
-            total += start_seconds(scenario, gpus)
+            total += start_seconds(scenario, gpus, specs, pair_start_s)
     return total
 
 

@@ -347,7 +347,7 @@ def run_config(options: PlanOptions) -> "RunConfig":
 def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     """Probe the machine and plan the run: scenarios, GPU pairs, MIG instances, memory, sharing
     modes. `config`: run_config(options), possibly adjusted by the caller (its worker log)."""
-    from gpuipc_bench.harness.estimate import estimate_text
+    from gpuipc_bench.harness.estimate import estimate_text, resample_seconds
     from gpuipc_bench.harness.rounds import estimate_with_rounds, plan_rounds
     from gpuipc_bench.machine.probe import probe
     from gpuipc_bench.results.rows import pandas_module
@@ -393,12 +393,14 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
         by_reason.setdefault(reason, []).append(name)
     notes += [("skipped", f"{', '.join(names)}: {reason}") for reason, names in by_reason.items()]
     rounds = plan_rounds(classes, machine, config) if job is None else None
-    estimate = estimate_with_rounds(plan_runs(plan, modes), config, modes, second_mode_stream_sizes,
-                                    machine.gpu_count, rounds)
+    first = estimate_with_rounds(plan_runs(plan, modes), config, modes, second_mode_stream_sizes,
+                                 machine.gpu_count, rounds)
+    check_budget(options.budget, first)
+    # the resampling pass after it (an MPI job's ranks are its processes: none there; harness.session)
+    estimate = first + (resample_seconds(first, options.budget) if job is None else 0.0)
     ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
     if len(ordered) > 1:  # a run over several pairs: how long it takes, before it starts
         notes.append(("estimate", estimate_text(estimate, len(ordered), classes, rounds)))
-    check_budget(options.budget, estimate)
     return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest, rounds, options.budget)
 
 

@@ -136,17 +136,19 @@ def split(runs: list, rounds: Rounds | None) -> tuple[list, list[list[list]]]:
     return serial, [list(item.runs.values()) for item in queue if isinstance(item, Round)]
 
 
-def estimate_with_rounds(runs, config, modes: list, stream_sizes, gpus: int, rounds: Rounds | None) -> float:
+def estimate_with_rounds(runs, config, modes: list, stream_sizes, gpus: int, rounds: Rounds | None,
+                         pair_start_s: float | None = None) -> float:
     """The plan's estimate (harness.estimate) with its rounds: a round costs its longest pair (their
     processes start at once); the first round twice, alone (its pairs one after another) and
     together. Assumes the proof holds; where it does not, the later rounds take their pairs' sum."""
-    from gpuipc_bench.harness.estimate import estimate_seconds, run_seconds, start_seconds
+    from gpuipc_bench.harness.estimate import PAIR_START_S, estimate_seconds, run_seconds, start_seconds
 
+    pair_start_s = PAIR_START_S if pair_start_s is None else pair_start_s
     serial, grouped = split(runs, rounds)
-    total = estimate_seconds(serial, config, modes, stream_sizes, gpus)
+    total = estimate_seconds(serial, config, modes, stream_sizes, gpus, pair_start_s)
     for index, pairs in enumerate(grouped):
         each = [sum(run_seconds(scenario, specs, mode, config, modes, stream_sizes) for scenario, specs, mode in runs)
-                + start_seconds(runs[0][0], gpus) for runs in pairs]
+                + start_seconds(runs[0][0], gpus, runs[0][1], pair_start_s) for runs in pairs]
         total += max(each) + (sum(each) if index == 0 else 0.0)
     return total
 

@@ -5,6 +5,8 @@ sweep measures its streams at the call-bound sizes and the largest only; the run
 import itertools
 from types import SimpleNamespace
 
+import pytest
+
 from click.testing import CliRunner
 
 from gpuipc_bench.cli import cli
@@ -105,6 +107,40 @@ def test_second_mode_stream_sizes():
     for config in (RunConfig(scenarios=("ipc",), sizes=(4, 64 * MIB)), RunConfig(scenarios=("ipc",), preset="quick")):
         assert second_mode_stream_sizes(Scenario(), config, specs, [first, second], second) is None
     assert second_mode_stream_sizes(Scenario(), default, specs, [second], second) is None  # mps alone: its first
+
+
+def test_a_host_path_in_a_further_mode_measures_below_the_shared_ceilings_and_its_largest_size():
+    """staging, mmap, hostpool (through_host) in a further mode of a default sweep: the sizes below
+    HOST_CEILINGS_SHARED_FROM and the largest; every size in the first mode, with --sizes or a preset,
+    and for a device path; the estimate counts those sizes."""
+    from gpuipc_bench.engine.pair import HOST_CEILINGS_SHARED_FROM
+    from gpuipc_bench.harness import estimate
+    from gpuipc_bench.harness.plan import second_mode_sizes
+
+    sweep = (4, 4096, 65536, MIB, 4 * MIB, 16 * MIB, 64 * MIB, 256 * MIB)
+
+    class Scenario:
+        name, sharing_modes, persistent_workers, start_method, cost_key = "staging", True, True, "fork", "staging"
+        through_host = True
+
+        def sizes(self, config):
+            return sweep
+
+    first, second = SimpleNamespace(name="time-sliced", scenarios=()), SimpleNamespace(name="mps", scenarios=())
+    specs = [SimpleNamespace(device=0, mig=""), SimpleNamespace(device=0, mig="")]
+    default = RunConfig(scenarios=("staging",))
+    assert second_mode_sizes(Scenario(), default, specs, [first, second], second) == (4, 4096, 65536, MIB, 256 * MIB)
+    assert second_mode_sizes(Scenario(), default, specs, [first, second], first) is None
+    assert second_mode_sizes(Scenario(), RunConfig(scenarios=("staging",), sizes=sweep), specs, [first, second],
+                             second) is None
+    device = Scenario()
+    device.through_host = False
+    assert second_mode_sizes(device, default, specs, [first, second], second) is None
+    assert estimate.HOST_SHARED_FROM == HOST_CEILINGS_SHARED_FROM
+    whole = estimate.run_seconds(Scenario(), specs, first, default, [first, second], second_mode_stream_sizes)
+    fewer = estimate.run_seconds(Scenario(), specs, second, default, [first, second], second_mode_stream_sizes)
+    fixed, per_size = estimate.COSTS["staging"]
+    assert whole - fixed == pytest.approx(8 / 5 * (fewer - fixed))
 
 
 def test_the_host_paths_run_after_the_device_paths_of_their_process_set():

@@ -184,6 +184,25 @@ def test_each_mode_starts_before_its_scenarios_leaves_after_them_and_is_handed_t
     assert all(mode.log[-1] == "stop" for mode in (sliced, mps, broken))  # every mode ends with the run
 
 
+def test_a_host_path_s_further_mode_measures_its_sizes_below_the_shared_ceilings_and_says_so(tmp_path):
+    """staging (through_host) in the second mode of a default sweep runs as a copy measuring the sizes
+    below engine.pair.HOST_CEILINGS_SHARED_FROM and its largest; the header names them; the first mode's
+    run measures every size."""
+    class Sized(Sets):
+        def run(self, scenario, config, specs, mode_name=None, **kwargs):
+            self.calls.append((scenario.name, mode_name, scenario.only_sizes))
+            return Outcome(scenario.name, rows=0)
+
+    staging = Named("staging", sharing_modes=True)
+    staging.through_host = True
+    sets = Sized()
+    _, _, out = run_session(tmp_path, plan_of((staging, SAME_GPU), modes=[Mode("time-sliced"), Mode("mps")]), sets)
+    sweep = staging.sizes(RunConfig(scenarios=("staging",)))
+    kept = tuple(n for n in sweep if n < 4 << 20) + (max(sweep),)
+    assert sets.calls == [("staging", "time-sliced", None), ("staging", "mps", kept)]
+    assert read_results(out)[1]["sampling.sizes.staging.mps"] == ",".join(str(n) for n in kept)
+
+
 def test_an_idle_worker_dead_before_a_mode_starts_ends_the_run_and_the_mode_never_starts(tmp_path):
     """Seen before the mode starts (harness.pool.WorkerSets.ready_for), not after its daemon came up."""
     sliced, mps = Mode("time-sliced"), Mode("mps")

@@ -22,6 +22,7 @@ from gpuipc_bench.engine.scenario import shares_processes
 # workers and the MPS daemon go down, the exit (one H200: 1.0-1.1 s from the last scenario to the exit)
 START_S, END_S = 1.4, 1.2
 SET_START_S = 1.0  # a persistent process set forked: its workers' CUDA contexts, one GPU on the node
+CPU_SET_START_S = 0.1  # a set of workers on CPUs alone (host, barrier): forked, no CUDA context
 # Each further GPU of the node, per start of processes (a set forked, a scenario's own processes): on four
 # H200s a set fork took ~1.7 s (plain run: 16 forks, the ipc to latency scenarios 1.6-1.8 s each above their
 # sweeps) against 1.0 on one H100, and torch's and nvshmem's own processes 0.5-0.9 s more a run than on one H200
@@ -53,6 +54,7 @@ ACROSS_GPUS_COSTS = ("peer", "nccl")  # fitted across GPUs already: their sweep 
 # every byte through host memory: no hand-over saved across GPUs (two H200s: mmap 4.3 s across the pair
 # against 3.9 on one GPU, staging 3.0 against 2.4)
 HOST_STAGED = ("staging", "mmap", "hostpool")
+HOST_SHARED_FROM = 4 << 20  # engine.pair.HOST_CEILINGS_SHARED_FROM: a further mode's host paths stop below it
 
 
 def set_key(specs, mode) -> tuple:
@@ -85,12 +87,13 @@ def run_seconds(scenario, specs, mode, config, modes: list, stream_sizes=None) -
     fixed, per_size = COSTS.get(key, DEFAULT_COST)
     if len({spec.device for spec in specs}) > 1 and key not in ACROSS_GPUS_COSTS + HOST_STAGED:
         per_size *= ACROSS_GPUS
-    samples = (config.min_samples + config.max_samples) / 2 + config.warmup - 1
-    scale = max(0.3, samples / DEFAULT_MID_SAMPLES)
+    scale = sample_scale(config)
     sizes = scenario.sizes(config)
     swept = float(len(sizes))
     streams = stream_sizes(scenario, config, specs, modes, mode) if stream_sizes else None
-    if streams is not None:  # hand-offs at every size, streams at these: about half the groups
+    if streams is not None and getattr(scenario, "through_host", False):  # every group at these sizes alone
+        swept = float(len([n for n in sizes if n < HOST_SHARED_FROM or n == max(sizes)]))
+    elif streams is not None:  # hand-offs at every size, streams at these: about half the groups
         swept = (len(sizes) + len(streams)) / 2
     return fixed + per_size * swept * scale
 
@@ -105,18 +108,28 @@ def start_seconds(scenario, gpus: int, specs=None, pair_start_s: float = PAIR_ST
     """Seconds a start of processes costs on a node of `gpus` GPUs, beyond the scenario's fixed cost
     (a persistent set's fork; a scenario with processes of its own has their start in its COSTS), and
     `pair_start_s` more where its workers (`specs`) sit on two GPUs."""
+    if specs is not None and all(spec.device is None for spec in specs):
+        return CPU_SET_START_S if shares_processes(scenario) else 0.0  # no CUDA context: a fork
     node = NODE_GPU_START_S * max(0, gpus - 1)
     pair = pair_start_s if specs is not None and len({spec.device for spec in specs}) > 1 else 0.0
     return node + pair + (SET_START_S if shares_processes(scenario) else 0.0)
 
 
-def resample_seconds(first_pass: float, budget: float | None) -> float:
+def resample_seconds(first_pass: float, budget: float | None, config=None) -> float:
     """What the resampling pass should add to a first pass of `first_pass` seconds: its default
-    allowance as runs use it, or what --budget leaves."""
+    allowance as runs use it (scaled, as the sweeps are, by the samples a group takes: a --quick
+    run's three sizes and samples leave little open), or what --budget leaves."""
     from gpuipc_bench.defaults import DEFAULT_RESAMPLE_S
 
-    room = DEFAULT_RESAMPLE_S if budget is None else max(0.0, budget - first_pass)
-    return RESAMPLE_USE * room
+    if budget is not None:
+        return RESAMPLE_USE * max(0.0, budget - first_pass)
+    return RESAMPLE_USE * DEFAULT_RESAMPLE_S * (min(1.0, sample_scale(config)) if config is not None else 1.0)
+
+
+def sample_scale(config) -> float:
+    """A run's samples a group against a default run's (the per-size costs are for the latter)."""
+    samples = (config.min_samples + config.max_samples) / 2 + config.warmup - 1
+    return max(0.3, samples / DEFAULT_MID_SAMPLES)
 
 
 def estimate_seconds(runs, config, modes: list, stream_sizes=None, gpus: int = 1,

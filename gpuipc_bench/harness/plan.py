@@ -226,6 +226,21 @@ def second_mode_stream_sizes(scenario, config, specs, modes: list, mode) -> tupl
     return tuple(n for n in sizes if n <= CALL_BOUND_BYTES or n == max(sizes))
 
 
+def second_mode_sizes(scenario, config, specs, modes: list, mode) -> tuple[int, ...] | None:
+    """The sizes a path whose every byte crosses the host link (`through_host`: staging, mmap,
+    hostpool) measures in a further mode of a default sweep, or None (every size): below
+    HOST_CEILINGS_SHARED_FROM, where a mode's hand-over and enqueue costs can change its figures
+    and the answer, and the largest, confirmed. From there its figures are the bus's, not the mode's
+    (its ceilings are the first mode's from there: engine.pair), 10-50x a device path's hand-off."""
+    from gpuipc_bench.engine.pair import HOST_CEILINGS_SHARED_FROM
+
+    if not getattr(scenario, "through_host", False) or second_mode_stream_sizes(scenario, config, specs, modes,
+                                                                                  mode) is None:
+        return None
+    sizes = scenario.sizes(config)
+    return tuple(n for n in sizes if n < HOST_CEILINGS_SHARED_FROM or n == max(sizes))
+
+
 def mpi_reason(scenario, job) -> str | None:
     """Why a scenario cannot run with MPI ranks as its workers, or None."""
     if not job.one_node():
@@ -397,7 +412,7 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
                                  machine.gpu_count, rounds)
     check_budget(options.budget, first)
     # the resampling pass after it (an MPI job's ranks are its processes: none there; harness.session)
-    estimate = first + (resample_seconds(first, options.budget) if job is None else 0.0)
+    estimate = first + (resample_seconds(first, options.budget, config) if job is None else 0.0)
     ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
     if len(ordered) > 1:  # a run over several pairs: how long it takes, before it starts
         notes.append(("estimate", estimate_text(estimate, len(ordered), classes, rounds)))

@@ -33,7 +33,8 @@ from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed, signal_name
 from gpuipc_bench.harness.header import run_header
 from gpuipc_bench.harness.known import KnownBest
-from gpuipc_bench.harness.plan import modes_for, plan_runs, second_mode_stream_sizes, shuffle_paths
+from gpuipc_bench.harness.plan import modes_for, plan_runs, second_mode_sizes, second_mode_stream_sizes, \
+    shuffle_paths
 from gpuipc_bench.harness.rounds import Proof, Round, run_round, schedule
 from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.hooks.profiling import mark, write_trace
@@ -308,6 +309,13 @@ class Session:
         if scenario_config.stream_sizes is not None and replica == 1:
             results.set_meta(f"sampling.stream_sizes.{scenario.name}.{mode.name}",
                              ",".join(str(n) for n in scenario_config.stream_sizes))
+        kept = second_mode_sizes(scenario, config, specs, modes, mode)
+        if kept is not None and getattr(scenario, "only_sizes", None) is None:  # (a rerun keeps its own sizes)
+            from gpuipc_bench.harness.classes import sized
+
+            scenario = sized(scenario, kept)
+            if replica == 1:
+                results.set_meta(f"sampling.sizes.{scenario.name}.{mode.name}", ",".join(str(n) for n in kept))
         reporter = self.reporter
         delivered = 0
 

@@ -21,9 +21,10 @@ sys.path.append(str(ROOT / "scripts" / "readme"))  # appended: nothing here may 
 from readme_speed import CATALOGUE, listed_wall  # noqa: E402
 
 WITHIN = 0.25
-# the committed runs of this version's process sets (their headers say the command, the node, the modes)
-RUNS = ("h100-speed-default-1.csv", "h100-speed-default-2.csv", "h100-speed-quick.csv",
-        "h200x4-plain.csv", "h200x4-pairs-all.csv")
+# the committed runs of this version (their headers say the command, the node, the modes): one H200's three
+# default runs and --quick, the plain run on two H200s, `--pairs all` on four (its re-sweeps added)
+RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-speed-quick.csv", "h200x2-speed.csv",
+        "h200x4-speed-pairs-all.csv")
 
 
 @pytest.fixture
@@ -69,11 +70,14 @@ def resweep_seconds(plan, meta: dict[str, str]) -> float:
     return estimate_seconds(runs, plan.config, [], gpus=plan.machine.gpu_count) - START_S - END_S if runs else 0.0
 
 
+EARLIER_ORDER = ("2026-11-28T06:54:11+00:00",)  # h200x4-plain.csv's run (its header's created_utc)
+
+
 def as_committed(plan, meta: dict[str, str]) -> list:
-    """The plan's runs in the order the committed run took them: its plain run on several GPUs ran each
-    scenario's run across the pair right after its same-GPU one (this version runs them after every
-    same-GPU run: test_a_plain_run_forks_four_sets_where_the_committed_one_forked_16)."""
-    if "pairs" in committed_options(meta) or plan.machine.gpu_count < 2:
+    """The plan's runs in the order the committed run took them: h200x4-plain.csv, of an earlier version,
+    ran each scenario's run across the pair right after its same-GPU one (this version runs them after
+    every same-GPU run: test_a_plain_run_forks_four_sets_where_the_committed_one_forked_16)."""
+    if "pairs" in committed_options(meta) or plan.machine.gpu_count < 2 or meta["created_utc"] not in EARLIER_ORDER:
         return plan.runs
     same = [run for run in plan.runs if len({spec.device for spec in run[1]}) == 1]
     across = {run[0].name: run for run in plan.runs if len({spec.device for spec in run[1]}) > 1}
@@ -105,14 +109,23 @@ def forks(runs) -> int:
                if scenario.persistent_workers and scenario.start_method == "fork")
 
 
+def pass_sets(meta: dict[str, str]) -> int:
+    """The process sets the resampling pass forked: one per GPUs and sharing mode it measured again on
+    (`sampling.resampled`: 'ipc mps 0>0 at 256 MiB; ...')."""
+    runs = [part.split(" at ")[0].split() for part in meta.get("sampling.resampled", "none").split("; ")]
+    return len({(mode, pair) for _, mode, pair in (r for r in runs if len(r) == 3)})
+
+
 def test_the_process_sets_counted_are_the_ones_the_committed_runs_forked(fake_node):
     """The estimate counts the starts the run makes: the header's worker_sets for the persistent sets
-    (the pairs-all run's two re-sweeps forked a set each after its first pass)."""
-    for name, resweeps in (("h200x4-plain.csv", 0), ("h200x4-pairs-all.csv", 2)):
+    (the pairs-all run's two re-sweeps forked a set each after its first pass, and the resampling
+    pass one per GPUs and mode it measured again on)."""
+    for name, gpus, resweeps in (("h200x4-plain.csv", 4, 0), ("h200x4-speed-pairs-all.csv", 4, 2),
+                                 ("h200x2-speed.csv", 2, 0), ("h200-speed-1.csv", 1, 0)):
         meta = header(name)
-        plan = fake_node(4, **committed_options(meta))
+        plan = fake_node(gpus, **committed_options(meta))
         runs = planning.plan_runs(as_committed(plan, meta), plan.modes)
-        assert forks(runs) + resweeps == int(meta["worker_sets"]), name
+        assert forks(runs) + resweeps + pass_sets(meta) == int(meta["worker_sets"]), name
 
 
 def test_a_plain_run_forks_four_sets_where_the_committed_one_forked_16(fake_node):

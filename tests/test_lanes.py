@@ -481,7 +481,7 @@ def test_the_summary_raises_the_lane_alarm_where_a_library_took_another_lane():
 
     forced = summary("h200x2-nixl-cuda-copy-lanes.csv")
     assert "! wrong lane (2 figures): nixl/read:cuda_copy" in forced and "went over PCIe, its lane is NVLink" in forced
-    assert "wrong lane" not in summary("h200x2-hostceil.csv")
+    assert "wrong lane" not in summary("h200x2-speed.csv")
 
 
 # ------------------------------------------------------------------------------ the answer's lane

@@ -87,3 +87,28 @@ def test_number_format():
     assert lib.with_interval(1485.3, 1478.2, 1490.0) == "1,485 [1,478–1,490]"
     assert lib.with_interval(26.43, 26.2, 26.5, ranged=True) == "26.4 [26.2–26.5]†"
     assert lib.num(0.8617) == "0.862"
+
+
+def test_the_speed_figures_name_their_gpus_from_the_headers():
+    import readme_speed as speed
+
+    assert speed.model_name("NVIDIA H100 80GB HBM3") == "H100"
+    assert speed.model_name("NVIDIA H200") == "H200"
+    assert speed.model_name("NVIDIA A100-SXM4-80GB") == "A100"
+    assert speed.gpus(lib.SHARED, *speed.SPEED, speed.SPEED_QUICK) == "one H200"
+    assert speed.gpus(lib.SHARED, *speed.H100_SPEED) == "one H100"
+    assert speed.gpus(lib.SHARED, speed.X4) == "four H200s"
+    with pytest.raises(lib.FigureError, match="not the same GPUs"):
+        speed.gpus(lib.SHARED, speed.SPEED[0], speed.H100_SPEED[0])
+
+
+def test_the_pairs_figures_name_the_re_swept_pairs_and_the_plain_two_gpu_run():
+    import readme_speed as speed
+
+    x4 = speed.pairs_x4(lib.SHARED)
+    resweep = sorted(k.split(".", 2)[2] for k in lib.SHARED[speed.X4].meta if k.startswith("pairs.resweep."))
+    assert resweep and f"{speed.count(len(resweep))} pair" in x4 and "leaves the whole-pair re-sweeps out" in x4
+    assert x4.count("swept whole (outside its class)") == len(resweep)
+    x2 = speed.plain_x2(lib.SHARED)
+    assert f"{speed.listed_wall(speed.X2_PLAIN)[0]:.1f} s by `/usr/bin/time`" in x2
+    assert f"`results/{speed.X2_PLAIN_NVBANDWIDTH}`" in x2 and "two H200s (NV18)" in x2

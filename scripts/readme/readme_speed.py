@@ -12,12 +12,17 @@ from collections.abc import Callable
 
 from readme_lib import KIB, MIB, RANGED, RESULTS, FigureError, Runs, gbps, num, seconds, source, table
 
-SPEED = ("h100-speed-default-1.csv", "h100-speed-default-2.csv", "h100-speed-default-3.csv")
-SPEED_QUICK = "h100-speed-quick.csv"
-SPEED_PREVIOUS = "h100-speed-previous-version.csv"
-SPEED_NVBANDWIDTH = "h100-speed-nvbandwidth.txt"
-X4 = "h200x4-pairs-all.csv"
-X4_NVBANDWIDTH = "h200x4-pairs-all-nvbandwidth.txt"
+# This version's speed runs on one GPU: three default runs back to back, --quick, nvbandwidth on the same machine.
+SPEED = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv")
+SPEED_QUICK = "h200-speed-quick.csv"
+SPEED_NVBANDWIDTH = "h200-speed-nvbandwidth.txt"
+# An earlier version's speed runs on one H100, with the tool before decision-driven sampling in the same call.
+H100_SPEED = ("h100-speed-default-1.csv", "h100-speed-default-2.csv", "h100-speed-default-3.csv")
+H100_SPEED_PREVIOUS = "h100-speed-previous-version.csv"
+H100_SPEED_NVBANDWIDTH = "h100-speed-nvbandwidth.txt"
+# This version's --pairs all on four GPUs, nvbandwidth's device-to-device CE matrices right after it.
+X4 = "h200x4-speed-pairs-all.csv"
+X4_NVBANDWIDTH = "h200x4-speed-nvbandwidth-d2d.txt"
 CATALOGUE = RESULTS / "README.md"
 WALL = re.compile(r"((?:\d+\.\d+(?:, | and ))*\d+\.\d+) s wall")
 
@@ -75,52 +80,97 @@ def nvbandwidth_matrix(runs: Runs, name: str, test: str) -> dict[tuple[int, int]
     return out
 
 
+COUNTS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight"}
+
+
+def count(n: int) -> str:
+    """A small count as a word ('two'), larger ones as digits."""
+    return COUNTS.get(n, str(n))
+
+
+def model_name(name: str) -> str:
+    """'H100' for 'NVIDIA H100 80GB HBM3', 'H200' for 'NVIDIA H200': the model, its vendor and memory left out."""
+    name = name.strip().removeprefix("NVIDIA ")
+    return re.sub(r"[\s-]+(?:(?:SXM|PCIe|NVL)\w*[\s-]+)?\d+GB\b.*$", "", name, flags=re.I).strip()
+
+
+def gpus(runs: Runs, *names: str) -> str:
+    """'one H200', 'four H200s': the GPUs of these runs as their headers name them (`gpu_count`, `gpu.N.name`)."""
+    described = set()
+    for name in names:
+        meta = runs[name].meta
+        n = int(meta.get("gpu_count", 0))
+        models = {model_name(meta.get(f"gpu.{i}.name", "")) for i in range(n)}
+        if n < 1 or len(models) != 1 or "" in models:
+            raise FigureError(f"{name}: no single GPU model in its header (gpu_count, gpu.N.name)")
+        model = models.pop()
+        described.add(f"{count(n)} {model}" + ("s" if n > 1 else ""))
+    if len(described) != 1:
+        raise FigureError(f"{', '.join(names)}: not the same GPUs ({', '.join(sorted(described))})")
+    return described.pop()
+
+
+def links(runs: Runs, name: str) -> str:
+    """'NV18': the one NVML link every pair of the run's GPUs has (`link.A-B` in its header)."""
+    found = {v for k, v in runs[name].meta.items() if k.startswith("link.")}
+    if len(found) != 1:
+        raise FigureError(f"{name}: not one link for every pair ({', '.join(sorted(found)) or 'none'})")
+    return found.pop()
+
+
+def _pairs(keys: list[str]) -> str:
+    """'GPU 1 → GPU 0 and GPU 3 → GPU 0' for ['1>0', '3>0']."""
+    named = [" → ".join(f"GPU {g}" for g in key.split(">")) for key in keys]
+    return ", ".join(named[:-1]) + f" and {named[-1]}" if len(named) > 1 else "".join(named)
+
+
 def _times(values: list[float]) -> str:
     return ", ".join(num(v, 1) for v in values[:-1]) + f" and {num(values[-1], 1)} s"
 
 
 def runtime(runs: Runs) -> str:
-    """The README's headline: the default run's and --quick's wall time on one H100, nvbandwidth beside."""
+    """The README's headline: the default run's and --quick's wall time on one GPU, nvbandwidth beside."""
     walls = [header_wall(runs, name) for name in SPEED]
     timed = listed_wall(SPEED[0])
     quick, quick_timed = header_wall(runs, SPEED_QUICK), listed_wall(SPEED_QUICK)
-    return (f"On one H100 the default run (every path, both sharing modes) took {_times(walls)} in three runs "
-            f"back to back, from the command's start to its results written (`seconds.wall` in the headers of "
-            f"`results/{SPEED[0]}`, `-2.csv`, `-3.csv`; {_times(timed)} by `/usr/bin/time`, as "
-            f"`results/README.md` lists them), and `--quick` {num(quick, 1)} s "
+    return (f"On {gpus(runs, *SPEED, SPEED_QUICK)} the default run (every path, both sharing modes) took "
+            f"{_times(walls)} in three runs back to back, from the command's start to its results written "
+            f"(`seconds.wall` in the headers of `results/{SPEED[0]}`, `-2.csv`, `-3.csv`; {_times(timed)} by "
+            f"`/usr/bin/time`, as `results/README.md` lists them), and `--quick` {num(quick, 1)} s "
             f"({num(quick_timed[0], 1)} s by `/usr/bin/time`, `results/{SPEED_QUICK}`). NVIDIA's nvbandwidth "
             f"ran its full suite in {num(nvbandwidth_wall(runs, SPEED_NVBANDWIDTH), 1)} s on the same machine "
             f"(`results/{SPEED_NVBANDWIDTH}`).")
 
 
 def speed_history(runs: Runs) -> str:
-    """The same machine, back to back: the tool before decision-driven sampling against the speed runs."""
-    previous = runs[SPEED_PREVIOUS].meta
-    walls = [header_wall(runs, name) for name in SPEED]
-    return (f"Run back to back with them on the same H100, the tool as it was at commit f071d0f, before a group far "
-            f"behind the best figure at its size stopped after three samples, took "
-            f"{num(listed_wall(SPEED_PREVIOUS)[0], 1)} s by `/usr/bin/time` (`seconds.total` "
-            f"{num(float(previous['seconds.total']), 1)}; its header has no `seconds.wall` yet; "
-            f"`results/{SPEED_PREVIOUS}`), against {_times(listed_wall(SPEED[0]))} for the three default runs "
-            f"(`seconds.wall` {_times(walls)}).")
+    """One H100, back to back: the tool before decision-driven sampling against three default runs with it."""
+    previous = runs[H100_SPEED_PREVIOUS].meta
+    walls = [header_wall(runs, name) for name in H100_SPEED]
+    return (f"On {gpus(runs, *H100_SPEED, H100_SPEED_PREVIOUS)} (another machine, earlier versions of the tool), "
+            f"the tool as it was at commit f071d0f, before a group far behind the best figure at its size stopped "
+            f"after three samples, took {num(listed_wall(H100_SPEED_PREVIOUS)[0], 1)} s by `/usr/bin/time` "
+            f"(`seconds.total` {num(float(previous['seconds.total']), 1)}; its header has no `seconds.wall` yet; "
+            f"`results/{H100_SPEED_PREVIOUS}`), against {_times(listed_wall(H100_SPEED[0]))} for three default "
+            f"runs of the version that added that stop, back to back with it (`seconds.wall` {_times(walls)}; "
+            f"`results/{H100_SPEED[0]}`, `-2.csv`, `-3.csv`).")
 
 
 def nvbandwidth_h100(runs: Runs) -> str:
-    """nvbandwidth's host and device-local copies on the H100 of the speed runs."""
+    """nvbandwidth's host and device-local copies on the H100 of the H100 speed runs."""
     tests = [("host_to_device_memcpy_ce", "pinned host → device (copy engine)"),
              ("device_to_host_memcpy_ce", "device → pinned host (copy engine)"),
              ("device_local_copy", "device-local copy")]
-    rows = [[what, f"`{test}`", num(nvbandwidth_sum(runs, SPEED_NVBANDWIDTH, test))] for test, what in tests]
+    rows = [[what, f"`{test}`", num(nvbandwidth_sum(runs, H100_SPEED_NVBANDWIDTH, test))] for test, what in tests]
     return table(["nvbandwidth on one H100", "test", "GB/s"], rows, right_from=2) + "\n\n" + source(
-        SPEED_NVBANDWIDTH, note="; nvbandwidth v0.8, not a run of this tool; the machine of the H100 speed runs")
+        H100_SPEED_NVBANDWIDTH, note="; nvbandwidth v0.8, not a run of this tool; the machine of the H100 speed runs")
 
 
 def pairs_x4(runs: Runs) -> str:
-    """Every ordered pair of four H200s: the tool's ipc/ce at 256 MiB against nvbandwidth's CE copy."""
+    """Every ordered pair of four GPUs: the tool's ipc/ce at 256 MiB against nvbandwidth's CE copy."""
     run = runs[X4]
     read = nvbandwidth_matrix(runs, X4_NVBANDWIDTH, "device_to_device_memcpy_read_ce")
     full = set(run.meta.get("pairs.full", "").split(","))
-    resweep = {k.split(".", 2)[2] for k in run.meta if k.startswith("pairs.resweep.")}
+    resweep = sorted(k.split(".", 2)[2] for k in run.meta if k.startswith("pairs.resweep."))
     rows = []
     for (src, dst), nv in sorted(read.items()):
         pair = f"{src}>{dst}"
@@ -133,12 +183,17 @@ def pairs_x4(runs: Runs) -> str:
         rows.append([f"GPU {src} → GPU {dst}", how, gbps(r), num(nv, 2), f"{r['median_gbps'] / nv:.1%}", seconds(ll)])
     header = ["pair", "measured", "ipc/ce 256 MiB streamed, GB/s", "nvbandwidth read CE, GB/s", "ratio",
               "device-ll 4 KiB, one-way µs"]
-    sentence = (f"`gpuipc-bench run --pairs all` on four H200s, every pair NV18: "
+    if resweep:
+        swept = (f"{count(len(resweep))} pair{'s' if len(resweep) != 1 else ''}, {_pairs(resweep)}, swept whole "
+                 f"after the first pass (`pairs.resweep.*`)")
+    else:
+        swept = "none in this run (no `pairs.resweep.*`)"
+    sentence = (f"`gpuipc-bench run --pairs all` on {gpus(runs, X4)}, every pair {links(runs, X4)}: "
                 f"{num(header_wall(runs, X4), 1)} s wall (`seconds.wall`; {num(listed_wall(X4)[0], 1)} s by "
-                f"`/usr/bin/time`), the plan's estimate printed before it "
-                f"{num(float(run.meta['estimate.seconds']), 1)} s "
-                f"(`estimate.seconds`, which leaves the re-sweeps out); nvbandwidth's read and write CE matrices "
-                f"took {num(nvbandwidth_wall(runs, X4_NVBANDWIDTH), 1)} s right after it on the same node.")
+                f"`/usr/bin/time`). The plan's estimate printed before it, "
+                f"{num(float(run.meta['estimate.seconds']), 1)} s (`estimate.seconds`), leaves the whole-pair "
+                f"re-sweeps out: {swept}. nvbandwidth's read and write CE matrices took "
+                f"{num(nvbandwidth_wall(runs, X4_NVBANDWIDTH), 1)} s right after it on the same node.")
     note = "; nvbandwidth v0.8 `device_to_device_memcpy_read_ce`, its matrix's row → column" + RANGED
     return sentence + "\n\n" + table(header, rows, right_from=2) + "\n\n" + source(X4, X4_NVBANDWIDTH, note=note)
 
@@ -203,6 +258,23 @@ def plain_x4(runs: Runs) -> str:
             f"same node.\n\n" + source(X4_PLAIN, X4_PLAIN_NVBANDWIDTH))
 
 
+# This version's plain run on two GPUs, nvbandwidth's full suite on the same pair.
+X2_PLAIN = "h200x2-speed.csv"
+X2_PLAIN_NVBANDWIDTH = "h200x2-speed-nvbandwidth.txt"
+
+
+def plain_x2(runs: Runs) -> str:
+    """This version's plain run on two GPUs: its wall time, the plan's estimate, nvbandwidth's full suite beside."""
+    meta = runs[X2_PLAIN].meta
+    return (f"A plain `gpuipc-bench run` on {gpus(runs, X2_PLAIN)} ({links(runs, X2_PLAIN)}) measures the same-GPU "
+            f"pair in both sharing modes and every pair scenario across GPUs 0 and 1: it took "
+            f"{num(header_wall(runs, X2_PLAIN), 1)} s wall (`seconds.wall`; {num(listed_wall(X2_PLAIN)[0], 1)} s "
+            f"by `/usr/bin/time`; the plan's estimate {num(float(meta['estimate.seconds']), 1)} s, "
+            f"{meta.get('worker_sets', '?')} persistent process sets), and nvbandwidth's full suite "
+            f"{num(nvbandwidth_wall(runs, X2_PLAIN_NVBANDWIDTH), 1)} s on the same pair.\n\n"
+            + source(X2_PLAIN, X2_PLAIN_NVBANDWIDTH))
+
+
 SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {
     "runtime": runtime,
     "speed-history": speed_history,
@@ -211,4 +283,5 @@ SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {
     "speed-scenarios": speed_scenarios,
     "small-sizes": small_sizes,
     "plain-x4": plain_x4,
+    "plain-x2": plain_x2,
 }

@@ -246,16 +246,21 @@ X4_PLAIN = "h200x4-plain.csv"
 X4_PLAIN_NVBANDWIDTH = "h200x4-nvbandwidth-d2d.txt"
 
 
+def plain_run(runs: Runs, name: str, nvbandwidth: str, node: str, suite: str, where: str) -> str:
+    """A plain run on a node of several GPUs: its wall time, the plan's estimate, nvbandwidth's beside it."""
+    meta = runs[name].meta
+    return (f"A plain `gpuipc-bench run` on {node} measures the same-GPU pair in both sharing modes and every "
+            f"pair scenario across GPUs 0 and 1: it took {num(header_wall(runs, name), 1)} s wall (`seconds.wall`; "
+            f"{num(listed_wall(name)[0], 1)} s by `/usr/bin/time`; the plan's estimate "
+            f"{num(float(meta['estimate.seconds']), 1)} s, {meta.get('worker_sets', '?')} persistent process sets), "
+            f"and nvbandwidth's {suite} {num(nvbandwidth_wall(runs, nvbandwidth), 1)} s on the same {where}.\n\n"
+            + source(name, nvbandwidth))
+
+
 def plain_x4(runs: Runs) -> str:
-    """A plain run on a four-GPU node: its wall time, the plan's estimate, nvbandwidth's beside it."""
-    meta = runs[X4_PLAIN].meta
-    return (f"A plain `gpuipc-bench run` on a node of four H200s (every pair NV18) measures the same-GPU pairs "
-            f"in both sharing modes and every pair scenario across GPUs 0 and 1: it took "
-            f"{num(header_wall(runs, X4_PLAIN), 1)} s wall (`seconds.wall`; {num(listed_wall(X4_PLAIN)[0], 1)} s "
-            f"by `/usr/bin/time`; the plan's estimate {num(float(meta['estimate.seconds']), 1)} s, "
-            f"{meta.get('worker_sets', '?')} persistent process sets), and nvbandwidth's device-to-device read "
-            f"and write matrices and SM latency {num(nvbandwidth_wall(runs, X4_PLAIN_NVBANDWIDTH), 1)} s on the "
-            f"same node.\n\n" + source(X4_PLAIN, X4_PLAIN_NVBANDWIDTH))
+    """A plain run on a four-GPU node (an earlier version), nvbandwidth's device-to-device matrices beside."""
+    return plain_run(runs, X4_PLAIN, X4_PLAIN_NVBANDWIDTH, "a node of four H200s (every pair NV18)",
+                     "device-to-device read and write matrices and SM latency", "node")
 
 
 # This version's plain run on two GPUs, nvbandwidth's full suite on the same pair.
@@ -264,15 +269,9 @@ X2_PLAIN_NVBANDWIDTH = "h200x2-speed-nvbandwidth.txt"
 
 
 def plain_x2(runs: Runs) -> str:
-    """This version's plain run on two GPUs: its wall time, the plan's estimate, nvbandwidth's full suite beside."""
-    meta = runs[X2_PLAIN].meta
-    return (f"A plain `gpuipc-bench run` on {gpus(runs, X2_PLAIN)} ({links(runs, X2_PLAIN)}) measures the same-GPU "
-            f"pair in both sharing modes and every pair scenario across GPUs 0 and 1: it took "
-            f"{num(header_wall(runs, X2_PLAIN), 1)} s wall (`seconds.wall`; {num(listed_wall(X2_PLAIN)[0], 1)} s "
-            f"by `/usr/bin/time`; the plan's estimate {num(float(meta['estimate.seconds']), 1)} s, "
-            f"{meta.get('worker_sets', '?')} persistent process sets), and nvbandwidth's full suite "
-            f"{num(nvbandwidth_wall(runs, X2_PLAIN_NVBANDWIDTH), 1)} s on the same pair.\n\n"
-            + source(X2_PLAIN, X2_PLAIN_NVBANDWIDTH))
+    """This version's plain run on two GPUs, nvbandwidth's full suite beside."""
+    return plain_run(runs, X2_PLAIN, X2_PLAIN_NVBANDWIDTH,
+                     f"{gpus(runs, X2_PLAIN)} ({links(runs, X2_PLAIN)})", "full suite", "pair")
 
 
 SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {

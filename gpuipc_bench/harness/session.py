@@ -386,16 +386,14 @@ class Session:
             closer.start()  # the workers and the MPS daemon go down while the rows are analysed
             analysis = None
             resampler = self.resampler
-            if self.out is not None and (resampler is not None and resampler.pending or self.reporter.shows_summary):
+            pending = resampler is not None and resampler.pending
+            if pending or (self.out is not None and self.reporter.shows_summary):
                 from gpuipc_bench.analysis import analyse
 
                 analysis = analyse(results.frame, results.metadata)  # once: for what is left open and the summary
                 mark("analysed")
-            if resampler is not None and resampler.pending:
-                if analysis is not None:
-                    resampler.finish(analysis)
-                else:  # (kept in memory: nothing analysed, nothing to say)
-                    resampler.pending = False
+            if pending:
+                resampler.finish(analysis)
             results.set_meta("seconds.total", f"{time.monotonic() - run_started:.1f}")  # the clean end only
             # the user's clock: from the command's start (imports, probe, daemons) to this write; the summary after
             results.set_meta("seconds.wall", f"{process_seconds():.1f}")

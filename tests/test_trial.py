@@ -28,7 +28,7 @@ def test_the_trial_passes_here(tmp_path, machine):
         assert f"\n$ {command}\n# exit 0 in " in text, command
     assert "\n$ gpuipc-bench report results/" in text  # the main job's own file
     assert "\n$ pip install -e '.[cuda12]'\n# not run: --installed" in text
-    assert "\n$ python -m pytest\n# not run:" in text
+    assert "\n$ python -m pytest -n 2 --dist loadfile\n# not run:" in text
     if machine.gpu_count == 0:  # the main job's longest line: every GPU scenario skipped, and why
         assert "skipped staging, ipc" in text
     assert sorted(p.name.startswith("check-") for p in (tmp_path / "results").iterdir()) == [False, False, True]

@@ -194,6 +194,32 @@ def test_a_budget_spent_by_the_first_pass_measures_nothing_again(tmp_path, monke
     assert sets.asked == [] and set(written["replica"]) == {1} and meta["sampling.resampled"] == "none"
 
 
+def test_a_rerun_costs_its_share_of_the_sweep_and_a_late_set_start_once_per_set():
+    """rerun_seconds: the fixed cost, the share of the sweep's groups measured again, a set forked late
+    in a run (LATE_SET_START_S) for the first run of each set of the pass, and a start across two GPUs."""
+    from types import SimpleNamespace
+
+    from gpuipc_bench.config import RunConfig
+    from gpuipc_bench.engine.scenario import WorkerSpec
+    from gpuipc_bench.harness import estimate
+    from gpuipc_bench.harness.plan import registry
+
+    ipc, config = registry()["ipc"], RunConfig(scenarios=("ipc",))
+    mode = SimpleNamespace(name="time-sliced", scenarios=())
+    same = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 0)]
+    pair = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 1)]
+    fixed, _ = estimate.COSTS["ipc"]
+    sweep = estimate.run_seconds(ipc, same, mode, config, [mode]) - fixed
+    started: set = set()
+    first = resample.rerun_seconds(ipc, same, mode, config, [mode], 2, 8, started)
+    again = resample.rerun_seconds(ipc, same, mode, config, [mode], 2, 8, started)
+    assert first == pytest.approx(fixed + sweep / 4 + estimate.LATE_SET_START_S)
+    assert again == pytest.approx(fixed + sweep / 4)
+    across = resample.rerun_seconds(ipc, pair, None, config, [mode], 8, 8, started)
+    whole = estimate.run_seconds(ipc, pair, None, config, [mode])
+    assert across == pytest.approx(whole + estimate.LATE_SET_START_S + estimate.PAIR_START_S)
+
+
 # --------------------------------------------------------------------------- the column and the option
 
 

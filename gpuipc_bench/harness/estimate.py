@@ -23,6 +23,8 @@ from gpuipc_bench.engine.scenario import shares_processes
 START_S, END_S = 1.4, 1.2
 SET_START_S = 1.0  # a persistent process set forked: its workers' CUDA contexts, one GPU on the node
 CPU_SET_START_S = 0.1  # a set of workers on CPUs alone (host, barrier): forked, no CUDA context
+# a set forked late in a run, its libraries warm (the resampling pass's: 0.42-0.55 s on one H200, traced)
+LATE_SET_START_S = 0.5
 # Each further GPU of the node, per start of processes (a set forked, a scenario's own processes): on four
 # H200s a set fork took ~1.7 s (plain run: 16 forks, the ipc to latency scenarios 1.6-1.8 s each above their
 # sweeps) against 1.0 on one H100, and torch's and nvshmem's own processes 0.5-0.9 s more a run than on one H200

@@ -287,24 +287,25 @@ def find_run(runs: Mapping[tuple, tuple], key: tuple) -> tuple | None:
 
 
 def rerun_seconds(scenario, specs, mode, config, modes, groups: int, measured: int, started: set) -> float:
-    """What a run of the pass should take (harness.estimate's costs): its fixed cost, a fresh
-    process set where none of the pass holds its workers yet (`started`, updated), and its sizes'
-    cost scaled to the share of the groups at them it measures again."""
+    """What a run of the pass should take (harness.estimate's costs): its fixed cost, its sizes' cost
+    scaled to the share of the groups at them it measures again, and its start: a fresh process set
+    where none of the pass holds its workers yet (`started`, updated: a set forked late in a run),
+    more across two GPUs."""
     from gpuipc_bench.engine.scenario import shares_processes
-    from gpuipc_bench.harness.estimate import ACROSS_GPUS, COSTS, DEFAULT_COST, END_S, SET_START_S, START_S, \
-        estimate_seconds
+    from gpuipc_bench.harness.estimate import ACROSS_GPUS, COSTS, DEFAULT_COST, LATE_SET_START_S, PAIR_START_S, \
+        run_seconds
     from gpuipc_bench.harness.plan import second_mode_stream_sizes
 
-    whole = estimate_seconds([(scenario, specs, mode)], config, modes, second_mode_stream_sizes) - START_S - END_S
-    fixed = COSTS.get(scenario.name, DEFAULT_COST)[0] * (ACROSS_GPUS if len({s.device for s in specs}) > 1 else 1)
-    shared = shares_processes(scenario)
-    if shared:
-        whole -= SET_START_S  # counted below, once per set of the pass
+    across = len({s.device for s in specs}) > 1
+    whole = run_seconds(scenario, specs, mode, config, modes, second_mode_stream_sizes)
+    fixed = COSTS.get(scenario.name, DEFAULT_COST)[0] * (ACROSS_GPUS if across else 1)
     cost = fixed + max(0.0, whole - fixed) * min(1.0, groups / max(1, measured))
     key = pass_set(specs, mode)
-    if shared and key not in started:
-        started.add(key)
-        cost += SET_START_S
+    shared = shares_processes(scenario)
+    if not shared or key not in started:  # processes start for it: its own, or the pass's set for them
+        cost += (LATE_SET_START_S if shared else 0.0) + (PAIR_START_S if across else 0.0)
+        if shared:
+            started.add(key)
     return cost
 
 

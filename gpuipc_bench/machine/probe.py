@@ -402,14 +402,14 @@ def _mps_state() -> str:
     """'running' where CUDA initialised in this process would become an MPS client (one rule:
     modes.daemon.serves_this_process); 'running elsewhere' where an MPS daemon of another pipe
     directory runs; else 'not running'."""
-    from gpuipc_bench.modes.daemon import serves_this_process
+    from gpuipc_bench.modes.daemon import proc_stat, serves_this_process
 
     if serves_this_process():
         return "running"
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:  # '<pid> (<comm>) <state> ...'; a zombie (Z: exited, not yet reaped) runs nothing
-            comm, _, rest = stat.read_text().partition(" (")[2].rpartition(")")
-            if comm.startswith("nvidia-cuda-mps") and rest.split()[0] != "Z":
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:  # a zombie (Z: exited, not yet reaped) runs nothing
+            comm, fields = proc_stat(entry.name)
+            if comm.startswith("nvidia-cuda-mps") and fields[0] != "Z":
                 return "running elsewhere"
         except (OSError, IndexError):
             continue  # the process went away, or is not ours to read

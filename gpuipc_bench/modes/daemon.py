@@ -109,6 +109,13 @@ def _read_pid(pipe_dir: str) -> int | None:
     return int(text) if text.isdigit() and int(text) > 0 else None
 
 
+def proc_stat(pid: int | str) -> tuple[str, list[str]]:
+    """(its name, the fields after it) of /proc/<pid>/stat, '<pid> (<comm>) <state> <ppid> ...':
+    fields[0] is the state ('Z': exited, not yet reaped), fields[1] the parent. OSError where gone."""
+    comm, _, rest = Path(f"/proc/{pid}/stat").read_text().partition(" (")[2].rpartition(")")
+    return comm, rest.split()
+
+
 def alive(pid: int) -> bool:
     """The process exists and is not a zombie."""
     try:
@@ -118,8 +125,7 @@ def alive(pid: int) -> bool:
     except PermissionError:
         return True
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat.rpartition(")")[2].split()[0] != "Z"
+        return proc_stat(pid)[1][0] != "Z"
     except (OSError, IndexError):
         return True
 
@@ -358,7 +364,7 @@ class MpsDaemon:
                     return
             except ChildProcessError:  # init's (or reaped already): wait for its entry to go
                 try:
-                    if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                    if proc_stat(pid)[1][0] != "Z":
                         return  # alive and not ours to wait for (a recycled pid)
                 except (OSError, IndexError):
                     return  # gone
@@ -413,11 +419,11 @@ def reap_children(prefix: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         left = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
+        for entry in Path("/proc").glob("[0-9]*"):
             try:
-                comm, _, rest = stat.read_text().partition(" (")[2].rpartition(")")
-                if comm.startswith(prefix[:15]) and int(rest.split()[1]) == os.getpid():
-                    pid = int(stat.parent.name)
+                comm, fields = proc_stat(entry.name)
+                if comm.startswith(prefix[:15]) and int(fields[1]) == os.getpid():
+                    pid = int(entry.name)
                     if os.waitpid(pid, os.WNOHANG)[0] != pid:
                         left.append(pid)
             except (OSError, IndexError, ValueError, ChildProcessError):
@@ -431,7 +437,7 @@ def _start_time(pid: int) -> str:
     """The start time of process `pid` (field 22 of /proc/<pid>/stat), '' if it is gone:
     a pid and its start time name one process, even once the pid is recycled."""
     try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+        return proc_stat(pid)[1][19]
     except (OSError, IndexError):
         return ""
 

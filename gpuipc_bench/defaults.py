@@ -50,6 +50,13 @@ CHUNK_BYTES = 16 << 20  # pipelined staging's chunk (--chunk)
 DEFAULT_RESAMPLE_S = 3.0
 
 
+def resample_allowance(preset: str = "") -> float:
+    """The resampling pass's seconds without --budget: DEFAULT_RESAMPLE_S; none for --quick, a first look
+    whose three samples a group leave most decisions to a longer run (its pass took 1.3 of 12.1 s on one
+    H200 and settled one size; --budget still resamples)."""
+    return 0.0 if preset == "quick" else DEFAULT_RESAMPLE_S
+
+
 def sample_counts(preset: str = "") -> tuple[int, int, int]:
     """(min samples, max samples, warm-up samples) of a preset ('quick', 'thorough'), or the
     default's ('')."""

@@ -20,6 +20,7 @@ import numpy as np
 
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.memory import Ring
+from gpuipc_bench.gpu.visible import cuda_index
 from gpuipc_bench.patterns import check, pattern_bytes
 from gpuipc_bench.ipc.shared import SharedPages
 
@@ -164,7 +165,8 @@ class GpuBuffer:
 
     def __init__(self, gpu, nbytes: int):
         self.gpu, self.memory = gpu, gpu.alloc(nbytes)
-        self.ptr, self.device = self.memory.ptr, gpu.device
+        # NIXL's descriptors name the GPU by its CUDA ordinal in this worker (gpu.visible)
+        self.ptr, self.device = self.memory.ptr, cuda_index(gpu.device)
 
     def fill(self, ring: Ring, seed: int, count: int) -> None:
         self.gpu.fill(self.ptr, ring, seed, count)

@@ -24,6 +24,7 @@ from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.launch import KernelLauncher
 from gpuipc_bench.gpu.memory import Ring, memset, reps_for
 from gpuipc_bench.gpu.timing import SharedGatePage, time_setup
+from gpuipc_bench.gpu.visible import cuda_index
 from gpuipc_bench.engine.pair import PRODUCER, PairScenario, PairShared, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.engine.sampler import Sample
@@ -157,7 +158,7 @@ class NvshmemWorker(PairWorker):
         if not self.producer:
             data = b"".join(ctx.receive(PRODUCER, name) for name in names)[:raw.nbytes]
             raw[:] = np.frombuffer(data, dtype=np.uint8)
-        device = Device(self.device)
+        device = Device(cuda_index(self.device))
         device.set_current()
         start = time.perf_counter()
         core.init(device=device, uid=uid, rank=ctx.rank, nranks=2, initializer_method="uid")

@@ -36,6 +36,7 @@ from typing import Iterator
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.gpu.errors import cuda_call
 from gpuipc_bench.gpu.memory import Ring, on_device, reps_for, rt
+from gpuipc_bench.gpu.visible import cuda_index
 from gpuipc_bench.engine.pair import CONSUMER, PRODUCER
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.engine.sampler import Sample
@@ -122,7 +123,7 @@ class PeerWorker(IpcWorker):
 
     def copy_peer(self, dst: int, src: int, nbytes: int) -> None:
         with cuda_call("cudaMemcpyPeerAsync", self.cdev):
-            rt().memcpyPeerAsync(dst, self.cdev, src, self.pdev, nbytes, self.gpu.stream.ptr)
+            rt().memcpyPeerAsync(dst, cuda_index(self.cdev), src, cuda_index(self.pdev), nbytes, self.gpu.stream.ptr)
 
     def sync_both(self) -> None:
         for device in (self.pdev, self.cdev):

@@ -12,6 +12,7 @@ import warnings
 from typing import Any, Iterator
 
 from gpuipc_bench.errors import BenchError
+from gpuipc_bench.gpu.visible import cuda_index
 from gpuipc_bench.scenarios.torch_support import EXTRA, missing_torch, torch_without_cuda
 
 # The scenario of each backend (each in processes of its own: torch sets the backend once per process).
@@ -91,9 +92,9 @@ class SymmSide:
         import torch
         import torch.distributed as dist
 
-        self.torch, self.dist, self.device = torch, dist, device
+        self.torch, self.dist, self.device = torch, dist, cuda_index(device)  # torch's ordinal here (gpu.visible)
         self.timeout_ms = max(1, int(timeout_s * 1000))  # a signal wait traps rather than spin forever
-        torch.cuda.set_device(device)
+        torch.cuda.set_device(self.device)
         try:
             import torch.distributed._symmetric_memory as symm_mem
         except ImportError as exc:

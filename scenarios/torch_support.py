@@ -15,6 +15,7 @@ from typing import Any
 
 from gpuipc_bench.errors import BarrierAborted, BarrierTimeout, BenchError
 from gpuipc_bench.engine.pair import PRODUCER
+from gpuipc_bench.gpu.visible import cuda_index
 
 EXTRA = "pip install -e '.[torch]'"
 POLL_S = 0.05  # a get looks at the abort word and the producer's silence this often
@@ -90,8 +91,8 @@ class TorchSide:
         import torch
         import torch.multiprocessing  # noqa: F401  (registers the reductions of CUDA tensors)
 
-        self.torch, self.device = torch, device
-        torch.cuda.set_device(device)
+        self.torch, self.device = torch, cuda_index(device)  # torch's ordinal in this worker (gpu.visible)
+        torch.cuda.set_device(self.device)
 
     def use_allocator(self, variant: str) -> None:
         """New allocations from now on come from `variant`'s kind of segment (caches emptied)."""

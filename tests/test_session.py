@@ -127,7 +127,7 @@ def test_an_independent_plan_runs_in_fresh_processes(monkeypatch):
 
     made: list[bool] = []
 
-    def sets(worker_log, persistent=True):
+    def sets(worker_log, persistent=True, uuids=None):
         made.append(persistent)
         return Sets()
 

@@ -235,7 +235,10 @@ def check_start_seconds(gpus: int) -> float:
     GPUs: a check's process set lives for one run or two, and pays alone what a long run's sets pay once
     (the CUDA initialisation that opens every GPU of the node, the lane counters' proofs, the ceilings'
     pinned buffers, its exit)."""
-    return CHECK_START_S + CHECK_GPU_START_S * max(0, gpus - 1)
+    from gpuipc_bench.harness import estimate
+
+    seen = min(gpus, 2) if estimate.SEES_OWN_GPUS else gpus  # a check's set: one GPU or a pair's (gpu.visible)
+    return CHECK_START_S + CHECK_GPU_START_S * max(0, seen - 1)
 
 
 def measure_again(node: str, figure_names: list[str], facts: dict[str, str], job=None,

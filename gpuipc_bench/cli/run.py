@@ -129,7 +129,8 @@ def _samples_text(preset: str) -> str:
                    "the declared order would choose lies within twice the effect size of the leader), are "
                    "measured again on a fresh process set (replica 2 in the CSV), most open first, while time "
                    "remains. The run names the decisions it left open (stderr and the header's sampling.open). "
-                   f"Default: the first pass, then at most {DEFAULT_RESAMPLE_S:g} s of resampling.")
+                   f"Default: the first pass, then at most {DEFAULT_RESAMPLE_S:g} s of resampling (none with "
+                   "--quick).")
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1), default=None,
               help="Seed of that order. Default: a new one per run, written in the CSV header (order_seed).")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
+from gpuipc_bench.gpu.visible import cuda_index
 from gpuipc_bench.machine import lanes
 
 # This process's counters and proofs, kept across the scenarios of a process set.
@@ -32,7 +33,7 @@ def counters_here(devices: list[int]) -> dict[int, lanes.GpuCounters]:
         try:
             import cupy
 
-            bus_ids = {d: cupy.cuda.runtime.deviceGetPCIBusId(int(d)) for d in missing}
+            bus_ids = {d: cupy.cuda.runtime.deviceGetPCIBusId(cuda_index(d)) for d in missing}
         except Exception:  # noqa: BLE001 - no bus id: no counters for these GPUs
             bus_ids = {}
         counters, wire = lanes.open_counters(bus_ids)

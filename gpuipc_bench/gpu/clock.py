@@ -45,7 +45,9 @@ def for_cuda_device(device: int) -> Callable[[], float]:
     try:
         import cupy
 
-        bus_id = cupy.cuda.runtime.deviceGetPCIBusId(int(device))
+        from gpuipc_bench.gpu.visible import cuda_index
+
+        bus_id = cupy.cuda.runtime.deviceGetPCIBusId(cuda_index(device))
     except Exception:  # noqa: BLE001 - no bus id: no clock
         return lambda: math.nan
     return SmClock(bus_id).read

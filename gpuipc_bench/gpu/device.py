@@ -13,6 +13,7 @@ from gpuipc_bench.gpu.kernels import Kernels
 from gpuipc_bench.gpu.memory import (
     MEMCPY_DEFAULT, DeviceBuffer, PinnedHostBuffer, Ring, new_stream, on_device, read, rt, write,
 )
+from gpuipc_bench.gpu.visible import cuda_index
 from gpuipc_bench.gpu.timing import Gate, Marks, SharedGate, SharedGatePage, time_batch
 from gpuipc_bench.patterns import expected_byte
 from gpuipc_bench.hooks.profiling import mark
@@ -24,7 +25,7 @@ def use_device(device: int) -> None:
     import cupy
 
     with cuda_call("cudaSetDevice", device):
-        cupy.cuda.Device(device).use()
+        cupy.cuda.Device(cuda_index(device)).use()
 
 
 class Gpu:
@@ -94,10 +95,11 @@ class Gpu:
         this GPU: for memory this process maps in another GPU's context (an IPC mapping torch opened
         on the producer's GPU), where cudaMemcpyAsync's default direction is refused (invalid value)."""
         fn, stream, device = rt().memcpyPeerAsync, self.stream.ptr, self.device
+        here, there = cuda_index(device), cuda_index(src_device)
 
         def launch(dst: int, src: int) -> None:
             with cuda_call("cudaMemcpyPeerAsync", device):
-                fn(dst, device, src, src_device, nbytes, stream)
+                fn(dst, here, src, there, nbytes, stream)
 
         return launch
 
@@ -172,12 +174,12 @@ def enable_peer_access(device: int, peer: int) -> float | None:
     Seconds it took, or None when already enabled or not possible between these GPUs."""
     with on_device(device):
         with cuda_call("cudaDeviceCanAccessPeer", device):
-            if not rt().deviceCanAccessPeer(device, peer):
+            if not rt().deviceCanAccessPeer(cuda_index(device), cuda_index(peer)):
                 return None
             rt().deviceSynchronize()  # the context exists before the clock starts
         t0 = time.perf_counter()
         try:
-            rt().deviceEnablePeerAccess(peer)
+            rt().deviceEnablePeerAccess(cuda_index(peer))
         except Exception as exc:  # noqa: BLE001
             if error_name(exc) == _PEER_ALREADY_ENABLED:
                 PEER_ON.add((device, peer))
@@ -190,5 +192,5 @@ def enable_peer_access(device: int, peer: int) -> float | None:
 
 def disable_peer_access(device: int, peer: int) -> None:
     with on_device(device), cuda_call("cudaDeviceDisablePeerAccess", device):
-        rt().deviceDisablePeerAccess(peer)
+        rt().deviceDisablePeerAccess(cuda_index(peer))
     PEER_ON.discard((device, peer))

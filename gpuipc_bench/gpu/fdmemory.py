@@ -25,6 +25,7 @@ from typing import Any
 from gpuipc_bench.errors import BenchError, NoGpuError
 from gpuipc_bench.gpu.errors import CudaError, oom_message
 from gpuipc_bench.gpu.memory import on_device
+from gpuipc_bench.gpu.visible import cuda_index
 
 INSTALL_HINT = "pip install -e '.[cuda12]' (or '.[cuda13]')"
 _NO_GPU = ("CUDA_ERROR_NO_DEVICE", "CUDA_ERROR_NOT_INITIALIZED", "CUDA_ERROR_INSUFFICIENT_DRIVER")
@@ -83,7 +84,7 @@ def _posix_fd() -> Any:
 
 def _device_location(location, device: int) -> None:
     location.type = drv().CUmemLocationType.CU_MEM_LOCATION_TYPE_DEVICE
-    location.id = device
+    location.id = cuda_index(device)
 
 
 def _access(device: int) -> Any:
@@ -135,7 +136,7 @@ def host_numa_node(device: int) -> int:
     with on_device(device):
         try:
             node = int(call("cuDeviceGetAttribute", d.cuDeviceGetAttribute,
-                            d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, device, device=device))
+                            d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, cuda_index(device), device=device))
         except (CudaError, AttributeError):
             return 0
     return max(node, 0)

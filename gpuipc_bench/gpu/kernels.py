@@ -19,6 +19,7 @@ import numpy as np
 from gpuipc_bench.gpu.errors import cuda_call
 from gpuipc_bench.gpu.launch import KernelLauncher
 from gpuipc_bench.gpu.memory import Ring, rt
+from gpuipc_bench.gpu.visible import cuda_index
 
 DEV_ATTR_MULTIPROCESSOR_COUNT = 16
 DEV_ATTR_L2_CACHE_SIZE = 38
@@ -39,7 +40,7 @@ def source(name: str) -> str:
 def _module(name: str, device: int):
     import cupy
 
-    with cuda_call("nvrtcCompileProgram", device), cupy.cuda.Device(device):
+    with cuda_call("nvrtcCompileProgram", device), cupy.cuda.Device(cuda_index(device)):
         return cupy.RawModule(code=source(name), options=("--std=c++14",))
 
 
@@ -55,9 +56,9 @@ class Kernels:
         self._mark, self._copy = module.get_function("mark"), module.get_function("sm_copy")
         self._gate, self._stamp = module.get_function("gate"), module.get_function("stamp")
         with cuda_call("cudaDeviceGetAttribute", device):
-            self.sms = rt().deviceGetAttribute(DEV_ATTR_MULTIPROCESSOR_COUNT, device)
-            self.l2_bytes = rt().deviceGetAttribute(DEV_ATTR_L2_CACHE_SIZE, device)
-        with cuda_call("cudaMalloc", device), cupy.cuda.Device(device):
+            self.sms = rt().deviceGetAttribute(DEV_ATTR_MULTIPROCESSOR_COUNT, cuda_index(device))
+            self.l2_bytes = rt().deviceGetAttribute(DEV_ATTR_L2_CACHE_SIZE, cuda_index(device))
+        with cuda_call("cudaMalloc", device), cupy.cuda.Device(cuda_index(device)):
             self._result = cupy.empty(1, dtype=cupy.uint64)  # ring_mismatch's answer
         # (kernel, bytes, stream) -> its launcher: a batch's per-transfer kernels, made once (~20 us each)
         self._launchers: dict[tuple, KernelLauncher] = {}

@@ -9,6 +9,7 @@ from typing import Any, Callable
 
 from gpuipc_bench.gpu.errors import cuda_call
 from gpuipc_bench.gpu.memory import DeviceBuffer, PinnedHostBuffer, on_device, rt
+from gpuipc_bench.gpu.visible import cuda_index
 
 MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST = 1, 2
 
@@ -47,7 +48,7 @@ class KnownCopies:
                 gpu.synchronize()
             elif kind == "peer":
                 with cuda_call("cudaMemcpyPeer", a):
-                    rt().memcpyPeer(self.buffers[b].ptr, b, self.buffers[a].ptr, a, self.nbytes)
+                    rt().memcpyPeer(self.buffers[b].ptr, cuda_index(b), self.buffers[a].ptr, cuda_index(a), self.nbytes)
             else:
                 raise ValueError(f"unknown copy {kind!r}")
         for dev in {a, b}:  # cudaMemcpyPeer returns before the copy has ended

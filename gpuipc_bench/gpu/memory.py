@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from gpuipc_bench.gpu.errors import cuda_call
+from gpuipc_bench.gpu.visible import cuda_index
 
 # CUDA runtime flag values (stable ABI constants; CuPy does not export them all).
 EVENT_DISABLE_TIMING = 0x02
@@ -136,7 +137,7 @@ class on_device:
         import cupy
 
         with cuda_call("cudaSetDevice", self.device):
-            self._ctx = cupy.cuda.Device(self.device)
+            self._ctx = cupy.cuda.Device(cuda_index(self.device))
             self._ctx.__enter__()
         return self
 
@@ -249,7 +250,7 @@ def new_stream(device: int):
     """A non-blocking stream on `device` (it does not synchronise with the legacy default stream)."""
     import cupy
 
-    with cuda_call("cudaStreamCreateWithFlags", device), cupy.cuda.Device(device):
+    with cuda_call("cudaStreamCreateWithFlags", device), cupy.cuda.Device(cuda_index(device)):
         return cupy.cuda.Stream(non_blocking=True)
 
 
@@ -269,7 +270,7 @@ class IpcEvent:
     def create(cls, device: int) -> "IpcEvent":
         import cupy
 
-        with cuda_call("cudaEventCreateWithFlags", device), cupy.cuda.Device(device):
+        with cuda_call("cudaEventCreateWithFlags", device), cupy.cuda.Device(cuda_index(device)):
             ptr = rt().eventCreateWithFlags(EVENT_DISABLE_TIMING | EVENT_INTERPROCESS)
         return cls(ptr, device, opened=False)
 

@@ -25,10 +25,13 @@ SET_START_S = 1.0  # a persistent process set forked: its workers' CUDA contexts
 CPU_SET_START_S = 0.1  # a set of workers on CPUs alone (host, barrier): forked, no CUDA context
 # a set forked late in a run, its libraries warm (the resampling pass's: 0.42-0.55 s on one H200, traced)
 LATE_SET_START_S = 0.5
-# Each further GPU of the node, per start of processes (a set forked, a scenario's own processes): on four
-# H200s a set fork took ~1.7 s (plain run: 16 forks, the ipc to latency scenarios 1.6-1.8 s each above their
-# sweeps) against 1.0 on one H100, and torch's and nvshmem's own processes 0.5-0.9 s more a run than on one H200
+# Each further GPU a start of processes sees (a set forked, a scenario's own processes): on four H200s a set
+# fork took ~1.7 s (plain run: 16 forks, the ipc to latency scenarios 1.6-1.8 s each above their sweeps) against
+# 1.0 on one H100; on two H200s a CUDA context took 0.23-0.26 s with one GPU visible, 0.43-0.47 s with both.
 NODE_GPU_START_S = 0.23
+# A set sees its own GPUs alone (gpu.visible): one, or a pair's two, whatever the node's count. False: every
+# GPU of the node, as the runs before gpu.visible were measured (the tests of those runs' wall times)
+SEES_OWN_GPUS = True
 # A start of processes whose workers sit on two GPUs, beyond a same-GPU start: each worker's context opens
 # peer access and the pair's lane counters are proven (known copies over NVLink and PCIe), fitted below
 PAIR_START_S = 1.5
@@ -112,7 +115,8 @@ def start_seconds(scenario, gpus: int, specs=None, pair_start_s: float = PAIR_ST
     `pair_start_s` more where its workers (`specs`) sit on two GPUs."""
     if specs is not None and all(spec.device is None for spec in specs):
         return CPU_SET_START_S if shares_processes(scenario) else 0.0  # no CUDA context: a fork
-    node = NODE_GPU_START_S * max(0, gpus - 1)
+    seen = gpus if specs is None or not SEES_OWN_GPUS else min(gpus, len({spec.device for spec in specs}))
+    node = NODE_GPU_START_S * max(0, seen - 1)
     pair = pair_start_s if specs is not None and len({spec.device for spec in specs}) > 1 else 0.0
     return node + pair + (SET_START_S if shares_processes(scenario) else 0.0)
 
@@ -121,11 +125,12 @@ def resample_seconds(first_pass: float, budget: float | None, config=None) -> fl
     """What the resampling pass should add to a first pass of `first_pass` seconds: its default
     allowance as runs use it (scaled, as the sweeps are, by the samples a group takes: a --quick
     run's three sizes and samples leave little open), or what --budget leaves."""
-    from gpuipc_bench.defaults import DEFAULT_RESAMPLE_S
+    from gpuipc_bench.defaults import resample_allowance
 
     if budget is not None:
         return RESAMPLE_USE * max(0.0, budget - first_pass)
-    return RESAMPLE_USE * DEFAULT_RESAMPLE_S * (min(1.0, sample_scale(config)) if config is not None else 1.0)
+    allowance = resample_allowance(getattr(config, "preset", ""))
+    return RESAMPLE_USE * allowance * (min(1.0, sample_scale(config)) if config is not None else 1.0)
 
 
 def sample_scale(config) -> float:

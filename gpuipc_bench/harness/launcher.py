@@ -25,6 +25,7 @@ from typing import Any, Callable
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.engine.scenario import Scenario, WorkerContext, WorkerSpec
 from gpuipc_bench.errors import BarrierAborted, BenchError, Interrupted
+from gpuipc_bench.gpu import visible
 from gpuipc_bench.harness.supervision import (
     Worker, remove_driver_files, salvage_rows, size_in_flight, stop_all, supervise)
 from gpuipc_bench.hooks.faults import FaultPlan
@@ -133,6 +134,7 @@ def enter_worker(spec: WorkerSpec, env: dict[str, str] | None, worker_log: str =
     if worker_log:
         output_to(worker_log)
     os.environ.update(worker_env(spec, env))  # before anything initialises CUDA
+    visible.enter()  # the GPUs it sees (gpu.visible): the run's numbers -> its CUDA ordinals
 
 
 def warm_worker(spec: WorkerSpec) -> None:
@@ -142,11 +144,12 @@ def warm_worker(spec: WorkerSpec) -> None:
     if spec.device is None:
         return
     try:
+        from gpuipc_bench.gpu.visible import cuda_index
         from gpuipc_bench.machine.mig import device_of
         from gpuipc_bench.machine.probe import import_cupy
 
         runtime = import_cupy().cuda.runtime
-        runtime.setDevice(int(device_of(spec)))
+        runtime.setDevice(cuda_index(device_of(spec)))
         runtime.free(0)  # the context is made here
     except Exception:  # noqa: BLE001 - said by the scenario's run
         pass

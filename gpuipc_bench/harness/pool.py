@@ -37,6 +37,7 @@ from gpuipc_bench.harness.supervision import (
     Worker, WorkerLost, idle_death_message, remove_driver_files, salvage_rows, size_in_flight, stop_all, supervise)
 from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.ipc.process import FORK, exit_worker
+from gpuipc_bench.gpu.visible import visibility_env
 from gpuipc_bench.ipc.segment import Segment
 from gpuipc_bench.machine.probe import import_cupy
 
@@ -212,8 +213,11 @@ class WorkerSets:
     in the set of its workers (set_key), forked on first use; end_mode_other_than() ends a mode's
     workers, close() all."""
 
-    def __init__(self, worker_log: str = "", persistent: bool = True):
+    def __init__(self, worker_log: str = "", persistent: bool = True, uuids: dict[int, str] | None = None):
+        """`uuids`: every GPU of the run by its number (the probe's), so that each set's workers see
+        only their own GPUs (gpu.visible); {}: they see every GPU."""
         self.worker_log, self.persistent = worker_log, persistent
+        self.uuids = dict(uuids or {})
         self.sets: dict[tuple, WorkerSet] = {}
         self.members: dict[tuple, tuple[Worker, Any]] = {}  # (set_key, index) -> (worker, its task pipe)
         self.started = 0  # times workers were forked over the run (a test's and the notes' count)
@@ -248,7 +252,8 @@ class WorkerSets:
             return lost
         if not (self.persistent and shares_processes(scenario)):
             self.close()  # no idle context of the run beside a scenario of its own processes
-            return launcher.run_scenario(scenario, config, specs, env=env, mode_name=mode_name, **callbacks)
+            return launcher.run_scenario(scenario, config, specs, env={**env, **self.visibility(specs)},
+                                         mode_name=mode_name, **callbacks)
         key = set_key(specs, mode_name, env)
         workers = self.sets.get(key)
         if workers is not None and not workers.alive():
@@ -310,11 +315,18 @@ class WorkerSets:
                    if key not in self.members or not self.members[key][0].process.is_alive()]
         if missing:
             mark("set fork", scenario.name)
-            fresh = WorkerSet([spec for _, spec in missing], env, self.worker_log)
+            fresh = WorkerSet([spec for _, spec in missing], {**env, **self.visibility(specs)}, self.worker_log)
             self.started += 1
             for (key, _), worker, tasks in zip(missing, fresh.workers, fresh.tasks):
                 self.members[key] = (worker, tasks)
         return WorkerSet(specs, env, self.worker_log, members=[self.members[key] for key in keys])
+
+    def visibility(self, specs) -> dict[str, str]:
+        """The environment that shows a set's workers (`specs`) their own GPUs alone (gpu.visible):
+        none for a MIG instance's (it sees its instance alone already)."""
+        if any(getattr(spec, "mig", "") for spec in specs):
+            return {}
+        return visibility_env([spec.device for spec in specs], self.uuids)
 
     def drop(self, workers: WorkerSet, close: bool = False) -> None:
         """A set that broke (its workers ended by its run, or here with `close`): its members leave

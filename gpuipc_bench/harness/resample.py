@@ -1,7 +1,7 @@
 """The resampling pass: after the first pass over the plan, the run analyses its rows and measures
 again, on a fresh process set (replica 2: pyperf's unit of variance), the groups where a decision
 is open or can move, most open first, while its time allows (`run --budget`, else a default
-allowance of DEFAULT_RESAMPLE_S). The rows it adds say `replica` 2; the analysis pools them with
+allowance of DEFAULT_RESAMPLE_S; none for --quick). The rows it adds say `replica` 2; the analysis pools them with
 the first pass's figures and names another API within a class only where the difference holds
 in both replicas (analysis.verdict.decide).
 
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from gpuipc_bench.defaults import DEFAULT_RESAMPLE_S
+from gpuipc_bench.defaults import resample_allowance
 from gpuipc_bench.hooks.profiling import mark
 
 MOVE_WITHIN = 2.0  # a figure within 1 + this x delta of its size's leader can move the decision
@@ -354,7 +354,7 @@ class Resampler:
     """The pass over one run (Session calls run() once, after the first pass and its resweeps).
     `results`: the run's ResultsFile (its frame and header); `clock`: seconds since the command
     started (session.process_seconds); `budget`: the run's --budget (None: the first pass, then
-    DEFAULT_RESAMPLE_S)."""
+    defaults.resample_allowance: DEFAULT_RESAMPLE_S, none for --quick)."""
 
     def __init__(self, plan, results, reporter, clock: Callable[[], float], budget: float | None = None):
         from gpuipc_bench.harness.estimate import END_S
@@ -364,7 +364,8 @@ class Resampler:
         now = clock()
         # the pass ends its last run by here: the command's budget less its end (the answer written and
         # printed), or the default allowance from now
-        self.deadline = budget - END_S if budget is not None else now + DEFAULT_RESAMPLE_S
+        self.allowance = resample_allowance(plan.config.preset)
+        self.deadline = budget - END_S if budget is not None else now + self.allowance
         self.done: set[tuple] = set()
         self.started: set[tuple] = set()
         self.measured: list[Rerun] = []
@@ -385,6 +386,9 @@ class Resampler:
         results = self.results
         results.set_meta("sampling.budget", self.describe_budget())
         started = time.monotonic()
+        if self.budget is None and not self.allowance:  # no pass: what is open comes from the final analysis
+            self.pending = True
+            return
         found, took = self.timed_query()
         runs = self.by_set(self.fitting(found))
         while runs:
@@ -441,7 +445,9 @@ class Resampler:
     def describe_budget(self) -> str:
         if self.budget is not None:
             return f"{self.budget:g} s (--budget): the first pass, then the resampling pass while time remains"
-        return f"the first pass, then at most {DEFAULT_RESAMPLE_S:g} s of resampling (no --budget)"
+        if not self.allowance:
+            return "the first pass only (--quick without --budget)"
+        return f"the first pass, then at most {self.allowance:g} s of resampling (no --budget)"
 
     def report(self, found: Query) -> None:
         """The header's sampling.resampled, sampling.open and sampling.resample_seconds; a note

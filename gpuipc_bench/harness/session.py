@@ -143,9 +143,12 @@ class Session:
         config, job = plan.config, self.job
         if self.sets is None:  # the persistent workers (the fork launcher's; fork-fresh and independent: none)
             self.sets = WorkerSets(config.worker_log or "",
-                                   persistent=config.launcher == "fork" and not plan.independent)
+                                   persistent=config.launcher == "fork" and not plan.independent,
+                                   uuids=gpu_uuids(plan.machine))
         sets = self.sets
         launched = job.metadata() if job else {"launcher": config.launcher}
+        if job is None and len(getattr(sets, "uuids", {})) > 1:  # (gpu.visible; read by the estimate's tests)
+            launched[GPUS_SEEN_KEY] = "own: each process set's CUDA_VISIBLE_DEVICES names its GPUs alone"
         self.results = results = ResultsFile(self.out, {
             **run_header(config, plan.machine), **launched,
             **{f"note.{key}": text for key, text in (plan.mig_notes or {}).items()}})
@@ -497,6 +500,17 @@ def process_seconds() -> float:
             return max(0.0, float(up.read().split()[0]) - started)
     except (OSError, ValueError, IndexError):
         return time.monotonic() - _IMPORTED
+
+
+GPUS_SEEN_KEY = "workers.gpus_seen"
+
+
+def gpu_uuids(machine) -> dict[int, str]:
+    """Every GPU of the run by its number, for the sets' workers to see only their own
+    (gpu.visible); {} on a node with MIG on (CUDA numbers its instances there, not its GPUs)."""
+    if machine is None or any(getattr(gpu, "mig_mode", "") == "enabled" for gpu in machine.gpus):
+        return {}
+    return {gpu.index: gpu.uuid for gpu in machine.gpus}
 
 
 def end_workers_and_modes(sets, modes) -> None:

@@ -143,6 +143,10 @@ class PairWorker:
                 yield from self.peer_enable_rows()
             prove_lanes(self)  # the lane counters, proven once per process (engine/lanes.py)
             yield from self.setup()
+            if self.peer_access_at == "setup" and self.producer:
+                # the producer's peer access both ways too (the consumer's set-up timed its own): the
+                # lane proof's copies over NVLink in this process, whatever ran before in its set
+                yield from self.peer_enable_rows()
             self.ctx.lock_names()
             prove_lanes(self)  # NVLink's, where the set-up turned peer access on
             for nbytes in self.sizes:

@@ -102,14 +102,39 @@ def test_the_proof_holds_where_no_figure_is_shown_apart_beyond_delta():
         for row in _rows(pair, 6.8e-4 * 1.004):
             proof.feeder("together")(row)
     together, text = proof.decide()
-    assert together and text.startswith("2 figures alone and together: none apart beyond 2%")
+    assert together and text.startswith("2 figures alone and together: none slower together beyond 2% (")
     for row in _rows((1, 3), 6.8e-4 * 1.15, ("peer", "device-ll", "pingpong")):  # slower together: a shared link
         proof.feeder("together")(row)
     for row in _rows((1, 3), 6.8e-4, ("peer", "device-ll", "pingpong")):
         proof.feeder("alone")(row)
     together, text = proof.decide()
-    assert not together and "1 apart beyond 2%" in text and "peer/device-ll pingpong 256 MiB 1>3 1.150x" in text
+    assert not together and "1 slower together beyond 2%" in text
+    assert "peer/device-ll pingpong 256 MiB 1>3 1.150x" in text
     assert Proof().decide()[0] is False  # nothing to compare: no rounds at once
+
+
+def test_a_figure_faster_together_is_the_passes_spread_not_a_reason_to_refuse():
+    """On four H200s the proof's call-bound and 4 KiB figures went 0.941x to 1.058x, both ways: the
+    pairs share nothing, so a figure faster together shows how far two passes drift, and a slowdown
+    within it is not told from it. Beyond it (or where nothing ran faster), one pair at a time."""
+    def proof_of(ratios) -> Proof:
+        proof = Proof()
+        for which, ratio in ratios.items():
+            for row in _rows((0, 3), 2.3e-5, which):
+                proof.feeder("alone")(row)
+            for row in _rows((0, 3), 2.3e-5 * ratio, which):
+                proof.feeder("together")(row)
+        return proof
+
+    drift = {("ipc", "ce-pingpong", "pingpong"): 0.941, ("ipc", "sm", "stream"): 1.058,
+             ("ipc", "ce", "stream"): 1.004}
+    together, text = proof_of(drift).decide()
+    assert together and "none slower together beyond 2% past the passes' spread, 1.063x" in text
+    assert "ipc/sm stream 256 MiB 0>3 1.058x" in text  # the slowest together, named
+    together, text = proof_of({**drift, ("ipc", "sm", "stream"): 1.12}).decide()
+    assert not together and "1 slower together beyond 2% past the passes' spread" in text and "1.120x" in text
+    together, text = proof_of({("ipc", "sm", "stream"): 1.058, ("ipc", "ce", "stream"): 1.004}).decide()
+    assert not together and "1 slower together beyond 2% (" in text  # no drift seen: the plain bar
 
 
 class RoundSets:
@@ -201,7 +226,7 @@ def test_a_round_runs_its_pairs_at_once_after_the_proof_held(tmp_path):
 
 def test_where_the_pairs_slow_each_other_the_rounds_run_one_pair_at_a_time(tmp_path):
     plan, sets, frame, meta = _session(tmp_path, slowdown=1.1)
-    assert meta["rounds.together"].startswith("no") and "apart beyond 2%" in meta["rounds.proof"]
+    assert meta["rounds.together"].startswith("no") and "slower together beyond 2%" in meta["rounds.proof"]
     later = {pair for pairs in plan.rounds.rounds[1:] for pair in pairs}
     assert all(n == 0 for _, pair, n in sets.calls if pair in later)
     assert frame["seconds"].max() < 6.8e-4 * 1.05  # no row measured beside another is kept

@@ -203,11 +203,22 @@ class Session:
             proof = Proof()
             index = 0
             while True:
-                if index == len(queue) and resweep is not None:  # the first pass is done: pairs outside their class
-                    queue += self._resweeps(resweep, plan)
+                if index == len(queue) and resweep is not None and resweep.suspects is None:
+                    resweep.suspects = resweep.pairs()  # the first pass is done: pairs outside their class,
+                    queue += self._confirms(resweep, plan)  # measured again on a fresh process set
+                if index == len(queue) and resweep is not None:
+                    queue += self._resweeps(resweep, plan)  # those outside there too: swept whole
                     resweep = None
                 if index == len(queue):
                     break
+                if isinstance(queue[index], Confirm):
+                    for scenario, specs in queue[index].runs:
+                        self.sets.retire(specs)  # its first pass's set, if any, leaves: this one is fresh
+                        outcome = self._one(scenario, specs, None, plan, known, resweep, replica=CONFIRM_REPLICA)
+                        if outcome is not None and isinstance(outcome.error, WorkerLost):
+                            return
+                    index += 1
+                    continue
                 if isinstance(queue[index], Round):
                     outcomes = self._round(queue[index], plan, known, resweep, proof)
                     index += 1
@@ -438,13 +449,29 @@ class Session:
 
         return Resweep(plan.pair_classes)
 
+    def _confirms(self, resweep, plan) -> list:
+        """A Confirm for each headline pair outside its class on the first pass: its headline runs again
+        on a fresh process set (replica 2), said."""
+        from gpuipc_bench.harness.classes import confirm_runs
+
+        items = []
+        for (a, b), why in resweep.suspects.items():
+            self.reporter.note(f"GPU {a} → {b}: {why}; measuring it again on fresh processes")
+            items.append(Confirm((a, b), confirm_runs(plan, (a, b))))
+        return items
+
     def _resweeps(self, resweep, plan) -> list:
-        """The runs that sweep whole each headline pair whose figures fall outside its class, said and
-        kept in the header (pairs.resweep.A>B: why)."""
+        """The runs that sweep whole each headline pair whose figures fall outside its class on the
+        first pass and on a fresh process set, said and kept in the header (pairs.resweep.A>B: why);
+        a pair inside on the fresh set is said and kept too (pairs.spared.A>B), not swept."""
         from gpuipc_bench.harness.estimate import END_S, START_S, estimate_seconds
 
         added = []
-        for (a, b), why in resweep.pairs().items():
+        whole, spared = resweep.confirmed()
+        for (a, b), why in spared.items():
+            self.results.set_meta(f"pairs.spared.{a}>{b}", why)
+            self.reporter.note(f"GPU {a} → {b}: {why}: not swept whole")
+        for (a, b), why in whole.items():
             runs = [(scenario, specs, None) for scenario, specs in plan.resweep_runs.get((a, b), [])]
             more = estimate_seconds(runs, plan.config, [], gpus=plan.machine.gpu_count) - START_S - END_S
             self.results.set_meta(f"pairs.resweep.{a}>{b}", why)
@@ -511,6 +538,17 @@ def gpu_uuids(machine) -> dict[int, str]:
     if machine is None or any(getattr(gpu, "mig_mode", "") == "enabled" for gpu in machine.gpus):
         return {}
     return {gpu.index: gpu.uuid for gpu in machine.gpus}
+
+
+CONFIRM_REPLICA = 2  # a suspect pair's headline runs again: a second process set (harness.resample's too)
+
+
+@dataclasses.dataclass
+class Confirm:
+    """A headline pair outside its class on the first pass, in the queue: its headline runs
+    ((scenario, specs)) measured again on a fresh process set before a whole sweep is decided."""
+    pair: tuple[int, int]
+    runs: list
 
 
 def end_workers_and_modes(sets, modes) -> None:

@@ -556,7 +556,9 @@ def end_workers_and_modes(sets, modes) -> None:
     MPS daemon after its last client); the caller's finally ends both again, as at every fault."""
     try:
         sets.end()
+        mark("closer: workers reaped")
         end_modes(modes)
+        mark("closer: modes ended")
     except Exception:  # noqa: BLE001 - the main thread's own end_modes and sets.end() report it
         pass
 

@@ -23,10 +23,10 @@ sys.path.append(str(ROOT / "scripts" / "readme"))  # appended: nothing here may 
 from readme_speed import CATALOGUE, listed_wall  # noqa: E402
 
 WITHIN = 0.25
-# the committed runs of this version (their headers say the command, the node, the modes): one H200's three
-# default runs and --quick, the plain run on two H200s, `--pairs all` on four (its re-sweeps added)
-RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-speed-quick.csv", "h200x2-speed.csv",
-        "h200x4-speed-pairs-all.csv")
+# the committed runs (their headers say the command, the node, the modes): one H200's three default runs and
+# three --quick, the plain run and `--pairs all` on two H200s, `--pairs all` on four (its re-sweeps added)
+RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-1.csv", "h200-quick-2.csv",
+        "h200-quick-3.csv", "h200x2-speed.csv", "h200x2-speed-pairs-all.csv", "h200x4-speed-pairs-all.csv")
 
 
 @pytest.fixture

@@ -271,6 +271,9 @@ class Sets:
     def let_go(self) -> None:
         self.let_go_called = True
 
+    def retire(self, specs, mode_name=None, env=None) -> None:
+        self.calls.append(("retired", tuple(spec.device for spec in specs), mode_name))
+
     def end(self) -> None:
         self.ended = True
 

@@ -399,7 +399,9 @@ def test_a_gpu_nodes_scenarios_run_on_the_preset_each_in_a_session_of_its_own(mo
     monkeypatch.setenv(plant.PLANT_ENV, "fault:ipc:raise:1:sample:1")
     rows: list[dict] = []
     found = node.measure(["staging", "ipc", "peer", "vmm"], h100_node(2), None, rows.append, 10.0)
-    preset, proof, pipe = (5, 5, 1, (4096, 256 << 20)), (1, 1, 0, (4096,)), ["CUDA_MPS_PIPE_DIRECTORY"]
+    preset, proof = (5, 5, 1, (4096, 256 << 20)), (1, 1, 0, (4096,))
+    # a same-GPU set sees its own GPU alone (gpu.visible); a pair of the two sees both, as the node
+    pipe = ["CUDA_MPS_PIPE_DIRECTORY", "CUDA_VISIBLE_DEVICES", "GPUIPC_BENCH_SEES"]
     assert calls == [("staging", (0, 0), "time-sliced", pipe, preset, (), None),  # then again on GPU 1 (256 MiB)
                      ("staging", (1, 1), "time-sliced", pipe, preset, (), None),
                      ("ipc", (0, 0), "time-sliced", pipe, preset, (), "raise:1:sample:1"),

@@ -330,9 +330,12 @@ def test_a_headline_pair_outside_its_class_is_swept_whole_after_the_first_pass(t
     plan.resweep_runs = {pair: [(Named("staging"), specs(*pair))] for pair in classes.headline}
     sets = PairSets()
     outcome, heard, out = run_session(tmp_path, plan, sets)
-    assert sets.calls[:12] == [("ipc", a, b) for a, b in pairs] and sets.calls[12:] == [("staging", 2, 3)]
+    assert sets.calls[:12] == [("ipc", a, b) for a, b in pairs]
+    # measured again on a fresh process set (its first one retired), outside there too: swept whole
+    assert sets.calls[12:] == [("retired", (2, 3), None), ("ipc", 2, 3), ("staging", 2, 3)]
     meta = read_results(out)[1]
     assert "took 2.00x the median of its class" in meta["pairs.resweep.2>3"]
+    assert "again on a fresh process set: 2.00x" in meta["pairs.resweep.2>3"]
     assert meta["pairs.full"] == "0>1" and "pairs.resweep.1>2" not in meta
     said = [e[1] for e in heard.events if e[0] == "note" and "sweeping it whole" in e[1]]
     assert len(said) == 1 and said[0].startswith("GPU 2 → 3: ipc/ce stream at 256 MiB") and "s more)" in said[0]

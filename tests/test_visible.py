@@ -96,3 +96,20 @@ def test_a_node_with_mig_on_hides_nothing():
     assert gpu_uuids(SimpleNamespace(gpus=gpus)) == {0: UUIDS[0], 1: UUIDS[1]}
     gpus[1].mig_mode = "enabled"
     assert gpu_uuids(SimpleNamespace(gpus=gpus)) == {} and gpu_uuids(None) == {}
+
+
+def test_a_warmed_worker_makes_its_context_on_its_own_gpu(monkeypatch):
+    """launcher.warm_worker (the check's sets forked together start their contexts at once): its
+    setDevice and free(0) on the GPU's ordinal inside the worker (it once called through a function
+    that returns nothing, and every warm-up failed unseen)."""
+    import cupy
+
+    calls = []
+    monkeypatch.setattr(cupy.cuda.runtime, "setDevice", lambda device: calls.append(("setDevice", device)))
+    monkeypatch.setattr(cupy.cuda.runtime, "free", lambda ptr: calls.append(("free", ptr)))
+    try:
+        visible.enter({SEES_ENV: "3,1"})
+        launcher.warm_worker(WorkerSpec(1, "consumer", 1))
+    finally:
+        visible.enter({})
+    assert calls == [("setDevice", 1), ("free", 0)]

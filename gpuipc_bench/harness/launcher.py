@@ -144,11 +144,12 @@ def warm_worker(spec: WorkerSpec) -> None:
     if spec.device is None:
         return
     try:
+        import cupy  # (imported by the parent before the fork: machine.probe.import_cupy)
+
         from gpuipc_bench.gpu.visible import cuda_index
         from gpuipc_bench.machine.mig import device_of
-        from gpuipc_bench.machine.probe import import_cupy
 
-        runtime = import_cupy().cuda.runtime
+        runtime = cupy.cuda.runtime  # (import_cupy returns nothing: calling through it never warmed a context)
         runtime.setDevice(cuda_index(device_of(spec)))
         runtime.free(0)  # the context is made here
     except Exception:  # noqa: BLE001 - said by the scenario's run

@@ -5,6 +5,7 @@ CUDA ordinals at every call into CUDA, and asking for a GPU it does not see is a
 from __future__ import annotations
 
 import multiprocessing
+import re
 
 import pytest
 
@@ -113,3 +114,36 @@ def test_a_warmed_worker_makes_its_context_on_its_own_gpu(monkeypatch):
     finally:
         visible.enter({})
     assert calls == [("setDevice", 1), ("free", 0)]
+
+
+# Calls that take a CUDA device ordinal, and the places allowed to pass them a run's GPU number unmapped:
+# the probe child and the busy neighbour see every GPU of the run (no SEES_ENV), torch's and symm's
+# helpers map theirs once when made (self.device = cuda_index(device))
+ORDINAL_CALLS = re.compile(r"cupy\.cuda\.Device\(|\.setDevice\(|deviceCanAccessPeer\(|deviceEnablePeerAccess\(|"
+                           r"deviceDisablePeerAccess\(|memcpyPeer(Async)?\(|deviceGetAttribute\(|deviceGetPCIBusId\(|"
+                           r"torch\.cuda\.set_device\(|torch\.device\(\"cuda\"|f\"cuda:\{|location\.id = |"
+                           r"[^.\w]Device\(")
+UNMAPPED = {"gpuipc_bench/machine/probe.py", "gpuipc_bench/modes/neighbour.py", "gpuipc_bench/machine/mig.py"}
+MAPPED_ONCE = {"scenarios/torch_support.py", "scenarios/symm_support.py"}  # self.device = cuda_index(device)
+
+
+def test_every_device_ordinal_given_to_cuda_in_a_worker_is_mapped():
+    from conftest import ROOT
+
+    unmapped = []
+    for path in sorted([*ROOT.glob("gpuipc_bench/**/*.py"), *ROOT.glob("scenarios/*.py")]):
+        name = path.relative_to(ROOT).as_posix()
+        if name in UNMAPPED:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if not ORDINAL_CALLS.search(code) or "cuda_index(" in code or "fn(dst, here, src, there" in code:
+                continue
+            if name in MAPPED_ONCE and "self.device" in code:
+                continue
+            if "host_numa_node(" in code:  # a NUMA node's id, not a GPU's
+                continue
+            unmapped.append(f"{name}:{number}: {line.strip()}")
+    assert not unmapped, "a device ordinal into CUDA without gpu.visible.cuda_index:\n" + "\n".join(unmapped)
+    for name in MAPPED_ONCE:
+        assert "cuda_index(device)" in (ROOT / name).read_text()

@@ -204,13 +204,14 @@ def _session(tmp_path, slowdown, slow_pair=None, slow_runs=None):
                 rounds=plan_rounds(classes, machine, config),
                 resweep_runs={pair: [(registry()["staging"], specs)] for (scenario, specs), pair in zip(runs, PAIRS4)})
     sets = RoundSets(slowdown, slow_pair, slow_runs)
-    Session(tmp_path / "run.csv", Reporter(), sets=sets).run(plan)
+    session = Session(tmp_path / "run.csv", Reporter(), sets=sets)
+    session.run(plan)
     frame, meta = read_results(tmp_path / "run.csv")
-    return plan, sets, frame, meta
+    return plan, sets, frame, meta, session
 
 
 def test_a_round_runs_its_pairs_at_once_after_the_proof_held(tmp_path):
-    plan, sets, frame, meta = _session(tmp_path, slowdown=1.0)
+    plan, sets, frame, meta, session = _session(tmp_path, slowdown=1.0)
     rounds = plan.rounds.rounds
     proof, later = set(rounds[0]), {pair for pairs in rounds[1:] for pair in pairs}
     beside = {}
@@ -227,7 +228,7 @@ def test_a_round_runs_its_pairs_at_once_after_the_proof_held(tmp_path):
 
 
 def test_where_the_pairs_slow_each_other_the_rounds_run_one_pair_at_a_time(tmp_path):
-    plan, sets, frame, meta = _session(tmp_path, slowdown=1.1)
+    plan, sets, frame, meta, session = _session(tmp_path, slowdown=1.1)
     assert meta["rounds.together"].startswith("no") and "slower together beyond 2%" in meta["rounds.proof"]
     later = {pair for pairs in plan.rounds.rounds[1:] for pair in pairs}
     assert all(n == 0 for _, pair, n in sets.calls if pair in later)
@@ -237,12 +238,13 @@ def test_where_the_pairs_slow_each_other_the_rounds_run_one_pair_at_a_time(tmp_p
 def test_a_pair_at_half_rate_in_a_round_is_swept_whole_and_named(tmp_path):
     """One link at half rate (GPU 3 -> 2, measured in the last round, beside 1 -> 0): its stream takes twice
     its class's median, so its whole sweep follows the first pass and the header names it."""
-    plan, sets, frame, meta = _session(tmp_path, slowdown=1.0, slow_pair=(3, 2))
+    plan, sets, frame, meta, session = _session(tmp_path, slowdown=1.0, slow_pair=(3, 2))
     assert (3, 2) in plan.rounds.rounds[-1] and meta["rounds.together"] == "yes"
     assert [k for k in meta if k.startswith("pairs.resweep.")] == ["pairs.resweep.3>2"]
     assert "took 2.00x the median of its class" in meta["pairs.resweep.3>2"]
     assert "again on a fresh process set: 2.00x" in meta["pairs.resweep.3>2"]
     assert [c[:2] for c in sets.calls[-2:]] == [("ipc", (3, 2)), ("staging", (3, 2))]  # measured again, then whole
+    assert ("ipc", "exclusive", "3", "2") in session.confirmed  # the resampling pass takes it as two sets already
     assert set(frame[frame.replica == 2].apply(lambda r: (r.src, r.dst), axis=1)) == {("3", "2")}
 
 
@@ -250,7 +252,7 @@ def test_a_pair_outside_its_class_on_one_process_set_only_is_not_swept_whole(tmp
     """Slow on its first set only (as the device-initiated 4 KiB latency of healthy NV18 pairs was,
     on four H200s, a different pair from run to run): measured again on a fresh set, inside its class
     there, so not swept whole; the header says both."""
-    plan, sets, frame, meta = _session(tmp_path, slowdown=1.0, slow_pair=(3, 2), slow_runs=1)
+    plan, sets, frame, meta, session = _session(tmp_path, slowdown=1.0, slow_pair=(3, 2), slow_runs=1)
     assert not [k for k in meta if k.startswith("pairs.resweep.")]
     assert "took 2.00x the median of its class" in meta["pairs.spared.3>2"]
     assert "on a fresh process set within 4% (1.00x at most)" in meta["pairs.spared.3>2"]

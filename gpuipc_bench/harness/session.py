@@ -127,6 +127,7 @@ class Session:
         self.ended_well: set[tuple] = set()  # (scenario, its GPUs, mode) of the runs that ended without a failure
         self.lock = threading.Lock()  # the results, figures and seconds, fed from a round's threads (harness.rounds)
         self.resampler: Any = None  # the resampling pass (harness.resample), once it ran
+        self.confirmed: set[tuple] = set()  # the run keys a suspect pair measured again on (replica 2 already)
 
     @property
     def rows(self) -> int:
@@ -215,6 +216,7 @@ class Session:
                     for scenario, specs in queue[index].runs:
                         self.sets.retire(specs)  # its first pass's set, if any, leaves: this one is fresh
                         outcome = self._one(scenario, specs, None, plan, known, resweep, replica=CONFIRM_REPLICA)
+                        self.confirmed.add(run_key(scenario, specs))
                         if outcome is not None and isinstance(outcome.error, WorkerLost):
                             return
                     index += 1
@@ -284,6 +286,7 @@ class Session:
             return self._one(scenario, specs, mode, plan, known, None, config, replica)
 
         self.resampler = Resampler(plan, self.results, self.reporter, process_seconds, plan.budget)
+        self.resampler.done |= self.confirmed  # two replicas there already: not a third set
         self.resampler.run(measure)
 
     def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep, config=None, replica: int = 1,
@@ -541,6 +544,14 @@ def gpu_uuids(machine) -> dict[int, str]:
 
 
 CONFIRM_REPLICA = 2  # a suspect pair's headline runs again: a second process set (harness.resample's too)
+
+
+def run_key(scenario, specs) -> tuple[str, str, str, str]:
+    """A pair run's key as its rows name it (harness.resample's run keys): scenario, sharing, src, dst."""
+    from gpuipc_bench.engine.scenario import sharing_mode
+
+    devices = [spec.device for spec in specs]
+    return scenario.name, sharing_mode(devices), str(devices[0]), str(devices[-1])
 
 
 @dataclasses.dataclass

@@ -1,8 +1,9 @@
 """Each worker sees only its own GPUs. A CUDA context's start costs more for every GPU the process
-sees: on two H200s, 0.23-0.26 s with one GPU visible against 0.43-0.47 s with both (the driver opens
-each GPU it enumerates), so on an 8-GPU node every start of processes paid ~1.5 s for GPUs it never
-used. The parent names a process set's GPUs (`visibility_env`, their UUIDs in CUDA_VISIBLE_DEVICES,
-producer first) and the worker numbers them 0, 1, ... inside.
+sees: on two H200s, 0.23-0.40 s with one GPU visible against 0.43-0.47 s with both (the driver opens
+each GPU it enumerates: results/h200x2-context-start.txt), so on an 8-GPU node every start of
+processes paid ~1.5 s for GPUs it never used. The parent names a process set's GPUs
+(`visibility_env`, their UUIDs in CUDA_VISIBLE_DEVICES, producer first) and the worker numbers
+them 0, 1, ... inside.
 
 Everything in Python keeps the run's GPU numbers (rows, ceiling keys, lane counters, messages);
 only a call into CUDA or a library that takes a device ordinal passes `cuda_index(device)`. Where a
@@ -23,13 +24,13 @@ def visibility_env(devices: Sequence[int | None], uuids: Mapping[int, str]) -> d
     sets before CUDA starts: CUDA_VISIBLE_DEVICES to those GPUs' UUIDs (`uuids`: every GPU the run
     sees, by number) and SEES_ENV to their numbers. Nothing where the set sees every GPU anyway, a
     UUID is unknown, or a worker sits on no GPU."""
-    wanted = list(dict.fromkeys(devices))
-    if not wanted or any(d is None for d in wanted) or len(wanted) >= len(uuids):
+    if not devices or None in devices:
         return {}
-    chosen = [uuids.get(int(d), "") for d in wanted if d is not None]
-    if not all(u.startswith("GPU-") for u in chosen):
+    wanted = [int(d) for d in dict.fromkeys(devices) if d is not None]
+    chosen = [uuids.get(d, "") for d in wanted]
+    if len(wanted) >= len(uuids) or not all(u.startswith("GPU-") for u in chosen):
         return {}
-    return {"CUDA_VISIBLE_DEVICES": ",".join(chosen), SEES_ENV: ",".join(str(int(d)) for d in wanted if d is not None)}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(chosen), SEES_ENV: ",".join(map(str, wanted))}
 
 
 def enter(environ: Mapping[str, str] | None = None) -> None:

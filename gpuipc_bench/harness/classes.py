@@ -148,13 +148,13 @@ class Resweep:
         whole, spared = {}, {}
         for pair, why in (self.suspects or {}).items():
             mine = {key: ratio for key, (ratio, _) in again.items() if key[0] == pair}
-            outside = [r for r in mine.values() if abs(r - 1) > RESWEEP_BEYOND]
-            if not mine or outside:
-                seen = f"; again on a fresh process set: {max(outside, key=lambda r: abs(r - 1)):.2f}x" if outside \
-                    else "; not measured again"
-                whole[pair] = why + seen
+            if not mine:
+                whole[pair] = why + "; not measured again"
+                continue
+            widest = max(mine.values(), key=lambda r: abs(r - 1))
+            if abs(widest - 1) > RESWEEP_BEYOND:
+                whole[pair] = f"{why}; again on a fresh process set: {widest:.2f}x"
             else:
-                widest = max(mine.values(), key=lambda r: abs(r - 1))
                 spared[pair] = f"{why}; on a fresh process set within {RESWEEP_BEYOND:.0%} ({widest:.2f}x at most)"
         return whole, spared
 

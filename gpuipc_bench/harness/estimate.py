@@ -115,9 +115,10 @@ def start_seconds(scenario, gpus: int, specs=None, pair_start_s: float = PAIR_ST
     `pair_start_s` more where its workers (`specs`) sit on two GPUs."""
     if specs is not None and all(spec.device is None for spec in specs):
         return CPU_SET_START_S if shares_processes(scenario) else 0.0  # no CUDA context: a fork
-    seen = gpus if specs is None or not SEES_OWN_GPUS else min(gpus, len({spec.device for spec in specs}))
+    own = len({spec.device for spec in specs}) if specs is not None else gpus  # the GPUs its workers sit on
+    seen = min(gpus, own) if SEES_OWN_GPUS else gpus
     node = NODE_GPU_START_S * max(0, seen - 1)
-    pair = pair_start_s if specs is not None and len({spec.device for spec in specs}) > 1 else 0.0
+    pair = pair_start_s if own > 1 and specs is not None else 0.0
     return node + pair + (SET_START_S if shares_processes(scenario) else 0.0)
 
 

@@ -404,7 +404,7 @@ class Resampler:
             runs = [r for r in runs if self.clock() + r.seconds <= self.deadline]
             # worth an analysis where the time left cannot hold every run (the rows now may have
             # decided some) and the next costs more than two analyses; where it holds them, they run
-            if runs and self.clock() + sum(r.seconds for r in runs) > self.deadline and runs[0].seconds > 2 * took:
+            if runs and not self.holds_all(runs) and runs[0].seconds > 2 * took:
                 found, took = self.timed_query()
                 runs = self.fitting(found)
         self.spent = time.monotonic() - started
@@ -423,12 +423,16 @@ class Resampler:
         """`runs` (most open first) where the time left holds them all: a process set's runs one
         after the other, the sets in the order of their most open run (each set is forked once,
         ~0.5 s, and a mode is not left and started again); else as they are."""
-        if self.clock() + sum(r.seconds for r in runs) > self.deadline:
+        if not self.holds_all(runs):
             return runs
         first: dict[tuple, int] = {}
         for r in runs:
             first.setdefault(pass_set(r.specs, r.mode), len(first))
         return sorted(runs, key=lambda r: first[pass_set(r.specs, r.mode)])
+
+    def holds_all(self, runs: list[Rerun]) -> bool:
+        """Whether the time left holds every one of `runs`."""
+        return self.clock() + sum(r.seconds for r in runs) <= self.deadline
 
     def timed_query(self) -> tuple[Query, float]:
         """The open decisions of the rows so far, and the seconds the analysis took."""

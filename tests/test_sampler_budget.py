@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 from types import SimpleNamespace
 
-from gpuipc_bench.engine.sampler import GROUP_BUDGET_S, Counts, Sample, Sampler
+from gpuipc_bench.engine.sampler import GROUP_BUDGET_S, TARGET_SAMPLE_S, Counts, Sample, Sampler
 
 
 def _samples(per_transfer: float, batch: int = 1) -> int:
@@ -69,7 +69,7 @@ def _sizes(sampler, per_transfer, timer=True, variant="ce"):
 def test_the_next_size_warms_up_at_the_count_the_last_one_settled_on():
     sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6))
     trials, batches = _sizes(sampler, 3e-4)  # a time-sliced hand-over: 0.3 ms a transfer
-    settled = int(0.005 / 3e-4)  # 16 transfers make a 5 ms sample
+    settled = int(TARGET_SAMPLE_S / 3e-4)  # the transfers that make a calibrated sample
     assert trials[4096][0] == (True, 64)  # the first size: the group's own count
     # the next (16 times the bytes): the bytes of one settled sample, not 64 transfers again
     assert trials[65536][0] == (True, 1)
@@ -87,7 +87,7 @@ def test_the_warm_up_moves_the_bytes_of_one_settled_sample_of_the_size_before():
 def test_the_calibration_may_still_rise_to_the_groups_own_count():
     sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=6))
     sampler.settled[("ipc", "ce", "handoff", "bandwidth", "0", "0", False)] = (4, 4096)
-    trials, batches = _sizes(sampler, 1e-5)  # fast: 64 transfers are within 5 ms
+    trials, batches = _sizes(sampler, 1e-5)  # fast: 64 transfers are within TARGET_SAMPLE_S
     assert trials[4096][0] == (True, 4) and set(batches) == {64}
 
 

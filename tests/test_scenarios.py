@@ -19,11 +19,11 @@ import fake_gpu
 from conftest import ours
 from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import UsageError, WorkerFailed
-from gpuipc_bench.gpu.memory import Ring, reps_for, ring_capacity
+from gpuipc_bench.gpu.memory import MAX_REPS, Ring, reps_for, ring_capacity
 from gpuipc_bench.harness.launcher import run_scenario
 from gpuipc_bench.engine.pingpong import MAX_ROUNDS, MIN_ROUNDS, Layout, rounds_for, spin_limits
 from gpuipc_bench.gpu import kernels
-from gpuipc_bench.engine.sampler import Sample, calibrated
+from gpuipc_bench.engine.sampler import TARGET_SAMPLE_S, Sample, calibrated
 from gpuipc_bench.scenarios import SCENARIOS, latency, sharing
 from gpuipc_bench.engine.gpu_signal import Signal
 
@@ -64,19 +64,20 @@ def test_a_ring_gives_every_rep_its_own_slot_and_seed():
     assert ring.stride == 4352 and ring.slots == 8
     assert [ring.offset(r) for r in range(9)] == [0, 4352, 8704, 13056, 17408, 21760, 26112, 30464, 0]
     assert ring.bytes == 7 * 4352 + 4099
-    assert Ring.for_size(1 << 30).slots == 1 and Ring.for_size(4).slots == reps_for(4) == 256
-    assert ring_capacity((4, 1 << 20)) == Ring.for_size(1 << 20).bytes  # 256 slots of 1 MiB
+    assert Ring.for_size(1 << 30).slots == 1 and Ring.for_size(4).slots == reps_for(4) == MAX_REPS
+    assert ring_capacity((4, 1 << 20)) == Ring.for_size(1 << 20).bytes  # MAX_REPS slots of 1 MiB
 
 
 def test_a_small_ring_is_l2_resident_and_a_large_one_is_not():
     l2 = 50 << 20
-    assert Ring.for_size(64 << 10).l2_resident(l2)  # 256 x 64 KiB = 16 MiB
-    assert not Ring.for_size(1 << 20).l2_resident(l2)  # 256 x 1 MiB = 256 MiB
+    assert Ring.for_size(64 << 10).l2_resident(l2)  # 128 x 64 KiB = 8 MiB
+    assert not Ring.for_size(1 << 20).l2_resident(l2)  # 128 x 1 MiB = 128 MiB
     assert not Ring.for_size(256 << 20).l2_resident(l2)
 
 
 def test_calibration_shortens_slow_samples_only():
-    assert calibrated(Sample(300e-6, 128), 128) == 16  # time-sliced handoffs: ~5 ms a sample
+    # time-sliced hand-offs: about TARGET_SAMPLE_S a sample
+    assert calibrated(Sample(300e-6, 128), 128) == int(TARGET_SAMPLE_S / 300e-6) < 128
     assert calibrated(Sample(2e-6, 256), 256) == 256  # never more than asked
     assert calibrated(Sample(1.0, 8), 8, min_reps=4) == 4
     assert calibrated(Sample(float("nan"), 8), 8) == 8
@@ -344,7 +345,7 @@ def test_latency_orchestration(monkeypatch, no_leaks, devices, path):
 def test_sharing_sweep():
     assert sharing.sweep(8) == (1, 2, 4, 8) and sharing.sweep(6) == (1, 2, 4, 6)
     assert sharing.counts_for("h2d", 8) == (1, 2, 8) and sharing.counts_for("d2d", 8) == (1, 2, 4, 8)
-    assert sharing.batch_for(64 << 20) == 4 and sharing.batch_for(4) == 256
+    assert sharing.batch_for(64 << 20) == 4 and sharing.batch_for(4) == MAX_REPS
 
 
 def test_sharing_orchestration_without_mps(monkeypatch, no_mps, no_leaks):

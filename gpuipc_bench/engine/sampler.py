@@ -47,7 +47,9 @@ if TYPE_CHECKING:
 
 # A sample of many transfers lasts about this long once calibrated. GPUIPC_BENCH_SAMPLE_S changes it for
 # the developers' comparison of sample lengths (the figure is per transfer; the length is a method parameter).
-TARGET_SAMPLE_S = float(os.environ.get("GPUIPC_BENCH_SAMPLE_S", "") or 0.005)
+# 2.5 ms: on one H200 a default run took 37.1 s against 44.0 s at 5 ms with MAX_REPS 256, its stream
+# figures at 256 MiB within 0.3% and its decisions' classes unchanged (results/h200-sample-length.txt).
+TARGET_SAMPLE_S = float(os.environ.get("GPUIPC_BENCH_SAMPLE_S", "") or 0.0025)
 GROUP_BUDGET_S = 2.0  # timed seconds after which a group stops once it has --min-samples
 BEATEN_BY = 0.02  # a group whose every sample is slower than every sample of a rival (and its median by more
 #                   than this) has its answer, slower: it stops at --min-samples (the verdict's own effect size)

@@ -26,11 +26,11 @@ import numpy as np
 
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.errors import cuda_call
-from gpuipc_bench.gpu.memory import MAX_REPS, HostRegistration, PinnedHostBuffer, mmap_address, rt
+from gpuipc_bench.gpu.memory import HostRegistration, PinnedHostBuffer, mmap_address, rt
 from gpuipc_bench.hooks.profiling import mark
 
 GATE_TIMEOUT_S = 10.0
-QUEUE_OPS = 3 * MAX_REPS  # operations one stream may queue behind its gate (the launch queue blocks near 1000)
+QUEUE_OPS = 768  # operations one stream may queue behind its gate (the launch queue blocks near 1000)
 WARMUP_OPS = 2
 LARGE_TRANSFER_BYTES = 16 << 20  # from this size a batch queues one warm-up operation (warmup_ops)
 

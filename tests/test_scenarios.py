@@ -164,7 +164,7 @@ def test_staging_protocol(monkeypatch, no_leaks):
     assert ceilings == {(v, m, "d2h@0+h2d@0" if (v, m) in in_sequence else "d2h@0|h2d@0") for v, m, _ in ceilings}
     assert {r["variant"] for r in rows if r["path"] == "ceiling"} == {"d2h@0", "h2d@0"}
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
-    assert setup == {("host_first_touch",): 1, ("host_register",): RUN_REPEATS, ("host_unregister",): RUN_REPEATS}
+    assert setup == {("host_first_touch",): 1}  # the registration is timed by mmap, whose set-up it is
 
 
 def test_mmap_protocol(monkeypatch, no_leaks):
@@ -174,6 +174,8 @@ def test_mmap_protocol(monkeypatch, no_leaks):
     assert {(r["measure"], r["ceiling"]) for r in rows if r["variant"] == "zero-copy"} == {
         ("handoff", "d2h-sm@0+h2d-sm@0"), ("stream", "d2h-sm@0|h2d-sm@0")}
     assert {r["variant"] for r in rows if r["path"] == "ceiling"} == {"d2h@0", "d2h-sm@0", "h2d@0", "h2d-sm@0"}
+    setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
+    assert setup == {("host_first_touch",): 1, ("host_register",): RUN_REPEATS, ("host_unregister",): RUN_REPEATS}
 
 
 @pytest.mark.parametrize("name", ["ipc", "staging", "mmap"])

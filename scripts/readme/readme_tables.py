@@ -200,8 +200,8 @@ SETUP_ROWS = [
     ("torch", "caching_receive_cold", "PyTorch tensor, first receipt (caching)"),
     ("torch", "expandable_receive_cold", "PyTorch tensor, first receipt (expandable)"),
     ("hostpool", "host_ptr_import", "shared host pool pointer import"),
-    ("staging", "host_register", "`cudaHostRegister` of the host ring"),
-    ("staging", "host_first_touch", "first touch of the host ring's pages"),
+    ("mmap", "host_register", "`cudaHostRegister` of the host ring"),
+    ("mmap", "host_first_touch", "first touch of the host ring's pages"),
 ]
 
 

@@ -134,3 +134,35 @@ def test_set_up_operations_are_timed_as_often_as_the_runs_figures_at_most():
     assert Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=9)).setup_repeats == SETUP_REPEATS == 9
     assert Sampler(_ctx(), Counts(warmup=1, min_samples=3, max_samples=3)).setup_repeats == 3  # --quick
     assert Sampler(_ctx(), Counts(warmup=3, min_samples=20, max_samples=20)).setup_repeats == 9  # --thorough
+
+
+def test_a_warm_up_sample_is_taken_with_its_check_off_and_every_timed_one_with_it_on():
+    """Gpu.verify checks no bytes of a warm-up sample (gpu.device.warming): it calibrates, it is no
+    result. The sampler turns the check off for the warm-up's take() alone."""
+    from gpuipc_bench.gpu import device
+
+    seen = []
+
+    def take(trial):
+        seen.append((trial.warm, device._WARMING[0]))
+        return Sample(1e-5, trial.reps)
+
+    sampler = Sampler(_ctx(), Counts(warmup=2, min_samples=6, max_samples=6))
+    list(sampler.run(_group(4096, "ce"), take, timer=True, reps=8))
+    assert seen[:2] == [(True, True), (True, True)] and seen[2:] == [(False, False)] * 6
+    assert device._WARMING[0] is False
+
+
+def test_a_check_during_a_warm_up_only_waits_for_the_stream():
+    from gpuipc_bench.gpu import device
+    from gpuipc_bench.gpu.memory import Ring
+
+    calls = []
+    gpu = object.__new__(device.Gpu)
+    gpu.synchronize = lambda: calls.append("sync")
+    gpu.kernels = SimpleNamespace(mismatch=lambda *a, **k: calls.append("mismatch"))
+    gpu.stream, gpu.device = None, 0
+    with device.warming():
+        assert gpu.verify(0, Ring.for_size(4096, 2), 1, "ipc", "ce") is True
+    assert calls == ["sync"]
+    assert gpu.verify(0, Ring.for_size(4096, 2), 1, "ipc", "ce") is not False and calls == ["sync", "mismatch"]

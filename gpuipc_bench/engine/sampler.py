@@ -27,6 +27,7 @@ The sampler does the rest, the same way for every path:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from gpuipc_bench import defaults, robust
 from gpuipc_bench.machine.mig import label_ends
 from gpuipc_bench.patterns import seed_for
+from gpuipc_bench.gpu.device import warming
 from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.results import base_mode, new_row
 
@@ -300,7 +302,8 @@ class Group:
             else None
         sampler.window = lanes if isinstance(lanes, LaneWindow) else None
         try:
-            sample = self.take(trial)
+            with warming() if warm else contextlib.nullcontext():
+                sample = self.take(trial)
         except BaseException:
             if sampler.window is not None:  # its PCIe poller stops with it
                 sampler.window.end()

@@ -21,7 +21,9 @@ from gpuipc_bench.config import RunConfig
 from gpuipc_bench.errors import UsageError, WorkerFailed
 from gpuipc_bench.gpu.memory import MAX_REPS, Ring, reps_for, ring_capacity
 from gpuipc_bench.harness.launcher import run_scenario
-from gpuipc_bench.engine.pingpong import MAX_ROUNDS, MIN_ROUNDS, Layout, rounds_for, spin_limits
+from gpuipc_bench.engine.pingpong import (
+    MAX_ROUNDS, MIN_ROUNDS, TIME_SLICED_MIN_ROUNDS, Layout, rounds_for, spin_limits,
+)
 from gpuipc_bench.gpu import kernels
 from gpuipc_bench.engine.sampler import TARGET_SAMPLE_S, Sample, calibrated
 from gpuipc_bench.scenarios import SCENARIOS, latency, sharing
@@ -303,6 +305,9 @@ def test_the_health_forms_of_ipc_and_staging_measure_the_checks_figures_only(mon
 def test_rounds_and_spin_limits():
     assert rounds_for(1e-6) == MAX_ROUNDS
     assert rounds_for(4.4e-3) == MIN_ROUNDS  # time-sliced: ~2.2 ms a hop
+    # known time-sliced: a sample of about TARGET_SAMPLE_S (20 ms), at least TIME_SLICED_MIN_ROUNDS
+    assert rounds_for(4.4e-3, lo=TIME_SLICED_MIN_ROUNDS) == TIME_SLICED_MIN_ROUNDS < MIN_ROUNDS
+    assert rounds_for(2.0e-3, lo=TIME_SLICED_MIN_ROUNDS) == 10
     assert rounds_for(0.0) == rounds_for(float("nan")) == MAX_ROUNDS
     assert spin_limits(RunConfig(scenarios=("latency",))) == (5.0, 30.0)
     assert spin_limits(RunConfig(scenarios=("latency",), timeout=4)) == (2.0, 2.0)

@@ -35,15 +35,31 @@ def _finite(values: Sequence[float]) -> list[float]:
     if isinstance(values, (list, tuple, np.ndarray)) and len(values) >= _NUMPY_FROM:
         xs = np.asarray(values, dtype=np.float64)  # None -> NaN, dropped as the loop drops it
         return np.sort(xs[np.isfinite(xs)], kind="stable").tolist()
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:  # the same floats, converted at once
+        return sorted(values[np.isfinite(values)].tolist())
     return sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
 
 
 def median(values: Sequence[float]) -> float:
-    xs = _finite(values)
+    return _median_of_sorted(_finite(values))
+
+
+# The functions below read samples already through _finite (sorted, finite) through these: the
+# same figures, without sorting a sorted list again.
+def _median_of_sorted(xs: list[float]) -> float:
     if not xs:
         return math.nan
     n, mid = len(xs), len(xs) // 2
     return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def _mad_of_sorted(xs: list[float]) -> float:
+    if not xs:
+        return math.nan
+    m = _median_of_sorted(xs)
+    if len(xs) >= _NUMPY_FROM:
+        return median(cast(Sequence[float], np.abs(np.asarray(xs) - m)))  # the same subtractions, in numpy
+    return _median_of_sorted(sorted(d for d in (abs(x - m) for x in xs) if math.isfinite(d)))  # median's, of floats
 
 
 @functools.lru_cache(maxsize=4096)
@@ -72,7 +88,7 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
     """(low, median, high): the median and its distribution-free interval. low/high are NaN
     when there are too few samples for the confidence asked (fewer than 6 at 95%)."""
     xs = _finite(values)
-    m = median(xs)
+    m = _median_of_sorted(xs)
     j = ci_rank(len(xs), confidence)
     if j is None:
         return math.nan, m, math.nan
@@ -81,13 +97,7 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
 
 def mad(values: Sequence[float]) -> float:
     """Median absolute deviation from the median (unscaled)."""
-    xs = _finite(values)
-    if not xs:
-        return math.nan
-    m = median(xs)
-    if len(xs) >= _NUMPY_FROM:
-        return median(cast(Sequence[float], np.abs(np.asarray(xs) - m)))  # the same subtractions, in numpy
-    return median([abs(x - m) for x in xs])
+    return _mad_of_sorted(_finite(values))
 
 
 def relative_ci_halfwidth(values: Sequence[float], confidence: float = CONFIDENCE) -> float:
@@ -117,7 +127,7 @@ def two_states(values: Sequence[float], gap: float = 0.02, min_share: float = 0.
     n = len(xs)
     if n < 6:
         return None
-    m = median(xs)
+    m = _median_of_sorted(xs)
     if not m:
         return None
     best = None
@@ -128,12 +138,13 @@ def two_states(values: Sequence[float], gap: float = 0.02, min_share: float = 0.
         width = xs[i] - xs[i - 1]
         if min(i, n - i) / n < min_share or width / abs(m) <= gap:
             continue
-        if width > separation * max(mad(xs[:i]), mad(xs[i:])) and (best is None or width > best[0]):
+        if width > separation * max(_mad_of_sorted(xs[:i]), _mad_of_sorted(xs[i:])) and \
+                (best is None or width > best[0]):
             best = (width, i)
     if best is None:
         return None
     i = best[1]
-    low, high = median(xs[:i]), median(xs[i:])
+    low, high = _median_of_sorted(xs[:i]), _median_of_sorted(xs[i:])
     return (high / low - 1 if low else math.inf), i / n
 
 
@@ -147,7 +158,7 @@ def enough(values: Sequence[float], min_n: int = MIN_SAMPLES, max_n: int = SAMPL
         return True
     if n < min_n or len(xs) < n:  # a NaN sample: keep going until max_n
         return False
-    m = median(xs)
+    m = _median_of_sorted(xs)
     if m and (xs[-1] - xs[0]) / abs(m) > wide and n < min(wide_n, max_n):
         return False
     return relative_ci_halfwidth(xs) <= rel

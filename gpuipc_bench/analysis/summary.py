@@ -98,8 +98,13 @@ def condition_ids(df: pd.DataFrame) -> tuple[np.ndarray, list[tuple]]:
     in the frame, and each number's CONDITION_KEYS values (plain Python values: key_value)."""
     ids = df.groupby(list(CONDITION_KEYS), sort=False, dropna=False).ngroup().to_numpy()
     first = np.unique(ids, return_index=True)[1]
-    columns = [df[k].to_numpy()[first] for k in CONDITION_KEYS]
-    return ids, [tuple(key_value(v) for v in values) for values in zip(*columns)]
+    columns = [_plain(df[k].to_numpy()[first]) for k in CONDITION_KEYS]
+    return ids, list(zip(*columns))
+
+
+def _plain(values: np.ndarray) -> list:
+    """key_value of each of a column's values: an integer or boolean column's as tolist gives them."""
+    return values.tolist() if values.dtype.kind in "iub" else [key_value(v) for v in values]
 
 
 def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = None,

@@ -154,8 +154,10 @@ def test_prepared_samples_compare_as_fresh_ones_however_often_reused():
                  for _ in range(rng.choice([3, 8, 30]))]
             delta = rng.choice([0.0, 0.02, 0.05])
             other = stats.Prepared(b)
-            assert repr(stats.compare_prepared(kept, other, delta)) == repr(stats.compare(a, b, delta))
-            assert repr(stats.compare_prepared(other, kept, delta)) == repr(stats.compare(b, a, delta))
+            for x, y, xs, ys in ((kept, other, a, b), (other, kept, b, a)):
+                found, fresh = stats.compare_prepared(x, y, delta), stats.compare(xs, ys, delta)
+                assert repr(found) == repr(fresh)
+                assert repr(found.p) == repr(fresh.p)
 
 
 # --------------------------------------------------------------------------- the table's rows

@@ -87,7 +87,10 @@ def ci_rank(n: int, confidence: float = CONFIDENCE) -> int | None:
 def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """(low, median, high): the median and its distribution-free interval. low/high are NaN
     when there are too few samples for the confidence asked (fewer than 6 at 95%)."""
-    xs = _finite(values)
+    return _median_ci_of_sorted(_finite(values), confidence)
+
+
+def _median_ci_of_sorted(xs: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     m = _median_of_sorted(xs)
     j = ci_rank(len(xs), confidence)
     if j is None:
@@ -98,6 +101,13 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
 def mad(values: Sequence[float]) -> float:
     """Median absolute deviation from the median (unscaled)."""
     return _mad_of_sorted(_finite(values))
+
+
+def describe(values: Sequence[float]) -> tuple[float, float, float, float, tuple[float, float] | None]:
+    """(low, median, high, mad, two states): median_ci, mad and two_states of the samples, sorted
+    once for the three."""
+    xs = _finite(values)
+    return (*_median_ci_of_sorted(xs), _mad_of_sorted(xs), _two_states_of_sorted(xs))
 
 
 def relative_ci_halfwidth(values: Sequence[float], confidence: float = CONFIDENCE) -> float:
@@ -123,7 +133,11 @@ def two_states(values: Sequence[float], gap: float = 0.02, min_share: float = 0.
     fraction of the lower one; the share of the samples in the lower state), e.g. (0.029,
     0.7) for a step of one extra time-slice switch per sample in 30% of the samples. None
     when the samples are not in two states."""
-    xs = _finite(values)
+    return _two_states_of_sorted(_finite(values), gap, min_share, separation)
+
+
+def _two_states_of_sorted(xs: list[float], gap: float = 0.02, min_share: float = 0.2,
+                          separation: float = 3.0) -> tuple[float, float] | None:
     n = len(xs)
     if n < 6:
         return None

@@ -102,6 +102,11 @@ def condition(row) -> tuple:
 _condition_of = operator.attrgetter(*CONDITION_KEYS)
 
 
+def conditions_of(frame: pd.DataFrame) -> list[tuple]:
+    """condition() of each row of a frame, its CONDITION_KEYS columns read at once."""
+    return [tuple(map(key_value, values)) for values in zip(*(column_values(frame[k]) for k in CONDITION_KEYS))]
+
+
 def is_gpu(device: str) -> bool:
     return str(device).isdigit()
 

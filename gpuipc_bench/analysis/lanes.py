@@ -78,9 +78,10 @@ def figure_lanes(frame: pd.DataFrame) -> dict[tuple, str]:
     rows carry one; {} where none does (nothing is computed for a file without lanes)."""
     if "lane" not in frame.columns or frame.empty:
         return {}
-    rows = frame[(frame["metric"] == "bandwidth") & (frame["lane"].astype(str) != "")]
-    if rows.empty:
+    wanted = (frame["metric"] == "bandwidth") & (frame["lane"].astype(str) != "")
+    if not wanted.any():
         return {}
+    rows = frame.loc[wanted, [*FAMILY, "bytes", "lane"]]  # only the columns read: the cut copies fewer
     out = {tuple(key): lane_of(seen) for key, seen in lanes_by_group(rows, [*FAMILY, "bytes"])}
     largest: dict[tuple, tuple[int, str]] = {}  # a family -> its largest proven size and lane there
     for key, lane in out.items():

@@ -53,6 +53,8 @@ EXACT_MAX = 25
 
 
 def _finite(values: Sequence[float]) -> list[float]:
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:  # the same floats, converted at once
+        return values[np.isfinite(values)].tolist()
     return [float(x) for x in values if x is not None and math.isfinite(float(x))]
 
 

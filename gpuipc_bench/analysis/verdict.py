@@ -37,7 +37,7 @@ import pandas as pd
 
 from gpuipc_bench.analysis import classes, stats
 from gpuipc_bench.analysis.classes import Figure
-from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, column_values, condition, label, records
+from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, column_values, conditions_of, label, records
 from gpuipc_bench.analysis.mechanisms import gpu_signalled, mechanism
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.results.rows import base_mode
@@ -81,7 +81,7 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
 
 def _labelled(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(label=[label(p, v) for p, v in zip(column_values(rows["path"]), column_values(rows["variant"]))],
-                       condition=[condition(r) for r in records(rows)])
+                       condition=conditions_of(rows))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -362,11 +362,11 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     # of its own mechanism faster beyond delta in the same scenario (their samples interleaved in one
     # run), or in each of two process sets. Between two scenarios' APIs of one mechanism, one run's gap
     # is within what separates their runs (the d2d ceiling at 4 B moves 11.6% between them).
+    identity = {id(f): _identity(f) for f in figures}
+
     def passes_over(g: Figure, f: Figure) -> bool:
-        if not beats(g, f):
-            return False
-        return _identity(f) != _identity(g) or str(f.row.scenario) == str(g.row.scenario) or \
-            min(len(g.replicas), len(f.replicas)) >= 2
+        return (identity[id(f)] != identity[id(g)] or str(f.row.scenario) == str(g.row.scenario)
+                or min(len(g.replicas), len(f.replicas)) >= 2) and beats(g, f)
 
     beaten = {f.label for f in figures if any(passes_over(g, f) for g in figures)}
     # the fastest class's mechanism (and direction: a push and a pull differ) reached through any API:

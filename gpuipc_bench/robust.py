@@ -35,15 +35,31 @@ def _finite(values: Sequence[float]) -> list[float]:
     if isinstance(values, (list, tuple, np.ndarray)) and len(values) >= _NUMPY_FROM:
         xs = np.asarray(values, dtype=np.float64)  # None -> NaN, dropped as the loop drops it
         return np.sort(xs[np.isfinite(xs)], kind="stable").tolist()
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:  # the same floats, converted at once
+        return sorted(values[np.isfinite(values)].tolist())
     return sorted(float(v) for v in values if v is not None and math.isfinite(float(v)))
 
 
 def median(values: Sequence[float]) -> float:
-    xs = _finite(values)
+    return _median_of_sorted(_finite(values))
+
+
+# The functions below read samples already through _finite (sorted, finite) through these: the
+# same figures, without sorting a sorted list again.
+def _median_of_sorted(xs: list[float]) -> float:
     if not xs:
         return math.nan
     n, mid = len(xs), len(xs) // 2
     return xs[mid] if n % 2 else (xs[mid - 1] + xs[mid]) / 2
+
+
+def _mad_of_sorted(xs: list[float]) -> float:
+    if not xs:
+        return math.nan
+    m = _median_of_sorted(xs)
+    if len(xs) >= _NUMPY_FROM:
+        return median(cast(Sequence[float], np.abs(np.asarray(xs) - m)))  # the same subtractions, in numpy
+    return _median_of_sorted(sorted(d for d in (abs(x - m) for x in xs) if math.isfinite(d)))  # median's, of floats
 
 
 @functools.lru_cache(maxsize=4096)
@@ -71,8 +87,11 @@ def ci_rank(n: int, confidence: float = CONFIDENCE) -> int | None:
 def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
     """(low, median, high): the median and its distribution-free interval. low/high are NaN
     when there are too few samples for the confidence asked (fewer than 6 at 95%)."""
-    xs = _finite(values)
-    m = median(xs)
+    return _median_ci_of_sorted(_finite(values), confidence)
+
+
+def _median_ci_of_sorted(xs: list[float], confidence: float = CONFIDENCE) -> tuple[float, float, float]:
+    m = _median_of_sorted(xs)
     j = ci_rank(len(xs), confidence)
     if j is None:
         return math.nan, m, math.nan
@@ -81,13 +100,14 @@ def median_ci(values: Sequence[float], confidence: float = CONFIDENCE) -> tuple[
 
 def mad(values: Sequence[float]) -> float:
     """Median absolute deviation from the median (unscaled)."""
+    return _mad_of_sorted(_finite(values))
+
+
+def describe(values: Sequence[float]) -> tuple[float, float, float, float, tuple[float, float] | None]:
+    """(low, median, high, mad, two states): median_ci, mad and two_states of the samples, sorted
+    once for the three."""
     xs = _finite(values)
-    if not xs:
-        return math.nan
-    m = median(xs)
-    if len(xs) >= _NUMPY_FROM:
-        return median(cast(Sequence[float], np.abs(np.asarray(xs) - m)))  # the same subtractions, in numpy
-    return median([abs(x - m) for x in xs])
+    return (*_median_ci_of_sorted(xs), _mad_of_sorted(xs), _two_states_of_sorted(xs))
 
 
 def relative_ci_halfwidth(values: Sequence[float], confidence: float = CONFIDENCE) -> float:
@@ -113,11 +133,15 @@ def two_states(values: Sequence[float], gap: float = 0.02, min_share: float = 0.
     fraction of the lower one; the share of the samples in the lower state), e.g. (0.029,
     0.7) for a step of one extra time-slice switch per sample in 30% of the samples. None
     when the samples are not in two states."""
-    xs = _finite(values)
+    return _two_states_of_sorted(_finite(values), gap, min_share, separation)
+
+
+def _two_states_of_sorted(xs: list[float], gap: float = 0.02, min_share: float = 0.2,
+                          separation: float = 3.0) -> tuple[float, float] | None:
     n = len(xs)
     if n < 6:
         return None
-    m = median(xs)
+    m = _median_of_sorted(xs)
     if not m:
         return None
     best = None
@@ -128,12 +152,13 @@ def two_states(values: Sequence[float], gap: float = 0.02, min_share: float = 0.
         width = xs[i] - xs[i - 1]
         if min(i, n - i) / n < min_share or width / abs(m) <= gap:
             continue
-        if width > separation * max(mad(xs[:i]), mad(xs[i:])) and (best is None or width > best[0]):
+        if width > separation * max(_mad_of_sorted(xs[:i]), _mad_of_sorted(xs[i:])) and \
+                (best is None or width > best[0]):
             best = (width, i)
     if best is None:
         return None
     i = best[1]
-    low, high = median(xs[:i]), median(xs[i:])
+    low, high = _median_of_sorted(xs[:i]), _median_of_sorted(xs[i:])
     return (high / low - 1 if low else math.inf), i / n
 
 
@@ -147,7 +172,7 @@ def enough(values: Sequence[float], min_n: int = MIN_SAMPLES, max_n: int = SAMPL
         return True
     if n < min_n or len(xs) < n:  # a NaN sample: keep going until max_n
         return False
-    m = median(xs)
+    m = _median_of_sorted(xs)
     if m and (xs[-1] - xs[0]) / abs(m) > wide and n < min(wide_n, max_n):
         return False
     return relative_ci_halfwidth(xs) <= rel

@@ -154,8 +154,26 @@ def test_prepared_samples_compare_as_fresh_ones_however_often_reused():
                  for _ in range(rng.choice([3, 8, 30]))]
             delta = rng.choice([0.0, 0.02, 0.05])
             other = stats.Prepared(b)
-            assert repr(stats.compare_prepared(kept, other, delta)) == repr(stats.compare(a, b, delta))
-            assert repr(stats.compare_prepared(other, kept, delta)) == repr(stats.compare(b, a, delta))
+            for x, y, xs, ys in ((kept, other, a, b), (other, kept, b, a)):
+                found, fresh = stats.compare_prepared(x, y, delta), stats.compare(xs, ys, delta)
+                assert repr(found) == repr(fresh)
+                assert repr(found.p) == repr(fresh.p)
+
+
+def test_a_figure_slower_in_every_sample_is_never_faster_beyond_delta():
+    """What decide's beats skips without comparing: a figure whose every sample is slower than
+    every sample of the other is not faster beyond any delta, whichever samples (all, a state,
+    the state nearest the other) are compared."""
+    rng = random.Random(11)
+    for _ in range(400):
+        b = [1 + rng.gauss(0, 0.01) + (0.2 if rng.random() < 0.3 else 0) for _ in range(rng.choice([3, 6, 9, 40]))]
+        gap = rng.choice([1e-12, 1e-6, 0.01, 0.3])
+        a = [max(b) + gap + abs(rng.gauss(0, 0.02)) + (0.2 if rng.random() < 0.3 else 0)
+             for _ in range(rng.choice([3, 6, 9, 40]))]
+        step = rng.choice([0.0, 0.2])
+        for delta in (1e-9, 0.02):
+            found = stats.compare_prepared(stats.Prepared(a), stats.Prepared(b), delta, step=step)
+            assert found.outcome != stats.FASTER
 
 
 # --------------------------------------------------------------------------- the table's rows

@@ -81,14 +81,15 @@ def form(figures: Sequence[Figure], compare: Callable[[Figure, Figure], stats.Co
     unassigned figure in order of its median starts one, and a later figure of the same
     grouping key joins it when it is equivalent to every member already in it."""
     left = sorted(figures, key=lambda f: f.median_s)
+    keys = {id(f): grouping_key(f.row) for f in left}  # each figure's, read once
     out: list[MechanismClass] = []
     while left:
         anchor = left.pop(0)
-        key = grouping_key(anchor.row)
+        key = keys[id(anchor)]
         members = [anchor]
         if key is not None:
             for f in left:
-                if grouping_key(f.row) == key and (key[0] == "mechanism" or all(
+                if keys[id(f)] == key and (key[0] == "mechanism" or all(
                         equivalent(compare(m, f)) for m in members)):
                     members.append(f)
             left = [f for f in left if f not in members]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import math
+import operator
 from typing import Any
 
 import numpy as np
@@ -55,6 +56,8 @@ def with_mps_shares(df: pd.DataFrame) -> pd.DataFrame:
 
 def key_value(value):
     """A frame's value as a plain, hashable Python value (None for missing)."""
+    if type(value) is str or type(value) is int:  # most of them: already plain (a bool is no int here)
+        return value
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return None
     if isinstance(value, (np.bool_, bool)):
@@ -77,13 +80,31 @@ def records(frame: pd.DataFrame) -> list:
     row_type: Any = _ROW_TYPES.get(fields)
     if row_type is None:
         row_type = _ROW_TYPES[fields] = collections.namedtuple("Pandas", fields, rename=True)
-    return list(map(row_type._make, zip(*(frame[c] for c in fields))))
+    return list(map(row_type._make, zip(*(column_values(frame[c]) for c in fields))))
+
+
+def column_values(column: pd.Series):
+    """A column's values as iterating it gives them, fetched at once rather than one by one (the
+    bulk of records' cost): a numpy column's as tolist gives them (iterating takes item() of
+    each), a string column's from one object array (the same objects)."""
+    if isinstance(column.dtype, np.dtype):
+        return column.to_numpy().tolist()
+    return column.to_numpy(dtype=object) if isinstance(column.dtype, pd.StringDtype) else column
 
 
 def condition(row) -> tuple:
     """The CONDITION_KEYS values of a summary row (a namedtuple or a Series), as a dict key."""
-    get = row.get if hasattr(row, "get") else lambda k: getattr(row, k)
-    return tuple(key_value(get(k)) for k in CONDITION_KEYS)
+    if hasattr(row, "get"):
+        return tuple(key_value(row.get(k)) for k in CONDITION_KEYS)
+    return tuple(map(key_value, _condition_of(row)))
+
+
+_condition_of = operator.attrgetter(*CONDITION_KEYS)
+
+
+def conditions_of(frame: pd.DataFrame) -> list[tuple]:
+    """condition() of each row of a frame, its CONDITION_KEYS columns read at once."""
+    return [tuple(map(key_value, values)) for values in zip(*(column_values(frame[k]) for k in CONDITION_KEYS))]
 
 
 def is_gpu(device: str) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from gpuipc_bench.analysis.conditions import column_values
 from gpuipc_bench.machine.lanes import NOT_PROVEN, OTHER_TRAFFIC, PROVEN_LANES, SMALL
 
 FAMILY = ["path", "variant", "measure", "src", "dst", "sharing"]  # a figure's sizes; with bytes, the figure
@@ -62,16 +63,26 @@ def lane_of(seen: Sequence[str]) -> str:
     return next((word for word in (NOT_PROVEN, OTHER_TRAFFIC, SMALL) if word in seen), "")
 
 
+def lanes_by_group(rows: pd.DataFrame, keys: list[str]) -> list[tuple[tuple, list[str]]]:
+    """(key, its rows' lanes as text) of each group of rows by `keys`, as groupby(keys, sort=False,
+    dropna=False) iterates them: the rows numbered by group in one pass, not a frame per group."""
+    grouped = rows.groupby(keys, sort=False, dropna=False)
+    seen: list[list[str]] = [[] for _ in range(grouped.ngroups)]
+    for g, lane in zip(grouped.ngroup().tolist(), column_values(rows["lane"])):
+        seen[g].append(str(lane))
+    return list(zip(grouped.size().index, seen))
+
+
 def figure_lanes(frame: pd.DataFrame) -> dict[tuple, str]:
     """(path, variant, measure, src, dst, sharing, bytes) -> the lane of each bandwidth figure whose
     rows carry one; {} where none does (nothing is computed for a file without lanes)."""
     if "lane" not in frame.columns or frame.empty:
         return {}
-    rows = frame[(frame["metric"] == "bandwidth") & (frame["lane"].astype(str) != "")]
-    if rows.empty:
+    wanted = (frame["metric"] == "bandwidth") & (frame["lane"].astype(str) != "")
+    if not wanted.any():
         return {}
-    out = {tuple(key): lane_of([str(x) for x in seen])
-           for key, seen in rows.groupby([*FAMILY, "bytes"], sort=False, dropna=False)["lane"]}
+    rows = frame.loc[wanted, [*FAMILY, "bytes", "lane"]]  # only the columns read: the cut copies fewer
+    out = {tuple(key): lane_of(seen) for key, seen in lanes_by_group(rows, [*FAMILY, "bytes"])}
     largest: dict[tuple, tuple[int, str]] = {}  # a family -> its largest proven size and lane there
     for key, lane in out.items():
         if lane in PROVEN_LANES and int(key[-1]) > largest.get(key[:-1], (-1, ""))[0]:

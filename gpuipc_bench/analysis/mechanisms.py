@@ -80,7 +80,8 @@ _declare(("nvshmem",), "device-putsig",
 
 def mechanism(path: str, variant: str) -> Mechanism:
     """The declared mechanism of path/variant; one named by the label when none is declared."""
-    return _TABLE.get((str(path), str(variant)), Mechanism(f"{path}/{variant}"))
+    found = _TABLE.get((str(path), str(variant)))
+    return found if found is not None else Mechanism(f"{path}/{variant}")
 
 
 def declared(path: str, variant: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -222,25 +223,38 @@ def setup_costs(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> dict[st
     size's, for one measured per size: `size_dependent`, with the smallest size's in min_s)."""
     setup = summary.loc[summary["metric"] == "setup",  # only the columns read: its cuts copy fewer
                         ["path", "variant", "bytes", "samples", "median_s", "ci_lo_s", "ci_hi_s", "min_s", "max_s"]]
+    by_operation: dict[tuple, list] = {}  # (path, operation) -> its rows, both in summary order
+    for r in records(setup):
+        by_operation.setdefault((r.path, r.variant), []).append(r)
     out: dict[str, SetupCost] = {}
     for info in paths.values():
-        ops = setup[(setup["path"] == info.name) & setup["variant"].isin(info.setup)]
-        if ops.empty:
+        ops = [rows for (path, variant), rows in by_operation.items() if path == info.name and variant in info.setup]
+        if not ops:
             continue
         total = [0.0, 0.0, 0.0, 0.0]
         n, ranged, by_size = 10 ** 9, False, False
-        for _, rows in ops.groupby("variant", sort=False):
-            by_size |= rows["bytes"].nunique() > 1
-            largest = rows[rows["bytes"] == rows["bytes"].max()]
-            row = largest.sort_values("median_s", kind="stable").iloc[-1]
-            smallest = rows[rows["bytes"] == rows["bytes"].min()].sort_values("median_s", kind="stable").iloc[-1]
-            few = int(row["samples"]) < SETUP_INTERVAL_SAMPLES or not math.isfinite(row["ci_lo_s"])
-            lo, hi = (row["min_s"], row["max_s"]) if few else (row["ci_lo_s"], row["ci_hi_s"])
-            for k, v in enumerate((lo, row["median_s"], hi, smallest["median_s"])):
+        for rows in ops:
+            sizes = [r.bytes for r in rows]
+            by_size |= len(set(sizes)) > 1
+            row = _dearest([r for r in rows if r.bytes == max(sizes)])
+            smallest = _dearest([r for r in rows if r.bytes == min(sizes)])
+            few = int(row.samples) < SETUP_INTERVAL_SAMPLES or not math.isfinite(row.ci_lo_s)
+            lo, hi = (row.min_s, row.max_s) if few else (row.ci_lo_s, row.ci_hi_s)
+            for k, v in enumerate((lo, row.median_s, hi, smallest.median_s)):
                 total[k] += float(v)
-            n, ranged = min(n, int(row["samples"])), ranged or few
+            n, ranged = min(n, int(row.samples)), ranged or few
         out[info.name] = SetupCost(info.name, total[1], total[0], total[2], n, ranged, by_size, total[3])
     return out
+
+
+def _dearest(rows: Sequence[Any]) -> Any:
+    """The row of the largest median, the last of equal ones; a NaN one (unmeasured) before any
+    (where a stable sort on the median, NaN last, ends)."""
+    found = rows[0]
+    for r in rows[1:]:
+        if math.isnan(r.median_s) or (not math.isnan(found.median_s) and r.median_s >= found.median_s):
+            found = r
+    return found
 
 
 # --------------------------------------------------------------------------- sections

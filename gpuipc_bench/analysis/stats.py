@@ -53,6 +53,8 @@ EXACT_MAX = 25
 
 
 def _finite(values: Sequence[float]) -> list[float]:
+    if isinstance(values, np.ndarray) and values.dtype == np.float64:  # the same floats, converted at once
+        return values[np.isfinite(values)].tolist()
     return [float(x) for x in values if x is not None and math.isfinite(float(x))]
 
 
@@ -112,9 +114,10 @@ class Comparison:
     ratio_hi: the ratio's Hodges-Lehmann interval (NaN where too few samples give none);
     within: how far that interval reaches from 1, as a fraction (NaN without one);
     separated: every sample of the faster below every sample of the slower; p: the U test's
-    two-sided p-value; states: a's and b's two states where they were compared state by
-    state ('fast' or 'slow': `compared`; also the state of the one figure in two states that the
-    other, in one state, was compared with)."""
+    two-sided p-value (of `ranked`, the two parts' samples compared, counted when read: a
+    decision compares every two figures of a size and reads none); states: a's and b's two
+    states where they were compared state by state ('fast' or 'slow': `compared`; also the
+    state of the one figure in two states that the other, in one state, was compared with)."""
 
     outcome: str
     ratio: float
@@ -122,14 +125,18 @@ class Comparison:
     ratio_hi: float
     delta: float
     separated: bool = False
-    p: float = math.nan
     within: float = math.nan
     states: tuple[States, States] | None = None
     compared: str = ""
+    ranked: tuple[list[float], list[float]] | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def decided(self) -> bool:
         return self.outcome not in (UNDECIDED, WITHIN)
+
+    @property
+    def p(self) -> float:
+        return _u_test_p(*self.ranked) if self.ranked is not None else math.nan
 
 
 def compare(a: Sequence[float], b: Sequence[float], delta: float = MIN_EFFECT, alpha: float = ALPHA) -> Comparison:
@@ -225,7 +232,6 @@ def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha:
     ratio = mb / ma
     ratio_lo, ratio_hi = _log_ratio_interval(xa.logs, xb.logs, alpha)
     separated = (xa.hi < xb.lo or xb.hi < xa.lo) and separation_p(xa.n, xb.n) <= alpha
-    p = _u_test_p(xa.values, xb.values)
     reach = max(ratio_hi, 1 / ratio_lo) - 1 if math.isfinite(ratio_lo) and ratio_lo > 0 else math.nan
     top = 1 + delta
     if ratio_lo >= top:
@@ -243,8 +249,10 @@ def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha:
         # (0.7x or 1.04x at 256 MiB); no ratio claimed
         gap, fast = abs(mb - ma), min(ma, mb)
         if abs(gap - step) <= step / 2 and gap < step + fast * delta:
-            return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta, separated, p, math.nan, both, "states")
-    return Comparison(outcome, ratio, ratio_lo, ratio_hi, delta, separated, p, reach, both, compared)
+            return Comparison(UNDECIDED, math.nan, math.nan, math.nan, delta, separated, math.nan, both, "states",
+                              (xa.values, xb.values))
+    return Comparison(outcome, ratio, ratio_lo, ratio_hi, delta, separated, reach, both, compared,
+                      (xa.values, xb.values))
 
 
 def state_step(figures: Sequence[Prepared]) -> float:
@@ -294,9 +302,17 @@ def _log_ratio_interval(xa: np.ndarray, xb: np.ndarray, alpha: float) -> tuple[f
             xb = xb[np.linspace(0, n - 1, n // 2).round().astype(int)]
         k = max(1, round(k * len(xa) * len(xb) / (m * n)))
         m, n = len(xa), len(xb)
-    # the k-th smallest and k-th largest of the m*n differences (a partial sort finds the same two)
-    diffs = np.partition(np.subtract.outer(xb, xa), (k - 1, m * n - k), axis=None)
+    # the k-th smallest and k-th largest of the m*n differences (a partial sort finds the same two; a
+    # few of them, the same differences, Python sorts before numpy has started)
+    if m * n <= _PYTHON_PAIRS_UPTO:
+        left, right = xa.tolist(), xb.tolist()
+        diffs = sorted([y - x for y in right for x in left])
+    else:
+        diffs = np.partition(np.subtract.outer(xb, xa), (k - 1, m * n - k), axis=None)
     return float(np.exp(diffs[k - 1])), float(np.exp(diffs[m * n - k]))
+
+
+_PYTHON_PAIRS_UPTO = 64  # pairs of samples up to which the interval's differences are sorted in Python
 
 
 @functools.lru_cache(maxsize=1024)

@@ -86,6 +86,10 @@ def samples_by_replica(df: pd.DataFrame) -> dict[tuple, tuple[np.ndarray, ...]]:
     replica order; {} for a run of one pass (a file without the column reads replica 1)."""
     if df.empty or "replica" not in df.columns or not (df["replica"].to_numpy() > 1).any():
         return {}
+    # the rows of a path, variant and size that one replica measured (most of a run) hold no
+    # condition measured by two: set aside before the conditions are told apart
+    replicas = df.groupby(["path", "variant", "bytes"], sort=False, dropna=False)["replica"].transform("nunique")
+    df = df[replicas.to_numpy() > 1]
     found: dict[tuple, dict[int, np.ndarray]] = {}
     for replica, part in df.groupby("replica", sort=True):
         for key, values in samples_by_condition(part).items():
@@ -98,8 +102,13 @@ def condition_ids(df: pd.DataFrame) -> tuple[np.ndarray, list[tuple]]:
     in the frame, and each number's CONDITION_KEYS values (plain Python values: key_value)."""
     ids = df.groupby(list(CONDITION_KEYS), sort=False, dropna=False).ngroup().to_numpy()
     first = np.unique(ids, return_index=True)[1]
-    columns = [df[k].to_numpy()[first] for k in CONDITION_KEYS]
-    return ids, [tuple(key_value(v) for v in values) for values in zip(*columns)]
+    columns = [_plain(df[k].to_numpy()[first]) for k in CONDITION_KEYS]
+    return ids, list(zip(*columns))
+
+
+def _plain(values: np.ndarray) -> list:
+    """key_value of each of a column's values: an integer or boolean column's as tolist gives them."""
+    return values.tolist() if values.dtype.kind in "iub" else [key_value(v) for v in values]
 
 
 def summarize(df: pd.DataFrame, samples: Mapping[tuple, np.ndarray] | None = None,
@@ -230,12 +239,12 @@ def call_floor(curve: Mapping[int, float]) -> float:
 
 def _figures(seconds: np.ndarray, nbytes: int, metric: str) -> dict:
     values = seconds[np.isfinite(seconds)]
-    lo, median, hi = robust.median_ci(values)
+    lo, median, hi, mad, states = robust.describe(values)
     n = len(seconds)
     out = {"samples": n, "median_s": median, "ci_lo_s": lo, "ci_hi_s": hi,
            "min_s": float(values.min()) if len(values) else math.nan,
            "max_s": float(values.max()) if len(values) else math.nan,
-           "mad_rel": robust.mad(values) / median if median else math.nan, "bimodal": robust.bimodal(values)}
+           "mad_rel": mad / median if median else math.nan, "bimodal": states is not None}
     out["median_gbps"], out["ci_lo_gbps"], out["ci_hi_gbps"] = (
         (_gbps(nbytes, median), _gbps(nbytes, hi), _gbps(nbytes, lo)) if metric == "bandwidth" else (math.nan,) * 3)
     halfwidth = interval_halfwidth(lo, median, hi, values)

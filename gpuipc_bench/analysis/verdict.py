@@ -37,7 +37,7 @@ import pandas as pd
 
 from gpuipc_bench.analysis import classes, stats
 from gpuipc_bench.analysis.classes import Figure
-from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, condition, label, records
+from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, column_values, conditions_of, label, records
 from gpuipc_bench.analysis.mechanisms import gpu_signalled, mechanism
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.results.rows import base_mode
@@ -63,11 +63,12 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
         return summary.assign(label=pd.Series([], dtype=str), condition=pd.Series([], dtype=object))
     common = ((summary["workers"] == 2) & (summary["verified"] != False)  # noqa: E712 - NA (unchecked) stays
               & np.isfinite(summary["median_s"].astype(float)) & (summary["bytes"] > 0))
+    paths_and_variants = (column_values(summary["path"]), column_values(summary["variant"]))
     bandwidth = common & (summary["metric"] == "bandwidth") & np.array(
-        [ranked(p, v) for p, v in zip(summary["path"], summary["variant"])], dtype=bool)
+        [ranked(p, v) for p, v in zip(*paths_and_variants)], dtype=bool)
     rows = _labelled(summary[bandwidth])
     signalled = summary[common & (summary["metric"] == "latency") & np.array(
-        [gpu_signalled(p, v) for p, v in zip(summary["path"], summary["variant"])], dtype=bool)]
+        [gpu_signalled(p, v) for p, v in zip(*paths_and_variants)], dtype=bool)]
     if not signalled.empty:
         handoff = rows[rows["measure"] == HANDOFF]
         sizes = set(zip(handoff["src"], handoff["dst"], handoff["bytes"]))
@@ -79,8 +80,8 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
 
 
 def _labelled(rows: pd.DataFrame) -> pd.DataFrame:
-    return rows.assign(label=[label(p, v) for p, v in zip(rows["path"], rows["variant"])],
-                       condition=[condition(r) for r in records(rows)])
+    return rows.assign(label=[label(p, v) for p, v in zip(column_values(rows["path"]), column_values(rows["variant"]))],
+                       condition=conditions_of(rows))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,11 +328,17 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
                                                 _delta(ceilinged(a), ceilinged(b), ceilings, min_effect), step=step)
         return cache[key]
 
+    ends = {id(f): (prep(f).part().lo, prep(f).part().hi) for f in figures}  # fastest and slowest sample
+
     def beats(a: Figure, b: Figure) -> bool:
         """a faster than b beyond delta; never between APIs of one declared mechanism where both
         are bound by the call (the time is the binding's enqueue cost, not the mechanism's); where
         both were measured by two process sets or more (replicas), in each of them too: a
         difference one process set shows and the other does not is the offset between them."""
+        if min_effect > 1e-9 and ends[id(a)][0] > ends[id(b)][1]:
+            # every sample of a slower than every sample of b: whichever of them are compared, the
+            # ratio interval lies at or below 1 (within a rounding), short of 1 + delta: not compared
+            return False
         found = compare(a, b)
         if found.outcome != stats.FASTER or classes.one_call_bound_mechanism(a, b):
             return False
@@ -355,11 +362,11 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     # of its own mechanism faster beyond delta in the same scenario (their samples interleaved in one
     # run), or in each of two process sets. Between two scenarios' APIs of one mechanism, one run's gap
     # is within what separates their runs (the d2d ceiling at 4 B moves 11.6% between them).
+    identity = {id(f): _identity(f) for f in figures}
+
     def passes_over(g: Figure, f: Figure) -> bool:
-        if not beats(g, f):
-            return False
-        return _identity(f) != _identity(g) or str(f.row.scenario) == str(g.row.scenario) or \
-            min(len(g.replicas), len(f.replicas)) >= 2
+        return (identity[id(f)] != identity[id(g)] or str(f.row.scenario) == str(g.row.scenario)
+                or min(len(g.replicas), len(f.replicas)) >= 2) and beats(g, f)
 
     beaten = {f.label for f in figures if any(passes_over(g, f) for g in figures)}
     # the fastest class's mechanism (and direction: a push and a pull differ) reached through any API:

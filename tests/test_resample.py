@@ -16,7 +16,7 @@ from gpuipc_bench.analysis import analyse
 from gpuipc_bench.analysis.classes import Figure
 from gpuipc_bench.analysis.verdict import decide
 from gpuipc_bench.cli import cli
-from gpuipc_bench.errors import UsageError
+from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.harness import resample
 from gpuipc_bench.harness import session as session_module
 from gpuipc_bench.harness.launcher import Outcome
@@ -148,6 +148,30 @@ def test_the_pass_measures_the_open_groups_again_on_a_fresh_set_and_tags_them(tm
     assert [e[1] for e in heard.events if e[0] == "started"] == ["ipc", "vmm", "ipc #2", "vmm #2"]
     assert meta["sampling.resampled"] == "ipc time-sliced 0>0 at 64 MiB; vmm time-sliced 0>0 at 64 MiB"
     assert "no --budget" in meta["sampling.budget"] and "sampling.open" in meta
+
+
+class FailingPass(Resampling):
+    """The pass's run of vmm fails in its set-up (as torch's second process set did on one H200)."""
+
+    def run(self, scenario, config, specs, mode_name=None, env=None, on_row=None, **callbacks) -> Outcome:
+        if config.only_groups is not None and scenario.name == "vmm":
+            self.clock[0] += self.per_run
+            return Outcome(scenario.name, rows=0, error=BenchError("vmm/ce: the allocator said no"))
+        return super().run(scenario, config, specs, mode_name, env, on_row, **callbacks)
+
+
+def test_a_run_of_the_pass_that_fails_leaves_the_run_complete_and_is_named(tmp_path, monkeypatch):
+    clock = [5.0]
+    monkeypatch.setattr(session_module, "process_seconds", lambda: clock[0])
+    plan = plan_of((Named("ipc"), SAME_GPU), (Named("vmm"), SAME_GPU))
+    sets = FailingPass(clock, 0.5)
+    outcome, heard, out = run_session(tmp_path, plan, sets, Heard())
+    _, meta = read_results(out)
+    assert not outcome.failures and meta["partial"] == "false" and "failed" not in meta["status"]
+    assert meta["sampling.failed"] == "vmm #2: vmm/ce: the allocator said no"
+    assert ("failed", "vmm #2") in heard.events
+    assert any("resampling pass's vmm #2 failed" in e[1] for e in heard.events if e[0] == "note")
+    assert "ipc time-sliced 0>0 at 64 MiB" in meta["sampling.resampled"]  # the other run's rows stay
 
 
 def test_what_the_pass_left_open_comes_from_the_run_s_one_final_analysis(tmp_path, monkeypatch):

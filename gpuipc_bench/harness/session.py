@@ -128,6 +128,9 @@ class Session:
         self.lock = threading.Lock()  # the results, figures and seconds, fed from a round's threads (harness.rounds)
         self.resampler: Any = None  # the resampling pass (harness.resample), once it ran
         self.confirmed: set[tuple] = set()  # the run keys a suspect pair measured again on (replica 2 already)
+        # runs of the resampling pass that failed: the first pass's answer is whole without them, so the run
+        # completes; the header and a note name them, the workers' log keeps their tracebacks
+        self.pass_failures: list[Failure] = []
 
     @property
     def rows(self) -> int:
@@ -283,11 +286,25 @@ class Session:
                 self.sets.close()
                 state["fresh"] = True
             state["mode"] = self._follow(state["mode"], mode)
-            return self._one(scenario, specs, mode, plan, known, None, config, replica)
+            failed = len(self.failures)
+            outcome = self._one(scenario, specs, mode, plan, known, None, config, replica)
+            if len(self.failures) > failed and not isinstance(getattr(outcome, "error", None), WorkerLost):
+                self._pass_failed(self.failures.pop(), f"{run_label(scenario, specs, mode, plan)} #{replica}")
+            return outcome
 
         self.resampler = Resampler(plan, self.results, self.reporter, process_seconds, plan.budget)
         self.resampler.done |= self.confirmed  # two replicas there already: not a third set
         self.resampler.run(measure)
+
+    def _pass_failed(self, failure: Failure, label: str) -> None:
+        """A run of the resampling pass failed: what it measured stays (replica 2 rows), the run is not
+        partial for it (the first pass measured every group), and the header and a note say so."""
+        self.pass_failures.append(failure)
+        said = "; ".join(filter(None, [self.results.metadata.get("sampling.failed", ""),
+                                       f"{label}: {failure.error}"]))
+        self.results.set_meta("sampling.failed", said)
+        self.reporter.note(f"the resampling pass's {label} failed ({failure.error}); its decisions stay as the "
+                           "first pass left them")
 
     def _one(self, scenario, specs, mode, plan, known: KnownBest, resweep, config=None, replica: int = 1,
              keep: bool = True, tee=None):
@@ -432,7 +449,8 @@ class Session:
             sets.end()  # (nothing left to do unless the closer failed)
             mark("sets ended")
             write_trace(f"parent-{os.getpid()}")
-        log = worker_log(plan.config, self.failures) if self.out is not None else ""  # (no file: no log of its own)
+        # (no file: no log of its own)
+        log = worker_log(plan.config, self.failures + self.pass_failures) if self.out is not None else ""
         return RunOutcome(self.out, len(results), list(self.failures), status, log, len({s.name for s, _ in plan.runs}))
 
     def _start_resweep(self, plan):

@@ -110,6 +110,18 @@ class TorchShared:
             resource_tracker.unregister(name, "semaphore")  # removed: nothing for the tracker to warn of
 
 
+# torch's caching allocator gives a request of 10 MiB or more a segment of its own, rounded up to 2 MiB;
+# a smaller one is carved from a shared 20 MiB segment. A caching-variant ring of 8 MiB (a run of small
+# sizes, or the resampling pass's run of one) left 12 MiB free in its cudaMalloc segment, and the
+# expandable variant's next tensor was carved from it. Every tensor here is one segment, whole.
+OWN_SEGMENT_BYTES, SEGMENT_ROUND = 10 << 20, 2 << 20
+
+
+def whole_segment(nbytes: int) -> int:
+    """The tensor size at which `nbytes` fill a caching-allocator segment of their own, exactly."""
+    return max(OWN_SEGMENT_BYTES, -(-nbytes // SEGMENT_ROUND) * SEGMENT_ROUND)
+
+
 class TorchWorker(PairWorker):
     path = "torch"
 
@@ -132,7 +144,7 @@ class TorchWorker(PairWorker):
 
     def setup(self) -> Iterator[dict]:
         self.open_torch()
-        capacity = self.ring_bytes()
+        capacity = whole_segment(self.ring_bytes())
         if not self.producer:
             self.mine = self.side.empty(capacity)
             self.scratch = self.gpu.alloc(max(self.sizes) + 256)  # where warm-up copies land

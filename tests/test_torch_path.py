@@ -167,6 +167,13 @@ def test_list_shows_the_extra_that_enables_torch(monkeypatch):
 # --------------------------------------------------------------------------- the protocol, on fakes
 
 
+def test_every_tensor_fills_a_caching_allocator_segment_of_its_own():
+    """torch gives 10 MiB or more a segment of its own, rounded up to 2 MiB: nothing left free in it."""
+    assert torch_share.whole_segment(8 << 20) == 10 << 20  # not a shared 20 MiB segment
+    assert torch_share.whole_segment((272 << 20) + 1) == 274 << 20
+    assert torch_share.whole_segment(12 << 20) == 12 << 20
+
+
 def test_torch_protocol_both_allocators(monkeypatch, no_leaks):
     before = semaphores()
     outcome, rows, notes = run(monkeypatch)
@@ -339,6 +346,19 @@ def test_gpu_torch_moves_verified_tensors_with_both_allocators(no_leaks):
     ceiling = min(r["seconds"] for r in rows if r["path"] == "ceiling" and r["bytes"] == 8 << 20)
     stream = [r["seconds"] for r in data if r["measure"] == "stream" and r["bytes"] == 8 << 20]
     assert min(stream) < 3 * ceiling
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(GPU_SKIP is not None, reason=GPU_SKIP or "")
+def test_gpu_torch_small_sizes_keep_each_allocator_s_own_segments(no_leaks):
+    """A run of small sizes alone (the resampling pass runs one size): the caching ring of 8 MiB took a
+    shared 20 MiB cudaMalloc segment whose free part the expandable variant's tensors were carved from,
+    and the set-up refused the run (H200, two default runs of three)."""
+    outcome, rows, notes = gpu_run("torch", (64 << 10,))
+    assert outcome.ok, outcome.error
+    variants = variants_run(notes)
+    data = [r for r in rows if r["path"] == "torch" and r["metric"] == "bandwidth"]
+    assert {r["variant"] for r in data} == set(variants)
 
 
 @pytest.mark.gpu2

@@ -26,7 +26,15 @@ WITHIN = 0.25
 # the committed runs (their headers say the command, the node, the modes): one H200's three default runs and
 # three --quick, the plain run and `--pairs all` on two H200s, `--pairs all` on four (its re-sweeps added)
 RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-1.csv", "h200-quick-2.csv",
-        "h200-quick-3.csv", "h200x2-speed.csv", "h200x2-speed-pairs-all.csv", "h200x4-speed-pairs-all.csv")
+        "h200-quick-3.csv", "h200x2-speed.csv", "h200x2-speed-pairs-all.csv", "h200x4-speed-pairs-all.csv",
+        "h200-short-1.csv", "h200-short-2.csv", "h200-short-3.csv", "h200-short-quick-1.csv",
+        "h200-short-quick-2.csv", "h200-short-quick-3.csv")
+# The first run of 2.5 ms samples (estimate.RUN_COST_SCALE): the runs before it cost what COSTS say alone
+SHORT_SAMPLES_FROM = "2026-11-29T02:00:00+00:00"
+
+
+def cost_scale(meta: dict[str, str]) -> float:
+    return estimating.RUN_COST_SCALE if meta["created_utc"] >= SHORT_SAMPLES_FROM else 1.0
 
 
 @pytest.fixture
@@ -101,6 +109,7 @@ def committed_estimate(plan, meta: dict[str, str]) -> float:
 def test_the_estimate_is_within_a_quarter_of_the_committed_runs_wall_time(fake_node, monkeypatch, name):
     meta = header(name)
     monkeypatch.setattr(estimating, "SEES_OWN_GPUS", GPUS_SEEN_KEY in meta)  # measured with gpu.visible or not
+    monkeypatch.setattr(estimating, "RUN_COST_SCALE", cost_scale(meta))  # measured with 2.5 ms samples or not
     plan = fake_node(int(meta["gpu_count"]), **committed_options(meta))
     assert [m.name for m in plan.modes] == meta["sharing.modes"].split(",")
     estimate = committed_estimate(plan, meta) + resweep_seconds(plan, meta)

@@ -232,7 +232,7 @@ def test_a_rerun_costs_its_share_of_the_sweep_and_a_late_set_start_once_per_set(
     mode = SimpleNamespace(name="time-sliced", scenarios=())
     same = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 0)]
     pair = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 1)]
-    fixed, _ = estimate.COSTS["ipc"]
+    fixed = estimate.COSTS["ipc"][0] * estimate.RUN_COST_SCALE  # as run_seconds scales it
     sweep = estimate.run_seconds(ipc, same, mode, config, [mode]) - fixed
     started: set = set()
     first = resample.rerun_seconds(ipc, same, mode, config, [mode], 2, 8, started)

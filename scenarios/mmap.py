@@ -85,7 +85,6 @@ class MmapWorker(StagingWorker):
     path = "mmap"
     kernel_host_copies = True  # zero-copy's kernels load and store host memory: their PCIe overheads proven too
     event_variants = tuple(VARIANTS)  # both hand off through CUDA IPC events
-    times_registration = True  # host_register is this path's set-up cost
 
     def host_region(self) -> mmap.mmap:
         return self.ctx.shared.region

@@ -97,10 +97,6 @@ class StagingWorker(PairWorker):
 
     # The variants whose hand-offs go through CUDA IPC events (gpuipc_bench.engine.exchange).
     event_variants: tuple[str, ...] = GPU_ORDERED
-    # Whether set-up times cudaHostRegister/Unregister of the host region (SETUP_REPEATS each): mmap's
-    # (the path that declares host_register as its set-up). Staging registers a region of the same size
-    # the same way; timing it again cost ~0.35 s a sharing mode (one H200) for rows no decision read.
-    times_registration = False
 
     def setup(self):
         if self.health:  # the ceilings alone: nothing shared to set up
@@ -158,14 +154,18 @@ class StagingWorker(PairWorker):
         self.host = gpu.adopt(HostRegistration(self.host_addr, len(region), self.device)).dptr
 
     def registration_rows(self, region: mmap.mmap):
-        """First touch of the region's pages (once), then, where times_registration, cudaHostRegister/
-        Unregister of the whole region, SETUP_REPEATS times each, with its pages already there."""
+        """First touch of the region's pages (once), then, where the path declares host_register as its
+        set-up (mmap), cudaHostRegister/Unregister of the whole region, SETUP_REPEATS times each, with its
+        pages already there. Staging registers a region of the same size the same way: timing it again
+        cost ~0.35 s a sharing mode (one H200) for rows no decision read."""
         from gpuipc_bench.gpu.timing import time_setup
 
         t0 = time.perf_counter()
         prefault(region)
         yield self.setup_row("host_first_touch", time.perf_counter() - t0, 0, len(region), "host", self.device)
-        for i in range(self.sampler.setup_repeats if self.times_registration else 0):
+        if not any("host_register" in info.setup for info in self.scenario.paths):
+            return
+        for i in range(self.sampler.setup_repeats):
             self.ctx.phase("setup", len(region), i)
             registration, seconds = time_setup(lambda: HostRegistration(self.host_addr, len(region), self.device),
                                                self.device)

@@ -27,7 +27,6 @@ The sampler does the rest, the same way for every path:
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import math
@@ -302,7 +301,7 @@ class Group:
             else None
         sampler.window = lanes if isinstance(lanes, LaneWindow) else None
         try:
-            with warming() if warm else contextlib.nullcontext():
+            with warming(warm):
                 sample = self.take(trial)
         except BaseException:
             if sampler.window is not None:  # its PCIe poller stops with it

@@ -23,11 +23,11 @@ _WARMING = [False]  # a warm-up sample is being taken (warming()): verify() only
 
 
 @contextlib.contextmanager
-def warming():
-    """While the sampler takes a warm-up sample: its figure calibrates the transfers per sample and is
-    no result, so Gpu.verify does not check its bytes (a check of a ring in host memory reads it over
-    PCIe: ~5 ms a sample at 128 MiB). Every timed sample is checked as before."""
-    _WARMING[0] = True
+def warming(on: bool = True):
+    """While the sampler takes a warm-up sample (`on`): its figure calibrates the transfers per sample
+    and is no result, so Gpu.verify does not check its bytes (a check of a ring in host memory reads it
+    over PCIe: ~5 ms a sample at 128 MiB). Every timed sample is checked as before."""
+    _WARMING[0] = on
     try:
         yield
     finally:

@@ -91,10 +91,15 @@ def set_starts(runs) -> list[bool]:
     return starts
 
 
+def fixed_seconds(scenario) -> float:
+    """A scenario run's fixed cost (set-up rows, rings, a library or processes of its own)."""
+    return COSTS.get(cost_key(scenario), DEFAULT_COST)[0] * RUN_COST_SCALE
+
+
 def run_seconds(scenario, specs, mode, config, modes: list, stream_sizes=None) -> float:
     """Seconds one scenario run takes in its processes, their start left out (start_seconds)."""
     key = cost_key(scenario)
-    fixed, per_size = COSTS.get(key, DEFAULT_COST)
+    per_size = COSTS.get(key, DEFAULT_COST)[1]
     if len({spec.device for spec in specs}) > 1 and key not in ACROSS_GPUS_COSTS + HOST_STAGED:
         per_size *= ACROSS_GPUS
     scale = sample_scale(config)
@@ -105,7 +110,7 @@ def run_seconds(scenario, specs, mode, config, modes: list, stream_sizes=None) -
         swept = float(len([n for n in sizes if n < HOST_SHARED_FROM or n == max(sizes)]))
     elif streams is not None:  # hand-offs at every size, streams at these: about half the groups
         swept = (len(sizes) + len(streams)) / 2
-    return (fixed + per_size * swept * scale) * RUN_COST_SCALE
+    return fixed_seconds(scenario) + per_size * swept * scale * RUN_COST_SCALE
 
 
 def cost_key(scenario) -> str:

@@ -292,13 +292,12 @@ def rerun_seconds(scenario, specs, mode, config, modes, groups: int, measured: i
     where none of the pass holds its workers yet (`started`, updated: a set forked late in a run),
     more across two GPUs."""
     from gpuipc_bench.engine.scenario import shares_processes
-    from gpuipc_bench.harness.estimate import ACROSS_GPUS, COSTS, DEFAULT_COST, LATE_SET_START_S, PAIR_START_S, \
-        RUN_COST_SCALE, run_seconds
+    from gpuipc_bench.harness.estimate import ACROSS_GPUS, LATE_SET_START_S, PAIR_START_S, fixed_seconds, run_seconds
     from gpuipc_bench.harness.plan import second_mode_stream_sizes
 
     across = len({s.device for s in specs}) > 1
     whole = run_seconds(scenario, specs, mode, config, modes, second_mode_stream_sizes)
-    fixed = COSTS.get(scenario.name, DEFAULT_COST)[0] * RUN_COST_SCALE * (ACROSS_GPUS if across else 1)
+    fixed = fixed_seconds(scenario) * (ACROSS_GPUS if across else 1)
     cost = fixed + max(0.0, whole - fixed) * min(1.0, groups / max(1, measured))
     key = pass_set(specs, mode)
     shared = shares_processes(scenario)

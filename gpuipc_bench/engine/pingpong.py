@@ -1,19 +1,11 @@
 """Device-initiated ping-pong between two workers through each other's IPC-mapped buffer
 (kernels in gpu/pingpong.cu), used by the latency and sharing scenarios.
 
-Each active worker cudaMallocs one buffer, exports it and maps the other's. The buffer holds
-SLOTS copies of this layout, STRIDE-aligned apart; a timed sample uses slot (its index mod SLOTS),
-the same in both workers, so that a group's samples cover SLOTS placements of the flags and words:
+Each active worker cudaMallocs one buffer, exports it and maps the other's:
 
     offset 0      flag (uint32): the last round number the other side sent
-    offset 256    payload region (flag-and-fence protocol, host ping-pong: slot 0 only)
+    offset 256    payload region (flag-and-fence protocol, host ping-pong)
     after it      LL region: one 8-byte word per 4 payload bytes
-
-Why slots: a sub-microsecond round trip depends on where its words sit (which L2 slice serves
-them). With one fixed place, that place is drawn once per process set, and the figure moved with
-it: on one H200, device-ll at 4 B under MPS measured 0.375-0.411 us in four runs of one call, each
-run's interval under 0.5% wide (a 9.9% spread of its runner-up ratio). Cycling the places in every
-group makes the figure the average over places, the same draw in every run.
 
 Protocols ('variant' of the rows, metric latency, one-way = round trip / 2):
   device-pingpong  the initiator's block stores the payload into the responder's buffer,
@@ -49,8 +41,6 @@ PROTOCOLS = ("device-pingpong", "device-ll")
 FLAG_OFFSET = 0
 PAYLOAD_OFFSET = 256
 ALIGN = 256
-SLOTS = 8  # places of the flags and words a group's samples cycle through (see the module's docstring)
-SLOT_ALIGN = 4096  # slots start on a page of their own, one page further apart than they need
 
 CALIBRATION_ROUNDS = 10
 MIN_ROUNDS, MAX_ROUNDS = 10, 1000
@@ -108,21 +98,7 @@ class Layout:
 
     @property
     def total(self) -> int:
-        """One slot's bytes."""
         return self.ll_offset + self.ll_cap
-
-    @property
-    def stride(self) -> int:
-        """Bytes from one slot to the next."""
-        return -(-self.total // SLOT_ALIGN) * SLOT_ALIGN + SLOT_ALIGN
-
-    @property
-    def buffer_bytes(self) -> int:
-        return self.stride * (SLOTS - 1) + self.total
-
-    def slot(self, index: int) -> int:
-        """The byte offset of the slot a group's sample number `index` uses."""
-        return (index % SLOTS) * self.stride
 
 
 class DevicePingPong:
@@ -149,7 +125,6 @@ class DevicePingPong:
         self.device = gpu.device if gpu is not None else None
         self.peer_device = ctx.specs[peer].device if peer is not None else None
         self.seq = 0  # round numbers used so far (both sides count in step)
-        self.base = 0  # the byte offset of the slot the sample being taken uses (Layout.slot)
         self.time_sliced: bool | None = None  # learnt from the first calibration
         self.kernels = self.buffer = self.mapped = self.src = self.result = None
 
@@ -173,8 +148,8 @@ class DevicePingPong:
         if self.active:
             gpu = self.gpu
             self.kernels = gpu.adopt(k.PingPongKernels(self.device))
-            self.buffer = gpu.alloc(layout.buffer_bytes)
-            memset(self.buffer.ptr, 0, layout.buffer_bytes, gpu.stream, self.device)
+            self.buffer = gpu.alloc(layout.total)
+            memset(self.buffer.ptr, 0, layout.total, gpu.stream, self.device)
             self.result = gpu.alloc(k.PINGPONG_RESULT_BYTES)
             if self.initiator:
                 self.src = gpu.alloc(layout.payload_cap)
@@ -183,7 +158,7 @@ class DevicePingPong:
         ctx.sync()  # handles published
         if self.active:
             handle = ctx.receive(self.peer, f"{self.name}.buffer")
-            self.mapped = self.gpu.adopt(MappedBuffer(handle, layout.buffer_bytes, self.device))
+            self.mapped = self.gpu.adopt(MappedBuffer(handle, layout.total, self.device))
         ctx.sync()  # both mapped
 
     def close(self) -> None:
@@ -228,20 +203,17 @@ class DevicePingPong:
                      dst=self.peer_device, bytes=nbytes, ceiling="", **(fields or {}))
 
         def take(trial) -> Sample | None:
-            result = self.sample(protocol, nbytes, rounds, trial.seed, self.layout.slot(trial.index))
+            result = self.sample(protocol, nbytes, rounds, trial.seed)
             return Sample(result.round_trip / 2, rounds) if self.initiator else None
 
         yield from self.sampler.run(group, take, timer=self.initiator, reps=rounds, calibrate=False,
                                     phase="latency", counts=counts)
 
-    def sample(self, protocol: str, nbytes: int, rounds: int, seed: int, base: int = 0) -> "k.PingPongResult | None":
+    def sample(self, protocol: str, nbytes: int, rounds: int, seed: int) -> "k.PingPongResult | None":
         """One launch of `rounds` timed round trips (after the handshake) on both sides, checked
-        and verified, in the slot at byte offset `base`. Crosses 2 barriers. The initiator gets the
-        result; the others None. (A slot's flag keeps the last round it saw, below every later
-        round's number: the kernels wait for a flag to reach the round, never for it to equal it.)"""
+        and verified. Crosses 2 barriers. The initiator gets the result; the others None."""
         first = self.seq + 1
         self.seq += rounds + 1
-        self.base = base
         if self.active:
             self._prepare(protocol, nbytes, seed)
         self.ctx.sync()  # both sides cleared; go
@@ -258,9 +230,9 @@ class DevicePingPong:
         if self.initiator:
             gpu.fill(self.src.ptr, Ring.for_size(nbytes, 1), seed)
         if protocol == "device-ll":
-            memset(self.mine(self.base + layout.ll_offset), 0, layout.ll_cap, gpu.stream, self.device)
+            memset(self.mine(layout.ll_offset), 0, layout.ll_cap, gpu.stream, self.device)
         else:
-            memset(self.mine(self.base + PAYLOAD_OFFSET), 0, layout.payload_cap, gpu.stream, self.device)
+            memset(self.mine(PAYLOAD_OFFSET), 0, layout.payload_cap, gpu.stream, self.device)
         gpu.synchronize()
 
     def launch(self, protocol: str, nbytes: int, first: int, rounds: int) -> None:
@@ -268,15 +240,13 @@ class DevicePingPong:
         common = dict(first=first, rounds=rounds, initiator=self.initiator, timeout_s=self.timeout_s,
                       deadline_s=self.deadline_s, result=self.result.ptr)
         src = self.src.ptr if self.initiator else 0
-        base = self.base
         if protocol == "device-ll":
-            ll = base + self.layout.ll_offset
+            ll = self.layout.ll_offset
             self.kernels.launch_ll(self.gpu.stream, my_ll=self.mine(ll), peer_ll=self.theirs(ll), src=src,
                                    nbytes=nbytes, **common)
         else:
-            self.kernels.launch(self.gpu.stream, my_flag=self.mine(base + FLAG_OFFSET),
-                                peer_flag=self.theirs(base + FLAG_OFFSET), my_payload=self.mine(base + PAYLOAD_OFFSET),
-                                peer_payload=self.theirs(base + PAYLOAD_OFFSET),
+            self.kernels.launch(self.gpu.stream, my_flag=self.mine(FLAG_OFFSET), peer_flag=self.theirs(FLAG_OFFSET),
+                                my_payload=self.mine(PAYLOAD_OFFSET), peer_payload=self.theirs(PAYLOAD_OFFSET),
                                 src=src, nbytes=nbytes, **common)
 
     def _finish(self, protocol: str, nbytes: int, first: int, rounds: int) -> "k.PingPongResult":
@@ -310,11 +280,11 @@ class DevicePingPong:
         mask = (last_round & 0xFFFFFFFF) if self.initiator else 0
         if protocol != "device-ll":
             if nbytes:
-                gpu.verify(self.mine(self.base + PAYLOAD_OFFSET), Ring.for_size(nbytes, 1), seed, self.path, protocol,
+                gpu.verify(self.mine(PAYLOAD_OFFSET), Ring.for_size(nbytes, 1), seed, self.path, protocol,
                            xor_mask=mask, corrupt=self.ctx.corrupt)
             return
         nwords = k.ll_words(nbytes)
-        words = read(self.mine(self.base + layout.ll_offset), 8 * nwords, gpu.stream, self.device).view("<u8")
+        words = read(self.mine(layout.ll_offset), 8 * nwords, gpu.stream, self.device).view("<u8")
         rounds = (words >> np.uint64(32)).astype(np.uint64)
         stale = np.flatnonzero(rounds != np.uint64(last_round & 0xFFFFFFFF))
         if stale.size:

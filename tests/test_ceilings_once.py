@@ -115,3 +115,37 @@ def test_the_analysis_reads_a_further_modes_host_link_ceiling_in_the_first_mode(
     assert ceiling(borrowed, "mps", 256 << 20) == ceiling(full, "time-sliced", 256 << 20)
     assert ceiling(borrowed, "mps", 256 << 20, "zero-copy") == ceiling(full, "time-sliced", 256 << 20, "zero-copy")
     assert ceiling(borrowed, "mps", 1 << 20) == ceiling(full, "mps", 1 << 20)  # below 4 MiB: its own mode's
+
+
+def test_the_latency_ceiling_is_measured_once_per_process_size_and_mode_apart_from_the_bandwidth_one():
+    """ipc, vmm and mempool run in one process set: the one copy + synchronize of d2d@0 at a size is
+    timed by the first of them (its rows) and named by the others; its bandwidth ceiling is another
+    entry (measured on its own terms)."""
+    from gpuipc_bench.scenarios.ipc import IpcWorker
+
+    notes: list = []
+    runs = []
+
+    def worker(scenario: str, sharing: str = "time-sliced"):
+        found = object.__new__(IpcWorker)
+        found.scenario = SimpleNamespace(name=scenario)
+        found.ctx = SimpleNamespace(row_fields={"sharing": sharing}, note=lambda key, text: notes.append((key, text)),
+                                    config=SimpleNamespace(host_ceilings_from=None))
+        found.ceilings_from = {}
+        found.meter = lambda: SimpleNamespace(latency=lambda *a: 1e-5)
+
+        def run(group, take, **kw):
+            runs.append((scenario, group["variant"], group["bytes"]))
+            yield {"variant": group["variant"]}
+
+        found.sampler = SimpleNamespace(run=run)
+        return found
+
+    assert len(list(worker("ipc").latency_ceiling("d2d@0", 4))) == 1
+    assert list(worker("vmm").latency_ceiling("d2d@0", 4)) == []
+    assert notes == [("ceilings_from.time-sliced", "ipc")]
+    assert len(list(worker("mempool").latency_ceiling("d2d@0", 4096))) == 1  # another size
+    assert len(list(worker("vmm", "mps").latency_ceiling("d2d@0", 4))) == 1  # another mode
+    assert runs == [("ipc", "d2d@0", 4), ("mempool", "d2d@0", 4096), ("vmm", "d2d@0", 4)]
+    assert pair._MEASURED[("d2d@0 latency", 4, "time-sliced")] == "ipc"
+    assert ("d2d@0", 4, "time-sliced") not in pair._MEASURED  # the bandwidth ceiling: not taken as measured

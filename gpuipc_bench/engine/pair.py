@@ -227,15 +227,26 @@ class PairWorker:
                 self.host_ceilings_noted = True
                 self.ctx.note(f"host_ceilings_from.{sharing}", f"{first} from {HOST_CEILINGS_SHARED_FROM}")
             return
-        held = _MEASURED.get((key, nbytes, sharing))
-        if held is not None and held != self.scenario.name:
-            sources = self.ceilings_from.setdefault(sharing, [])
-            if held not in sources:
-                sources.append(held)
-                self.ctx.note(f"ceilings_from.{sharing}", ",".join(sources))
+        if self.held_elsewhere(key, nbytes):
             return
         yield from self._measure_ceiling(key, nbytes)
-        _MEASURED[(key, nbytes, sharing)] = self.scenario.name
+        self.measured_here(key, nbytes)
+
+    def held_elsewhere(self, key: str, nbytes: int) -> bool:
+        """Whether another scenario of this process measured the ceiling `key` at nbytes in this
+        sharing mode (_MEASURED); if so, a note names it (where the analysis finds the rows)."""
+        sharing = str(self.ctx.row_fields.get("sharing", ""))
+        held = _MEASURED.get((key, nbytes, sharing))
+        if held is None or held == self.scenario.name:
+            return False
+        sources = self.ceilings_from.setdefault(sharing, [])
+        if held not in sources:
+            sources.append(held)
+            self.ctx.note(f"ceilings_from.{sharing}", ",".join(sources))
+        return True
+
+    def measured_here(self, key: str, nbytes: int) -> None:
+        _MEASURED[(key, nbytes, str(self.ctx.row_fields.get("sharing", "")))] = self.scenario.name
 
     def _measure_ceiling(self, key: str, nbytes: int) -> Iterator[dict]:
         ceilings = self.meter()

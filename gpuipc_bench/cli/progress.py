@@ -68,11 +68,11 @@ class ProgressReporter(Reporter):
             render_run_summary(frame, metadata, stdout_console(), source=self.out, analysis=analysis)
 
 
-def run_session(planned, config, out, err, quiet: bool, verbose: bool, job=None) -> None:
+def run_session(planned, config, out, err, quiet: bool, verbose: bool, job=None, head_start=None) -> None:
     """Run the plan (with `config`, the caller's) into `out`, showing it; then the failed
     scenarios, the file written and the workers' log. BenchError when a scenario failed; a
     signal ends the command with 128 + its number, the file kept."""
-    session = Session(out, ProgressReporter(err, out, quiet), job=job)
+    session = Session(out, ProgressReporter(err, out, quiet), job=job, head_start=head_start)
     try:
         outcome = session.run(dataclasses.replace(planned, config=config))
     except RunInterrupted as exc:

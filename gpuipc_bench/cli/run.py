@@ -187,6 +187,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
          order=("declared", None), full=False, budget=None):
     # the run's machinery, imported here: the other commands (report, list, info) need none of it
     from gpuipc_bench.cli.progress import run_session
+    from gpuipc_bench.harness.head_start import HeadStart
     from gpuipc_bench.harness.plan import PlanOptions, make_plan, run_config
     from gpuipc_bench.harness.session import drop_if_empty
     from gpuipc_bench.modes import end_all as end_modes
@@ -197,6 +198,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
     previous = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible
+    head = None  # the first process set, forked while the probe starts CUDA (harness.head_start)
     try:
         options = PlanOptions(scenario_names=scenario_names, sizes=sizes, preset=preset or "", iterations=iterations,
                               min_samples=min_samples, max_samples=max_samples, warmup=warmup, devices=devices,
@@ -215,7 +217,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
             check_plot_dest(plot)
             check_plot_targets(plot, [Path(out).stem], None, force)
 
-        planned = make_plan(options, config)
+        head = HeadStart() if HeadStart.wanted(options) else None
+        planned = make_plan(options, config, head)
         mark("plan made")
         config = planned.config
         err = stderr_console()
@@ -231,7 +234,7 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         for scenario in dict.fromkeys(s for s, _ in planned.runs):  # nvcc builds while the first paths run
             getattr(scenario, "prebuild", lambda: None)()
         try:
-            run_session(planned, config, out, err, quiet, verbose, job)
+            run_session(planned, config, out, err, quiet, verbose, job, head)
         except BenchError:
             if plot is not None:
                 _plot_run(out, plot, err, quiet, failed=True)  # the samples taken before the failure
@@ -242,6 +245,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         if plot is not None:
             _plot_run(out, plot, err, quiet)
     finally:
+        if head is not None:
+            head.close()  # (nothing once the run took its set over)
         if visible:
             if previous is None:
                 os.environ.pop("CUDA_VISIBLE_DEVICES", None)

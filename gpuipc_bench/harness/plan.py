@@ -130,9 +130,10 @@ def plan_pairs(plan, config, machine, pairs, full: bool = False):
     return expanded + across, classes, rest
 
 
-def plan_modes(sharing: str | None, machine, job=None) -> tuple[list, str | None]:
+def plan_modes(sharing: str | None, machine, job=None, time_sliced=None) -> tuple[list, str | None]:
     """The sharing modes of the run (gpuipc_bench.modes), and a note on a mode left out of the
-    default. --sharing given: each named mode must be able to run here (else UsageError)."""
+    default. --sharing given: each named mode must be able to run here (else UsageError).
+    `time_sliced`: the time-sliced mode to use, started before the plan (harness.head_start)."""
     from gpuipc_bench import modes
 
     names = modes.parse(sharing) if sharing else tuple(modes.MODES)
@@ -147,6 +148,8 @@ def plan_modes(sharing: str | None, machine, job=None) -> tuple[list, str | None
         return [], None
     chosen, note = [], None
     for mode in modes.make(names):
+        if time_sliced is not None and type(mode) is type(time_sliced):
+            mode = time_sliced  # the one whose pipe folder the head start's workers were given
         reason = mode.unavailable()
         if reason is None:
             chosen.append(mode)
@@ -359,9 +362,11 @@ def run_config(options: PlanOptions) -> "RunConfig":
     )
 
 
-def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
+def make_plan(options: PlanOptions, config: "RunConfig | None" = None, head_start=None) -> Plan:
     """Probe the machine and plan the run: scenarios, GPU pairs, MIG instances, memory, sharing
-    modes. `config`: run_config(options), possibly adjusted by the caller (its worker log)."""
+    modes. `config`: run_config(options), possibly adjusted by the caller (its worker log).
+    `head_start` (harness.head_start.HeadStart): the first process set, forked while CUDA starts
+    in the probe; its time-sliced mode is the plan's."""
     from gpuipc_bench.harness.estimate import estimate_text, resample_seconds
     from gpuipc_bench.harness.rounds import estimate_with_rounds, plan_rounds
     from gpuipc_bench.machine.probe import probe
@@ -370,7 +375,8 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
     config = run_config(options) if config is None else config
     job, devices, visible = options.job, options.devices, options.visible
     notes: list[tuple[str, str]] = []
-    machine = probe(meanwhile=pandas_module)  # pandas (~0.5 s: the results' frames) while CUDA starts there
+    machine = probe(meanwhile=pandas_module,  # pandas (~0.5 s: the results' frames) while CUDA starts there
+                    early=head_start.begin if head_start is not None else None)
     if job is not None and devices is None:
         config = dataclasses.replace(config, devices=job.devices(machine.gpu_count))
     notes += [("cleanup", text) for text in stop_stale_daemons()]
@@ -394,7 +400,8 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None) -> Plan:
         mig_plan, mig_notes = plan_mig(plan, config, machine)
         plan = plan + mig_plan
     check_memory(plan, config, machine)
-    modes, mode_note = plan_modes(options.sharing, machine, job)
+    modes, mode_note = plan_modes(options.sharing, machine, job,
+                                  time_sliced=head_start.mode if head_start is not None else None)
     config = dataclasses.replace(config, sharing=tuple(mode.name for mode in modes))
     if mode_note and any(s.sharing_modes for s, _ in plan):
         notes.append(("skipped", mode_note))

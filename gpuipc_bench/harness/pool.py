@@ -36,7 +36,7 @@ from gpuipc_bench.harness.launcher import Outcome
 from gpuipc_bench.harness.supervision import (
     Worker, WorkerLost, idle_death_message, remove_driver_files, salvage_rows, size_in_flight, stop_all, supervise)
 from gpuipc_bench.hooks.profiling import mark
-from gpuipc_bench.ipc.process import FORK, exit_worker
+from gpuipc_bench.ipc.process import FORK, exit_worker, output_to
 from gpuipc_bench.gpu.visible import visibility_env
 from gpuipc_bench.ipc.segment import Segment
 from gpuipc_bench.machine.probe import import_cupy
@@ -284,6 +284,17 @@ class WorkerSets:
             self.end_mode_other_than(mode_name)
             self.sets[key] = self.assemble(scenario, specs, mode_name, env or {})
 
+    def adopt(self, key: tuple, workers: WorkerSet, worker_log: str = "") -> None:
+        """A set forked before the plan (harness.head_start), its contexts made (warmed): its members
+        under `key` (set_key of its specs, mode and environment), as assemble would have forked them,
+        told where the run's worker log is (they were forked before its name was known)."""
+        if worker_log:
+            for tasks in workers.tasks:
+                tasks.send(("log", worker_log))
+        for index, member in enumerate(zip(workers.workers, workers.tasks)):
+            self.members[(key, index)] = member
+        self.started += 1
+
     def retire(self, specs, mode_name: str | None = None, env: dict[str, str] | None = None) -> None:
         """The set of `specs` has done its work for the run: its workers are told to leave now (their
         contexts go down while other sets work) and reaped at close()."""
@@ -403,6 +414,9 @@ def _set_main(tasks, conn, spec, env, worker_log) -> None:
             if task == "warm":
                 launcher.warm_worker(spec)
                 conn.send(("warm",))
+                continue
+            if isinstance(task, tuple) and len(task) == 2 and task[0] == "log":  # (WorkerSets.adopt)
+                output_to(task[1])
                 continue
             scenario, spec, specs, config, segment, shared, fault, mode_name = task
             launcher.name_worker(scenario, spec, specs, " (persistent)")

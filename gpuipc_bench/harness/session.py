@@ -116,8 +116,9 @@ class Session:
     written, no workers' log kept). `job`: the MPI job whose ranks are the workers (None: forked
     workers). `sets`: the persistent worker sets (default harness.pool.WorkerSets; a test's stand-in)."""
 
-    def __init__(self, out, reporter: Reporter | None = None, job=None, sets=None):
+    def __init__(self, out, reporter: Reporter | None = None, job=None, sets=None, head_start=None):
         self.out = out
+        self.head_start = head_start  # the first process set, forked before the plan (harness.head_start)
         self.reporter = reporter or Reporter()
         self.job = job
         self.sets = sets
@@ -150,6 +151,8 @@ class Session:
                                    persistent=config.launcher == "fork" and not plan.independent,
                                    uuids=gpu_uuids(plan.machine))
         sets = self.sets
+        if self.head_start is not None and job is None and sets.persistent:
+            self.head_start.hand_to(sets, config.worker_log or "", config.timeout)
         launched = job.metadata() if job else {"launcher": config.launcher}
         if job is None and len(getattr(sets, "uuids", {})) > 1:  # (gpu.visible; read by the estimate's tests)
             launched[GPUS_SEEN_KEY] = "own: each process set's CUDA_VISIBLE_DEVICES names its GPUs alone"

@@ -192,12 +192,15 @@ def _peer_text(peer_access: frozenset[tuple[int, int]], i: int, j: int) -> str:
 # ---------------------------------------------------------------- probe
 
 
-def probe(timeout: float = 60.0, meanwhile: Callable[[], object] | None = None) -> Machine:
+def probe(timeout: float = 60.0, meanwhile: Callable[[], object] | None = None,
+          early: Callable[[dict], object] | None = None) -> Machine:
     """Learn what this machine is without initialising CUDA in this process.
 
     Nothing is cached: each call forks a fresh probe child (a fraction of a second). `meanwhile`:
     work of the caller's done in this process while the child initialises CUDA (no thread: a
-    later fork finds no other thread running).
+    later fork finds no other thread running). `early`: called with NVML's facts as soon as
+    they are read, before any thread of this process starts, so that it may fork (the run's
+    first process set: harness.head_start).
     """
     import threading
 
@@ -207,14 +210,16 @@ def probe(timeout: float = 60.0, meanwhile: Callable[[], object] | None = None) 
     child = ctx.Process(target=_probe_child, args=(sender,), name="gpuipc-bench-probe", daemon=True)
     child.start()
     sender.close()  # so that a child dying without a word reads as EOF here
-    # `nvidia-smi compute-policy` (a few tenths of a second) beside the probe, not after it; the
-    # thread starts after the fork and is joined before any other (no fork while it runs)
     timeslices: dict[int, str] = {}
     slices = threading.Thread(target=lambda: timeslices.update(read_timeslices()), name="gpuipc-bench-timeslices",
                               daemon=True)
-    slices.start()
     try:
-        nvml = nvml_facts()  # while the child imports CuPy
+        nvml = nvml_facts()  # while the child starts CUDA
+        if early is not None:
+            early(nvml)  # (it may fork: no thread of ours runs yet)
+        # `nvidia-smi compute-policy` (a few tenths of a second) beside the probe, not after it; the
+        # thread starts after the forks and is joined before any other (no fork while it runs)
+        slices.start()
         if meanwhile is not None:
             meanwhile()
         cuda = _receive(receiver, child, timeout)
@@ -223,7 +228,8 @@ def probe(timeout: float = 60.0, meanwhile: Callable[[], object] | None = None) 
         if child.is_alive():
             child.kill()
         child.join()
-        slices.join(15)
+        if slices.ident is not None:
+            slices.join(15)
     return _assemble(nvml, cuda, timeslices if cuda.get("devices") else {})
 
 

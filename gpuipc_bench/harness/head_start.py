@@ -1,0 +1,87 @@
+"""The first process set of a plain run, forked while the machine is probed.
+
+A run's first persistent set (the producer and the consumer on GPU 0, time-sliced) used to be forked
+once the plan was made, and its first scenario then waited for both CUDA contexts (0.6-1.2 s on one
+H200) after the probe had waited for its own CUDA start (~1 s). Here the set is forked as soon as
+NVML has named the GPU, while the probe's child starts CUDA, and told to make its contexts at once
+(WorkerSet.warm); the session takes it over (WorkerSets.adopt) as the set its first time-sliced
+scenarios would have forked, with the same workers, mode, pipe folder and key.
+
+Only for the run every user starts: one GPU without MIG, no --devices, --pairs, --sharing or -s
+(--quick and --thorough too), the fork launcher, no MPI job. Anything else, or anything unexpected
+here, and nothing is started: the run forks its sets as before. A head start the plan does not use
+(its mode left out, a plan that fails) is ended with the run (close)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuipc_bench.hooks.profiling import mark
+
+
+class HeadStart:
+    """The set forked early, its sharing mode (whose pipe folder its workers were given) and its key."""
+
+    def __init__(self) -> None:
+        self.mode: Any = None  # modes.TimeSliced, started: the plan takes this instance as its time-sliced mode
+        self.workers: Any = None  # harness.pool.WorkerSet, warming
+        self.key: tuple | None = None  # harness.pool.set_key of its specs, mode and environment
+        self.adopted = False
+
+    @staticmethod
+    def wanted(options) -> bool:
+        """Whether the command line is the plain run (see the module's docstring)."""
+        return (options.job is None and not options.fresh and not options.devices and not options.visible
+                and options.pairs is None and not options.sharing and not options.scenario_names)
+
+    def begin(self, nvml: dict) -> None:
+        """Fork the set and have it make its contexts, given the probe's NVML facts (machine.nvml);
+        nothing where NVML sees another machine than one GPU without MIG."""
+        try:
+            gpus = list((nvml or {}).get("gpus", {}).values())
+            if len(gpus) != 1 or gpus[0].get("mig_mode") == "enabled" or not str(gpus[0].get("uuid", "")):
+                return
+            from gpuipc_bench.engine.pair import CONSUMER, PRODUCER
+            from gpuipc_bench.engine.scenario import WorkerSpec
+            from gpuipc_bench.harness.plan import registry
+            from gpuipc_bench.harness.pool import WorkerSet, set_key
+            from gpuipc_bench.modes import TimeSliced
+
+            registry()  # the scenarios' modules, imported here before the fork as the plan would have
+            cpus = tuple(gpus[0].get("cpus", ()) or ())
+            specs = [WorkerSpec(PRODUCER, "producer", 0, cpus), WorkerSpec(CONSUMER, "consumer", 0, cpus)]
+            mode = TimeSliced()
+            mode.start()
+            self.mode = mode
+            env = mode.env()
+            self.workers = WorkerSet(specs, env)  # one GPU: it sees every GPU anyway (gpu.visible)
+            self.workers.warm()
+            self.key = set_key(specs, mode.name, env)
+            mark("head start forked")
+        except Exception:  # noqa: BLE001 - the run forks its sets as before
+            self.close()
+
+    def hand_to(self, sets, worker_log: str, timeout: float) -> bool:
+        """Give the set to the run's sets (WorkerSets.adopt) once its contexts are made; False (and
+        the set ended) where there is none or a worker did not warm within `timeout` seconds."""
+        if self.workers is None or self.adopted:
+            return False
+        if not self.workers.warmed(timeout):
+            self.close()
+            return False
+        sets.adopt(self.key, self.workers, worker_log)
+        self.adopted = True
+        mark("head start adopted")
+        return True
+
+    def close(self) -> None:
+        """End what was started and not handed over: the workers, then the mode's pipe folder (a
+        mode the plan took is ended with the plan's modes; stopping it twice does nothing)."""
+        if self.adopted:
+            return
+        workers, self.workers = self.workers, None
+        if workers is not None:
+            workers.close(graceful=False)
+        mode, self.mode = self.mode, None
+        if mode is not None:
+            mode.stop()

@@ -68,19 +68,33 @@ def test_the_first_time_sliced_scenario_runs_in_the_head_start_s_set(monkeypatch
     sets = WorkerSets()
     log = tmp_path / "workers.log"
     try:
-        assert head.hand_to(sets, str(log), timeout=20.0)
+        assert head.hand_to(sets, str(log), timeout=20.0, modes=[mode])
         rows: list[dict] = []
         outcome = sets.run(scenario, config, specs, mode_name=mode.name, env=mode.env(), on_row=rows.append)
         assert outcome.ok, outcome.error
         assert rows and {r["sharing"] for r in rows} == {"time-sliced"}
         assert sets.started == 1 and list(sets.sets.values())[0].pids == pids  # the head start's, not a fork
         assert log.exists()  # the workers write there from now on
-        head.close()  # taken over: nothing to end here
+        head.close()  # taken over: the workers stay the run's (the run's end stops the mode)
         assert all(os.path.exists(f"/proc/{pid}") for pid in pids)
     finally:
         sets.end()
         mode.stop()
     assert _gone(pids)
+
+
+def test_a_plan_without_the_head_start_s_mode_ends_it_before_the_run(no_leaks):
+    """CUDA sees no GPU where NVML saw one (CUDA_VISIBLE_DEVICES empty, say): the plan has no sharing mode,
+    and no worker of the head start may wait idle through the run's CPU paths."""
+    head = HeadStart()
+    head.begin(_nvml())
+    pids, folder = head.workers.pids, head.mode.pipe_dir
+    sets = WorkerSets()
+    try:
+        assert not head.hand_to(sets, "", timeout=20.0, modes=[])
+        assert sets.members == {} and _gone(pids) and not os.path.exists(folder)
+    finally:
+        sets.end()
 
 
 def test_a_head_start_the_run_does_not_take_ends_with_its_pipe_folder(no_leaks):

@@ -61,10 +61,14 @@ class HeadStart:
         except Exception:  # noqa: BLE001 - the run forks its sets as before
             self.close()
 
-    def hand_to(self, sets, worker_log: str, timeout: float) -> bool:
+    def hand_to(self, sets, worker_log: str, timeout: float, modes=()) -> bool:
         """Give the set to the run's sets (WorkerSets.adopt) once its contexts are made; False (and
-        the set ended) where there is none or a worker did not warm within `timeout` seconds."""
+        the set ended) where there is none, the run's `modes` do not hold its mode (no GPU for CUDA,
+        say: no process of it may wait idle), or a worker did not warm within `timeout` seconds."""
         if self.workers is None or self.adopted:
+            return False
+        if not any(mode is self.mode for mode in modes):
+            self.close()
             return False
         if not self.workers.warmed(timeout):
             self.close()
@@ -75,13 +79,11 @@ class HeadStart:
         return True
 
     def close(self) -> None:
-        """End what was started and not handed over: the workers, then the mode's pipe folder (a
-        mode the plan took is ended with the plan's modes; stopping it twice does nothing)."""
-        if self.adopted:
-            return
+        """End what was started: the workers unless the run took them over, and the mode's pipe folder
+        (the run's end, or a plan without this mode: a mode the plan took is ended with the plan's
+        modes too, and stopping it twice does nothing)."""
         workers, self.workers = self.workers, None
-        if workers is not None:
+        if workers is not None and not self.adopted:
             workers.close(graceful=False)
-        mode, self.mode = self.mode, None
-        if mode is not None:
-            mode.stop()
+        if self.mode is not None:
+            self.mode.stop()

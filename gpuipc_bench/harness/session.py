@@ -152,7 +152,7 @@ class Session:
                                    uuids=gpu_uuids(plan.machine))
         sets = self.sets
         if self.head_start is not None and job is None and sets.persistent:
-            self.head_start.hand_to(sets, config.worker_log or "", config.timeout)
+            self.head_start.hand_to(sets, config.worker_log or "", config.timeout, plan.modes)
         launched = job.metadata() if job else {"launcher": config.launcher}
         if job is None and len(getattr(sets, "uuids", {})) > 1:  # (gpu.visible; read by the estimate's tests)
             launched[GPUS_SEEN_KEY] = "own: each process set's CUDA_VISIBLE_DEVICES names its GPUs alone"

@@ -123,3 +123,31 @@ def test_the_probe_hands_nvml_s_facts_over_before_any_thread_of_its_own_starts(m
     monkeypatch.setattr(probe_module, "nvml_facts", lambda: facts)
     probe_module.probe(timeout=30, early=lambda nvml: seen.append((nvml, threading.active_count())))
     assert seen == [(facts, 1)]  # the caller may fork there
+
+
+def test_the_session_takes_the_head_start_over_for_its_first_time_sliced_path(monkeypatch, no_leaks, tmp_path):
+    """Session.run hands the head start's set to the run's sets before its first path: that path runs in
+    it (no set forked), and the file's header counts it as the run's one process set."""
+    from gpuipc_bench.harness.plan import Plan
+    from gpuipc_bench.harness.session import Session
+    from gpuipc_bench.results import read_results
+
+    fake_gpu.install(monkeypatch)
+    machine = fake_machine((80 * GiB,))
+    head = HeadStart()
+    head.begin({"gpus": {"0000:01:00.0": {"uuid": "GPU-0", "cpus": tuple(machine.gpus[0].cpus), "mig_mode": "n/a"}}})
+    pids = head.workers.pids
+    scenario = SCENARIOS["ipc"]
+    config = RunConfig(scenarios=("ipc",), sizes=(4099,), min_samples=2, max_samples=2, timeout=20.0,
+                       preset="quick")  # (no resampling pass: its fresh set would be a second)
+    plan = Plan(config, machine, [(scenario, scenario.workers(config, machine))], [head.mode], {}, [])
+    sets = WorkerSets()
+    try:
+        outcome = Session(tmp_path / "run.csv", sets=sets, head_start=head).run(plan)
+    finally:
+        sets.end()
+        head.close()
+    assert not outcome.failures and head.adopted
+    frame, meta = read_results(tmp_path / "run.csv")
+    assert meta["worker_sets"] == "1" and len(frame) and set(frame["sharing"]) == {"time-sliced"}
+    assert _gone(pids)

@@ -26,10 +26,10 @@ from typing import Iterator
 
 from gpuipc_bench.errors import UsageError
 from gpuipc_bench.gpu.memory import IpcEvent, Ring, memset
-from gpuipc_bench.engine.pair import PairWorker
+from gpuipc_bench.engine.pair import PairWorker, pair_specs
 from gpuipc_bench.engine.pingpong import INITIATOR, PAYLOAD_OFFSET, PROTOCOLS, RESPONDER, DevicePingPong
 from gpuipc_bench.engine.sampler import Sample
-from gpuipc_bench.engine.scenario import Scenario, WorkerSpec, gpu_cpus
+from gpuipc_bench.engine.scenario import Scenario, gpu_cpus
 
 # 0 B, then the paths' own sweep up to 4 KiB, so that a GPU-signalled hand-off is a candidate
 # at every size where the host-signalled ones are measured (the answer's bands do not break)
@@ -69,7 +69,7 @@ class LatencyScenario(Scenario):
         if a != b and machine is not None and machine.gpu_count > max(a, b) and (a, b) not in machine.peer_access:
             raise UsageError(f"--devices {a},{b}: GPUs {a} and {b} have no peer access, so their kernels "
                              "cannot store into each other's memory")
-        return [WorkerSpec(0, "producer", a, gpu_cpus(machine, a)), WorkerSpec(1, "consumer", b, gpu_cpus(machine, b))]
+        return pair_specs(a, b, lambda device: gpu_cpus(machine, device))
 
     def memory_needed(self, config, specs):
         return 0, 16 << 20

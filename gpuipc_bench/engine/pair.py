@@ -32,6 +32,12 @@ HOST_CEILINGS_SHARED_FROM = 4 << 20
 _MEASURED: dict[tuple[str, int, str], str] = {}
 
 
+def pair_specs(producer: int, consumer: int, cpus: Callable[[int], tuple[int, ...]]) -> list[WorkerSpec]:
+    """The producer's and the consumer's specs on their GPUs; `cpus(device)`: a GPU's local CPUs."""
+    return [WorkerSpec(PRODUCER, "producer", producer, cpus(producer)),
+            WorkerSpec(CONSUMER, "consumer", consumer, cpus(consumer))]
+
+
 class PairScenario(Scenario):
     """A producer on the first GPU of --devices (default 0) and a consumer on the second
     (default: the same GPU). `worker_class` (a PairWorker) runs in both."""
@@ -47,8 +53,7 @@ class PairScenario(Scenario):
     def workers(self, config, machine):
         devices = list(config.devices) if config.devices else [0]
         consumer = devices[1] if len(devices) > 1 else devices[0]
-        return [WorkerSpec(PRODUCER, "producer", devices[0], gpu_cpus(machine, devices[0])),
-                WorkerSpec(CONSUMER, "consumer", consumer, gpu_cpus(machine, consumer))]
+        return pair_specs(devices[0], consumer, lambda device: gpu_cpus(machine, device))
 
     def prepare(self, config, specs):
         """The page of the shared gate that lets both workers' batches go with one store."""

@@ -41,15 +41,14 @@ class HeadStart:
             gpus = list((nvml or {}).get("gpus", {}).values())
             if len(gpus) != 1 or gpus[0].get("mig_mode") == "enabled" or not str(gpus[0].get("uuid", "")):
                 return
-            from gpuipc_bench.engine.pair import CONSUMER, PRODUCER
-            from gpuipc_bench.engine.scenario import WorkerSpec
+            from gpuipc_bench.engine.pair import pair_specs
             from gpuipc_bench.harness.plan import registry
             from gpuipc_bench.harness.pool import WorkerSet, set_key
             from gpuipc_bench.modes import TimeSliced
 
             registry()  # the scenarios' modules, imported here before the fork as the plan would have
             cpus = tuple(gpus[0].get("cpus", ()) or ())
-            specs = [WorkerSpec(PRODUCER, "producer", 0, cpus), WorkerSpec(CONSUMER, "consumer", 0, cpus)]
+            specs = pair_specs(0, 0, lambda device: cpus)  # the pair paths' own (PairScenario.workers)
             mode = TimeSliced()
             mode.start()
             self.mode = mode
@@ -67,10 +66,7 @@ class HeadStart:
         say: no process of it may wait idle), or a worker did not warm within `timeout` seconds."""
         if self.workers is None or self.adopted:
             return False
-        if not any(mode is self.mode for mode in modes):
-            self.close()
-            return False
-        if not self.workers.warmed(timeout):
+        if not any(mode is self.mode for mode in modes) or not self.workers.warmed(timeout):
             self.close()
             return False
         sets.adopt(self.key, self.workers, worker_log)

@@ -106,6 +106,9 @@ class StagingWorker(PairWorker):
         self.ring_buf = gpu.alloc(self.ring_bytes())  # producer: source ring; consumer: destination ring
         self.scratch = gpu.alloc(max(self.sizes) + 256)
         rows = list(self.share_host_ring())
+        # this worker's ceiling buffers now, both workers at once (after the timed registration):
+        # made at the first ceiling sample instead, each waits for the other's (in_turn)
+        self.meter().reserve(f"d2h@{self.pdev}" if self.producer else f"h2d@{self.cdev}")
         self.host_scratch = self.host + self.ring_bytes()
         self.exchange = Exchange(ctx, self.path, PRODUCER, CONSUMER, self.same_gpu)
         self.exchange.create(gpu)

@@ -275,8 +275,13 @@ class FakeGpu:
 
 
 class FakeCeilings:
+    reserved: list = []  # (key, capacity) of every reserve(), in every instance (a test clears it)
+
     def __init__(self, gpu, capacity, host_rings=2):
-        self.gpu = gpu
+        self.gpu, self.capacity = gpu, capacity
+
+    def reserve(self, key):
+        FakeCeilings.reserved.append((key, self.capacity))
 
     def bandwidth(self, key, nbytes, seed, reps=None, window=None):
         if window is not None:  # the lane reading ends with the copies, before the verification (gpu.ceilings)

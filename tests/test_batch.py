@@ -167,7 +167,7 @@ def test_an_h2d_ceiling_takes_two_host_rings_in_turn_each_filled_once_per_shape(
     class StubGpu:
         device, fills = 0, []
 
-        def pinned(self, nbytes):
+        def kept_pinned(self, nbytes):
             return Buffer(0x2000)
 
         def fill(self, ptr, ring, seed):

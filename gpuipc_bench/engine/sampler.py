@@ -19,7 +19,10 @@ The sampler does the rest, the same way for every path:
     calibrated sample or less, not `reps` transfers, while the calibration's cap stays `reps`;
   - agreement: the timing worker publishes (sample, reps, stop) in the mailbox after every
     sample and the others wait for it, so every worker runs the same samples;
-  - a new seed for every sample (both workers derive it from the same sequence number);
+  - a new seed for every sample (both workers derive it from the same sequence number), salted by
+    the scenario and its workers' GPUs: the scenarios of one process run their samples with seeds
+    of their own, so a buffer that another scenario of the process left (CuPy's pool, the kept
+    pinned buffers) never holds the bytes a sample expects;
   - the phase (what a hang or death report says) and the heartbeat, before every sample;
   - the rows: the group's fields, the sample's figures, and the run's (scenario, workers,
     sharing), from one place.
@@ -32,6 +35,7 @@ import itertools
 import math
 import os
 import random
+import zlib
 from typing import TYPE_CHECKING, Callable, Iterator
 
 from gpuipc_bench import defaults, robust
@@ -106,6 +110,7 @@ class Sampler:
         self.seq = 0  # samples so far, the same in every worker
         self.solo_seq = 0  # samples of groups this worker takes alone (its own count: seeds apart)
         self.samples = 0  # timed samples this worker recorded (for the note at the end)
+        self._salt: int | None = None  # salt(), once the scenario has begun
         # (path, variant, measure, metric, src, dst, solo) -> (the transfers per sample the last group
         # of that measurement settled on, its size): the next size's warm-up takes no more (warm_reps)
         self.settled: dict[tuple, tuple[int, int]] = {}
@@ -116,6 +121,15 @@ class Sampler:
         # The lane reading of the sample being taken (machine.lanes.LaneWindow), where its counters
         # are read: a take() that does more than its transfers marks where they begin and end.
         self.window: LaneWindow | None = None
+
+    def salt(self) -> int:
+        """What every worker of this scenario mixes into its seeds: a hash of the scenario and its
+        workers' GPUs (the same in each of them, another for each scenario the process runs)."""
+        if self._salt is None:
+            scenario = getattr(self.ctx, "row_fields", {}).get("scenario", "")
+            gpus = ",".join(str(getattr(spec, "device", "")) for spec in getattr(self.ctx, "specs", ()) or ())
+            self._salt = zlib.crc32(f"{scenario}:{gpus}".encode())
+        return self._salt
 
     @property
     def setup_repeats(self) -> int:
@@ -293,10 +307,11 @@ class Group:
         ctx.phase("warmup" if warm else self.phase, self.nbytes, self.index, label=self.label)
         if self.solo:
             sampler.solo_seq += 1
-            trial = Trial(sampler.solo_seq, seed_for(sampler.solo_seq) ^ SOLO_SEEDS, self.reps, self.index, warm)
+            trial = Trial(sampler.solo_seq, seed_for(sampler.solo_seq) ^ SOLO_SEEDS ^ sampler.salt(), self.reps,
+                          self.index, warm)
         else:
             sampler.seq += 1
-            trial = Trial(sampler.seq, seed_for(sampler.seq), self.reps, self.index, warm)
+            trial = Trial(sampler.seq, seed_for(sampler.seq) ^ sampler.salt(), self.reps, self.index, warm)
         lanes = sampler.lanes.watch(self.group, self.reps) if sampler.lanes is not None and self.timer and not warm \
             else None
         sampler.window = lanes if isinstance(lanes, LaneWindow) else None

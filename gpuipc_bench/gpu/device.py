@@ -11,7 +11,7 @@ from gpuipc_bench.errors import VerificationError
 from gpuipc_bench.gpu.errors import cuda_call, error_name, translate
 from gpuipc_bench.gpu.kernels import Kernels
 from gpuipc_bench.gpu.memory import (
-    MEMCPY_DEFAULT, DeviceBuffer, PinnedHostBuffer, Ring, new_stream, on_device, read, rt, write,
+    MEMCPY_DEFAULT, DeviceBuffer, KeptPinnedBuffer, PinnedHostBuffer, Ring, new_stream, on_device, read, rt, write,
 )
 from gpuipc_bench.gpu.visible import cuda_index
 from gpuipc_bench.gpu.timing import Gate, Marks, SharedGate, SharedGatePage, time_batch
@@ -70,6 +70,10 @@ class Gpu:
 
     def pinned(self, nbytes: int) -> PinnedHostBuffer:
         return self.adopt(PinnedHostBuffer(nbytes, self.device))
+
+    def kept_pinned(self, nbytes: int) -> KeptPinnedBuffer:
+        """A pinned host buffer from this process's keep (memory.KeptPinnedBuffer), given back at close()."""
+        return self.adopt(KeptPinnedBuffer(nbytes, self.device))
 
     def adopt(self, resource: Any) -> Any:
         """Have close() release `resource` (anything with close()) too, in reverse order."""

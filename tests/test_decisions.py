@@ -442,3 +442,32 @@ def test_an_api_of_one_mechanism_in_another_scenario_is_named_until_two_process_
     same_run = [[{**row, "scenario": "ipc"} for row in found] for found in rows((1,))]
     (one,) = decisions(*same_run)
     assert one.choice == "vmm/ce" and "ipc/ce" in one.beaten
+
+
+def test_a_process_sets_per_operation_offset_seen_by_either_engines_ceiling_widens_delta():
+    """MPS stream at 4 KiB on an H200 (call-bound: each figure is one operation's cost, which moves
+    with the process that issues it). torch's process set copies 8.7% faster than ipc's (their d2d@0
+    ceilings), so its torch/caching comes out 4% ahead of ipc's kernel copy (ceiling d2d-sm@0, the
+    same link): the offset between the two process sets, not a faster mechanism. delta is at least
+    that spread whichever engine each figure's ceiling names, and the API comes from the declared
+    order (ipc/ce is passed over: ipc/sm beats it in their own process set)."""
+    sharing, size = "mps", 4 * KIB
+
+    def fig(path, variant, seconds, ceiling_key):
+        return figure(path, variant, seconds, sizes=(size,), sharing=sharing, ceiling=ceiling_key)
+
+    groups = [fig("torch", "caching", 1.96e-6, "d2d@0"), ceiling("torch", 2.038e-6, sharing=sharing),
+              fig("ipc", "sm", 2.04e-6, "d2d-sm@0"), fig("ipc", "ce", 2.18e-6, "d2d@0"),
+              ceiling("ipc", 2.215e-6, sharing=sharing), ceiling("ipc", 2.09e-6, key="d2d-sm@0", sharing=sharing)]
+    d = only(*groups)
+    assert d.choice == "ipc/sm" and "ipc/ce" in d.beaten and "torch/caching" not in d.beaten
+    assert "torch/caching" in d.close + d.same + d.members  # named with the choice, not ahead of it
+    from gpuipc_bench.analysis.verdict import ceiling_times, delta_for
+    from gpuipc_bench.analysis.summary import summarize
+
+    summary = summarize(frame([r for g in groups for r in g]))
+    rows = {(r.path, r.variant): r for r in summary.itertuples() if r.path != "ceiling"}
+    times = ceiling_times(summary)
+    across = delta_for(rows[("torch", "caching")], rows[("ipc", "sm")], times)
+    assert across == pytest.approx(2.215 / 2.038 - 1, rel=0.01)  # the d2d@0 spread between the two sets
+    assert delta_for(rows[("ipc", "sm")], rows[("ipc", "ce")], times) == pytest.approx(0.02)  # one set

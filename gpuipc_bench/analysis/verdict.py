@@ -20,10 +20,10 @@ and a candidate that any figure at the size beats beyond delta (its whole ratio 
 passed over for the next. The decision's outcome is the choice against the next class (the
 first class neither shown the same nor an API of the choice's mechanism the samples cannot
 tell from it), its ratio measured from the choice. Each comparison's delta is at least what
-the two figures' process sets measured apart of one ceiling at that size (the same ceiling row
-measured by the two scenarios, and each scenario's producer against its consumer): an offset
-between processes is not taken for a difference between paths, and figures are compared as
-measured, never rescaled.
+the two figures' process sets measured apart of one ceiling at that size (each of the two figures'
+ceilings of one link, the copy engine's or the kernel copy's, as every scenario's process set
+measured it, and each scenario's producer against its consumer): an offset between processes is
+not taken for a difference between paths, and figures are compared as measured, never rescaled.
 """
 
 from __future__ import annotations
@@ -223,21 +223,38 @@ def process_offset(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) ->
 
 def ceiling_spread(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) -> float:
     """How far apart process sets measure one copy, for two figures of different scenarios
-    with a common ceiling: the spread (slowest over fastest, less 1) of that ceiling at their
-    size over every scenario of their sharing mode that measured it (e.g. d2d@0 at 4 B by the
-    ipc, vmm and nvshmem scenarios' processes). The two figures' process sets are two draws of
-    the run's; the spread of all of them, never less than the two's own, is the offset one
-    process set may carry. 0 within one scenario, for different ceilings, or where fewer than
-    two scenarios measured it."""
-    if str(a.scenario) == str(b.scenario) or not a.ceiling or ceiling_base(a.ceiling) != ceiling_base(b.ceiling):
+    whose ceilings are one link (_same_link: the copy engine's 'd2d@0' and the kernel copy's
+    'd2d-sm@0' alike): the spread (slowest over fastest, less 1) of each of their ceilings at their
+    size over every scenario of their sharing mode that measured it (e.g. d2d@0 at 4 B by the ipc,
+    vmm and nvshmem scenarios' processes), the larger. The two figures' process sets are two draws
+    of the run's; the spread of all of them, never less than the two's own, is the offset one
+    process set may carry: at call-bound sizes a process's per-operation cost, which the copy
+    engine's and the kernel copy's figures of that process both carry. 0 within one scenario, for
+    other links, or where fewer than two scenarios measured a ceiling."""
+    if str(a.scenario) == str(b.scenario) or not a.ceiling or not _same_link(a.ceiling, b.ceiling):
         return 0.0
-    key = ceiling_base(a.ceiling)
+    keys = {ceiling_base(r.ceiling) for r in (a, b)}
+    return max(_key_spread(ceilings, str(a.sharing), key, int(a.bytes),
+                           [_ceiling_time(ceilings, r, key) for r in (a, b) if ceiling_base(r.ceiling) == key])
+               for key in keys)
+
+
+def _same_link(a: str, b: str) -> bool:
+    """Whether two ceilings are one link whichever engine copies ('d2d-sm@0' and 'd2d@0'; the
+    kernel copies' 'd2h-sm@0+h2d-sm@0' and 'd2h@0+h2d@0')."""
+    return ceiling_base(a).replace("-sm@", "@") == ceiling_base(b).replace("-sm@", "@")
+
+
+def _key_spread(ceilings: Mapping[tuple[str, str, str, int], float], sharing: str, key: str, nbytes: int,
+                own: Sequence[float]) -> float:
+    """The spread of ceiling `key` at `nbytes` over every scenario of `sharing` that measured it,
+    and `own` (the figures' own ceilings' times); 0 with fewer than two."""
     if isinstance(ceilings, CeilingTimes):
-        found = list(ceilings.by_size().get((str(a.sharing), key, int(a.bytes)), ()))
+        found = list(ceilings.by_size().get((sharing, key, nbytes), ()))
     else:
-        found = [t for (scenario, sharing, variant, nbytes), t in ceilings.items()
-                 if sharing == str(a.sharing) and nbytes == int(a.bytes) and variant == key and t > 0]
-    found += [t for t in (_ceiling_time(ceilings, r, key) for r in (a, b)) if t > 0]
+        found = [t for (scenario, mode, variant, size), t in ceilings.items()
+                 if mode == sharing and size == nbytes and variant == key and t > 0]
+    found += [t for t in own if t > 0]
     return max(found) / min(found) - 1 if len(found) >= 2 else 0.0
 
 
@@ -259,12 +276,13 @@ class _Ceilinged:
     scenario, sharing mode, size and ceiling key, its processes' offset (process_offset) and
     its ceiling's time (NaN where none)."""
 
-    __slots__ = ("scenario", "sharing", "bytes", "ceiling", "key", "offset", "time")
+    __slots__ = ("scenario", "sharing", "bytes", "ceiling", "key", "link", "offset", "time")
 
     def __init__(self, row, ceilings: Mapping[tuple[str, str, str, int], float]):
         self.scenario, self.sharing, self.bytes = str(row.scenario), str(row.sharing), int(row.bytes)
         self.ceiling = bool(row.ceiling)
         self.key = ceiling_base(row.ceiling)
+        self.link = self.key.replace("-sm@", "@")  # (_same_link)
         both = [ceilings.get((self.scenario, self.sharing, self.key + who, self.bytes)) for who in ROLE_SUFFIXES]
         self.offset = abs(both[0] / both[1] - 1) if all(t is not None and t > 0 for t in both) else None  # type: ignore[operator]
         self.time = _ceiling_time(ceilings, row, self.key)
@@ -275,14 +293,9 @@ def _delta(a: _Ceilinged, b: _Ceilinged, ceilings: Mapping[tuple[str, str, str, 
     """delta_for(a, b) of two figures' _Ceilinged facts: the same figure."""
     offset = max([0.0] + [r.offset for r in (a, b) if r.offset is not None])
     spread = 0.0
-    if a.scenario != b.scenario and a.ceiling and a.key == b.key:
-        if isinstance(ceilings, CeilingTimes):
-            found = list(ceilings.by_size().get((a.sharing, a.key, a.bytes), ()))
-        else:
-            found = [t for (scenario, sharing, variant, nbytes), t in ceilings.items()
-                     if sharing == a.sharing and nbytes == a.bytes and variant == a.key and t > 0]
-        found += [t for t in (a.time, b.time) if t > 0]
-        spread = max(found) / min(found) - 1 if len(found) >= 2 else 0.0
+    if a.scenario != b.scenario and a.ceiling and b.ceiling and a.link == b.link:
+        spread = max(_key_spread(ceilings, a.sharing, key, a.bytes, [r.time for r in (a, b) if r.key == key])
+                     for key in {a.key, b.key})
     return max(min_effect, offset, spread)
 
 

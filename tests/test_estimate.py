@@ -20,7 +20,7 @@ from gpuipc_bench.modes.mps import Mps
 from gpuipc_bench.results.reading import read_results
 
 sys.path.append(str(ROOT / "scripts" / "readme"))  # appended: nothing here may shadow an installed module
-from readme_speed import CATALOGUE, listed_wall  # noqa: E402
+from readme_speed import file_wall as user_wall  # noqa: E402
 
 WITHIN = 0.25
 # the committed runs (their headers say the command, the node, the modes): one H200's three default runs and
@@ -31,7 +31,8 @@ RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-
         "h200-short-quick-2.csv", "h200-short-quick-3.csv", "h200-fast-1.csv", "h200-fast-2.csv", "h200-fast-3.csv",
         "h200-fast-quick-1.csv", "h200-fast-quick-2.csv", "h200-fast-quick-3.csv", "h200-fast-host2-1.csv",
         "h200-fast-host2-2.csv", "h200-fast-host2-quick-1.csv", "h200-fast-host2-quick-2.csv",
-        "h200-fast-host2-quick-3.csv")
+        "h200-fast-host2-quick-3.csv", "h200-kept-1.csv", "h200-kept-2.csv", "h200-kept-3.csv",
+        "h200-kept-quick-1.csv", "h200-kept-quick-2.csv", "h200-kept-quick-3.csv")
 # The first run of 2.5 ms samples (estimate.RUN_COST_SCALE): the runs before it cost what COSTS say alone
 SHORT_SAMPLES_FROM = "2026-11-29T02:00:00+00:00"
 
@@ -67,14 +68,6 @@ def committed_options(meta: dict[str, str]) -> dict:
     if "--pairs all" in command:
         options["pairs"] = "all"
     return options
-
-
-def user_wall(name: str) -> float:
-    """The run's wall time by `/usr/bin/time` as results/README.md lists it (one a file of its row)."""
-    row = next(r for r in CATALOGUE.read_text().splitlines() if r.startswith("| ") and f"`{name}`" in r.split(" | ")[0])
-    files = re.findall(r"`([^`]+\.csv)`", row.split(" | ")[0])
-    walls = listed_wall(name)
-    return walls[files.index(name)] if len(walls) == len(files) else walls[0]
 
 
 def resweep_seconds(plan, meta: dict[str, str]) -> float:

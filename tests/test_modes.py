@@ -295,3 +295,33 @@ def test_gpu_sigkill_of_the_parent_during_the_mps_half_leaves_no_daemon(tmp_path
         time.sleep(0.5)
     assert _our_daemons() == [], "the guard stops the daemon when the run is killed"
     assert not glob.glob(f"/tmp/{mps.PREFIX}pipe-*/{mps.PID_FILE}")
+
+
+def test_a_killed_run_s_time_sliced_pipe_folder_is_removed_by_the_next_run(tmp_path, monkeypatch):
+    """SIGKILL leaves the run's empty time-sliced pipe folder; the next run's stale clean-up (with the
+    MPS daemons') removes it, and never a live run's, a folder with something in it or another name."""
+    import subprocess
+    import sys
+    import tempfile
+
+    from gpuipc_bench.modes import time_sliced
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    code = ("import os, tempfile; tempfile.tempdir = %r; from gpuipc_bench.modes import TimeSliced; m = TimeSliced(); "
+            "m.start(); print(m.pipe_dir, flush=True); os.kill(os.getpid(), 9)" % str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    killed = done.stdout.strip()
+    assert done.returncode == -9 and os.path.isdir(killed) and os.path.dirname(killed) == str(tmp_path)
+    live = modes.TimeSliced()
+    live.start()  # this process's: still going
+    kept = tmp_path / (time_sliced.FOLDER + "1-2-notempty")
+    kept.mkdir()
+    (kept / "control").write_text("")
+    other = tmp_path / (time_sliced.FOLDER + "abcdefgh")  # a name of an earlier version: left alone
+    other.mkdir()
+    try:
+        assert mps.stop_stale_daemons(str(tmp_path)) == []
+        assert not os.path.exists(killed)
+        assert os.path.isdir(live.pipe_dir) and kept.is_dir() and other.is_dir()
+    finally:
+        live.stop()

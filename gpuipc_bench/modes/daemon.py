@@ -200,7 +200,7 @@ class MpsDaemon:
     def _write_owner(self) -> None:
         me = os.getpid()
         Path(self.pipe_dir, OWNER_FILE).write_text(
-            f"{me}\n{_start_time(me)}\n{self.log_dir}\n{self.binary}\n", encoding="utf-8")
+            f"{me}\n{start_time(me)}\n{self.log_dir}\n{self.binary}\n", encoding="utf-8")
 
     def _start_guard(self) -> None:
         """The process that stops the daemon if this one dies first (see the module's doc)."""
@@ -433,7 +433,7 @@ def reap_children(prefix: str, timeout: float) -> None:
         time.sleep(0.02)
 
 
-def _start_time(pid: int) -> str:
+def start_time(pid: int) -> str:
     """The start time of process `pid` (field 22 of /proc/<pid>/stat), '' if it is gone:
     a pid and its start time name one process, even once the pid is recycled."""
     try:
@@ -453,7 +453,7 @@ def stop_stale_daemons(temp_dir: str | None = None) -> list[str]:
             owner_pid = int(owner)
         except (OSError, ValueError):
             continue  # not one of ours, or still being set up
-        if started and _start_time(owner_pid) == started:
+        if started and start_time(owner_pid) == started:
             continue  # its run is still going
         pid = _read_pid(pipe_dir)
         running = pid is not None and alive(pid) and belongs_to(pid, pipe_dir)
@@ -462,6 +462,9 @@ def stop_stale_daemons(temp_dir: str | None = None) -> list[str]:
         if running:
             notes.append(f"stopped the private MPS daemon (pid {pid}) that an earlier run (pid {owner_pid}) "
                          "left running" + "".join(f"; {p}" for p in problems))
+    from gpuipc_bench.modes.time_sliced import remove_stale_folders
+
+    remove_stale_folders(temp_dir)  # a killed run's empty time-sliced pipe folders (no note: nothing ran there)
     return notes
 
 

@@ -35,6 +35,7 @@ from gpuipc_bench.gpu import kernels as k
 from gpuipc_bench.gpu.memory import MappedBuffer, Ring, memset, read
 from gpuipc_bench.patterns import check
 from gpuipc_bench.engine.sampler import Counts, Sample
+from gpuipc_bench.hooks.profiling import mark
 
 INITIATOR, RESPONDER, IDLE = "initiator", "responder", "idle"
 PROTOCOLS = ("device-pingpong", "device-ll")
@@ -222,6 +223,8 @@ class DevicePingPong:
             self.launch(protocol, nbytes, first, rounds)
             result = self._finish(protocol, nbytes, first, rounds)
             self._verify(protocol, nbytes, seed, first + rounds)
+            mark("pingpong sm", protocol, nbytes, "initiator" if self.initiator else "responder", result.sm,
+                 result.round_trip)  # (where each side's block ran: the trace's, GPUIPC_BENCH_TRACE)
         self.ctx.sync()  # both verified
         return result if self.initiator else None
 

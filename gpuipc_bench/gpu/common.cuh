@@ -17,6 +17,13 @@ __device__ __forceinline__ unsigned char pattern_byte(u64 k, u32 seed) {
 }
 
 // The GPU's nanosecond clock: one clock for every context of a GPU.
+// The SM this thread runs on (%smid): where a one-block kernel landed, for the trace.
+__device__ __forceinline__ u32 sm_id() {
+    u32 id;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+    return id;
+}
+
 __device__ __forceinline__ u64 global_ns() {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

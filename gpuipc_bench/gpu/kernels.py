@@ -155,6 +155,7 @@ class PingPongResult:
     t_end: int
     seen: int  # the flag (word) value the failing wait saw last
     rounds: int
+    sm: int = -1  # the SM the kernel's block ran on (%smid; the trace's, GPUIPC_BENCH_TRACE)
 
     @property
     def seconds(self) -> float:
@@ -199,9 +200,9 @@ class PingPongKernels:
         """Read a ping-pong result block (after everything queued on `stream`)."""
         from gpuipc_bench.gpu.memory import read_words
 
-        words = read_words(result, 6, stream, self.device)
+        words = read_words(result, 7, stream, self.device)
         return PingPongResult(status=int(words[0]), round=int(words[1]), t_start=int(words[2]),
-                              t_end=int(words[3]), seen=int(words[4]), rounds=int(words[5]))
+                              t_end=int(words[3]), seen=int(words[4]), rounds=int(words[5]), sm=int(words[6]))
 
     def close(self) -> None:
         self.module = None

@@ -5,7 +5,7 @@
 
 
 // Result words: [0] status, [1] round that failed, [2] t_start (after round 0), [3] t_end,
-// [4] the flag value last seen by the failing wait, [5] rounds asked for.
+// [4] the flag value last seen by the failing wait, [5] rounds asked for, [6] the SM the block ran on.
 __device__ __forceinline__ void pp_fail(u64* res, int* stop, int why, u32 round, u64 seen) {
     if (atomicCAS(stop, 0, why) == 0) {
         res[1] = round;
@@ -89,6 +89,7 @@ extern "C" __global__ void pingpong(u64 my_flag, u64 peer_flag, u64 my_payload, 
         res[2] = t_start;
         res[3] = global_ns();
         res[5] = rounds;
+        res[6] = sm_id();
         return;
     }
     for (u32 r = 0; r <= rounds; ++r) {
@@ -128,6 +129,7 @@ extern "C" __global__ void pingpong(u64 my_flag, u64 peer_flag, u64 my_payload, 
         res[2] = t_start;
         res[3] = global_ns();
         res[5] = rounds;
+        res[6] = sm_id();
     }
 }
 
@@ -199,6 +201,7 @@ extern "C" __global__ void pingpong_ll(u64 my_ll, u64 peer_ll, u64 src, u32 nwor
         res[2] = t_start;
         res[3] = global_ns();
         res[5] = rounds;
+        res[6] = sm_id();
     }
 }
 

@@ -304,8 +304,6 @@ def test_a_killed_run_s_time_sliced_pipe_folder_is_removed_by_the_next_run(tmp_p
     import sys
     import tempfile
 
-    from gpuipc_bench.modes import time_sliced
-
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     code = ("import os, tempfile; tempfile.tempdir = %r; from gpuipc_bench.modes import TimeSliced; m = TimeSliced(); "
             "m.start(); print(m.pipe_dir, flush=True); os.kill(os.getpid(), 9)" % str(tmp_path))
@@ -314,10 +312,10 @@ def test_a_killed_run_s_time_sliced_pipe_folder_is_removed_by_the_next_run(tmp_p
     assert done.returncode == -9 and os.path.isdir(killed) and os.path.dirname(killed) == str(tmp_path)
     live = modes.TimeSliced()
     live.start()  # this process's: still going
-    kept = tmp_path / (time_sliced.FOLDER + "1-2-notempty")
+    kept = tmp_path / (mps.TIME_SLICED_FOLDER + "1-2-notempty")
     kept.mkdir()
     (kept / "control").write_text("")
-    other = tmp_path / (time_sliced.FOLDER + "abcdefgh")  # a name of an earlier version: left alone
+    other = tmp_path / (mps.TIME_SLICED_FOLDER + "abcdefgh")  # a name of an earlier version: left alone
     other.mkdir()
     try:
         assert mps.stop_stale_daemons(str(tmp_path)) == []

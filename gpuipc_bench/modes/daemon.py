@@ -48,6 +48,7 @@ START_TIMEOUT_S = 10.0
 COMMAND_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 PREFIX = "gpuipc-bench-mps-"
+TIME_SLICED_FOLDER = PREFIX + "none-"  # a time-sliced run's empty pipe folder: then <pid>-<start time>-<random>
 OWNER_FILE = "gpuipc-bench-owner"  # in the pipe directory: the run's pid, its start time, log dir, binary
 END_GRACE_S = 2.0  # how long a process of the daemon gets to exit on its own after 'quit'
 REAP_WAIT_S = 5.0  # how long to wait for init to reap an exited daemon
@@ -462,10 +463,26 @@ def stop_stale_daemons(temp_dir: str | None = None) -> list[str]:
         if running:
             notes.append(f"stopped the private MPS daemon (pid {pid}) that an earlier run (pid {owner_pid}) "
                          "left running" + "".join(f"; {p}" for p in problems))
-    from gpuipc_bench.modes.time_sliced import remove_stale_folders
-
     remove_stale_folders(temp_dir)  # a killed run's empty time-sliced pipe folders (no note: nothing ran there)
     return notes
+
+
+def remove_stale_folders(temp_dir: str | None = None) -> int:
+    """Remove the empty time-sliced pipe folders (modes.time_sliced) of earlier runs that are gone
+    (killed: their own stop never ran); how many. A folder whose run still goes, that is not empty
+    or not named as ours is left alone."""
+    removed = 0
+    for folder in glob.glob(os.path.join(temp_dir or tempfile.gettempdir(), TIME_SLICED_FOLDER + "*")):
+        pid, _, rest = os.path.basename(folder)[len(TIME_SLICED_FOLDER):].partition("-")
+        started = rest.partition("-")[0]
+        if not (pid.isdigit() and started.isdigit()) or start_time(int(pid)) == started:
+            continue  # not named by this version, or its run is still going
+        try:
+            os.rmdir(folder)  # only an empty one: a worker never writes there
+            removed += 1
+        except OSError:
+            pass
+    return removed
 
 
 def _guard_main(binary: str, pipe_dir: str, log_dir: str, pid: str, owns_dirs: str) -> None:

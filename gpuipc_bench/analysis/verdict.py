@@ -187,7 +187,7 @@ class Decision:
 
 class CeilingTimes(dict):
     """ceiling_times' mapping, which also keeps its positive times by (sharing, ceiling key,
-    bytes): ceiling_spread asks for them at every comparison of a decision."""
+    bytes): _delta asks for them at every comparison of a decision."""
 
     _by_size: dict[tuple[str, str, int], list[float]] | None = None
 
@@ -208,47 +208,10 @@ def ceiling_times(summary: pd.DataFrame) -> dict[tuple[str, str, str, int], floa
                          for r in records(rows)})
 
 
-def process_offset(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) -> float:
-    """How far apart the two processes of a scenario copy, as the tool measured it for the
-    ceiling of figure a or b at their size ('/producer' against '/consumer'): |t_p / t_c - 1|,
-    the larger of the two; 0 when no scenario measured it in both."""
-    found = [0.0]
-    for r in (a, b):
-        key = ceiling_base(r.ceiling)
-        both = [ceilings.get((str(r.scenario), str(r.sharing), key + who, int(r.bytes))) for who in ROLE_SUFFIXES]
-        if all(t is not None and t > 0 for t in both):
-            found.append(abs(both[0] / both[1] - 1))
-    return max(found)
-
-
-def ceiling_spread(a, b, ceilings: Mapping[tuple[str, str, str, int], float]) -> float:
-    """How far apart process sets measure one copy, for two figures of different scenarios
-    whose ceilings are one link (_same_link: the copy engine's 'd2d@0' and the kernel copy's
-    'd2d-sm@0' alike): the spread (slowest over fastest, less 1) of each of their ceilings at their
-    size over every scenario of their sharing mode that measured it (e.g. d2d@0 at 4 B by the ipc,
-    vmm and nvshmem scenarios' processes), the larger. The two figures' process sets are two draws
-    of the run's; the spread of all of them, never less than the two's own, is the offset one
-    process set may carry: at call-bound sizes a process's per-operation cost, which the copy
-    engine's and the kernel copy's figures of that process both carry. 0 within one scenario, for
-    other links, or where fewer than two scenarios measured a ceiling."""
-    if str(a.scenario) == str(b.scenario) or not a.ceiling or not _same_link(a.ceiling, b.ceiling):
-        return 0.0
-    keys = {ceiling_base(r.ceiling) for r in (a, b)}
-    return max(_key_spread(ceilings, str(a.sharing), key, int(a.bytes),
-                           [_ceiling_time(ceilings, r, key) for r in (a, b) if ceiling_base(r.ceiling) == key])
-               for key in keys)
-
-
-def _same_link(a: str, b: str) -> bool:
-    """Whether two ceilings are one link whichever engine copies ('d2d-sm@0' and 'd2d@0'; the
-    kernel copies' 'd2h-sm@0+h2d-sm@0' and 'd2h@0+h2d@0')."""
-    return ceiling_base(a).replace("-sm@", "@") == ceiling_base(b).replace("-sm@", "@")
-
-
 def _key_spread(ceilings: Mapping[tuple[str, str, str, int], float], sharing: str, key: str, nbytes: int,
                 own: Sequence[float]) -> float:
-    """The spread of ceiling `key` at `nbytes` over every scenario of `sharing` that measured it,
-    and `own` (the figures' own ceilings' times); 0 with fewer than two."""
+    """The spread (slowest over fastest, less 1) of ceiling `key` at `nbytes` over every scenario of
+    `sharing` that measured it, and `own` (the figures' own ceilings' times); 0 with fewer than two."""
     if isinstance(ceilings, CeilingTimes):
         found = list(ceilings.by_size().get((sharing, key, nbytes), ()))
     else:
@@ -266,15 +229,17 @@ def _ceiling_time(ceilings: Mapping[tuple[str, str, str, int], float], row, key:
 
 
 def delta_for(a, b, ceilings: Mapping[tuple[str, str, str, int], float], min_effect: float = stats.MIN_EFFECT) -> float:
-    """max(min_effect, the per-process offset of the two figures' ceiling at their size, the
-    spread of that ceiling between their two scenarios' process sets)."""
-    return max(min_effect, process_offset(a, b, ceilings), ceiling_spread(a, b, ceilings))
+    """The delta of comparing summary rows a and b: max(min_effect, how far apart the two processes of
+    either figure's scenario copy, the spread of their ceilings between process sets); see _delta."""
+    return _delta(_Ceilinged(a, ceilings), _Ceilinged(b, ceilings), ceilings, min_effect)
 
 
 class _Ceilinged:
-    """What delta_for reads of one figure's row, read once for its many comparisons: its
-    scenario, sharing mode, size and ceiling key, its processes' offset (process_offset) and
-    its ceiling's time (NaN where none)."""
+    """What a comparison's delta reads of one figure's row, read once for its many comparisons: its
+    scenario, sharing mode, size and ceiling key, the link that key names whichever engine copies
+    ('d2d-sm@0' and 'd2d@0' alike; the kernel copies' 'd2h-sm@0+h2d-sm@0' and 'd2h@0+h2d@0'), its
+    processes' offset (the ceiling's '/producer' against its '/consumer' time: |t_p / t_c - 1|, None
+    where the scenario did not measure it in both) and its ceiling's time (NaN where none)."""
 
     __slots__ = ("scenario", "sharing", "bytes", "ceiling", "key", "link", "offset", "time")
 
@@ -282,7 +247,7 @@ class _Ceilinged:
         self.scenario, self.sharing, self.bytes = str(row.scenario), str(row.sharing), int(row.bytes)
         self.ceiling = bool(row.ceiling)
         self.key = ceiling_base(row.ceiling)
-        self.link = self.key.replace("-sm@", "@")  # (_same_link)
+        self.link = self.key.replace("-sm@", "@")
         both = [ceilings.get((self.scenario, self.sharing, self.key + who, self.bytes)) for who in ROLE_SUFFIXES]
         self.offset = abs(both[0] / both[1] - 1) if all(t is not None and t > 0 for t in both) else None  # type: ignore[operator]
         self.time = _ceiling_time(ceilings, row, self.key)
@@ -290,7 +255,12 @@ class _Ceilinged:
 
 def _delta(a: _Ceilinged, b: _Ceilinged, ceilings: Mapping[tuple[str, str, str, int], float],
            min_effect: float) -> float:
-    """delta_for(a, b) of two figures' _Ceilinged facts: the same figure."""
+    """max(min_effect, the larger processes' offset of the two figures, and for two figures of
+    different scenarios whose ceilings are one link, the spread of each of those ceilings at their
+    size over every scenario of their sharing mode that measured it, the larger). The two figures'
+    process sets are two draws of the run's; the spread of all of them, never less than the two's
+    own, is the offset one process set may carry: at call-bound sizes a process's per-operation
+    cost, which the copy engine's and the kernel copy's figures of that process both carry."""
     offset = max([0.0] + [r.offset for r in (a, b) if r.offset is not None])
     spread = 0.0
     if a.scenario != b.scenario and a.ceiling and b.ceiling and a.link == b.link:

@@ -230,11 +230,6 @@ class KeptPinnedBuffer:
             _KEPT_PINNED.setdefault(self.nbytes, []).append(buffer)
 
 
-def kept_pinned_bytes() -> int:
-    """Bytes of pinned host memory this process keeps for reuse (not lent now)."""
-    return sum(n * len(buffers) for n, buffers in _KEPT_PINNED.items())
-
-
 class HostRegistration:
     """cudaHostRegister(portable|mapped) of existing host memory (an mmap, say); undone by close().
     `dptr` is the device pointer of `address`."""

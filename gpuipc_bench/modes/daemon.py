@@ -25,6 +25,7 @@ ever signalled when its /proc environment names this daemon's pipe directory.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import os
@@ -467,22 +468,17 @@ def stop_stale_daemons(temp_dir: str | None = None) -> list[str]:
     return notes
 
 
-def remove_stale_folders(temp_dir: str | None = None) -> int:
+def remove_stale_folders(temp_dir: str | None = None) -> None:
     """Remove the empty time-sliced pipe folders (modes.time_sliced) of earlier runs that are gone
-    (killed: their own stop never ran); how many. A folder whose run still goes, that is not empty
-    or not named as ours is left alone."""
-    removed = 0
+    (killed: their own stop never ran). A folder whose run still goes, that is not empty or not
+    named as ours is left alone."""
     for folder in glob.glob(os.path.join(temp_dir or tempfile.gettempdir(), TIME_SLICED_FOLDER + "*")):
         pid, _, rest = os.path.basename(folder)[len(TIME_SLICED_FOLDER):].partition("-")
         started = rest.partition("-")[0]
         if not (pid.isdigit() and started.isdigit()) or start_time(int(pid)) == started:
             continue  # not named by this version, or its run is still going
-        try:
+        with contextlib.suppress(OSError):
             os.rmdir(folder)  # only an empty one: a worker never writes there
-            removed += 1
-        except OSError:
-            pass
-    return removed
 
 
 def _guard_main(binary: str, pipe_dir: str, log_dir: str, pid: str, owns_dirs: str) -> None:

@@ -36,4 +36,3 @@ class TimeSliced(Mode):
             shutil.rmtree(self.pipe_dir, ignore_errors=True)
             self.pipe_dir = ""
         return []
-

@@ -102,6 +102,54 @@ def test_a_scenario_of_its_own_processes_ends_the_sets_first(sets):
     assert outcome.ok and rows and sets.sets == {} and _gone(host.pids)
 
 
+def test_a_scenario_of_its_own_processes_starts_while_the_sets_leave_and_waits_for_them(sets, monkeypatch):
+    from gpuipc_bench.harness import launcher
+
+    _run(sets)
+    (host,) = sets.sets.values()
+    seen: list[tuple] = []
+    real = launcher.run_scenario
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("after", ()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(launcher, "run_scenario", spy)
+    outcome, rows = _run(sets, name="barrier")
+    assert outcome.ok and rows and sets.sets == {}
+    assert seen and set(seen[0]) <= set(host.pids)  # its workers waited for the set's (those still there)
+    assert _gone(host.pids)
+    (left, mode), = sets.retired  # its own workers exit on their own, reaped by the next scenario or the end
+    assert mode is None and len(left.workers) == 2
+    again, _ = _run(sets)
+    assert again.ok and _gone(left.pids)
+
+
+def test_a_worker_waits_for_the_processes_before_it(monkeypatch):
+    from gpuipc_bench.engine.scenario import WorkerSpec
+    from gpuipc_bench.harness import launcher
+    from gpuipc_bench.ipc.process import FORK, running
+
+    leaving = FORK.Process(target=time.sleep, args=(0.4,))
+    leaving.start()
+    started = time.monotonic()
+    launcher.wait_for_leavers(WorkerSpec(rank=0, role="host", device=None), (leaving.pid,))
+    assert time.monotonic() - started >= 0.3 and not running(leaving.pid)  # a zombie has ended
+    leaving.join()
+    assert not running(leaving.pid)
+    stuck = FORK.Process(target=time.sleep, args=(30,))
+    stuck.start()
+    try:
+        monkeypatch.setattr(launcher, "LEAVE_WAIT_S", 0.2)
+        started = time.monotonic()
+        launcher.wait_for_leavers(WorkerSpec(rank=0, role="host", device=None), (stuck.pid,))
+        assert 0.15 <= time.monotonic() - started < 5  # one that does not leave: the parent's to kill
+        assert running(stuck.pid)
+    finally:
+        stuck.kill()
+        stuck.join()
+
+
 def test_the_run_says_how_many_sets_it_started(tmp_path):
     from click.testing import CliRunner
 

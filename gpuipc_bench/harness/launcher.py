@@ -31,8 +31,10 @@ from gpuipc_bench.harness.supervision import (
 from gpuipc_bench.hooks.faults import FaultPlan
 from gpuipc_bench.hooks.profiling import profiled
 from gpuipc_bench.ipc.barrier import Barrier
-from gpuipc_bench.ipc.process import FORK, die_with_parent, exit_worker, output_to, set_process_title
+from gpuipc_bench.ipc.process import FORK, die_with_parent, exit_worker, output_to, set_process_title, wait_gone
 from gpuipc_bench.ipc.segment import Segment
+
+LEAVE_WAIT_S = 3.0  # the most a worker waits for the processes before it to be gone (pool.LEAVE_S: 2 s)
 
 
 @dataclasses.dataclass
@@ -56,10 +58,15 @@ def run_scenario(
     on_note: Callable[[str, str], None] | None = None,
     env: dict[str, str] | None = None,
     mode_name: str | None = None,
+    after: tuple[int, ...] = (),
+    leave_to: list | None = None,
 ) -> Outcome:
     """Run one scenario across forked workers. Rows reach `on_row` as they arrive. `env`: what
     each worker sets before its first CUDA call (the sharing mode's, gpuipc_bench.modes);
     `mode_name`: that mode's name, which the rows' `sharing` says (None: the workers tell).
+    `after`: the pids of the run's processes still leaving (wait_for_leavers). `leave_to`: where
+    a clean run's workers go once each has said 'done', still exiting (the caller reaps them: its
+    next workers start meanwhile); without it, or after a fault, they are reaped here.
 
     Returns an Outcome carrying the first real error (a worker's exception, death
     or hang). A signal (Interrupted or KeyboardInterrupt) propagates as Interrupted, with
@@ -74,22 +81,30 @@ def run_scenario(
         outcome.rows += 1
         on_row(row)
 
+    left = False
     try:
         shared = scenario.prepare(config, specs)
         for spec in specs:
-            workers.append(_start_worker(scenario, spec, specs, config, segment, shared, env or {}, mode_name))
+            workers.append(_start_worker(scenario, spec, specs, config, segment, shared, env or {}, mode_name,
+                                         after))
         outcome.error = supervise(workers, segment, config, deliver, on_progress or (lambda n: None),
-                                   on_status or (lambda text: None), on_note or (lambda key, text: None))
+                                   on_status or (lambda text: None), on_note or (lambda key, text: None),
+                                   until_done=leave_to is not None)
+        left = leave_to is not None and outcome.error is None and all(w.finished and w.error is None
+                                                                       for w in workers)
     except (KeyboardInterrupt, Interrupted) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
         raise Interrupted(signum, scenario.name, size_in_flight(segment)) from None
     finally:
         segment.abort()
-        stop_all(workers)
-        # Interrupted (Ctrl-C, SIGTERM) or given up on stuck workers: rows they sent
-        # may still sit in the pipes. Keep them: they are samples already taken.
-        salvage_rows(workers, deliver)
-        remove_driver_files([w.process.pid for w in workers])
+        if left:
+            leave_to.extend(workers)  # each said 'done' and has nothing more to send: it exits on its own
+        else:
+            stop_all(workers)
+            # Interrupted (Ctrl-C, SIGTERM) or given up on stuck workers: rows they sent
+            # may still sit in the pipes. Keep them: they are samples already taken.
+            salvage_rows(workers, deliver)
+            remove_driver_files([w.process.pid for w in workers])
         try:
             scenario.release(shared)
         finally:
@@ -97,14 +112,14 @@ def run_scenario(
     return outcome
 
 
-def _start_worker(scenario, spec, specs, config, segment, shared, env, mode_name=None) -> Worker:
+def _start_worker(scenario, spec, specs, config, segment, shared, env, mode_name=None, after=()) -> Worker:
     # "spawn" (scenario.start_method): a fresh interpreter that gets the segment and the
     # scenario's shared objects by pickle (they map the same pages again: gpuipc_bench.ipc.shared).
     context = multiprocessing.get_context(scenario.start_method) if scenario.start_method != "fork" else FORK
     reader, writer = context.Pipe(duplex=False)
     process = context.Process(
         target=_worker_main,
-        args=(scenario, spec, specs, config, segment, shared, writer, env, mode_name),
+        args=(scenario, spec, specs, config, segment, shared, writer, env, mode_name, tuple(after)),
         name=f"gpuipc-bench-{scenario.name}-{spec.rank}",
         daemon=True,
     )
@@ -113,8 +128,9 @@ def _start_worker(scenario, spec, specs, config, segment, shared, env, mode_name
     return Worker(spec, process, reader)
 
 
-def _worker_main(scenario, spec, specs, config, segment, shared, conn, env=None, mode_name=None) -> None:
+def _worker_main(scenario, spec, specs, config, segment, shared, conn, env=None, mode_name=None, after=()) -> None:
     enter_worker(spec, env, config.worker_log)
+    wait_for_leavers(spec, after)
     name_worker(scenario, spec, specs)
     code = 1
     try:
@@ -154,6 +170,18 @@ def warm_worker(spec: WorkerSpec) -> None:
         runtime.free(0)  # the context is made here
     except Exception:  # noqa: BLE001 - said by the scenario's run
         pass
+
+
+def wait_for_leavers(spec: WorkerSpec, after) -> None:
+    """Before anything timed: the run's processes still leaving the GPU (`after`: the pids of the
+    scenario or process set before, told to go as this worker was forked) are gone. Its own CUDA
+    context is made first, while they tear theirs down: the overlap is what the wait buys. A
+    process still there after LEAVE_WAIT_S is the parent's to kill (harness.pool): this worker
+    goes on."""
+    if not after:
+        return
+    warm_worker(spec)
+    wait_gone(after, LEAVE_WAIT_S)
 
 
 def name_worker(scenario, spec: WorkerSpec, specs, suffix: str = "") -> None:

@@ -23,6 +23,7 @@ fault.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing.connection
 import os
 import signal
@@ -62,9 +63,11 @@ def place(spec) -> tuple:
 class WorkerSet:
     """The persistent workers of one set: forked on the first scenario, fed one task per scenario."""
 
-    def __init__(self, specs, env: dict[str, str], worker_log: str = "", members: list | None = None):
+    def __init__(self, specs, env: dict[str, str], worker_log: str = "", members: list | None = None,
+                 after: tuple[int, ...] = ()):
         """Fork one worker per spec, or (`members`: (Worker, task connection) per spec) take
-        workers forked before, as a set of another GPU pair did (WorkerSets)."""
+        workers forked before, as a set of another GPU pair did (WorkerSets). `after`: the pids of
+        the run's processes still leaving, which the forked workers wait for (launcher.wait_for_leavers)."""
         self.specs = list(specs)
         self.env = dict(env)
         self.broken = False
@@ -75,7 +78,7 @@ class WorkerSet:
         for spec in self.specs if members is None else ():
             reader, writer = FORK.Pipe(duplex=False)  # the worker's messages to us
             task_reader, task_writer = FORK.Pipe(duplex=False)  # our tasks to the worker
-            process = FORK.Process(target=_set_main, args=(task_reader, writer, spec, self.env, worker_log),
+            process = FORK.Process(target=_set_main, args=(task_reader, writer, spec, self.env, worker_log, after),
                                    name=f"gpuipc-bench-set-{spec.rank}", daemon=True)
             process.start()
             writer.close()
@@ -223,7 +226,9 @@ class WorkerSets:
         self.started = 0  # times workers were forked over the run (a test's and the notes' count)
         self.forkserver = False  # started by prestart(): stopped by end()
         self.leaving: float | None = None  # when every worker was told to leave (let_go)
-        self.retired: list[WorkerSet] = []  # sets told to leave before the run's end (retire), reaped at close()
+        # workers told to leave before the run's end, with their mode (retire; a fresh scenario's once done; the
+        # persistent sets a fresh scenario follows): the next workers wait for them (wait_for_leavers), reap() reaps
+        self.retired: list[tuple[WorkerSet, str | None]] = []
 
     def prestart(self, scenarios) -> None:
         """Before the first worker: start multiprocessing's fork server, with the modules of the
@@ -250,10 +255,25 @@ class WorkerSets:
         lost = self.ready_for(scenario, mode_name)
         if lost is not None:  # a worker died between scenarios: the run's processes are not whole
             return lost
-        if not (self.persistent and shares_processes(scenario)):
-            self.close()  # no idle context of the run beside a scenario of its own processes
+        if not self.persistent:
+            self.close()
             return launcher.run_scenario(scenario, config, specs, env={**env, **self.visibility(specs)},
                                          mode_name=mode_name, **callbacks)
+        if not shares_processes(scenario):
+            # no idle context of the run beside a scenario of its own processes: the sets leave, and its
+            # workers make their contexts while the sets' go down, then wait for them before anything timed
+            self.leave_all()
+            left: list[Worker] = []
+            after = self.leaving_pids()
+            mark("leaving", len(after))
+            outcome = launcher.run_scenario(scenario, config, specs, env={**env, **self.visibility(specs)},
+                                            mode_name=mode_name, after=after, leave_to=left, **callbacks)
+            self.reap(block=False)  # those it waited for
+            if left:  # its workers exit on their own now, while the next ones start
+                leaving = self._everyone([(worker, None) for worker in left])
+                leaving.leaving = time.monotonic()
+                self.retired.append((leaving, mode_name))
+            return outcome
         key = set_key(specs, mode_name, env)
         workers = self.sets.get(key)
         if workers is not None and not workers.alive():
@@ -304,7 +324,38 @@ class WorkerSets:
         if members:
             leaving = self._everyone(members)
             leaving.let_go()
-            self.retired.append(leaving)
+            self.retired.append((leaving, mode_name))
+
+    def leave_all(self) -> None:
+        """Every persistent set is told to leave now, without waiting (reaped once gone: reap)."""
+        by_mode: dict[str | None, list] = {}
+        for key, member in self.members.items():
+            by_mode.setdefault(key[0][0], []).append(member)
+        for mode_name, members in by_mode.items():
+            leaving = self._everyone(members)
+            leaving.let_go()
+            self.retired.append((leaving, mode_name))
+        self.sets, self.members = {}, {}
+
+    def leaving_pids(self) -> tuple[int, ...]:
+        """The pids of the workers told to leave that still run (those gone are reaped here): what
+        the next workers wait for before anything timed."""
+        self.reap(block=False)
+        return tuple(w.process.pid for leaving, _ in self.retired for w in leaving.workers if w.process.is_alive())
+
+    def reap(self, block: bool = True, other_than: str | None | object = ...) -> None:
+        """Reap the workers told to leave: every one (`block`: each is given LEAVE_S from when it was
+        told, then killed), else those gone or past LEAVE_S; `other_than`: only those of another mode."""
+        kept = []
+        for leaving, mode_name in self.retired:
+            if other_than is not ... and mode_name == other_than:
+                kept.append((leaving, mode_name))
+            elif block or not any(w.process.is_alive() for w in leaving.workers) or (
+                    leaving.leaving is not None and time.monotonic() > leaving.leaving + LEAVE_S):
+                leaving.close()
+            else:
+                kept.append((leaving, mode_name))
+        self.retired = kept
 
     def ready_for(self, scenario, mode_name: str | None) -> Outcome | None:
         """Before `scenario`'s sharing mode starts (an MPS daemon takes seconds): an outcome naming
@@ -326,7 +377,8 @@ class WorkerSets:
                    if key not in self.members or not self.members[key][0].process.is_alive()]
         if missing:
             mark("set fork", scenario.name)
-            fresh = WorkerSet([spec for _, spec in missing], {**env, **self.visibility(specs)}, self.worker_log)
+            fresh = WorkerSet([spec for _, spec in missing], {**env, **self.visibility(specs)}, self.worker_log,
+                              after=self.leaving_pids())
             self.started += 1
             for (key, _), worker, tasks in zip(missing, fresh.workers, fresh.tasks):
                 self.members[key] = (worker, tasks)
@@ -366,6 +418,8 @@ class WorkerSets:
             self._everyone([self.members.pop(k) for k in others]).close()
         for key in [k for k in self.sets if k[0] != mode_name]:
             self.sets.pop(key)
+        if mode_name is not None:  # (a set without a GPU, the host paths', waits for them: wait_for_leavers)
+            self.reap(other_than=mode_name)
 
     def _everyone(self, members=None) -> WorkerSet:
         """One set of the members given (default: all), to tell them to leave or end them at once."""
@@ -376,7 +430,7 @@ class WorkerSets:
 
     def close(self) -> None:
         self._everyone().close()
-        for leaving in self.retired:
+        for leaving, _ in self.retired:
             leaving.close()
         self.sets, self.members, self.retired = {}, {}, []
 
@@ -393,15 +447,26 @@ class WorkerSets:
         if self.forkserver:
             import multiprocessing.forkserver
 
-            stop = getattr(multiprocessing.forkserver._forkserver, "_stop", None)
+            server = multiprocessing.forkserver._forkserver
+            stop = getattr(server, "_stop", None)
             if stop is not None:
+                mark("workers ended")
+                # Killed, not told to leave: its children are reaped (close() above) and it holds nothing of
+                # the run's but its socket (gone with it); left to exit, it would first finalize the torch,
+                # NVSHMEM and CuPy it imported (0.4-0.7 s on one H200, which the user waited for)
+                pid = getattr(server, "_forkserver_pid", None)
+                if pid:
+                    with contextlib.suppress(OSError):
+                        os.kill(pid, signal.SIGKILL)
                 stop()
+                mark("fork server stopped")
             self.forkserver = False
 
 
-def _set_main(tasks, conn, spec, env, worker_log) -> None:
+def _set_main(tasks, conn, spec, env, worker_log, after=()) -> None:
     """One persistent worker: the fork launcher's set-up once, then every task it is sent."""
     launcher.enter_worker(spec, env, worker_log)
+    launcher.wait_for_leavers(spec, after)
     code = 0
     try:
         while code == 0:

@@ -285,8 +285,8 @@ class Session:
         state = {"mode": current, "fresh": False}
 
         def measure(scenario, specs, mode, config, replica):
-            if not state["fresh"]:  # the first pass's persistent sets end: the pass forks fresh ones
-                self.sets.close()
+            if not state["fresh"]:  # the first pass's persistent sets leave: the pass forks fresh ones
+                self.sets.leave_all()
                 state["fresh"] = True
             state["mode"] = self._follow(state["mode"], mode)
             failed = len(self.failures)

@@ -19,6 +19,8 @@ import signal
 import time
 from typing import Callable, Iterable
 
+from gpuipc_bench.ipc.process import running
+
 DONE = b"d"
 WAIT_S = 5.0  # for the workers to be gone (PR_SET_PDEATHSIG kills them at once)
 
@@ -75,16 +77,7 @@ def _serve(read_end: int, cleanup: Callable[[], None], pids: Callable[[], Iterab
     if said == DONE:
         return 0
     deadline = time.monotonic() + WAIT_S
-    while any(_alive(pid) for pid in pids() if pid) and time.monotonic() < deadline:
+    while any(running(pid) for pid in pids() if pid) and time.monotonic() < deadline:
         time.sleep(0.02)
     cleanup()
     return 0
-
-
-def _alive(pid: int) -> bool:
-    """Whether process `pid` still runs (a zombie whose parent is gone counts as gone)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            return fh.read().rsplit(b")", 1)[1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return False

@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 
 # The parent never initialises CUDA, so that what it forks may: "fork", explicitly (Python 3.14
 # changed the default start method).
@@ -55,6 +56,27 @@ def output_to(path: str) -> None:
     for std in (1, 2):
         os.dup2(fd, std)
     os.close(fd)
+
+
+def running(pid: int) -> bool:
+    """Whether process `pid` still runs: a zombie has ended (its files, and with them its CUDA
+    context, are closed before it becomes one), and so has a pid /proc no longer holds."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            return fh.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except (OSError, IndexError):
+        return False
+
+
+def wait_gone(pids, limit_s: float) -> bool:
+    """Wait (at most `limit_s` seconds) until none of `pids` runs; whether none does."""
+    deadline = time.monotonic() + limit_s
+    while True:
+        if not any(running(pid) for pid in pids):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.002)
 
 
 def exit_worker(conn, code: int) -> None:

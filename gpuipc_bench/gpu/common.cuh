@@ -17,7 +17,8 @@ __device__ __forceinline__ unsigned char pattern_byte(u64 k, u32 seed) {
 }
 
 // The GPU's nanosecond clock: one clock for every context of a GPU.
-// The SM this thread runs on (%smid): where a one-block kernel landed, for the trace.
+// The SM this thread runs on (%smid): where a one-block kernel landed, for the trace (not under MPS: there a
+// client reads 0 wherever its block runs, results/h200-pingpong-smem.txt).
 __device__ __forceinline__ u32 sm_id() {
     u32 id;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(id));

@@ -125,6 +125,9 @@ class Resampling(Sets):
     def close(self) -> None:
         self.closed += 1
 
+    def leave_all(self) -> None:
+        self.closed += 1
+
 
 def resampled(tmp_path, monkeypatch, budget, per_run=0.5):
     clock = [5.0]
@@ -142,7 +145,7 @@ def test_the_pass_measures_the_open_groups_again_on_a_fresh_set_and_tags_them(tm
     pair = frozenset({("ipc", "ce", "stream", OPEN), ("ipc", "push", "stream", OPEN)})
     assert sets.asked == [("ipc", (OPEN,), pair), ("vmm", (OPEN,), frozenset((p.replace("ipc", "vmm"), *rest)
                                                                         for p, *rest in pair))]
-    assert sets.closed == 1  # the first pass's sets end before the pass's first run
+    assert sets.closed == 1  # the first pass's sets leave before the pass's first run
     again = written[written["replica"] == 2]
     assert set(again["bytes"]) == {OPEN} and len(again) == 24  # the decided size is not measured again
     assert [e[1] for e in heard.events if e[0] == "started"] == ["ipc", "vmm", "ipc #2", "vmm #2"]
@@ -202,11 +205,14 @@ def test_what_the_pass_left_open_comes_from_the_run_s_one_final_analysis(tmp_pat
 
 
 def test_the_budget_is_respected_and_what_it_left_open_is_said(tmp_path, monkeypatch):
-    """Each run takes 2 s of the fake clock: after the first pass (5 + 2 x 2 = 9 s) a 12 s budget
-    (its end, 2.8 s, kept) leaves room for one run of the pass; the other decision stays open."""
-    sets, heard, written, meta = resampled(tmp_path, monkeypatch, budget=12.0, per_run=2.0)
+    """Each run takes 2 s of the fake clock: after the first pass (5 + 2 x 2 = 9 s) a budget of 11 s
+    and the run's end (estimate.END_S, kept) leaves room for one run of the pass; the other decision
+    stays open."""
+    from gpuipc_bench.harness.estimate import END_S
+
+    sets, heard, written, meta = resampled(tmp_path, monkeypatch, budget=11.0 + END_S, per_run=2.0)
     assert [name for name, _, _ in sets.asked] == ["ipc"]
-    assert meta["sampling.budget"].startswith("12 s (--budget)")
+    assert meta["sampling.budget"].startswith(f"{11.0 + END_S:g} s (--budget)")
     assert meta["sampling.open"].startswith("time-sliced stream 64 MiB (undecided)")
     notes = [e[1] for e in heard.events if e[0] == "note"]
     assert len(notes) == 1 and "decisions left open: time-sliced stream 64 MiB (undecided)" in notes[0]

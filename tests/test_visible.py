@@ -72,11 +72,11 @@ def test_the_pool_forks_each_set_with_its_gpus_and_keeps_one_set_per_pair(monkey
     real = pool.WorkerSet
 
     class Recording(real):
-        def __init__(self, specs, env, worker_log="", members=None):
+        def __init__(self, specs, env, worker_log="", members=None, after=()):
             if members is None:
                 forked.append(dict(env))
                 members = [(None, None) for _ in specs]  # nothing forked on this machine
-            super().__init__(specs, env, worker_log, members)
+            super().__init__(specs, env, worker_log, members, after)
 
     monkeypatch.setattr(pool, "WorkerSet", Recording)
     sets = WorkerSets(uuids=UUIDS)

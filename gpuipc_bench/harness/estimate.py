@@ -19,9 +19,12 @@ from __future__ import annotations
 from gpuipc_bench.engine.scenario import shares_processes
 
 # imports, probe and header; the answer analysed (once: harness.session._end), written and printed while the
-# workers and the MPS daemon go down, the exit (one H200: 1.0-1.1 s from the last scenario to the exit)
-START_S, END_S = 1.4, 1.2
-SET_START_S = 1.0  # a persistent process set forked: its workers' CUDA contexts, one GPU on the node
+# workers and the MPS daemon go down, the exit (one H200: 0.5-0.6 s from the last scenario to the exit, the fork
+# server killed rather than left to finalize torch: results/h200-leave-trace.txt; 1.0-1.1 s before)
+START_S, END_S = 1.4, 0.5
+# a persistent process set forked: its workers' CUDA contexts, one GPU on the node (one H200: the MPS set's first
+# scenario 0.6-0.7 s longer; the run's first set is forked while the probe starts CUDA: harness.head_start)
+SET_START_S = 0.7
 CPU_SET_START_S = 0.1  # a set of workers on CPUs alone (host, barrier): forked, no CUDA context
 # a set forked late in a run, its libraries warm (the resampling pass's: 0.42-0.55 s on one H200, traced)
 LATE_SET_START_S = 0.5

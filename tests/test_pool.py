@@ -95,6 +95,18 @@ def test_a_mode_s_sets_end_before_another_mode_starts(sets):
     assert [k[0] for k in sets.sets] == ["mps"] and _gone(ts.pids)
 
 
+def test_before_mps_another_mode_s_sets_are_reaped_and_after_it_they_leave_while_the_next_start(sets):
+    _run(sets, mode="mps")
+    (mps,) = sets.sets.values()
+    sets.end_mode_other_than("time-sliced")  # no daemon starts: its workers wait for these (wait_for_leavers)
+    assert sets.members == {} and [mode for _, mode in sets.retired] == ["mps"]
+    outcome, rows = _run(sets, mode="time-sliced")
+    assert outcome.ok and rows and _gone(mps.pids)
+    (ts,) = sets.sets.values()
+    sets.end_mode_other_than("mps+copy")  # an MPS daemon may start now: nothing of another mode is left
+    assert sets.members == {} and sets.retired == [] and all(_state(pid) in ("gone", "Z") for pid in ts.pids)
+
+
 def test_a_scenario_of_its_own_processes_ends_the_sets_first(sets):
     _run(sets)
     (host,) = sets.sets.values()

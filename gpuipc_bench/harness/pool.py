@@ -41,6 +41,8 @@ from gpuipc_bench.ipc.process import FORK, exit_worker, output_to
 from gpuipc_bench.gpu.visible import visibility_env
 from gpuipc_bench.ipc.segment import Segment
 from gpuipc_bench.machine.probe import import_cupy
+from gpuipc_bench.modes.mps import Mps
+from gpuipc_bench.results import base_mode
 
 LEAVE_S = 2.0  # how long a set's workers get to leave on their own at its end
 
@@ -328,14 +330,18 @@ class WorkerSets:
 
     def leave_all(self) -> None:
         """Every persistent set is told to leave now, without waiting (reaped once gone: reap)."""
+        self._leave(list(self.members))
+        self.sets = {}
+
+    def _leave(self, keys) -> None:
+        """The members of `keys` told to leave now, without waiting: retired with their mode."""
         by_mode: dict[str | None, list] = {}
-        for key, member in self.members.items():
-            by_mode.setdefault(key[0][0], []).append(member)
+        for key in keys:
+            by_mode.setdefault(key[0][0], []).append(self.members.pop(key))
         for mode_name, members in by_mode.items():
             leaving = self._everyone(members)
             leaving.let_go()
             self.retired.append((leaving, mode_name))
-        self.sets, self.members = {}, {}
 
     def leaving_pids(self) -> tuple[int, ...]:
         """The pids of the workers told to leave that still run (those gone are reaped here): what
@@ -360,8 +366,8 @@ class WorkerSets:
     def ready_for(self, scenario, mode_name: str | None) -> Outcome | None:
         """Before `scenario`'s sharing mode starts (an MPS daemon takes seconds): an outcome naming
         an idle worker that ended (the run ends, the mode is not started), else None, every set of
-        another mode ended now rather than when the mode's first set forks: while a mode starts
-        no worker of the run is alive, so none can die unseen."""
+        another mode told to leave now rather than when the mode's first set forks: while a mode
+        starts no worker of the run waits idle, so none can die unseen (end_mode_other_than)."""
         lost = self.idle_loss()
         if lost is not None:
             self.close()
@@ -411,14 +417,14 @@ class WorkerSets:
         return None
 
     def end_mode_other_than(self, mode_name: str | None) -> None:
-        """End the workers of every other sharing mode (no context of one mode stays on the GPU while
-        another runs: an MPS daemon and time-sliced contexts would share it)."""
-        others = [k for k in self.members if k[0][0] != mode_name]
-        if others:
-            self._everyone([self.members.pop(k) for k in others]).close()
+        """The workers of every other sharing mode leave: no context of one mode times anything beside
+        another's. Before MPS (its daemon may start now) they are reaped here; before another mode (the
+        time-sliced one after MPS, the host paths' CPUs) its workers make their contexts meanwhile and
+        wait for them to be gone (wait_for_leavers)."""
+        self._leave([k for k in self.members if k[0][0] != mode_name])
         for key in [k for k in self.sets if k[0] != mode_name]:
             self.sets.pop(key)
-        if mode_name is not None:  # (a set without a GPU, the host paths', waits for them: wait_for_leavers)
+        if mode_name is not None and base_mode(mode_name) == Mps.name:
             self.reap(other_than=mode_name)
 
     def _everyone(self, members=None) -> WorkerSet:

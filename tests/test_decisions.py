@@ -471,3 +471,34 @@ def test_a_process_sets_per_operation_offset_seen_by_either_engines_ceiling_wide
     across = delta_for(rows[("torch", "caching")], rows[("ipc", "sm")], times)
     assert across == pytest.approx(2.215 / 2.038 - 1, rel=0.01)  # the d2d@0 spread between the two sets
     assert delta_for(rows[("ipc", "sm")], rows[("ipc", "ce")], times) == pytest.approx(0.02)  # one set
+
+
+def test_a_ratio_that_moves_between_two_process_sets_that_measured_both_figures_widens_delta():
+    """Under MPS on one H200 the latency and sharing scenarios both time the kernel ping-pongs at 4 B,
+    each in its own process set, and the flag ping-pong over the LL one came out 3.38 in one set and
+    3.59 in the other (results/h200-leave.txt). The decision keeps the latency scenario's figures (more
+    samples) and its delta is at least that movement: a ratio from one set carries the set's draw."""
+    from gpuipc_bench.analysis.summary import summarize
+    from gpuipc_bench.analysis.verdict import candidates, ceiling_times, delta_for
+    from gpuipc_bench.paths import from_metadata
+
+    paths = from_metadata(META)
+
+    def pingpongs(scenario, ll, flags, n):
+        return [figure("ipc", variant, seconds, sizes=(4,), n=n, measure="pingpong", metric="latency", ceiling="",
+                       scenario=scenario, sharing="mps") for variant, seconds in (("device-ll", ll),
+                                                                                  ("device-pingpong", flags))]
+
+    staging = figure("staging", "pinned-hostsync", 24e-6, sizes=(4,), measure="handoff", ceiling="", sharing="mps")
+    moved = [*pingpongs("latency", 0.376e-6, 1.348e-6, 12), *pingpongs("sharing", 0.395e-6, 1.333e-6, 6), staging]
+    summary = summarize(frame([r for g in moved for r in g]))
+    rows = {r.label: r for r in candidates(summary, paths).itertuples()}
+    ll, flags = rows["ipc/device-ll"], rows["ipc/device-pingpong"]
+    assert ll.scenario == "latency" and dict(ll.sets) == pytest.approx({"latency": 0.376e-6, "sharing": 0.395e-6},
+                                                                          rel=1e-3)
+    moved_by = (1.348 / 0.376) / (1.333 / 0.395) - 1
+    assert delta_for(flags, ll, ceiling_times(summary)) == pytest.approx(moved_by, rel=0.01)
+    assert delta_for(rows["staging/pinned-hostsync"], ll, ceiling_times(summary)) == pytest.approx(0.02)  # one set
+    alone = summarize(frame([r for g in (*pingpongs("latency", 0.376e-6, 1.348e-6, 12), staging) for r in g]))
+    rows = {r.label: r for r in candidates(alone, paths).itertuples()}
+    assert delta_for(rows["ipc/device-pingpong"], rows["ipc/device-ll"], ceiling_times(alone)) == pytest.approx(0.02)

@@ -54,7 +54,8 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
     finite median; and the GPU-signalled hand-offs' latency rows as `handoff` figures, at the
     sizes a hand-off was measured on their link (in any sharing mode). A label measured twice
     at one condition (the latency and sharing scenarios both time the kernel ping-pong) keeps
-    the figure with the most samples."""
+    the figure with the most samples, and its `sets` column every scenario's median of it
+    ((scenario, seconds) pairs: two process sets of the run measured it; else one pair)."""
     def ranked(path: str, variant: str) -> bool:
         info = paths.get(path)
         return info is not None and info.ranked and variant not in info.references
@@ -75,7 +76,12 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
         keep = [(s, d, b) in sizes for s, d, b in zip(signalled["src"], signalled["dst"], signalled["bytes"])]
         rows = pd.concat([rows, _labelled(signalled[keep]).assign(measure=HANDOFF)])
     rows = rows.sort_values("samples", ascending=False, kind="stable")
-    rows = rows.drop_duplicates(["label", "src", "dst", "sharing", "measure", "bytes"])
+    key = ["label", "src", "dst", "sharing", "measure", "bytes"]
+    sets: dict[tuple, tuple] = {}
+    for values, scenario, median in zip(zip(*(rows[k] for k in key)), rows["scenario"], rows["median_s"]):
+        sets[values] = sets.get(values, ()) + ((str(scenario), float(median)),)
+    rows = rows.drop_duplicates(key)
+    rows = rows.assign(sets=[sets[values] for values in zip(*(rows[k] for k in key))])
     return rows.sort_index()
 
 
@@ -241,7 +247,7 @@ class _Ceilinged:
     processes' offset (the ceiling's '/producer' against its '/consumer' time: |t_p / t_c - 1|, None
     where the scenario did not measure it in both) and its ceiling's time (NaN where none)."""
 
-    __slots__ = ("scenario", "sharing", "bytes", "ceiling", "key", "link", "offset", "time")
+    __slots__ = ("scenario", "sharing", "bytes", "ceiling", "key", "link", "offset", "time", "sets")
 
     def __init__(self, row, ceilings: Mapping[tuple[str, str, str, int], float]):
         self.scenario, self.sharing, self.bytes = str(row.scenario), str(row.sharing), int(row.bytes)
@@ -251,6 +257,7 @@ class _Ceilinged:
         both = [ceilings.get((self.scenario, self.sharing, self.key + who, self.bytes)) for who in ROLE_SUFFIXES]
         self.offset = abs(both[0] / both[1] - 1) if all(t is not None and t > 0 for t in both) else None  # type: ignore[operator]
         self.time = _ceiling_time(ceilings, row, self.key)
+        self.sets = dict(getattr(row, "sets", ()) or ())  # scenario -> its median of this figure (candidates)
 
 
 def _delta(a: _Ceilinged, b: _Ceilinged, ceilings: Mapping[tuple[str, str, str, int], float],
@@ -266,7 +273,17 @@ def _delta(a: _Ceilinged, b: _Ceilinged, ceilings: Mapping[tuple[str, str, str, 
     if a.scenario != b.scenario and a.ceiling and b.ceiling and a.link == b.link:
         spread = max(_key_spread(ceilings, a.sharing, key, a.bytes, [r.time for r in (a, b) if r.key == key])
                      for key in {a.key, b.key})
-    return max(min_effect, offset, spread)
+    return max(min_effect, offset, spread, _sets_spread(a, b))
+
+
+def _sets_spread(a: _Ceilinged, b: _Ceilinged) -> float:
+    """How far the ratio of two figures moved between the process sets that measured both (the latency
+    and sharing scenarios' kernel ping-pongs, each in its own set): slowest over fastest of each set's
+    a/b, less 1; 0 where fewer than two sets measured both. A ratio of one set carries that set's draw:
+    on one H200 under MPS the 4-byte flag ping-pong over the LL one moved 3.38-3.59 between the two
+    scenarios' sets of one run (results/h200-leave.txt)."""
+    both = [a.sets[s] / b.sets[s] for s in a.sets.keys() & b.sets.keys() if a.sets[s] > 0 and b.sets[s] > 0]
+    return max(both) / min(both) - 1 if len(both) >= 2 else 0.0
 
 
 def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int], float],

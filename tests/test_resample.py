@@ -338,3 +338,28 @@ def test_a_declared_first_api_passed_over_as_beaten_in_one_set_can_move_the_choi
     assert found[1].why == "can move" and found[1].labels == ("vmm/ce", "ipc/ce")
     d.beaten = ("vmm/sm",)  # not beaten: in the pool and not passed over, nothing to move
     assert resample.open_decisions([d], lambda label: (math.nan,) * 3, order) == []
+
+
+def test_among_runs_as_open_as_each_other_those_of_the_set_now_running_come_first():
+    """A pass that cannot hold every run takes the most open first, but within one tier it stays in
+    the process set it is in: leaving it and coming back forks another set and starts the mode again.
+    (A more open run in another set still comes first: h200-leave-3's pass took staging time-sliced
+    (undecided), ipc under MPS (can move), then mempool under MPS and ipc and mempool time-sliced (all
+    within), three sets either way.)"""
+    from types import SimpleNamespace
+
+    from gpuipc_bench.engine.scenario import WorkerSpec
+    from gpuipc_bench.harness.resample import CAN_MOVE, UNDECIDED, OpenDecision, Rerun, in_set_first, pass_set
+
+    specs = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 0)]
+    ts, mps = SimpleNamespace(name="time-sliced"), SimpleNamespace(name="mps")
+
+    def rerun(name, mode, tier, reach):
+        decision = OpenDecision(f"{mode.name} {name}", tier, reach, ())
+        return Rerun((name, mode.name, "0", "0"), None, specs, mode, (4,), frozenset(), 0.5, decision)
+
+    runs = [rerun("ipc", mps, CAN_MOVE, 0.3), rerun("mempool", mps, CAN_MOVE, 0.2), rerun("ipc", ts, CAN_MOVE, 0.1),
+            rerun("staging", ts, UNDECIDED, 0.05)]
+    order = [(r.key[0], r.key[1]) for r in in_set_first(runs, pass_set(specs, ts))]
+    assert order == [("staging", "time-sliced"), ("ipc", "time-sliced"), ("ipc", "mps"), ("mempool", "mps")]
+    assert in_set_first(runs, None) == sorted(runs, key=lambda r: -r.first.tier)  # no set yet: most open first

@@ -363,3 +363,28 @@ def test_among_runs_as_open_as_each_other_those_of_the_set_now_running_come_firs
     order = [(r.key[0], r.key[1]) for r in in_set_first(runs, pass_set(specs, ts))]
     assert order == [("staging", "time-sliced"), ("ipc", "time-sliced"), ("ipc", "mps"), ("mempool", "mps")]
     assert in_set_first(runs, None) == sorted(runs, key=lambda r: -r.first.tier)  # no set yet: most open first
+
+
+def test_a_set_the_pass_left_for_another_mode_or_a_scenario_of_its_own_processes_counts_as_forked_again():
+    """Resampler.enter: the sets the pass holds after each run, which a later run's cost counts as
+    forked (rerun_seconds adds a late set's start for the others)."""
+    from types import SimpleNamespace
+
+    from gpuipc_bench.engine.scenario import WorkerSpec
+    from gpuipc_bench.harness.resample import CAN_MOVE, OpenDecision, Rerun, Resampler, pass_set
+
+    specs = [WorkerSpec(0, "producer", 0), WorkerSpec(1, "consumer", 0)]
+    ts, mps = SimpleNamespace(name="time-sliced"), SimpleNamespace(name="mps")
+
+    def rerun(mode, persistent=True):
+        scenario = SimpleNamespace(persistent_workers=persistent, start_method="fork" if persistent else "forkserver")
+        return Rerun(("x", mode.name, "0", "0"), scenario, specs, mode, (4,), frozenset(), 0.5,
+                     OpenDecision("x", CAN_MOVE, 0.1, ()))
+
+    pass_ = Resampler.__new__(Resampler)
+    pass_.started = set()
+    assert pass_.enter(rerun(ts)) == pass_set(specs, ts) and pass_.started == {pass_set(specs, ts)}
+    pass_.enter(rerun(mps))
+    assert pass_.started == {pass_set(specs, mps)}  # the time-sliced set left as the MPS one started
+    pass_.enter(rerun(mps, persistent=False))
+    assert pass_.started == set()  # a scenario of its own processes: every set before it left

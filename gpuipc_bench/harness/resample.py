@@ -388,7 +388,6 @@ class Resampler:
         budget, what was measured again and what is left open."""
         import dataclasses as dc
 
-        from gpuipc_bench.engine.scenario import shares_processes
         from gpuipc_bench.harness.supervision import WorkerLost
 
         results = self.results
@@ -403,14 +402,7 @@ class Resampler:
         while runs:
             rerun = runs.pop(0)
             self.done.add(rerun.key)
-            current = pass_set(rerun.specs, rerun.mode)
-            # the sets of another mode leave as this one starts (WorkerSets.end_mode_other_than), and every
-            # set before a scenario of its own processes: a later run there forks again
-            self.started = {key for key in self.started if key[1] == current[1]}
-            if shares_processes(rerun.scenario):
-                self.started.add(current)
-            else:
-                self.started = set()
+            current = self.enter(rerun)
             config = dc.replace(self.plan.config, only_groups=rerun.groups)
             outcome = measure(rerun.scenario, rerun.specs, rerun.mode, config, REPLICA)
             self.measured.append(rerun)
@@ -428,6 +420,21 @@ class Resampler:
         self.pending = bool(self.measured)  # what is left open: from the run's final analysis (finish)
         if not self.pending:
             self.report(found)
+
+    def enter(self, rerun: Rerun) -> tuple:
+        """The pass set `rerun` runs in (pass_set), now the current one; the sets the pass holds after
+        it (`started`: what a later run's cost counts as forked): the sets of another mode leave as it
+        starts (WorkerSets.end_mode_other_than), and every set before a scenario of its own processes,
+        so a later run there forks again."""
+        from gpuipc_bench.engine.scenario import shares_processes
+
+        current = pass_set(rerun.specs, rerun.mode)
+        self.started = {key for key in self.started if key[1] == current[1]}
+        if shares_processes(rerun.scenario):
+            self.started.add(current)
+        else:
+            self.started = set()
+        return current
 
     def finish(self, analysis) -> None:
         """After a pass that measured again: what it left open, from the run's final analysis (the

@@ -19,7 +19,8 @@ of the GPU), so the batches of different processes can be compared:
 
 Ceilings: the group's first worker alone (d2d@<gpu>, h2d@<gpu>). Then the device
 ping-pong latency between the group's first two workers (the latency scenario's
-kernels, 4 bytes, both protocols).
+kernels, 4 B and 4 KiB, both protocols): a second process set's figures beside the latency
+scenario's, whose ratio's movement between the two sets the verdict's delta takes in.
 
 Time-sliced and MPS are the run's sharing modes (gpuipc_bench.modes, --sharing): the
 scenario runs once per mode with a fresh group of workers, each of which the harness made
@@ -56,7 +57,7 @@ DEFAULT_SIZES = (64 << 20,)
 DEFAULT_GROUP = 8
 MAX_GROUP = 16
 BATCH_BYTES = 256 << 20  # each worker moves about this much a sample
-LATENCY_SIZES = (4,)
+LATENCY_SIZES = (4, 4096)  # the MPS hand-off's smallest sizes, where the kernel ping-pongs are the choice
 TRANSFERS = ("d2d", "h2d")
 PROBE_TIMEOUT_S = 30.0
 

@@ -272,9 +272,7 @@ class WorkerSets:
                                             mode_name=mode_name, after=after, leave_to=left, **callbacks)
             self.reap(block=False)  # those it waited for
             if left:  # its workers exit on their own now, while the next ones start
-                leaving = self._everyone([(worker, None) for worker in left])
-                leaving.leaving = time.monotonic()
-                self.retired.append((leaving, mode_name))
+                self._retire([(worker, None) for worker in left], mode_name)
             return outcome
         key = set_key(specs, mode_name, env)
         workers = self.sets.get(key)
@@ -322,11 +320,7 @@ class WorkerSets:
         contexts go down while other sets work) and reaped at close()."""
         key = set_key(specs, mode_name, env or {})
         self.sets.pop(key, None)
-        members = [self.members.pop((key, i)) for i in range(len(specs)) if (key, i) in self.members]
-        if members:
-            leaving = self._everyone(members)
-            leaving.let_go()
-            self.retired.append((leaving, mode_name))
+        self._leave([(key, i) for i in range(len(specs)) if (key, i) in self.members])
 
     def leave_all(self) -> None:
         """Every persistent set is told to leave now, without waiting (reaped once gone: reap)."""
@@ -339,9 +333,14 @@ class WorkerSets:
         for key in keys:
             by_mode.setdefault(key[0][0], []).append(self.members.pop(key))
         for mode_name, members in by_mode.items():
-            leaving = self._everyone(members)
-            leaving.let_go()
-            self.retired.append((leaving, mode_name))
+            self._retire(members, mode_name)
+
+    def _retire(self, members, mode_name: str | None) -> None:
+        """`members` ((worker, its task pipe or None)) told to leave now, without waiting: retired
+        with their mode, reaped once gone (reap)."""
+        leaving = self._everyone(members)
+        leaving.let_go()
+        self.retired.append((leaving, mode_name))
 
     def leaving_pids(self) -> tuple[int, ...]:
         """The pids of the workers told to leave that still run (those gone are reaped here): what

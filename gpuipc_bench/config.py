@@ -22,6 +22,7 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
     "workers": (1, 64, "worker processes"),
     "timeout": (0.1, 86_400, "seconds"),
     "budget": (1, 86_400, "seconds"),  # run's --budget
+    "replicas": (1, 8, "process sets per run"),  # run's --replicas
     "min_effect": (0, 100, "percent"),  # report's --min-effect
 }
 
@@ -75,6 +76,8 @@ class RunConfig:
     # The resampling pass's run (harness.resample): the groups it measures again, (path, variant, measure,
     # bytes); None: every group (its set-up operations and ceilings are measured whatever this says)
     only_groups: frozenset[tuple[str, str, str, int]] | None = None
+    # --replicas: the process sets each run of the first pass is measured on (1: one, then the resampling pass)
+    replicas: int = 1
 
     def __post_init__(self):
         if self.iterations is not None:
@@ -89,6 +92,7 @@ class RunConfig:
         if self.workers is not None:
             check_bound("workers", self.workers)
         check_bound("timeout", self.timeout)
+        check_bound("replicas", self.replicas)
         if self.chunk_bytes < 1:
             raise UsageError("--chunk must be at least 1 byte")
 

@@ -388,3 +388,55 @@ def test_a_set_the_pass_left_for_another_mode_or_a_scenario_of_its_own_processes
     assert pass_.started == {pass_set(specs, mps)}  # the time-sliced set left as the MPS one started
     pass_.enter(rerun(mps, persistent=False))
     assert pass_.started == set()  # a scenario of its own processes: every set before it left
+
+
+# --------------------------------------------------------------------------- --replicas
+
+
+def test_replicas_measure_every_run_again_on_fresh_sets_and_no_resampling_follows(tmp_path, monkeypatch):
+    import dataclasses
+
+    clock = [5.0]
+    monkeypatch.setattr(session_module, "process_seconds", lambda: clock[0])
+    plan = plan_of((Named("ipc"), SAME_GPU), (Named("vmm"), SAME_GPU))
+    plan.config = dataclasses.replace(plan.config, replicas=3)
+    sets = Resampling(clock, 0.5)
+    _, heard, out = run_session(tmp_path, plan, sets, Heard())
+    written, meta = read_results(out)
+    assert [e[1] for e in heard.events if e[0] == "started"] == ["ipc", "vmm", "ipc #2", "vmm #2", "ipc #3", "vmm #3"]
+    assert sets.asked == [] and sets.closed == 2  # every group, not chosen ones; each pass's sets fresh
+    counts = written.groupby("replica").size()
+    assert counts.to_dict() == {1: counts[1], 2: counts[1], 3: counts[1]}
+    assert meta["replicas"] == "3" and "--replicas 3" in meta["sampling.budget"]
+    assert "sampling.resampled" not in meta
+
+
+def two_sets(ratio_one: float, ratio_two: float) -> list[dict]:
+    """ipc/ce and ipc/push at one size, push `ratio` times ce's time in each of two process sets."""
+    rows = []
+    for replica, ratio in ((1, ratio_one), (2, ratio_two)):
+        tight = [1 + 0.001 * i for i in range(6)]
+        for row in (figure("ipc", "ce", 1e-3, sizes=(OPEN,), ceiling="", samples=tight)
+                    + figure("ipc", "push", 1e-3 * ratio, sizes=(OPEN,), ceiling="", samples=tight)):
+            rows.append({**row, "replica": replica})
+    return rows
+
+
+def test_a_ratio_that_moves_between_process_sets_widens_delta_to_that_movement():
+    """push is 1% behind ce in one set and 7% in the other: pooled, 4% (beyond the 2% floor), but
+    the offset between sets is 6%: delta takes it in, and push is not shown slower."""
+    pooled = analyse(frame(two_sets(1.01, 1.07)), META).answer.decisions[0]
+    assert pooled.replicas == 2 and pooled.delta == pytest.approx(1.07 / 1.01 - 1, rel=1e-3)
+    assert pooled.outcome != "faster"
+    steady = analyse(frame(two_sets(1.04, 1.045)), META).answer.decisions[0]
+    assert steady.outcome == "faster" and steady.delta == pytest.approx(0.02)
+
+
+@pytest.mark.parametrize("args, says", [(["--replicas", "0"], "must be 1 to 8 process sets per run"),
+                                        (["--replicas", "9"], "must be 1 to 8 process sets per run"),
+                                        (["--replicas", "2", "--budget", "500"], "--replicas 2 and --budget")])
+def test_bad_replicas_are_one_error_line(args, says):
+    result = CliRunner().invoke(cli, ["run", *args])
+    assert result.exit_code == 2
+    errors = [line for line in result.output.splitlines() if "Error" in line or "error" in line]
+    assert len(errors) == 1 and says in errors[0] and "Traceback" not in result.output

@@ -22,8 +22,10 @@ first class neither shown the same nor an API of the choice's mechanism the samp
 tell from it), its ratio measured from the choice. Each comparison's delta is at least what
 the two figures' process sets measured apart of one ceiling at that size (each of the two figures'
 ceilings of one link, the copy engine's or the kernel copy's, as every scenario's process set
-measured it, and each scenario's producer against its consumer): an offset between processes is
-not taken for a difference between paths, and figures are compared as measured, never rescaled.
+measured it, and each scenario's producer against its consumer), and for two figures that two
+process sets or more measured (replicas: the resampling pass, --replicas), at least how far their
+ratio moved between those sets: an offset between processes is not taken for a difference between
+paths, and figures are compared as measured, never rescaled.
 """
 
 from __future__ import annotations
@@ -286,6 +288,19 @@ def _sets_spread(a: _Ceilinged, b: _Ceilinged) -> float:
     return max(both) / min(both) - 1 if len(both) >= 2 else 0.0
 
 
+def _replicas_spread(a: Figure, b: Figure) -> float:
+    """How far the ratio of two figures moved between the process sets (replicas) that measured
+    both: slowest over fastest of each replica's median a over median b, less 1; 0 where fewer than
+    two measured both. The offset between process sets is measured there, not assumed: a ratio
+    one set draws is that set's (on one H200 the host-synced staging hand-off at 1 MiB sat at
+    59.8-64.2 us in four runs' sets, 4.2-4.4x ahead of the IPC push behind it)."""
+    both = min(len(a.replicas), len(b.replicas))
+    ratios = [float(np.median(a.replicas[r])) / float(np.median(b.replicas[r])) for r in range(both)
+              if len(a.replicas[r]) and len(b.replicas[r]) and float(np.median(b.replicas[r])) > 0]
+    ratios = [r for r in ratios if r > 0 and math.isfinite(r)]
+    return max(ratios) / min(ratios) - 1 if len(ratios) >= 2 else 0.0
+
+
 def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int], float],
            setup_cost: classes.SetupCost, order: Callable[[str], tuple],
            min_effect: float = stats.MIN_EFFECT, prefer: str | None = None, prefer_why: str = "",
@@ -324,8 +339,8 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     def compare(a: Figure, b: Figure) -> stats.Comparison:
         key = (id(a), id(b))
         if key not in cache:
-            cache[key] = stats.compare_prepared(prep(a), prep(b),
-                                                _delta(ceilinged(a), ceilinged(b), ceilings, min_effect), step=step)
+            delta = max(_delta(ceilinged(a), ceilinged(b), ceilings, min_effect), _replicas_spread(a, b))
+            cache[key] = stats.compare_prepared(prep(a), prep(b), delta, step=step)
         return cache[key]
 
     ends = {id(f): (prep(f).part().lo, prep(f).part().hi) for f in figures}  # fastest and slowest sample

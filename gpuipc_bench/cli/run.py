@@ -131,11 +131,18 @@ def _samples_text(preset: str) -> str:
                    "remains. The run names the decisions it left open (stderr and the header's sampling.open). "
                    f"Default: the first pass, then at most {DEFAULT_RESAMPLE_S:g} s of resampling (none with "
                    "--quick).")
+@click.option("--replicas", type=Bounded("replicas"), default=1, show_default=True, metavar="N",
+              help="Process sets each run is measured on: with N above 1, every run of the first pass is "
+                   "measured again on N-1 fresh process sets (replica 2.. in the CSV; pyperf's unit of "
+                   "variance), and no resampling pass follows. A decision then stands on all of them: faster "
+                   "only where each set shows it, its effect size at least how far the ratio moved between "
+                   "sets. About N times the first pass's time: for a reference run (-n 20 --replicas 2) "
+                   "that other runs' ratios are checked against.")
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1), default=None,
               help="Seed of that order. Default: a new one per run, written in the CSV header (order_seed).")
 def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_samples, warmup, devices, workers, out,
         force, chunk, timeout, quiet, verbose, plot=None, launcher=None, pairs=None, sharing=None,
-        sample_order="interleaved", order_seed=None, full=False, budget=None):
+        sample_order="interleaved", order_seed=None, full=False, budget=None, replicas=1):
     """Run scenarios across forked workers and write one tidy CSV (one row per sample).
 
     Where there is no GPU, the GPU scenarios are skipped with a note and the host
@@ -160,7 +167,7 @@ def run(scenario_names, sizes, quick, thorough, iterations, min_samples, max_sam
         _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
              force, chunk, timeout, quiet, verbose, plot, job, pairs, sharing, fresh=launcher == "fork-fresh",
              order=(sample_order, random.randrange(2**31) if order_seed is None else order_seed), full=full,
-             budget=budget)
+             budget=budget, replicas=replicas)
         code = 0
     except click.exceptions.Exit as exc:
         code = exc.exit_code
@@ -184,7 +191,7 @@ def _select_by_uuid(devices):
 
 def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, warmup, devices, workers, out,
          force, chunk, timeout, quiet, verbose, plot, job, pairs=None, sharing=None, fresh=False,
-         order=("declared", None), full=False, budget=None):
+         order=("declared", None), full=False, budget=None, replicas=1):
     # the run's machinery, imported here: the other commands (report, list, info) need none of it
     from gpuipc_bench.cli.progress import run_session
     from gpuipc_bench.harness.head_start import HeadStart
@@ -203,7 +210,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         options = PlanOptions(scenario_names=scenario_names, sizes=sizes, preset=preset or "", iterations=iterations,
                               min_samples=min_samples, max_samples=max_samples, warmup=warmup, devices=devices,
                               visible=visible, workers=workers, timeout=timeout, chunk=chunk, pairs=pairs,
-                              sharing=sharing, fresh=fresh, order=order, job=job, full=full, budget=budget)
+                              sharing=sharing, fresh=fresh, order=order, job=job, full=full, budget=budget,
+                              replicas=replicas)
         config = run_config(options)
         default_name = out is None  # taken by exclusive create before the run starts (see below)
         out = out or default_results_path()

@@ -31,6 +31,8 @@ def run_header(config: RunConfig, machine) -> dict[str, str]:
     meta["sample_order"] = config.sample_order  # the variants' order at each size (Sampler.interleave)
     if config.order_seed is not None:
         meta["order_seed"] = str(config.order_seed)
+    if config.replicas > 1:
+        meta["replicas"] = str(config.replicas)  # every run measured on this many process sets (replica column)
     if config.sharing:
         meta["sharing.modes"] = ",".join(config.sharing)  # each same-GPU pair scenario ran once per mode
     meta.update(machine.metadata())

@@ -308,6 +308,7 @@ class PlanOptions:
     full: bool = False  # --full: with --pairs all, every pair swept whole
     order: tuple[str, int | None] = ("declared", None)  # --sample-order, --order-seed
     budget: float | None = None  # --budget: seconds the run may take (None: the first pass and a short resampling)
+    replicas: int = 1  # --replicas: process sets each run of the first pass is measured on
     job: Any = None  # the MPI job whose ranks are the workers, or None
 
 
@@ -339,6 +340,12 @@ def run_config(options: PlanOptions) -> "RunConfig":
 
     if options.pairs is not None and options.devices:
         raise UsageError("--pairs and --devices both choose the GPUs: give one of them")
+    if options.replicas > 1 and options.job is not None:
+        raise UsageError(f"--replicas {options.replicas}: under MPI the job's ranks are the only processes; "
+                         "run it without --replicas (or start the job again for another replica)")
+    if options.replicas > 1 and options.budget is not None:
+        raise UsageError(f"--replicas {options.replicas} and --budget: a run on several process sets measures "
+                         "every run on each of them, with no resampling pass for a budget to limit; give one of them")
     if options.full and options.pairs != "all":
         raise UsageError("--full: sweeps every GPU pair whole with --pairs all (without it one pair per link "
                          "class is); give --pairs all too")
@@ -358,7 +365,7 @@ def run_config(options: PlanOptions) -> "RunConfig":
         scenarios=tuple(names), sizes=options.sizes, iterations=options.iterations, preset=options.preset,
         devices=options.devices, workers=workers,
         launcher="mpi" if job else "fork-fresh" if options.fresh else "fork", sample_order=options.order[0],
-        order_seed=options.order[1], **given,
+        order_seed=options.order[1], replicas=options.replicas, **given,
     )
 
 
@@ -418,8 +425,10 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None, head_star
     first = estimate_with_rounds(plan_runs(plan, modes), config, modes, second_mode_stream_sizes,
                                  machine.gpu_count, rounds)
     check_budget(options.budget, first)
-    # the resampling pass after it (an MPI job's ranks are its processes: none there; harness.session)
-    estimate = first + (resample_seconds(first, options.budget, config) if job is None else 0.0)
+    # the resampling pass after it (an MPI job's ranks are its processes: none there; harness.session), or
+    # with --replicas N the first pass N times over, on fresh process sets
+    estimate = first * config.replicas if config.replicas > 1 else \
+        first + (resample_seconds(first, options.budget, config) if job is None else 0.0)
     ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
     if len(ordered) > 1:  # a run over several pairs: how long it takes, before it starts
         notes.append(("estimate", estimate_text(estimate, len(ordered), classes, rounds)))

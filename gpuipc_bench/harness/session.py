@@ -247,8 +247,34 @@ class Session:
                     rewritten = time.monotonic()
                 if isinstance(outcome.error, WorkerLost) and not plan.independent:
                     return  # a process died or went silent: the run ends (independent: its own processes only)
-            if not plan.independent:
+            if plan.independent:
+                return
+            if config.replicas > 1:
+                self._replicas(plan, known, current, queue)
+            else:
                 self._resample(plan, known, current)
+
+    def _replicas(self, plan, known: KnownBest, current, queue: list) -> None:
+        """--replicas N: every run of the first pass measured again on N-1 fresh process sets, each
+        pass its rows tagged with its replica; the mode the first pass ended in goes first (one mode
+        switch fewer). No resampling pass follows: every group stands on N sets."""
+        runs = []
+        for item in queue:
+            if isinstance(item, Round):
+                runs += [run for pair in item.runs.values() for run in pair]
+            elif not isinstance(item, Confirm):
+                runs.append(item)
+        runs.sort(key=lambda run: run[2] is not current)  # (stable: each mode's runs in the first pass's order)
+        replicas = plan.config.replicas
+        self.results.set_meta("sampling.budget", f"every run on {replicas} process sets (--replicas {replicas}); "
+                                                 "no resampling pass")
+        for replica in range(2, replicas + 1):
+            self.sets.leave_all()  # this pass's sets are fresh: the ones before it leave while they start
+            for scenario, specs, mode in runs:
+                current = self._follow(current, mode)
+                outcome = self._one(scenario, specs, mode, plan, known, None, replica=replica)
+                if outcome is not None and isinstance(outcome.error, WorkerLost):
+                    return
 
     def _follow(self, current, mode):
         """`mode` comes after `current`: a mode left behind ends its busy neighbour, its notes into

@@ -4,7 +4,8 @@
 # `report --format json`, then how often the three agree: per pair of runs, the decisions whose
 # mechanism class and whose chosen API are the same, the open ones (scripts/agreement.py), and each
 # run's wall time against its seconds.total, estimate and resampling pass (sampling.* keys).
-# With REFERENCE=1, then a run of 20 samples per group (-n 20) that scripts/agreement.py checks each
+# With REFERENCE=1, then a run of 20 samples per group on two process sets each (-n 20 --replicas 2:
+# its ratio intervals and deltas take in the offset between sets) that scripts/agreement.py checks each
 # run's runner-up ratios against (issue 33).
 # Usage: [REFERENCE=1] bash scripts/device/repeat.sh [run options]   (e.g. --budget 45)
 # About 3 x 45 s of runs plus ~10 s of reports on one H100; the reference about 2 minutes more.
@@ -33,9 +34,9 @@ for n in 1 2 3; do
 done
 refs=()
 if [ -n "${REFERENCE:-}" ]; then  # the runner-up check's reference: a run of 20 samples per group
-  timer "$OUT/reference-20.time" gpuipc-bench run -n 20 -o "$OUT/reference-20.csv" --force "$@" \
+  timer "$OUT/reference-20.time" gpuipc-bench run -n 20 --replicas 2 -o "$OUT/reference-20.csv" --force "$@" \
     >"$OUT/reference-20.out" 2>"$OUT/reference-20.err"
-  echo "== reference (-n 20): exit $?; $(grep -h 'Elapsed (wall clock)' "$OUT/reference-20.time")"
+  echo "== reference (-n 20 --replicas 2): exit $?; $(grep -h 'Elapsed (wall clock)' "$OUT/reference-20.time")"
   gpuipc-bench report "$OUT/reference-20.csv" --format json >"$OUT/reference-20.json" 2>/dev/null
   refs=(--reference "$OUT/reference-20.json")
 fi

@@ -495,3 +495,35 @@ def test_hostpool_protocol(monkeypatch, no_leaks):
     assert all(r["verified"] is not False for r in rows)
     setup = groups([r for r in rows if r["metric"] == "setup"], "variant")
     assert setup == {("host_pool_create",): 1, ("host_pool_import",): 1, ("host_ptr_import",): 1}
+
+
+def test_the_pageable_ring_is_faulted_in_once_per_new_span_before_the_timed_interval():
+    """staging's pageable hand-off: the pages of the slots a sample uses are faulted in before its
+    timed interval, each page once (a first timed sample was otherwise charged with them), up to
+    the ring's end, the bytes left as they were."""
+    import mmap
+    from types import SimpleNamespace
+
+    from gpuipc_bench.gpu.memory import MADV_POPULATE_WRITE
+    from scenarios.staging import StagingWorker
+
+    page, calls = mmap.PAGESIZE, []
+
+    class Region:
+        def __len__(self):
+            return 10 * page
+
+        def madvise(self, option, start, length):
+            calls.append((option, start, length))
+
+    worker = SimpleNamespace(ctx=SimpleNamespace(shared=SimpleNamespace(pageable=Region())), pageable_touched=0)
+    for span in (100, page, 3 * page + 1, 100 * page, 10 * page):
+        StagingWorker.touch_pageable(worker, span)
+    assert calls == [(MADV_POPULATE_WRITE, 0, page), (MADV_POPULATE_WRITE, page, 3 * page),
+                     (MADV_POPULATE_WRITE, 4 * page, 6 * page)]
+    real = mmap.mmap(-1, 4 * page, flags=mmap.MAP_SHARED)
+    real[:4] = b"keep"
+    worker = SimpleNamespace(ctx=SimpleNamespace(shared=SimpleNamespace(pageable=real)), pageable_touched=0)
+    StagingWorker.touch_pageable(worker, 4 * page)
+    assert worker.pageable_touched == 4 * page and real[:4] == b"keep"
+    real.close()

@@ -339,3 +339,24 @@ def test_a_headline_pair_outside_its_class_is_swept_whole_after_the_first_pass(t
     assert meta["pairs.full"] == "0>1" and "pairs.resweep.1>2" not in meta
     said = [e[1] for e in heard.events if e[0] == "note" and "sweeping it whole" in e[1]]
     assert len(said) == 1 and said[0].startswith("GPU 2 → 3: ipc/ce stream at 256 MiB") and "s more)" in said[0]
+
+
+def test_a_scenario_that_ended_well_shows_its_line_complete_though_it_took_fewer_steps():
+    """Groups decided early (far behind, beaten) take fewer steps than the plan counted: the line of a
+    scenario that ended well is complete, with no time left on it; a failed one keeps its place."""
+    import io
+
+    from rich.console import Console
+
+    from gpuipc_bench.cli.progress import ProgressReporter
+
+    reporter = ProgressReporter(Console(file=io.StringIO(), width=80), "run.csv", quiet=False)
+    with reporter:
+        done, failed = reporter.started("staging mps", 10), reporter.started("mmap mps", 10)
+        for line in (done, failed):
+            reporter.advance(line, 6)
+        reporter.finished(done)
+        reporter.failed(failed)
+        tasks = {t.id: t for t in reporter.progress.tasks}
+        assert tasks[done[0]].finished and tasks[done[0]].time_remaining in (None, 0)
+        assert tasks[failed[0]].completed == 6 and not tasks[failed[0]].finished

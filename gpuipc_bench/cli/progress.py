@@ -51,6 +51,10 @@ class ProgressReporter(Reporter):
     def failed(self, line) -> None:
         self.progress.update(line[0], description=f"[red]{line[1]}")
 
+    def finished(self, line) -> None:
+        task = next(t for t in self.progress.tasks if t.id == line[0])
+        self.progress.update(line[0], completed=task.total)  # no time 'left' on a line that ended
+
     def note(self, text: str) -> None:
         if not self.quiet:
             self.err.print(f"[yellow]note[/]: {escape(text)}", soft_wrap=True)

@@ -66,6 +66,10 @@ class Reporter:
     def failed(self, line: Any) -> None:
         """The scenario failed (its mode could not start, or a worker failed)."""
 
+    def finished(self, line: Any) -> None:
+        """The scenario ended well: its line complete, whatever steps the plan counted (groups decided
+        early take fewer than planned)."""
+
     def row(self, row: dict) -> None:
         """A row arrived (in the results already): `check` keeps its rows this way."""
 
@@ -427,6 +431,7 @@ class Session:
             reporter.failed(line)
         else:
             self.done.append(scenario.name)
+            reporter.finished(line)
             self.ended_well.add((scenario.name, devices, mode.name if mode is not None else None))
         mark("scenario ended", scenario.name)
         with self.lock:  # summed over GPU pairs and modes (and over the pairs of a round, which overlap)

@@ -314,6 +314,21 @@ def test_a_figure_all_in_one_state_is_compared_with_the_nearest_state_of_the_oth
     assert "ipc/ce" not in d.beaten
 
 
+def test_a_host_synced_figure_s_own_jitter_is_not_taken_for_the_scheduler_s_states():
+    """Time-sliced hand-offs at 4 B: the GPU-signalled ones in two states a context switch (~17 us)
+    apart; pinned-hostsync's samples at 24 and 26.5 us are its own jitter, not a switch: pageable
+    (28 us, one state) is compared with all of them (1.16x), not with its 'slow state' (1.05x)."""
+    size, tick = 4, [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0664, 1.0664, 1.0664]
+    d = only(figure("ipc", "push", 264e-6, sizes=(size,), measure="handoff", ceiling="", n=9, samples=tick),
+             figure("vmm", "push", 264e-6, sizes=(size,), measure="handoff", ceiling="", n=9, samples=tick[::-1]),
+             figure("staging", "pinned-hostsync", 24e-6, sizes=(size,), measure="handoff", ceiling="", n=9,
+                    samples=[1.0, 1.001, 1.002, 1.003, 1.004, 1.104, 1.105, 1.106, 1.107]),
+             figure("staging", "pageable", 28e-6, sizes=(size,), measure="handoff", ceiling="", n=6,
+                    samples=[1.0, 1.001, 1.002, 1.003, 1.004, 1.005]))
+    assert d.choice == "staging/pinned-hostsync" and d.next_members == ("staging/pageable",)
+    assert d.ratio == pytest.approx(28.07 / 24.1, rel=0.01)
+
+
 def one_state_pair(sharing: str):
     """256 MiB hand-offs, the size's step ~138 us (vmm/ce shows both states): ipc/sm's samples all
     missed the switch (294 us), ipc/ce's all took it (422 us): 1.43x apart as drawn, ~4% the other

@@ -72,6 +72,8 @@ CASES: list[tuple[list[str], list[str]]] = [
     ([*RUN, "--full", "--pairs", "0-1"], ["--full", "give --pairs all too"]),
     ([*RUN, "--budget", "-3"], ["--budget", "must be 1 to 86400 seconds"]),
     ([*RUN, "--budget", "soon"], ["--budget", "is not a number"]),
+    ([*RUN, "--replicas", "0"], ["--replicas", "must be 1 to 8 process sets per run"]),
+    ([*RUN, "--replicas", "two"], ["--replicas", "is not a whole number"]),
     ([*RUN, "--sharing", "shared"], ["--sharing shared", "unknown sharing mode 'shared'"]),
     ([*RUN, "--sharing", "mps,mps"], ["--sharing mps,mps", "names a mode twice"]),
     ([*RUN, "--sharing", ","], ["--sharing", "give one or more of"]),

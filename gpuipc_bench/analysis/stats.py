@@ -21,8 +21,8 @@ are compared state by state: where both figures' samples fall into two states, t
 states are compared with each other (the slow ones where a fast state has fewer than
 MIN_STATE samples), so that a different mix of states is not taken for a difference between
 the paths; `states` says each figure's states and mix. Where the states are time-slicing's
-(a size's `step`: what a context switch adds to a sample, state_step) and only one of the two
-shows two (the other's samples all fell in one), the one-state figure is compared with the
+(a size's `step`: what a context switch adds to a sample, state_step; a figure's two states about
+one step apart) and only one of the two shows two (the other's samples all fell in one), the one-state figure is compared with the
 other's state nearest it, and is undecided against it where that state holds fewer than
 MIN_STATE samples; two one-state figures about one step apart are undecided, no ratio claimed.
 
@@ -214,10 +214,12 @@ def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha:
         else:
             both = None
         part_a = part_b = compared
-    elif step > 0 and (a.two is None) != (b.two is None):
+    elif step > 0 and (a.two is None) != (b.two is None) and _steps_like(a.two or b.two, step):
         # one figure in two states, the other in one (its samples all fell in one state): like with
         # like, the one state against the other's state nearest it (a time-sliced hand-off whose
-        # samples all took the context switch is not slower than one whose samples all missed it)
+        # samples all took the context switch is not slower than one whose samples all missed it).
+        # Only states one context switch apart are the scheduler's: a host-synced hand-off's 24 and
+        # 26.5 us, beside the 17 us step of the GPU-signalled ones at 4 B, are its own jitter
         two, one = (a, b) if a.two is not None else (b, a)
         nearest, enough = nearest_state(two, one.part().median)
         if nearest and not enough:  # it sits in the state the other rarely took: nothing like to compare
@@ -253,6 +255,12 @@ def compare_prepared(a: Prepared, b: Prepared, delta: float = MIN_EFFECT, alpha:
                               (xa.values, xb.values))
     return Comparison(outcome, ratio, ratio_lo, ratio_hi, delta, separated, reach, both, compared,
                       (xa.values, xb.values))
+
+
+def _steps_like(two, step: float) -> bool:
+    """Whether a figure's two states lie about one scheduler step apart (within half a step)."""
+    states = two[0]
+    return abs((states.slow_s - states.fast_s) - step) <= step / 2
 
 
 def state_step(figures: Sequence[Prepared]) -> float:

@@ -24,7 +24,8 @@ the paths; `states` says each figure's states and mix. Where the states are time
 (a size's `step`: what a context switch adds to a sample, state_step; a figure's two states about
 one step apart) and only one of the two shows two (the other's samples all fell in one), the
 one-state figure is compared with the other's state nearest it, and is undecided against it
-where that state holds fewer than MIN_STATE samples; two one-state figures about one step apart are undecided, no ratio claimed.
+where that state holds fewer than MIN_STATE samples; two one-state figures about one step apart
+are undecided, no ratio claimed.
 
 delta = max(MIN_EFFECT, what the two figures' process sets measured of one ceiling apart).
 """

@@ -33,9 +33,9 @@ RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-
         "h200-fast-host2-2.csv", "h200-fast-host2-quick-1.csv", "h200-fast-host2-quick-2.csv",
         "h200-fast-host2-quick-3.csv", "h200-kept-1.csv", "h200-kept-2.csv", "h200-kept-3.csv",
         "h200-kept-quick-1.csv", "h200-kept-quick-2.csv", "h200-kept-quick-3.csv", "h200-kept-host2-quick-1.csv",
-        "h200-kept-host2-quick-2.csv", "h200-kept-host2-quick-3.csv", "h200-final-1.csv", "h200-final-2.csv",
-        "h200-final-3.csv", "h200-leave-quick-1.csv", "h200-leave-quick-2.csv", "h200-leave-quick-3.csv",
-        "h200-final-quick-1.csv", "h200-final-quick-2.csv", "h200-final-quick-3.csv")
+        "h200-kept-host2-quick-2.csv", "h200-kept-host2-quick-3.csv", "h200-sets-1.csv", "h200-sets-2.csv",
+        "h200-sets-3.csv", "h200-leave-quick-1.csv", "h200-leave-quick-2.csv", "h200-leave-quick-3.csv",
+        "h200-sets-quick-1.csv", "h200-sets-quick-2.csv", "h200-sets-quick-3.csv")
 # The first run of 2.5 ms samples (estimate.RUN_COST_SCALE): the runs before it cost what COSTS say alone
 SHORT_SAMPLES_FROM = "2026-11-29T02:00:00+00:00"
 

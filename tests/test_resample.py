@@ -440,3 +440,39 @@ def test_bad_replicas_are_one_error_line(args, says):
     assert result.exit_code == 2
     errors = [line for line in result.output.splitlines() if "Error" in line or "error" in line]
     assert len(errors) == 1 and says in errors[0] and "Traceback" not in result.output
+
+
+def test_a_ratio_that_moves_between_the_sets_of_two_scenarios_and_their_replicas_widens_delta():
+    """Two figures that two scenarios timed, each on two process sets (the kernel ping-pongs of latency
+    and sharing under --replicas): their ratio is 1.05 in three sets and 1.12 in the fourth; pooled it
+    is beyond the 2% floor, but delta takes in the 6.7% it moved, and the faster is not claimed."""
+    a, b = np.full(12, 1e-3) * np.linspace(0.999, 1.001, 12), np.full(12, 1.05e-3) * np.linspace(0.999, 1.001, 12)
+    rows = {r["variant"]: r for r in figure("ipc", "ce", 1e-3, ceiling="") + figure("ipc", "sm", 1.05e-3, ceiling="")}
+    summary = frame(list(rows.values()))
+    summary = summary.assign(median_s=summary["seconds"], fraction_of_ceiling=np.nan, call_bound=False,
+                             l2_resident=None)
+    records = list(summary.itertuples(index=False))
+    keys = (("latency", 1), ("latency", 2), ("sharing", 1), ("sharing", 2))
+
+    def decided(moved: float):
+        fa = Figure("ipc/ce", records[0], a, (), tuple((k, 1e-3) for k in keys))
+        fb = Figure("ipc/sm", records[1], b, (), tuple((k, 1.05e-3 * (moved if k == keys[-1] else 1)) for k in keys))
+        return decide([fa, fb], {}, lambda label: (np.nan,) * 3, lambda label: (label,))
+
+    steady, moving = decided(1.0), decided(1.12 / 1.05)
+    assert steady.choice == "ipc/ce" and steady.outcome == "faster" and steady.delta == pytest.approx(0.02)
+    assert moving.delta == pytest.approx(1.12 / 1.05 - 1, rel=1e-6) and moving.outcome != "faster"
+
+
+def test_each_process_set_s_median_of_a_figure_is_keyed_by_its_scenario_and_replica():
+    from types import SimpleNamespace
+
+    from gpuipc_bench.analysis.verdict import set_medians
+
+    row = SimpleNamespace(scenario="latency", median_s=2e-6, sets=(("latency", 2e-6), ("sharing", 3e-6)),
+                          set_conditions=(("latency", "L"), ("sharing", "S")))
+    assert set_medians(row) == ((("latency", 1), 2e-6), (("sharing", 1), 3e-6))
+    replicas = {"L": (np.array([1e-6, 1e-6]), np.array([4e-6]))}  # latency on two sets; sharing on one
+    assert set_medians(row, replicas) == ((("latency", 1), 1e-6), (("latency", 2), 4e-6), (("sharing", 1), 3e-6))
+    plain = SimpleNamespace(scenario="ipc", median_s=5e-6)  # a row from before the column: its own scenario
+    assert set_medians(plain) == ((("ipc", 1), 5e-6),)

@@ -34,12 +34,14 @@ from gpuipc_bench.analysis.mechanisms import mechanism
 @dataclasses.dataclass(frozen=True)
 class Figure:
     """One candidate at one size: its label, summary row and samples; `replicas`: its samples per
-    process set (replica 1, 2, ...) where more than one measured it, else ()."""
+    process set (replica 1, 2, ...) where more than one measured it, else (); `sets`: its median in
+    each process set that measured it, ((scenario, replica), seconds)."""
 
     label: str
     row: object
     samples: np.ndarray
     replicas: tuple[np.ndarray, ...] = ()
+    sets: tuple[tuple[tuple[str, int], float], ...] = ()  # its median in each process set (verdict.set_medians)
 
     @property
     def median_s(self) -> float:

@@ -22,7 +22,8 @@ from gpuipc_bench.analysis.bands import Band, bands, changes
 from gpuipc_bench.analysis.breakeven import AMORTISE_OVER, BreakEven, break_even
 from gpuipc_bench.analysis.conditions import is_gpu, link_rank, records, with_mps_shares
 from gpuipc_bench.analysis.summary import SETUP_INTERVAL_SAMPLES, samples_by_condition, samples_by_replica, summarize
-from gpuipc_bench.analysis.verdict import MEASURE_ORDER, MIXED, Decision, Figure, candidates, ceiling_times, decide
+from gpuipc_bench.analysis.verdict import MEASURE_ORDER, MIXED, Decision, Figure, candidates, ceiling_times, decide, \
+    set_medians
 from gpuipc_bench.analysis.mechanisms import declaration_order
 from gpuipc_bench.analysis.transport import Fallback, fallbacks
 from gpuipc_bench.analysis.warnings import (
@@ -170,7 +171,7 @@ def decide_all(rows: pd.DataFrame, summary: pd.DataFrame, samples: Mapping[tuple
             parts[g].append(r)
     for part in parts:
         figures = [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float),
-                          tuple((replicas or {}).get(r.condition, ()))) for r in part]
+                          tuple((replicas or {}).get(r.condition, ())), set_medians(r, replicas)) for r in part]
         found = decide(figures, ceilings, cost, order, min_effect)
         if found is not None:
             out.append(found)

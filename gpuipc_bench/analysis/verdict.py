@@ -57,7 +57,8 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
     sizes a hand-off was measured on their link (in any sharing mode). A label measured twice
     at one condition (the latency and sharing scenarios both time the kernel ping-pong) keeps
     the figure with the most samples, and its `sets` column every scenario's median of it
-    ((scenario, seconds) pairs: two process sets of the run measured it; else one pair)."""
+    ((scenario, seconds) pairs: two process sets of the run measured it; else one pair), its
+    `set_conditions` column each scenario's condition of it (where its replicas' samples are)."""
     def ranked(path: str, variant: str) -> bool:
         info = paths.get(path)
         return info is not None and info.ranked and variant not in info.references
@@ -80,10 +81,14 @@ def candidates(summary: pd.DataFrame, paths: Mapping[str, PathInfo]) -> pd.DataF
     rows = rows.sort_values("samples", ascending=False, kind="stable")
     key = ["label", "src", "dst", "sharing", "measure", "bytes"]
     sets: dict[tuple, tuple] = {}
-    for values, scenario, median in zip(zip(*(rows[k] for k in key)), rows["scenario"], rows["median_s"]):
+    where: dict[tuple, tuple] = {}
+    for values, scenario, median, condition in zip(zip(*(rows[k] for k in key)), rows["scenario"], rows["median_s"],
+                                                   rows["condition"]):
         sets[values] = sets.get(values, ()) + ((str(scenario), float(median)),)
+        where[values] = where.get(values, ()) + ((str(scenario), condition),)
     rows = rows.drop_duplicates(key)
-    rows = rows.assign(sets=[sets[values] for values in zip(*(rows[k] for k in key))])
+    rows = rows.assign(sets=[sets[values] for values in zip(*(rows[k] for k in key))],
+                       set_conditions=[where[values] for values in zip(*(rows[k] for k in key))])
     return rows.sort_index()
 
 
@@ -288,16 +293,44 @@ def _sets_spread(a: _Ceilinged, b: _Ceilinged) -> float:
     return max(both) / min(both) - 1 if len(both) >= 2 else 0.0
 
 
+def set_medians(row, replicas: Mapping[tuple, tuple] | None = None) -> tuple[tuple[tuple[str, int], float], ...]:
+    """A candidate's median in each process set that measured it, ((scenario, replica), seconds): every
+    scenario that timed it (candidates' `sets`: the latency and sharing scenarios both time the kernel
+    ping-pongs) and, where a scenario measured it on several sets (the resampling pass, --replicas),
+    each of them (`replicas`: samples_by_replica)."""
+    found = []
+    conditions = dict(getattr(row, "set_conditions", ()) or ())
+    for scenario, median in getattr(row, "sets", ()) or ((str(row.scenario), float(row.median_s)),):
+        per_set = (replicas or {}).get(conditions.get(scenario), ())
+        if len(per_set) >= 2:
+            found += [((scenario, r + 1), float(np.median(x))) for r, x in enumerate(per_set) if len(x)]
+        else:
+            found.append(((scenario, 1), float(median)))
+    return tuple(found)
+
+
 def _replicas_spread(a: Figure, b: Figure) -> float:
-    """How far the ratio of two figures moved between the process sets (replicas) that measured
-    both: slowest over fastest of each replica's median a over median b, less 1; 0 where fewer than
-    two measured both. The offset between process sets is measured there, not assumed: a ratio
-    one set draws is that set's (on one H200 the host-synced staging hand-off at 1 MiB sat at
-    59.8-64.2 us in four runs' sets, 4.2-4.4x ahead of the IPC push behind it)."""
+    """How far the ratio of two figures moved between the passes that measured both (replica r of
+    each: the resampling pass, each pass of --replicas, whose process set measured every scenario of
+    one mode that shares processes): slowest over fastest of each pass's median a over median b,
+    less 1; 0 where fewer than two measured both. On one H200 the host-synced staging hand-off at
+    1 MiB sat at 59.8-64.2 us in four runs' sets, 4.2-4.4x ahead of the IPC push behind it."""
     both = min(len(a.replicas), len(b.replicas))
     ratios = [float(np.median(a.replicas[r])) / float(np.median(b.replicas[r])) for r in range(both)
               if len(a.replicas[r]) and len(b.replicas[r]) and float(np.median(b.replicas[r])) > 0]
     ratios = [r for r in ratios if r > 0 and math.isfinite(r)]
+    return max(ratios) / min(ratios) - 1 if len(ratios) >= 2 else 0.0
+
+
+def _sets_moved(a: Figure, b: Figure) -> float:
+    """How far the ratio of two figures moved between the process sets that measured both in the
+    same scenario (each scenario's that timed both, and each replica of it): slowest over fastest
+    of each set's a/b, less 1; 0 where fewer than two sets measured both. The offset between
+    process sets is measured there, not assumed: a ratio one set draws is that set's. On one H200
+    under MPS the 4 KiB flag ping-pong over the LL one was 3.01-3.56 in the six sets (two
+    scenarios, three replicas) of one -n 20 --replicas 3 run (results/h200-sets.txt)."""
+    mine, theirs = dict(a.sets), dict(b.sets)
+    ratios = [mine[k] / theirs[k] for k in mine.keys() & theirs.keys() if mine[k] > 0 and theirs[k] > 0]
     return max(ratios) / min(ratios) - 1 if len(ratios) >= 2 else 0.0
 
 
@@ -339,7 +372,8 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     def compare(a: Figure, b: Figure) -> stats.Comparison:
         key = (id(a), id(b))
         if key not in cache:
-            delta = max(_delta(ceilinged(a), ceilinged(b), ceilings, min_effect), _replicas_spread(a, b))
+            delta = max(_delta(ceilinged(a), ceilinged(b), ceilings, min_effect), _replicas_spread(a, b),
+                        _sets_moved(a, b))
             cache[key] = stats.compare_prepared(prep(a), prep(b), delta, step=step)
         return cache[key]
 

@@ -136,7 +136,7 @@ def _samples_text(preset: str) -> str:
                    "measured again on N-1 fresh process sets (replica 2.. in the CSV; pyperf's unit of "
                    "variance), and no resampling pass follows. A decision then stands on all of them: faster "
                    "only where each set shows it, its effect size at least how far the ratio moved between "
-                   "sets. About N times the first pass's time: for a reference run (-n 20 --replicas 2) "
+                   "sets. About N times the first pass's time: for a reference run (-n 20 --replicas 3) "
                    "that other runs' ratios are checked against.")
 @click.option("--order-seed", type=click.IntRange(0, 2**31 - 1), default=None,
               help="Seed of that order. Default: a new one per run, written in the CSV header (order_seed).")

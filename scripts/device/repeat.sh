@@ -4,11 +4,11 @@
 # `report --format json`, then how often the three agree: per pair of runs, the decisions whose
 # mechanism class and whose chosen API are the same, the open ones (scripts/agreement.py), and each
 # run's wall time against its seconds.total, estimate and resampling pass (sampling.* keys).
-# With REFERENCE=1, then a run of 20 samples per group on two process sets each (-n 20 --replicas 2:
+# With REFERENCE=1, then a run of 20 samples per group on three process sets each (-n 20 --replicas 3:
 # its ratio intervals and deltas take in the offset between sets) that scripts/agreement.py checks each
 # run's runner-up ratios against (issue 33).
 # Usage: [REFERENCE=1] bash scripts/device/repeat.sh [run options]   (e.g. --budget 45)
-# About 3 x 45 s of runs plus ~10 s of reports on one H100; the reference about 2 minutes more.
+# About 3 x 33 s of runs plus ~10 s of reports on one H200; the reference about 2.5 minutes more.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 COLUMNS=80
 OUT=${OUT:-/tmp/gpuipc-out}; mkdir -p "$OUT"
@@ -34,9 +34,9 @@ for n in 1 2 3; do
 done
 refs=()
 if [ -n "${REFERENCE:-}" ]; then  # the runner-up check's reference: a run of 20 samples per group
-  timer "$OUT/reference-20.time" gpuipc-bench run -n 20 --replicas 2 -o "$OUT/reference-20.csv" --force "$@" \
+  timer "$OUT/reference-20.time" gpuipc-bench run -n 20 --replicas 3 -o "$OUT/reference-20.csv" --force "$@" \
     >"$OUT/reference-20.out" 2>"$OUT/reference-20.err"
-  echo "== reference (-n 20 --replicas 2): exit $?; $(grep -h 'Elapsed (wall clock)' "$OUT/reference-20.time")"
+  echo "== reference (-n 20 --replicas 3): exit $?; $(grep -h 'Elapsed (wall clock)' "$OUT/reference-20.time")"
   gpuipc-bench report "$OUT/reference-20.csv" --format json >"$OUT/reference-20.json" 2>/dev/null
   refs=(--reference "$OUT/reference-20.json")
 fi

@@ -27,8 +27,8 @@ WITHIN = 0.25
 # three --quick, the plain run and `--pairs all` on two H200s, `--pairs all` on four (its re-sweeps added)
 RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-1.csv", "h200-quick-2.csv",
         "h200-quick-3.csv", "h200x2-speed.csv", "h200x2-speed-pairs-all.csv", "h200x4-speed-pairs-all.csv",
-        "h200-short-1.csv", "h200-short-2.csv", "h200-short-3.csv", "h200-short-quick-1.csv",
-        "h200-short-quick-2.csv", "h200-short-quick-3.csv", "h200-fast-1.csv", "h200-fast-2.csv", "h200-fast-3.csv",
+        "h200-short-quick-1.csv", "h200-short-quick-2.csv", "h200-short-quick-3.csv", "h200-fast-1.csv",
+        "h200-fast-2.csv", "h200-fast-3.csv",
         "h200-fast-quick-1.csv", "h200-fast-quick-2.csv", "h200-fast-quick-3.csv", "h200-fast-host2-1.csv",
         "h200-fast-host2-2.csv", "h200-kept-1.csv", "h200-kept-2.csv", "h200-kept-3.csv", "h200-kept-quick-1.csv",
         "h200-kept-quick-2.csv", "h200-kept-quick-3.csv", "h200-sets-1.csv", "h200-sets-2.csv", "h200-sets-3.csv",

@@ -258,7 +258,7 @@ class StagingWorker(PairWorker):
         mine = self.ring_buf.ptr
         host = self.pageable_addr if variant == "pageable" else self.host
         if variant == "pageable":
-            self.touch_pageable(ring.offset(trial.reps - 1) + nbytes)
+            self.touch_pageable(ring.bytes)
         first = self.transfers + 1
         self.transfers += trial.reps
         if self.producer:

@@ -289,8 +289,14 @@ def _sets_spread(a: _Ceilinged, b: _Ceilinged) -> float:
     a/b, less 1; 0 where fewer than two sets measured both. A ratio of one set carries that set's draw:
     on one H200 under MPS the 4-byte flag ping-pong over the LL one moved 3.38-3.59 between the two
     scenarios' sets of one run (results/h200-leave.txt)."""
-    both = [a.sets[s] / b.sets[s] for s in a.sets.keys() & b.sets.keys() if a.sets[s] > 0 and b.sets[s] > 0]
-    return max(both) / min(both) - 1 if len(both) >= 2 else 0.0
+    return _spread_of_ratios(a.sets, b.sets)
+
+
+def _spread_of_ratios(a: Mapping, b: Mapping) -> float:
+    """Slowest over fastest, less 1, of a[k] / b[k] over the keys (process sets) both hold a positive
+    figure for; 0 where fewer than two do."""
+    ratios = [a[k] / b[k] for k in a.keys() & b.keys() if a[k] > 0 and b[k] > 0 and math.isfinite(a[k] / b[k])]
+    return max(ratios) / min(ratios) - 1 if len(ratios) >= 2 else 0.0
 
 
 def set_medians(row, replicas: Mapping[tuple, tuple] | None = None) -> tuple[tuple[tuple[str, int], float], ...]:
@@ -315,11 +321,10 @@ def _replicas_spread(a: Figure, b: Figure) -> float:
     one mode that shares processes): slowest over fastest of each pass's median a over median b,
     less 1; 0 where fewer than two measured both. On one H200 the host-synced staging hand-off at
     1 MiB sat at 59.8-64.2 us in four runs' sets, 4.2-4.4x ahead of the IPC push behind it."""
-    both = min(len(a.replicas), len(b.replicas))
-    ratios = [float(np.median(a.replicas[r])) / float(np.median(b.replicas[r])) for r in range(both)
-              if len(a.replicas[r]) and len(b.replicas[r]) and float(np.median(b.replicas[r])) > 0]
-    ratios = [r for r in ratios if r > 0 and math.isfinite(r)]
-    return max(ratios) / min(ratios) - 1 if len(ratios) >= 2 else 0.0
+    def medians(f: Figure) -> dict[int, float]:
+        return {r: float(np.median(x)) for r, x in enumerate(f.replicas) if len(x)}
+
+    return _spread_of_ratios(medians(a), medians(b))
 
 
 def _sets_moved(a: Figure, b: Figure) -> float:
@@ -329,9 +334,7 @@ def _sets_moved(a: Figure, b: Figure) -> float:
     process sets is measured there, not assumed: a ratio one set draws is that set's. On one H200
     under MPS the 4 KiB flag ping-pong over the LL one was 3.01-3.56 in the six sets (two
     scenarios, three replicas) of one -n 20 --replicas 3 run (results/h200-sets.txt)."""
-    mine, theirs = dict(a.sets), dict(b.sets)
-    ratios = [mine[k] / theirs[k] for k in mine.keys() & theirs.keys() if mine[k] > 0 and theirs[k] > 0]
-    return max(ratios) / min(ratios) - 1 if len(ratios) >= 2 else 0.0
+    return _spread_of_ratios(dict(a.sets), dict(b.sets))
 
 
 def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int], float],

@@ -16,7 +16,6 @@ __device__ __forceinline__ unsigned char pattern_byte(u64 k, u32 seed) {
     return (unsigned char)(pattern_word(k >> 2, seed) >> ((k & 3) * 8));
 }
 
-// The GPU's nanosecond clock: one clock for every context of a GPU.
 // The SM this thread runs on (%smid): where a one-block kernel landed, for the trace (not under MPS: there a
 // client reads 0 wherever its block runs, results/h200-pingpong-smem.txt).
 __device__ __forceinline__ u32 sm_id() {
@@ -25,6 +24,7 @@ __device__ __forceinline__ u32 sm_id() {
     return id;
 }
 
+// The GPU's nanosecond clock: one clock for every context of a GPU.
 __device__ __forceinline__ u64 global_ns() {
     u64 t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));

@@ -429,9 +429,8 @@ class Resampler:
         from gpuipc_bench.engine.scenario import shares_processes
 
         current = pass_set(rerun.specs, rerun.mode)
-        self.started = {key for key in self.started if key[1] == current[1]}
         if shares_processes(rerun.scenario):
-            self.started.add(current)
+            self.started = {key for key in self.started if key[1] == current[1]} | {current}
         else:
             self.started = set()
         return current

@@ -74,7 +74,8 @@ class RunConfig:
     # host-link ceilings from engine.pair.HOST_CEILINGS_SHARED_FROM up this run takes (None: it measures them)
     host_ceilings_from: str | None = None
     # The resampling pass's run (harness.resample): the groups it measures again, (path, variant, measure,
-    # bytes); None: every group (its set-up operations and ceilings are measured whatever this says)
+    # bytes); None: every group. Its ceilings are measured whatever this says; its set-up operations are
+    # timed once and their rows not kept (Session._one: they set up a ring of the sizes measured again)
     only_groups: frozenset[tuple[str, str, str, int]] | None = None
     # --replicas: the process sets each run of the first pass is measured on (1: one, then the resampling pass)
     replicas: int = 1

@@ -45,7 +45,7 @@ from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.ceilings import Ceilings
 from gpuipc_bench.gpu.device import Gpu
 from gpuipc_bench.gpu.memory import MAX_REPS, L2Check, Ring
-from gpuipc_bench.gpu.timing import SharedGatePage
+from gpuipc_bench.gpu.timing import SharedGatePage, host_warm_bytes
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.engine.pingpong import IDLE, INITIATOR, PROTOCOLS, RESPONDER, DevicePingPong
 from gpuipc_bench.engine.sampler import Sample, Sampler
@@ -323,11 +323,12 @@ class SharingWorker:
                 gpu.synchronize()
                 src = self.host.ptr if transfer == "h2d" else self.src.ptr
                 copy = gpu.copy_launcher(nbytes)
+                warm = gpu.copy_launcher(host_warm_bytes(nbytes)) if transfer == "h2d" else copy
                 marks = gpu.marks(self.stamps.ptr)
             # Every worker arms the shared gate alike (its generation counts samples), active or not.
             if active:
                 gpu.time_batch(lambda r: copy(self.dst.ptr, src), trial.reps, shared=True, marks=marks,
-                               warm=lambda: copy(self.dst.ptr, src), before_release=ctx.sync, transfer_bytes=nbytes)
+                               warm=lambda: warm(self.dst.ptr, src), before_release=ctx.sync, transfer_bytes=nbytes)
                 start, end = marks.stamped()
                 ctx.store(f"start.{self.local}", start)
                 ctx.store(f"end.{self.local}", end)

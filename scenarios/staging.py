@@ -46,7 +46,7 @@ from gpuipc_bench.engine.exchange import Exchange, max_transfers
 from gpuipc_bench.gpu.errors import CudaError
 from gpuipc_bench.gpu.memory import MADV_POPULATE_WRITE, HostRegistration, Ring, mmap_address, prefault, reps_for, \
     ring_capacity
-from gpuipc_bench.gpu.timing import SharedGatePage
+from gpuipc_bench.gpu.timing import SharedGatePage, host_warm_bytes
 from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.engine.sampler import Sample
@@ -239,11 +239,12 @@ class StagingWorker(PairWorker):
             else:
                 copy(mine + at, host + at)
 
+        warm_copy = gpu.copy_launcher(host_warm_bytes(last), engine)  # 1 MiB for a large transfer
         if self.producer:
             gpu.fill(mine, ring, trial.seed)
-            warm = lambda: copies[last](self.host_scratch, mine)  # noqa: E731
+            warm = lambda: warm_copy(self.host_scratch, mine)  # noqa: E731
         else:
-            warm = lambda: copies[last](self.scratch.ptr, self.host_scratch)  # noqa: E731
+            warm = lambda: warm_copy(self.scratch.ptr, self.host_scratch)  # noqa: E731
         op = hop
         seconds = self.exchange.run(gpu, trial.reps, units, op, handoff, warm, transfer_bytes=last)
         if self.producer:

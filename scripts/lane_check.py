@@ -7,8 +7,8 @@ lane it should take (analysis.lanes.expected_lane), the samples read, and per la
 bytes counted over bytes moved. A sample moves its batch, and the untimed warm-up transfers
 queued before its start event (gpu.timing.warmup_ops) where they cross the same lane (a push
 figure's do not: they run before the producer's batch on the consumer's side; a pipelined
-staging figure's move one chunk each; NCCL's sendrecv moves its bytes both ways); a figure's
-sample passes where one of these is met.
+staging figure's move one chunk each, a large transfer's over PCIe 1 MiB: gpu.timing.host_warm_bytes;
+NCCL's sendrecv moves its bytes both ways); a figure's sample passes where one of these is met.
 
   NVLink expected  NVLink bytes within 2% + 1 MiB of the bytes moved; no more than 1 MiB on PCIe
                    beyond its floor (PCIe carries the launches and the counters' own reads);
@@ -27,7 +27,7 @@ import sys
 import pandas as pd
 
 from gpuipc_bench.analysis.lanes import expected_lane
-from gpuipc_bench.gpu.timing import warmup_ops
+from gpuipc_bench.gpu.timing import host_warm_bytes, warmup_ops
 from gpuipc_bench.results import read_results
 
 SHARE, SLACK = 0.02, 1 << 20
@@ -42,7 +42,7 @@ def moved_options(row, chunk: int = 0) -> tuple[float, ...]:
     if str(row.get("variant")).partition(":")[0] == "sendrecv":  # NCCL's sendrecv: its bytes both ways at once
         nbytes *= 2
     warm = warmup_ops(int(row["bytes"]))
-    found = (nbytes * batch, nbytes * (batch + warm))
+    found = (nbytes * batch, nbytes * (batch + warm), nbytes * batch + warm * host_warm_bytes(int(row["bytes"])))
     if chunk and str(row.get("variant")) == "pipelined":
         found += (nbytes * batch + warm * min(float(chunk), nbytes),)
     return found

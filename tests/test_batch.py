@@ -194,6 +194,76 @@ def test_an_h2d_ceiling_takes_two_host_rings_in_turn_each_filled_once_per_shape(
     assert len(one.gpu.fills) == 3
 
 
+@pytest.mark.parametrize("nbytes, warm", [(4, 4), ((16 << 20) - 1, (16 << 20) - 1), (16 << 20, 1 << 20),
+                                           (256 << 20, 1 << 20)])
+def test_a_large_transfer_over_pcie_warms_up_with_1_mib(nbytes, warm):
+    from gpuipc_bench.gpu.timing import host_warm_bytes
+
+    assert host_warm_bytes(nbytes) == warm
+
+
+@pytest.mark.parametrize("key, warm_bytes", [("d2h@0", 1 << 20), ("h2d-sm@0", 1 << 20), ("d2d@0", 256 << 20),
+                                             ("d2d-sm@0", 256 << 20)])
+def test_a_ceiling_over_pcie_warms_up_with_1_mib_and_one_within_the_gpu_with_a_whole_transfer(monkeypatch, key,
+                                                                                              warm_bytes):
+    """The warm-up takes the gate's switch out of the interval: over PCIe 1 MiB of the same engine
+    does (a whole 256 MiB copy doubled the sample); within the GPU, where a copy is clock-bound,
+    it stays a whole transfer. The timed copies are the transfer's size either way."""
+    import contextlib
+
+    from gpuipc_bench.gpu import ceilings
+
+    class Buffer:
+        def __init__(self, dptr):
+            self.dptr = dptr
+
+    class StubMarks:
+        def seconds(self):
+            return 1e-3
+
+    class StubGpu:
+        device = 0
+
+        def __init__(self):
+            self.copies = []  # (bytes, engine, what: 'warm' or 'timed')
+            self.what = "warm"
+
+        def kept_pinned(self, nbytes):
+            return Buffer(0x2000)
+
+        def alloc(self, nbytes):
+            return Buffer(0x3000)
+
+        def fill(self, ptr, ring, seed):
+            pass
+
+        def synchronize(self):
+            pass
+
+        def verify(self, *args, **kwargs):
+            return True
+
+        def copy_launcher(self, nbytes, engine="ce"):
+            return lambda dst, src: self.copies.append((nbytes, engine, self.what))
+
+        def time_batch(self, enqueue, reps, *, warm=None, transfer_bytes=None, **kwargs):
+            from gpuipc_bench.gpu.timing import warmup_ops
+
+            for _ in range(warmup_ops(transfer_bytes)):
+                warm()
+            self.what = "timed"
+            for r in range(reps):
+                enqueue(r)
+            return StubMarks()
+
+    monkeypatch.setattr(ceilings, "on_device", lambda device: contextlib.nullcontext())
+    gpu = StubGpu()
+    table = ceilings.Ceilings(gpu, 512 << 20)
+    table.bandwidth(key, 256 << 20, 7, reps=1)
+    engine = "sm" if "-sm" in key else "ce"
+    assert gpu.copies == [(warm_bytes, engine, "warm"), (256 << 20, engine, "timed")]
+
+
 class StubCtx:
     """The mailbox of two workers in one thread: what one stores, the other loads."""
 

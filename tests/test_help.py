@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from gpuipc_bench import defaults, robust
 from gpuipc_bench.cli import cli
-from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
+from gpuipc_bench.gpu.timing import HOST_WARM_BYTES, LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.scenarios import SCENARIOS
 from gpuipc_bench.sizes import format_size
 
@@ -44,4 +44,5 @@ def test_run_help_states_what_the_code_does_and_no_time():
             "spread is wide)") in text
     assert f"[default: {defaults.MIN_SAMPLES}]" in text and f"at most. [default: {defaults.DEFAULT_SAMPLES[1]}]" in text
     assert (f"each batch also queues {WARMUP_OPS} untimed operations before its start event, 1 for transfers of "
-            f"{format_size(LARGE_TRANSFER_BYTES)} or more") in text
+            f"{format_size(LARGE_TRANSFER_BYTES)} or more, which moves {format_size(HOST_WARM_BYTES)} where the "
+            "transfer crosses PCIe)") in text

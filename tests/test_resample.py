@@ -153,6 +153,45 @@ def test_the_pass_measures_the_open_groups_again_on_a_fresh_set_and_tags_them(tm
     assert "no --budget" in meta["sampling.budget"] and "sampling.open" in meta
 
 
+class WithSetup(Resampling):
+    """Every run also times a set-up operation of its ring: the pass's runs set up a smaller ring."""
+
+    def run(self, scenario, config, specs, mode_name=None, env=None, on_row=None, **callbacks) -> Outcome:
+        ring = 1 << 20 if config.only_groups is not None else 1 << 28
+        for i in range(3):
+            on_row(dict(scenario=scenario.name, path=scenario.name, variant="open", measure="", metric="setup",
+                        src="0", dst="0", bytes=ring, iteration=i, batch=1, seconds=1e-4, verified=True))
+        return super().run(scenario, config, specs, mode_name, env, on_row, **callbacks)
+
+
+def test_the_pass_keeps_no_set_up_rows_and_times_each_operation_once(tmp_path, monkeypatch):
+    """Its runs set up a ring of the sizes they measure again: kept, their rows would read as a
+    second size of the path's set-up cost (ipc 'by size' on one H200's runs)."""
+    import dataclasses
+
+    from gpuipc_bench.config import RunConfig
+    from gpuipc_bench.engine.sampler import Sampler
+
+    clock = [5.0]
+    monkeypatch.setattr(session_module, "process_seconds", lambda: clock[0])
+    plan = plan_of((Named("ipc"), SAME_GPU), (Named("vmm"), SAME_GPU))
+    sets = WithSetup(clock, 0.5)
+    _, _, out = run_session(tmp_path, plan, sets, Heard())
+    written, _ = read_results(out)
+    assert sets.asked  # the pass ran
+    setup = written[written["metric"] == "setup"]
+    assert set(setup["replica"]) == {1} and set(setup["bytes"]) == {1 << 28} and len(setup) == 6
+
+    class Ctx:
+        def __init__(self, config):
+            self.config = config
+
+    first = RunConfig(scenarios=("ipc",))
+    assert Sampler(Ctx(first)).setup_repeats > 1
+    again = dataclasses.replace(first, only_groups=frozenset({("ipc", "ce", "stream", 4)}))
+    assert Sampler(Ctx(again)).setup_repeats == 1
+
+
 class FailingPass(Resampling):
     """The pass's run of vmm fails in its set-up (as torch's second process set did on one H200)."""
 
@@ -476,3 +515,26 @@ def test_each_process_set_s_median_of_a_figure_is_keyed_by_its_scenario_and_repl
     assert set_medians(row, replicas) == ((("latency", 1), 1e-6), (("latency", 2), 4e-6), (("sharing", 1), 3e-6))
     plain = SimpleNamespace(scenario="ipc", median_s=5e-6)  # a row from before the column: its own scenario
     assert set_medians(plain) == ((("ipc", 1), 5e-6),)
+
+
+def test_the_analysis_imports_in_a_thread_that_every_fork_waits_for(monkeypatch):
+    """A process forked while the thread holds an import lock would inherit it held."""
+    import os
+    import threading
+
+    from gpuipc_bench.harness import preload
+
+    order = []
+    release = threading.Event()
+    monkeypatch.setattr(preload, "_thread", None)
+    monkeypatch.setattr(preload, "_import_all", lambda: (release.wait(5), order.append("imported")))
+    hooks = []
+    monkeypatch.setattr(os, "register_at_fork", lambda before: hooks.append(before))
+    preload.start()
+    preload.start()  # once per process
+    assert len(hooks) == 1 and preload._thread is not None and preload._thread.is_alive()
+    release.set()
+    hooks[0]()  # what os.fork runs first
+    order.append("forked")
+    assert order == ["imported", "forked"]
+    monkeypatch.setattr(preload, "_thread", None)

@@ -15,7 +15,7 @@ from gpuipc_bench.cli.console import stderr_console
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import check_writable
 from gpuipc_bench.errors import BenchError, UsageError
-from gpuipc_bench.gpu.timing import LARGE_TRANSFER_BYTES, WARMUP_OPS
+from gpuipc_bench.gpu.timing import HOST_WARM_BYTES, LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.hooks.profiling import mark
 from gpuipc_bench.results.writing import claim_free_name, default_results_path
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
@@ -64,7 +64,8 @@ def _samples_text(preset: str) -> str:
 @click.option("--warmup", type=Bounded("warmup"), default=None,
               help=f"Untimed samples per group before the timed ones (each batch also queues {WARMUP_OPS} "
                    f"untimed operations before its start event, 1 for transfers of "
-                   f"{format_size(LARGE_TRANSFER_BYTES)} or more). [default: {DEFAULT_SAMPLES[2]}]")
+                   f"{format_size(LARGE_TRANSFER_BYTES)} or more, which moves {format_size(HOST_WARM_BYTES)} where "
+                   f"the transfer crosses PCIe). [default: {DEFAULT_SAMPLES[2]}]")
 @click.option("--devices", type=DevicesType(), default=None,
               help="GPUs to use: CUDA indices (0 or 0,1), or GPU/MIG UUIDs as `info` lists them "
                    "(MIG-..., run with CUDA_VISIBLE_DEVICES set to them). Default: GPU 0 (and 1 for peer).")

@@ -84,8 +84,9 @@ class Exchange:
     def run(self, gpu, transfers: int, units: int, op: Op | None, handoff: bool,
             warm: Callable[[], None] | None = None, transfer_bytes: int | None = None) -> float | None:
         """Queue and run one batch of `transfers` transfers of `units` units each; this side's
-        operation is op(transfer, unit) (None: only the signals); warm() moves `transfer_bytes` (how many
-        warm-up operations the batch queues: gpu.timing.warmup_ops). Returns the seconds per
+        operation is op(transfer, unit) (None: only the signals); warm() is one untimed operation like
+        them, `transfer_bytes` the bytes of one unit (how many warm-ups the batch queues:
+        gpu.timing.warmup_ops). Returns the seconds per
         transfer on the receiver, None on the sender."""
         ctx, sending = self.ctx, self.ctx.rank == self.sender
         stream = gpu.stream

@@ -134,7 +134,10 @@ class Sampler:
     @property
     def setup_repeats(self) -> int:
         """How many times each set-up operation is timed: SETUP_REPEATS, or the run's sample cap where
-        that is lower (--quick's 3: every figure of it is a range of 3, and so are its set-up rows)."""
+        that is lower (--quick's 3: every figure of it is a range of 3, and so are its set-up rows);
+        once in a run of the resampling pass (RunConfig.only_groups), whose set-up rows are not kept."""
+        if getattr(getattr(self.ctx, "config", None), "only_groups", None) is not None:
+            return 1
         return max(1, min(SETUP_REPEATS, self.counts.max_samples))
 
     def run(self, group: dict, take: Callable[[Trial], Sample | None], *, timer: bool, reps: int = 1,
@@ -157,7 +160,7 @@ class Sampler:
         RunConfig.stream_sizes where the run gives them (the second sharing mode of a default run
         sweeps its streams at the call-bound sizes and the largest; its hand-offs at every size);
         in a run of the resampling pass (RunConfig.only_groups), a timed transfer only where its
-        (path, variant, measure, bytes) is named (set-up operations are always measured)."""
+        (path, variant, measure, bytes) is named (set-up operations are always measured: Sampler.setup_repeats)."""
         config = getattr(self.ctx, "config", None)
         sizes = getattr(config, "stream_sizes", None)
         if sizes is not None and group.get("measure") == "stream" and int(group.get("bytes", 0)) not in sizes:

@@ -35,6 +35,20 @@ WARMUP_OPS = 2
 LARGE_TRANSFER_BYTES = 16 << 20  # from this size a batch queues one warm-up operation (warmup_ops)
 
 
+HOST_WARM_BYTES = 1 << 20  # what a warm-up operation moves for a large transfer that crosses PCIe (host_warm_bytes)
+
+
+def host_warm_bytes(nbytes: int) -> int:
+    """The bytes of one warm-up operation (warmup_ops) for a batch of `nbytes` transfers with host
+    memory at one end: the transfer's own below LARGE_TRANSFER_BYTES, HOST_WARM_BYTES from there.
+    The warm-up takes the gate's switch (a few microseconds) out of the timed interval, which a copy
+    of 1 MiB through the same engine and direction does as well as one of 256 MiB (19 us against
+    5 ms at 55 GB/s); a copy bound by the bus does not wait on a clock that a longer one would raise.
+    A whole transfer made every sample of the host paths at 256 MiB take twice its copy, and two
+    processes' warm-ups ran beside each other's timed copies."""
+    return nbytes if nbytes < LARGE_TRANSFER_BYTES else min(nbytes, HOST_WARM_BYTES)
+
+
 def warmup_ops(transfer_bytes: int | None) -> int:
     """The untimed operations a batch queues between the gate and its start mark: WARMUP_OPS; one
     where a transfer moves LARGE_TRANSFER_BYTES or more. One operation takes the gate's switch (a
@@ -181,7 +195,7 @@ def time_batch(stream, gate: Gate, enqueue: Callable[[int], None], reps: int, *,
                before_release: Callable[[], None] | None = None, ops_per_rep: int = 1,
                transfer_bytes: int | None = None) -> Marks:
     """Queue `reps` calls enqueue(r) behind `gate`, after warmup_ops(transfer_bytes) calls of warm()
-    (untimed; `transfer_bytes`: what one warm() moves), between the start and end marks; release
+    (untimed; `transfer_bytes`: the bytes of one of the batch's transfers), between the start and end marks; release
     the gate (after before_release(), e.g. a barrier so that other processes have queued theirs);
     wait for the end. Returns the marks to read.
 

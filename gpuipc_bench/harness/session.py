@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed, signal_name
 from gpuipc_bench.harness.header import run_header
+from gpuipc_bench.harness import preload
 from gpuipc_bench.harness.known import KnownBest
 from gpuipc_bench.harness.plan import modes_for, plan_runs, second_mode_sizes, second_mode_stream_sizes, \
     shuffle_paths
@@ -207,6 +208,8 @@ class Session:
         current = None  # the mode of the scenario before: a mode left behind ends its busy neighbour
         if self.job is None:
             sets.prestart(dict.fromkeys(s for s, _ in plan.runs))
+            # the analysis's imports while the workers measure (under MPI rank 0 measures: not there)
+            preload.start()
         with self.reporter:
             runs = plan_runs(plan.runs, modes)  # the paths of a process set in a seeded order (not 'declared')
             queue = shuffle_paths(runs, config.order_seed if config.sample_order != "declared" else None)
@@ -386,9 +389,13 @@ class Session:
         reporter = self.reporter
         delivered = 0
 
+        resampling = scenario_config.only_groups is not None
+
         def on_row(row: dict) -> None:
             nonlocal delivered
             delivered += 1
+            if resampling and row.get("metric") == "setup":
+                return  # of the smaller ring of the sizes measured again: not a second size of the set-up cost
             if replica > 1:
                 row = {**row, "replica": replica}
             with self.lock:

@@ -32,8 +32,8 @@ RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-
         "h200-fast-quick-1.csv", "h200-fast-quick-2.csv", "h200-fast-quick-3.csv", "h200-fast-host2-1.csv",
         "h200-fast-host2-2.csv", "h200-kept-1.csv", "h200-kept-2.csv", "h200-kept-3.csv", "h200-kept-quick-1.csv",
         "h200-kept-quick-2.csv", "h200-kept-quick-3.csv", "h200-sets-1.csv", "h200-sets-2.csv", "h200-sets-3.csv",
-        "h200-sets-quick-1.csv", "h200-sets-quick-2.csv", "h200-sets-quick-3.csv", "h200-sets-again-1.csv",
-        "h200-sets-again-2.csv", "h200-sets-again-3.csv")
+        "h200-sets-quick-1.csv", "h200-sets-quick-2.csv", "h200-sets-quick-3.csv", "h200-warm-1.csv", "h200-warm-2.csv",
+        "h200-warm-3.csv", "h200-warm-quick-1.csv", "h200-warm-quick-2.csv", "h200-warm-quick-3.csv")
 # The first run of 2.5 ms samples (estimate.RUN_COST_SCALE): the runs before it cost what COSTS say alone
 SHORT_SAMPLES_FROM = "2026-11-29T02:00:00+00:00"
 

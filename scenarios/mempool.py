@@ -29,7 +29,7 @@ import os
 from typing import Iterator
 
 from gpuipc_bench.gpu.fdmemory import MemPool, PoolPointer
-from gpuipc_bench.gpu.timing import time_setup
+from gpuipc_bench.gpu.timing import host_scratch_bytes, time_setup
 from gpuipc_bench.engine.exchange import max_transfers
 from gpuipc_bench.ipc.fdpass import channel_for
 from gpuipc_bench.gpu.memory import reps_for
@@ -144,7 +144,7 @@ class HostPoolWorker(StagingWorker):
         channel = gpu.adopt(channel_for(ctx))
         ctx.declare("host.ptr")
         ctx.sync()  # every channel bound
-        nbytes = self.ring_bytes() + max(self.sizes) + 256
+        nbytes = self.ring_bytes() + host_scratch_bytes(self.sizes)  # the ring, then the warm-ups' scratch
         if self.producer:
             pool, seconds = time_setup(lambda: MemPool.create(device, host=True), device)
             gpu.adopt(pool)

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from gpuipc_bench.errors import BenchError
 from gpuipc_bench.gpu.memory import reps_for, ring_capacity
-from gpuipc_bench.gpu.timing import SharedGatePage
+from gpuipc_bench.gpu.timing import SharedGatePage, host_scratch_bytes
 from gpuipc_bench.engine.pair import MEASURES, PairScenario
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.scenarios.staging import StagingWorker
@@ -118,7 +118,7 @@ class MmapScenario(PairScenario):
 
     def region_bytes(self, config) -> int:
         sizes = self.sizes(config)
-        return ring_capacity(sizes) + max(sizes) + 256
+        return ring_capacity(sizes) + host_scratch_bytes(sizes)
 
     def memory_needed(self, config, specs):
         ring = ring_capacity(self.sizes(config))

@@ -46,7 +46,7 @@ from gpuipc_bench.engine.exchange import Exchange, max_transfers
 from gpuipc_bench.gpu.errors import CudaError
 from gpuipc_bench.gpu.memory import MADV_POPULATE_WRITE, HostRegistration, Ring, mmap_address, prefault, reps_for, \
     ring_capacity
-from gpuipc_bench.gpu.timing import SharedGatePage, host_warm_bytes
+from gpuipc_bench.gpu.timing import SharedGatePage, host_scratch_bytes, host_warm_bytes
 from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
 from gpuipc_bench.engine.sampler import Sample
@@ -355,7 +355,7 @@ class StagingScenario(PairScenario):
     def host_bytes(self, config) -> tuple[int, int]:
         sizes = self.sizes(config)
         pageable = max(Ring.for_size(n, host_ordered_reps(n)).bytes for n in sizes)
-        return ring_capacity(sizes) + max(sizes) + 256, pageable
+        return ring_capacity(sizes) + host_scratch_bytes(sizes), pageable
 
     def memory_needed(self, config, specs):
         # Host: the pinned ring, the pageable ring, each worker's pinned ceiling buffer.

@@ -202,6 +202,23 @@ def test_a_large_transfer_over_pcie_warms_up_with_1_mib(nbytes, warm):
     assert host_warm_bytes(nbytes) == warm
 
 
+def test_the_host_paths_regions_hold_the_ring_and_a_scratch_of_the_warm_ups_not_of_the_largest_size():
+    """A region of 512 MiB for a 256 MiB ring made each process fault in and register twice what
+    its copies use; the warm-ups land in a scratch of at most the largest warm-up."""
+    from gpuipc_bench.defaults import DEFAULT_GPU_SIZES
+    from gpuipc_bench.gpu.memory import ring_capacity
+    from gpuipc_bench.gpu.timing import host_scratch_bytes
+    from gpuipc_bench.harness.plan import PlanOptions, registry, run_config
+
+    assert host_scratch_bytes(DEFAULT_GPU_SIZES) == (4 << 20) + 256  # the largest under 16 MiB: 4 MiB
+    assert host_scratch_bytes((4, 4096)) == 4096 + 256
+    config = run_config(PlanOptions(scenario_names=("staging", "mmap")))
+    staging, mmap = registry()["staging"], registry()["mmap"]
+    ring = ring_capacity(staging.sizes(config))
+    assert staging.host_bytes(config)[0] == ring + (4 << 20) + 256
+    assert mmap.region_bytes(config) == ring + (4 << 20) + 256
+
+
 @pytest.mark.parametrize("key, warm_bytes", [("d2h@0", 1 << 20), ("h2d-sm@0", 1 << 20), ("d2d@0", 256 << 20),
                                              ("d2d-sm@0", 256 << 20)])
 def test_a_ceiling_over_pcie_warms_up_with_1_mib_and_one_within_the_gpu_with_a_whole_transfer(monkeypatch, key,

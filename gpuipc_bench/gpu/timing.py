@@ -49,6 +49,13 @@ def host_warm_bytes(nbytes: int) -> int:
     return nbytes if nbytes < LARGE_TRANSFER_BYTES else min(nbytes, HOST_WARM_BYTES)
 
 
+def host_scratch_bytes(sizes) -> int:
+    """Bytes of host memory where the warm-ups of every size in `sizes` land (host_warm_bytes), and
+    256 more (a slot's alignment): 4 MiB for the default sizes, where a scratch of the largest
+    size made a 256 MiB host ring's region 512 MiB (each process faults in and registers all of it)."""
+    return max((host_warm_bytes(int(n)) for n in sizes), default=1) + 256
+
+
 def warmup_ops(transfer_bytes: int | None) -> int:
     """The untimed operations a batch queues between the gate and its start mark: WARMUP_OPS; one
     where a transfer moves LARGE_TRANSFER_BYTES or more. One operation takes the gate's switch (a

@@ -31,15 +31,24 @@ RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-
         "h200-fast-2.csv", "h200-fast-3.csv",
         "h200-fast-quick-1.csv", "h200-fast-quick-2.csv", "h200-fast-quick-3.csv", "h200-fast-host2-1.csv",
         "h200-fast-host2-2.csv", "h200-kept-1.csv", "h200-kept-2.csv", "h200-kept-3.csv", "h200-kept-quick-1.csv",
-        "h200-kept-quick-2.csv", "h200-kept-quick-3.csv", "h200-sets-1.csv", "h200-sets-2.csv", "h200-sets-3.csv",
-        "h200-sets-quick-1.csv", "h200-sets-quick-2.csv", "h200-sets-quick-3.csv", "h200-warm-1.csv", "h200-warm-2.csv",
-        "h200-warm-3.csv", "h200-warm-quick-1.csv", "h200-warm-quick-2.csv", "h200-warm-quick-3.csv")
+        "h200-kept-quick-2.csv", "h200-kept-quick-3.csv", "h200-warm-1.csv", "h200-warm-2.csv", "h200-warm-3.csv",
+        "h200-warm-quick-1.csv", "h200-warm-quick-2.csv", "h200-warm-quick-3.csv", "h200-region-1.csv",
+        "h200-region-2.csv", "h200-region-3.csv", "h200-region-quick-1.csv", "h200-region-quick-2.csv",
+        "h200-region-quick-3.csv")
 # The first run of 2.5 ms samples (estimate.RUN_COST_SCALE): the runs before it cost what COSTS say alone
 SHORT_SAMPLES_FROM = "2026-11-29T02:00:00+00:00"
 
 
+# The first run whose host paths warm up with 1 MiB over PCIe (estimate.HOST_STAGED_SCALE): h200-warm-1.csv
+SMALL_WARM_UPS_FROM = "2026-11-29T10:00:00+00:00"
+
+
 def cost_scale(meta: dict[str, str]) -> float:
     return estimating.RUN_COST_SCALE if meta["created_utc"] >= SHORT_SAMPLES_FROM else 1.0
+
+
+def host_scale(meta: dict[str, str]) -> float:
+    return estimating.HOST_STAGED_SCALE if meta["created_utc"] >= SMALL_WARM_UPS_FROM else 1.0
 
 
 @pytest.fixture
@@ -107,6 +116,7 @@ def test_the_estimate_is_within_a_quarter_of_the_committed_runs_wall_time(fake_n
     meta = header(name)
     monkeypatch.setattr(estimating, "SEES_OWN_GPUS", GPUS_SEEN_KEY in meta)  # measured with gpu.visible or not
     monkeypatch.setattr(estimating, "RUN_COST_SCALE", cost_scale(meta))  # measured with 2.5 ms samples or not
+    monkeypatch.setattr(estimating, "HOST_STAGED_SCALE", host_scale(meta))  # with 1 MiB warm-ups over PCIe or not
     plan = fake_node(int(meta["gpu_count"]), **committed_options(meta))
     assert [m.name for m in plan.modes] == meta["sharing.modes"].split(",")
     estimate = committed_estimate(plan, meta) + resweep_seconds(plan, meta)
@@ -181,6 +191,7 @@ def test_the_checks_estimate_of_the_measured_health_runs_is_within_25_percent_an
     from gpuipc_bench.check import node
 
     monkeypatch.setattr(estimating, "SEES_OWN_GPUS", False)  # measured before each set saw its own GPUs alone
+    monkeypatch.setattr(estimating, "HOST_STAGED_SCALE", 1.0)  # and before the host paths' 1 MiB warm-ups
     now = {gpus: node.estimate_check(h100_node(gpus), "health") for gpus in (1, 2, 4, 8)}
     form = node.health_form
 

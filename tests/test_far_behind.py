@@ -139,7 +139,8 @@ def test_a_host_path_in_a_further_mode_measures_below_the_shared_ceilings_and_it
     assert estimate.HOST_SHARED_FROM == HOST_CEILINGS_SHARED_FROM
     whole = estimate.run_seconds(Scenario(), specs, first, default, [first, second], second_mode_stream_sizes)
     fewer = estimate.run_seconds(Scenario(), specs, second, default, [first, second], second_mode_stream_sizes)
-    fixed = estimate.COSTS["staging"][0] * estimate.RUN_COST_SCALE  # a run's fixed cost, as run_seconds scales it
+    # a run's fixed cost, as run_seconds scales it
+    fixed = estimate.COSTS["staging"][0] * estimate.RUN_COST_SCALE * estimate.HOST_STAGED_SCALE
     assert whole - fixed == pytest.approx(8 / 5 * (fewer - fixed))
 
 

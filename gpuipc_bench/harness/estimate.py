@@ -57,6 +57,11 @@ DEFAULT_COST = (1.0, 0.3)
 # the rounds, against the COSTS above (fitted before): one H200's default runs took 33.9-35.4 s and --quick
 # 9.1-10.3 s (results/h200-short.txt), estimated 41.0 and 13.1 s with the COSTS alone. 1.0: the runs before
 RUN_COST_SCALE = 0.75
+# The host paths (HOST_STAGED) since a large transfer's warm-up over PCIe moves 1 MiB and their regions hold the
+# ring and a scratch of the warm-ups (gpu.timing.host_warm_bytes, host_scratch_bytes), against the COSTS above:
+# one H200's staging, mmap and hostpool took 6.6-7.0 s of a default run (10.5 estimated) and 2.8-3.2 s of --quick
+# (5.1): results/h200-warm.txt, h200-region.txt. 1.0: the runs before
+HOST_STAGED_SCALE = 0.6
 DEFAULT_MID_SAMPLES = 7.0  # a group's samples in a default run (6 to 9): the per-size costs are for it
 # Two GPUs: no hand-over between two contexts on one GPU (a time-sliced one costs ~0.3 ms a sample); on two H200s
 # over NV18 ipc's default sweep took 1.2 s against 3.0 s time-sliced on one H100. The sweep only: a run's
@@ -113,7 +118,8 @@ def run_seconds(scenario, specs, mode, config, modes: list, stream_sizes=None) -
         swept = float(len([n for n in sizes if n < HOST_SHARED_FROM or n == max(sizes)]))
     elif streams is not None:  # hand-offs at every size, streams at these: about half the groups
         swept = (len(sizes) + len(streams)) / 2
-    return fixed_seconds(scenario) + per_size * swept * scale * RUN_COST_SCALE
+    seconds = fixed_seconds(scenario) + per_size * swept * scale * RUN_COST_SCALE
+    return seconds * HOST_STAGED_SCALE if key in HOST_STAGED else seconds
 
 
 def cost_key(scenario) -> str:

@@ -31,15 +31,16 @@ RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-
         "h200-fast-2.csv", "h200-fast-3.csv",
         "h200-fast-quick-1.csv", "h200-fast-quick-2.csv", "h200-fast-quick-3.csv", "h200-fast-host2-1.csv",
         "h200-fast-host2-2.csv", "h200-kept-1.csv", "h200-kept-2.csv", "h200-kept-3.csv", "h200-kept-quick-1.csv",
-        "h200-kept-quick-2.csv", "h200-kept-quick-3.csv", "h200-warm-1.csv", "h200-warm-2.csv", "h200-warm-3.csv",
-        "h200-warm-quick-1.csv", "h200-warm-quick-2.csv", "h200-warm-quick-3.csv", "h200-region-1.csv",
+        "h200-kept-quick-2.csv", "h200-kept-quick-3.csv", "h200-confirm-1.csv", "h200-confirm-2.csv",
+        "h200-confirm-3.csv", "h200-confirm-quick-1.csv", "h200-confirm-quick-2.csv", "h200-confirm-quick-3.csv",
+        "h200-region-1.csv",
         "h200-region-2.csv", "h200-region-3.csv", "h200-region-quick-1.csv", "h200-region-quick-2.csv",
         "h200-region-quick-3.csv")
 # The first run of 2.5 ms samples (estimate.RUN_COST_SCALE): the runs before it cost what COSTS say alone
 SHORT_SAMPLES_FROM = "2026-11-29T02:00:00+00:00"
 
 
-# The first run whose host paths warm up with 1 MiB over PCIe (estimate.HOST_STAGED_SCALE): h200-warm-1.csv
+# The first run whose host paths warm up with 1 MiB over PCIe (estimate.HOST_STAGED_SCALE): h200-warm-1.csv, gone
 SMALL_WARM_UPS_FROM = "2026-11-29T10:00:00+00:00"
 
 

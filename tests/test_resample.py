@@ -129,12 +129,12 @@ class Resampling(Sets):
         self.closed += 1
 
 
-def resampled(tmp_path, monkeypatch, budget, per_run=0.5):
+def resampled(tmp_path, monkeypatch, budget, per_run=0.5, kind=None):
     clock = [5.0]
     monkeypatch.setattr(session_module, "process_seconds", lambda: clock[0])
     plan = plan_of((Named("ipc"), SAME_GPU), (Named("vmm"), SAME_GPU))
     plan.budget = budget
-    sets = Resampling(clock, per_run)
+    sets = (kind or Resampling)(clock, per_run)
     outcome, heard, out = run_session(tmp_path, plan, sets, Heard())
     frame_, meta = read_results(out)
     return sets, heard, frame_, meta
@@ -172,12 +172,7 @@ def test_the_pass_keeps_no_set_up_rows_and_times_each_operation_once(tmp_path, m
     from gpuipc_bench.config import RunConfig
     from gpuipc_bench.engine.sampler import Sampler
 
-    clock = [5.0]
-    monkeypatch.setattr(session_module, "process_seconds", lambda: clock[0])
-    plan = plan_of((Named("ipc"), SAME_GPU), (Named("vmm"), SAME_GPU))
-    sets = WithSetup(clock, 0.5)
-    _, _, out = run_session(tmp_path, plan, sets, Heard())
-    written, _ = read_results(out)
+    sets, _, written, _ = resampled(tmp_path, monkeypatch, budget=None, kind=WithSetup)
     assert sets.asked  # the pass ran
     setup = written[written["metric"] == "setup"]
     assert set(setup["replica"]) == {1} and set(setup["bytes"]) == {1 << 28} and len(setup) == 6

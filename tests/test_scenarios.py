@@ -527,3 +527,18 @@ def test_the_pageable_ring_is_faulted_in_once_per_new_span_before_the_timed_inte
     StagingWorker.touch_pageable(worker, 4 * page)
     assert worker.pageable_touched == 4 * page and real[:4] == b"keep"
     real.close()
+
+
+@pytest.mark.parametrize("name", ["staging", "mmap"])
+def test_a_large_transfers_warm_ups_fit_the_host_scratch_of_its_region(monkeypatch, no_leaks, name):
+    """From 16 MiB a warm-up over PCIe moves 1 MiB (gpu.timing.host_warm_bytes) into a scratch that
+    holds no more (host_scratch_bytes): one of the whole 16 MiB would run past the region's end."""
+    from gpuipc_bench.gpu import timing
+
+    # scaled down to the fake GPU's arena (the workers fork with these): from 64 KiB, 4 KiB warm-ups
+    monkeypatch.setattr(timing, "LARGE_TRANSFER_BYTES", 64 << 10)
+    monkeypatch.setattr(timing, "HOST_WARM_BYTES", 4 << 10)
+    assert timing.host_scratch_bytes((4, 1 << 20)) == (4 << 10) + 256
+    outcome, rows = run(monkeypatch, name, sizes=(4, 1 << 20))
+    assert outcome.ok, outcome.error
+    assert {r["bytes"] for r in rows if r["path"] == name and r["metric"] == "bandwidth"} == {4, 1 << 20}

@@ -529,11 +529,12 @@ def test_the_pageable_ring_is_faulted_in_once_per_new_span_before_the_timed_inte
     real.close()
 
 
-@pytest.mark.parametrize("name", ["staging", "mmap", "hostpool"])
+@pytest.mark.parametrize("name", ["staging", "mmap"])
 def test_a_large_transfers_warm_ups_fit_the_host_scratch_of_its_region(monkeypatch, no_leaks, name):
     """From 16 MiB a warm-up over PCIe moves 1 MiB (gpu.timing.host_warm_bytes) into a scratch that
-    holds no more (host_scratch_bytes): one of the whole transfer would run past the region's end
-    (hostpool: its pool allocation), and a byte it overwrote fails verification."""
+    holds no more (host_scratch_bytes): one of the whole transfer would run past the region's end,
+    and a byte it overwrote fails verification. (hostpool's fake pool lies in the fake GPU's arena,
+    where an overrun corrupts nothing this run checks: not tested here.)"""
     from gpuipc_bench.gpu import timing
 
     # scaled down to the fake GPU's arena (the workers fork with these): from 64 KiB, 4 KiB warm-ups

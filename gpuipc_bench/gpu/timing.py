@@ -33,8 +33,6 @@ GATE_TIMEOUT_S = 10.0
 QUEUE_OPS = 768  # operations one stream may queue behind its gate (the launch queue blocks near 1000)
 WARMUP_OPS = 2
 LARGE_TRANSFER_BYTES = 16 << 20  # from this size a batch queues one warm-up operation (warmup_ops)
-
-
 HOST_WARM_BYTES = 1 << 20  # what a warm-up operation moves for a large transfer that crosses PCIe (host_warm_bytes)
 
 

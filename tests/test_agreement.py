@@ -59,3 +59,28 @@ def test_a_class_change_or_too_many_open_decisions_fail(tmp_path, capsys):
                                          for n in sizes])
     assert agreement.main([opened]) == 1
     assert "3 open at the class level (15%)" in capsys.readouterr().out
+
+
+def test_a_decision_whose_next_class_differs_is_checked_against_the_reference_s_samples_of_its_two_apis(
+        tmp_path, capsys):
+    """The reference's own next class is another: its CSV gives the ratio of the run's two APIs there
+    (ipc/sm over ipc/ce: 1.10, tight), widened by the reference decision's delta."""
+    from fakes import figure, write_run
+
+    agreement = _module()
+    size = 4096
+    csv = write_run(tmp_path, "ref.csv", [figure("ipc", "ce", 1e-5, sizes=(size,), n=20),
+                                          figure("ipc", "sm", 1.1e-5, sizes=(size,), n=20)])
+    run = {**decision(size, ratio=1.11), "sharing": "time-sliced", "next_members": ["ipc/sm"]}
+    far = {**run, "ratio": 1.30}
+    ref = {**decision(size, nxt="nvshmem/put", lo=1.5, hi=1.6), "sharing": "time-sliced"}
+    reference = write(tmp_path, "ref.json", [ref])
+    near, away = write(tmp_path, "near.json", [run]), write(tmp_path, "far.json", [far])
+    assert agreement.main([near, "--reference", reference, "--reference-csv", str(csv)]) == 0
+    assert "next class differs 1 (the same two APIs in the reference: inside 1, outside 0)" in capsys.readouterr().out
+    assert agreement.main([away, "--reference", reference, "--reference-csv", str(csv)]) == 1
+    out = capsys.readouterr().out
+    assert "inside 0, outside 1" in out and "the reference's ipc/sm against ipc/ce [1.07" in out
+    # without the CSV it is counted apart, as before
+    assert agreement.main([away, "--reference", reference]) == 0
+    assert "next class differs 1\n" in capsys.readouterr().out

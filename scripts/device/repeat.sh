@@ -38,6 +38,6 @@ if [ -n "${REFERENCE:-}" ]; then  # the runner-up check's reference: a run of 20
     >"$OUT/reference-20.out" 2>"$OUT/reference-20.err"
   echo "== reference (-n 20 --replicas 3): exit $?; $(grep -h 'Elapsed (wall clock)' "$OUT/reference-20.time")"
   gpuipc-bench report "$OUT/reference-20.csv" --format json >"$OUT/reference-20.json" 2>/dev/null
-  refs=(--reference "$OUT/reference-20.json")
+  refs=(--reference "$OUT/reference-20.json" --reference-csv "$OUT/reference-20.csv")
 fi
 python3 scripts/agreement.py "$OUT"/repeat-{1,2,3}.json "${refs[@]}" | tee "$OUT/agreement.txt"

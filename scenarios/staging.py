@@ -40,12 +40,9 @@ import mmap
 import time
 from dataclasses import dataclass
 
-import numpy as np
-
 from gpuipc_bench.engine.exchange import Exchange, max_transfers
 from gpuipc_bench.gpu.errors import CudaError
-from gpuipc_bench.gpu.memory import MADV_POPULATE_WRITE, HostRegistration, Ring, mmap_address, prefault, reps_for, \
-    ring_capacity
+from gpuipc_bench.gpu.memory import HostRegistration, Ring, mmap_address, prefault, reps_for, ring_capacity
 from gpuipc_bench.gpu.timing import SharedGatePage, host_scratch_bytes, host_warm_bytes
 from gpuipc_bench.engine.pair import CONSUMER, MEASURES, PRODUCER, PairScenario, PairWorker
 from gpuipc_bench.paths import PathInfo
@@ -294,10 +291,7 @@ class StagingWorker(PairWorker):
         region = self.ctx.shared.pageable
         start = self.pageable_touched // mmap.PAGESIZE * mmap.PAGESIZE
         end = min(len(region), -(-span // mmap.PAGESIZE) * mmap.PAGESIZE)
-        try:  # the pages faulted in writable, their bytes untouched (Linux 5.14)
-            region.madvise(MADV_POPULATE_WRITE, start, end - start)
-        except (OSError, ValueError):  # an older kernel: a read per page maps it (the copies fault the rest)
-            int(np.frombuffer(region, dtype=np.uint8)[start:end:mmap.PAGESIZE].sum())
+        prefault(region, start, end - start)
         self.pageable_touched = end
 
     # ------------------------------------------------------------------ latency

@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import itertools
-from collections.abc import Callable
 import json
 import math
 import sys
+from collections.abc import Callable
 
 API_BAR, OPEN_BAR = 0.95, 0.10
 
@@ -50,11 +50,12 @@ def runner_up(run: dict[tuple, dict], reference: dict[tuple, dict],
         ref = reference.get(key)
         if ref is None or not d.get("next") or not _finite(d.get("ratio")):
             continue
-        widen = 1 + float(ref.get("delta") or 0)
+        delta = float(ref.get("delta") or 0)
+        widen = 1 + delta
         if ref.get("next") != d["next"] or not (_finite(ref.get("ratio_lo")) and _finite(ref.get("ratio_hi"))):
             other += 1
             nxt = (d.get("next_members") or [None])[0]
-            found = pair(key, d["choice"], nxt, float(ref.get("delta") or 0)) if pair is not None and nxt else None
+            found = pair(key, d["choice"], nxt, delta) if pair is not None and nxt else None
             if found is None:
                 continue
             lo, hi = found[0] / widen, found[1] * widen
@@ -83,9 +84,10 @@ def pair_intervals(path: str) -> PairInterval:
 
     from gpuipc_bench.analysis import stats
     from gpuipc_bench.analysis.summary import samples_by_condition, summarize
-    from gpuipc_bench.analysis.verdict import candidates
+    from gpuipc_bench.analysis.verdict import HANDOFF, candidates
     from gpuipc_bench.paths import from_metadata
     from gpuipc_bench.results import read_results
+    from gpuipc_bench.results.rows import base_mode
 
     frame, meta = read_results(path)
     paths = from_metadata(meta)
@@ -97,10 +99,10 @@ def pair_intervals(path: str) -> PairInterval:
         figures.setdefault(key, {})[str(r.label)] = stats.Prepared(np.asarray(samples.get(r.condition, ()), float))
 
     def interval(key: tuple, choice: str, other: str, delta: float) -> tuple[float, float] | None:
-        here = figures.get(tuple(str(k) if i < 4 else int(k) for i, k in enumerate(key)), {})
+        here = figures.get(key, {})
         if choice not in here or other not in here:
             return None
-        switches = str(key[2]).partition(":")[0] == "time-sliced" and key[3] == "handoff"
+        switches = base_mode(key[2]) == "time-sliced" and key[3] == HANDOFF  # as decide() takes the states
         step = stats.state_step(list(here.values())) if switches else 0.0
         found = stats.compare_prepared(here[choice], here[other], delta, step=step)
         return (found.ratio_lo, found.ratio_hi) if _finite(found.ratio_lo) and _finite(found.ratio_hi) else None

@@ -259,16 +259,20 @@ def mmap_address(mm: mmap.mmap) -> tuple[int, Any]:
 MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)  # madvise(2); Python names it from 3.13
 
 
-def prefault(mm: mmap.mmap) -> None:
-    """Touch every page of a shared mapping, so that a later registration is not charged with
-    allocating the pages of a fresh tmpfs file (first touch, timed apart by whoever asks)."""
+def prefault(mm: mmap.mmap, start: int = 0, length: int | None = None) -> None:
+    """Touch every page of a shared mapping (or of its `length` bytes from `start`, both page-aligned),
+    their bytes kept, so that a later registration or copy is not charged with allocating the pages
+    of a fresh tmpfs file (first touch, timed apart by whoever asks)."""
     try:  # the kernel faults every page in, writable, in one call (Linux 5.14): 0.33 s for 512 MiB
-        mm.madvise(MADV_POPULATE_WRITE)  # on an H200 node, against 0.50-0.55 s a write per page
+        if length is None:  # on an H200 node, against 0.50-0.55 s a write per page
+            mm.madvise(MADV_POPULATE_WRITE)
+        else:
+            mm.madvise(MADV_POPULATE_WRITE, start, length)
         return
     except (OSError, ValueError, AttributeError):
         pass  # an older kernel: a write per page
     view = np.frombuffer(mm, dtype=np.uint8)
-    pages = view[:: mmap.PAGESIZE]
+    pages = view[start:None if length is None else start + length:mmap.PAGESIZE]
     pages[...] = pages.copy()  # a write per page (numpy skips an assignment of a view to itself)
     del pages, view
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import sys
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "agreement.py"
@@ -12,6 +13,7 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "agreement.py"
 def _module():
     spec = importlib.util.spec_from_file_location("agreement", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["agreement"] = module  # its dataclass looks its module up there
     spec.loader.exec_module(module)
     return module
 
@@ -64,7 +66,7 @@ def test_a_class_change_or_too_many_open_decisions_fail(tmp_path, capsys):
 def test_a_decision_whose_next_class_differs_is_checked_against_the_reference_s_samples_of_its_two_apis(
         tmp_path, capsys):
     """The reference's own next class is another: its CSV gives the ratio of the run's two APIs there
-    (ipc/sm over ipc/ce: 1.10, tight), widened by the reference decision's delta."""
+    (ipc/sm over ipc/ce: 1.10, tight), widened by that comparison's delta (one process set: 2%)."""
     from fakes import figure, write_run
 
     agreement = _module()
@@ -83,4 +85,19 @@ def test_a_decision_whose_next_class_differs_is_checked_against_the_reference_s_
     assert "inside 0, outside 1" in out and "the reference's ipc/sm against ipc/ce [1.07" in out
     # without the CSV it is counted apart, as before
     assert agreement.main([away, "--reference", reference]) == 0
-    assert "next class differs 1\n" in capsys.readouterr().out
+    assert "next class differs 1;" in capsys.readouterr().out
+
+
+def test_the_run_s_own_delta_widens_the_reference_s_interval_and_the_strict_count_is_told(tmp_path, capsys):
+    """The run measured a 9% offset between the process sets behind its comparison (its delta): its
+    runner-up 1.10x claims no more than that, and is inside the reference's [1.19, 1.21] widened by
+    9%; by the reference's 2% alone it is outside, which the line says too."""
+    agreement = _module()
+    reference = write(tmp_path, "ref.json", [decision(4096, ratio=1.2, lo=1.19, hi=1.21)])
+    tight = write(tmp_path, "tight.json", [decision(4096, ratio=1.10)])
+    wide = write(tmp_path, "wide.json", [{**decision(4096, ratio=1.10), "delta": 0.09}])
+    assert agreement.main([tight, "--reference", reference]) == 1
+    assert "1.100x, reference [1.167, 1.234]" in capsys.readouterr().out
+    assert agreement.main([wide, "--reference", reference]) == 0
+    assert "inside 1, outside 0, next class differs 0; outside by the reference's delta alone 1" in \
+        capsys.readouterr().out

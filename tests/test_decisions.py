@@ -517,3 +517,41 @@ def test_a_ratio_that_moves_between_two_process_sets_that_measured_both_figures_
     alone = summarize(frame([r for g in (*pingpongs("latency", 0.376e-6, 1.348e-6, 12), staging) for r in g]))
     rows = {r.label: r for r in candidates(alone, paths).itertuples()}
     assert delta_for(rows["ipc/device-pingpong"], rows["ipc/device-ll"], ceiling_times(alone)) == pytest.approx(0.02)
+
+
+def test_two_scenarios_figures_on_two_engines_carry_both_engines_offsets():
+    """Time-sliced stream at 4 B on one H200: NVSHMEM's device-initiated put (a kernel: ceiling
+    d2d-sm@0) in NVSHMEM's process set, ipc/ce (the copy engine: d2d@0) in ipc's. Each figure
+    carries its own set's offset on its own engine, so their ratio carries both: delta is the
+    d2d@0 spread across the sets times the d2d-sm@0 spread, not the larger of the two."""
+    from gpuipc_bench.analysis.summary import summarize
+    from gpuipc_bench.analysis.verdict import ceiling_times, delta_for
+
+    groups = [figure("ipc", "ce", 1.60e-6, sizes=(4,)), ceiling("ipc", 1.60e-6, sizes=(4,)),
+              figure("nvshmem", "device-put", 2.9e-6, sizes=(4,), ceiling="d2d-sm@0"),
+              ceiling("nvshmem", 1.80e-6, sizes=(4,), key="d2d-sm@0"),
+              ceiling("torch", 1.72e-6, sizes=(4,)), ceiling("vmm", 1.89e-6, sizes=(4,), key="d2d-sm@0")]
+    summary = summarize(frame([r for g in groups for r in g]))
+    rows = {(r.path, r.variant): r for r in summary.itertuples() if r.path != "ceiling"}
+    both = delta_for(rows[("nvshmem", "device-put")], rows[("ipc", "ce")], ceiling_times(summary))
+    assert both == pytest.approx((1.72 / 1.60) * (1.89 / 1.80) - 1, rel=0.01)
+    assert both > max(1.72 / 1.60, 1.89 / 1.80) - 1
+
+
+def test_the_ratio_interval_spans_each_process_set_s_where_both_figures_were_measured_twice():
+    """Two process sets measured both figures: ipc/push 1.10x ahead of vmm/ce in one, 1.20x in the
+    other. The pooled samples' interval sits between the two; the decision's reaches both, since
+    each set's is where the ratio may lie for a set drawn next (the MPS hand-off at 256 MiB on one
+    H200: pooled [1.038, 1.056], its three sets reaching 1.034 and 1.097)."""
+    def rows(replica, gap, n):
+        return [[{**row, "replica": replica} for row in found] for found in (
+            figure("ipc", "push", 1e-3, sizes=(64 * MIB,), n=n, measure="handoff", ceiling="", sharing="mps",
+                   spread=0.01),
+            figure("vmm", "ce", 1e-3 * gap, sizes=(64 * MIB,), n=n, measure="handoff", ceiling="", sharing="mps",
+                   spread=0.01))]
+
+    (d,) = decisions(*rows(1, 1.10, 12), *rows(2, 1.20, 4))  # the resampling pass's few samples
+    assert d.choice == "ipc/push" and d.replicas == 2
+    assert d.ratio_lo <= 1.10 * 1.005 and d.ratio_hi >= 1.20 / 1.02  # the pooled samples' reach 1.114
+    (one,) = decisions(*rows(1, 1.10, 12))  # one set: its own interval, about 1.10
+    assert 1.07 < one.ratio_lo <= one.ratio_hi < 1.13

@@ -28,14 +28,11 @@ WITHIN = 0.25
 RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-1.csv", "h200-quick-2.csv",
         "h200-quick-3.csv", "h200x2-speed.csv", "h200x2-speed-pairs-all.csv", "h200x4-speed-pairs-all.csv",
         "h200-short-quick-1.csv", "h200-short-quick-2.csv", "h200-short-quick-3.csv", "h200-fast-1.csv",
-        "h200-fast-2.csv", "h200-fast-3.csv",
-        "h200-fast-quick-1.csv", "h200-fast-quick-2.csv", "h200-fast-quick-3.csv", "h200-fast-host2-1.csv",
-        "h200-fast-host2-2.csv", "h200-kept-1.csv", "h200-kept-2.csv", "h200-kept-3.csv", "h200-kept-quick-1.csv",
-        "h200-kept-quick-2.csv", "h200-kept-quick-3.csv", "h200-confirm-1.csv", "h200-confirm-2.csv",
-        "h200-confirm-3.csv", "h200-confirm-quick-1.csv", "h200-confirm-quick-2.csv", "h200-confirm-quick-3.csv",
-        "h200-region-1.csv",
-        "h200-region-2.csv", "h200-region-3.csv", "h200-region-quick-1.csv", "h200-region-quick-2.csv",
-        "h200-region-quick-3.csv")
+        "h200-fast-2.csv", "h200-fast-3.csv", "h200-fast-quick-1.csv", "h200-fast-quick-2.csv",
+        "h200-fast-quick-3.csv", "h200-region-1.csv", "h200-region-2.csv", "h200-region-3.csv",
+        "h200-region-quick-1.csv", "h200-region-quick-2.csv", "h200-region-quick-3.csv", "h200-spans-1.csv",
+        "h200-spans-2.csv", "h200-spans-3.csv", "h200-spans-quick-1.csv", "h200-spans-quick-2.csv",
+        "h200-spans-quick-3.csv")
 # The first run of 2.5 ms samples (estimate.RUN_COST_SCALE): the runs before it cost what COSTS say alone
 SHORT_SAMPLES_FROM = "2026-11-29T02:00:00+00:00"
 

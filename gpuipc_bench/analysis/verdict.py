@@ -271,15 +271,21 @@ def _delta(a: _Ceilinged, b: _Ceilinged, ceilings: Mapping[tuple[str, str, str, 
            min_effect: float) -> float:
     """max(min_effect, the larger processes' offset of the two figures, and for two figures of
     different scenarios whose ceilings are one link, the spread of each of those ceilings at their
-    size over every scenario of their sharing mode that measured it, the larger). The two figures'
-    process sets are two draws of the run's; the spread of all of them, never less than the two's
-    own, is the offset one process set may carry: at call-bound sizes a process's per-operation
-    cost, which the copy engine's and the kernel copy's figures of that process both carry."""
+    size over every scenario of their sharing mode that measured it: the one spread where both
+    figures copy with one engine, both compounded where one copies with the copy engine and the
+    other with a kernel). The two figures' process sets are two draws of the run's; the spread of
+    all of them, never less than the two's own, is the offset one process set may carry: at
+    call-bound sizes a process's per-operation cost. On one H200, time-sliced at 4 B, NVSHMEM's
+    device-initiated put over ipc/ce was 1.80x in one run's sets and 1.94-2.00x in another's
+    (results/h200-region-1.csv, h200-region-reference-3x20.csv): the put's set and the copy
+    engine's each moved."""
     offset = max([0.0] + [r.offset for r in (a, b) if r.offset is not None])
     spread = 0.0
     if a.scenario != b.scenario and a.ceiling and b.ceiling and a.link == b.link:
-        spread = max(_key_spread(ceilings, a.sharing, key, a.bytes, [r.time for r in (a, b) if r.key == key])
-                     for key in {a.key, b.key})
+        # each figure carries its own set's offset on its own engine: where the two engines differ
+        # (a copy-engine figure against a kernel's), the ratio carries both
+        spread = math.prod(1 + _key_spread(ceilings, a.sharing, key, a.bytes, [r.time for r in (a, b) if r.key == key])
+                           for key in {a.key, b.key}) - 1
     return max(min_effect, offset, spread, _sets_spread(a, b))
 
 
@@ -458,12 +464,17 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     close += tuple(f.label for c, r in after[1:] if r.outcome in (stats.UNDECIDED, stats.WITHIN, stats.SLOWER)
                    for f in c.members)
     same = tuple(f.label for c, _ in same_classes for f in c.members)
+    span = ratio_span(vs, choice, nxt.anchor, step) if vs is not None and nxt is not None else (math.nan, math.nan)
+    reach = max(span[1], 1 / span[0]) - 1 if span[0] > 0 and math.isfinite(span[1]) else math.nan
     if vs is not None:
         outcome = vs.outcome if vs.outcome in (stats.FASTER, stats.WITHIN) else stats.UNDECIDED
+        if outcome == stats.FASTER and not span[0] >= 1 + vs.delta or outcome == stats.WITHIN:
+            # faster only where the interval spanning each process set's lies beyond 1 + delta
+            outcome = stats.WITHIN if reach <= stats.WITHIN_MAX else stats.UNDECIDED
     else:
         outcome = stats.UNDECIDED if close else stats.SAME
     ties = [compare(choice, f) for f in win.members if f is not choice] + [r for _, r in same_classes]
-    within = vs.within if outcome == stats.WITHIN and vs is not None else \
+    within = reach if outcome == stats.WITHIN and vs is not None else \
         max([r.within for r in ties if math.isfinite(r.within)], default=math.nan) if outcome == stats.SAME \
         else math.nan
     nbytes = int(choice.row.bytes)
@@ -475,7 +486,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         outcome=outcome, cls=win.name, members=tuple(f.label for f in win.members), choice=choice.label, why=why,
         next=nxt.name if nxt else None, next_members=tuple(f.label for f in nxt.members) if nxt else (),
         ratio=vs.ratio if vs else math.nan,
-        ratio_lo=vs.ratio_lo if vs else math.nan, ratio_hi=vs.ratio_hi if vs else math.nan,
+        ratio_lo=span[0], ratio_hi=span[1],
         choice_s=(lo, median, hi), choice_gbps=nbytes / median / 1e9 if median > 0 else math.nan,
         fraction_of_ceiling=float(row.fraction_of_ceiling), ceiling=str(row.ceiling or ""),
         call_bound=bool(row.call_bound), l2_resident=None if pd.isna(row.l2_resident) else bool(row.l2_resident),
@@ -491,6 +502,23 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
         beaten=tuple(sorted(beaten)), replicas=max(1, len(choice.replicas)),
         beaten_twice=tuple(sorted(beaten_twice)),
         again=lambda label, why: decide(figures, ceilings, setup_cost, order, min_effect, label, why, known))
+
+
+def ratio_span(found: stats.Comparison, a: Figure, b: Figure, step: float = 0.0) -> tuple[float, float]:
+    """The ratio interval of b over a to report: found's (their pooled samples'), and where both were
+    measured by two process sets or more (replicas), widened to span each set's interval too. A
+    decision claims b slower only where each set shows it (decide's `beats`), and the sets' offset
+    is part of where the ratio lies: the pooled samples of three sets of 20 put the MPS hand-off's
+    mempool/ce over ipc/push at 256 MiB in [1.038, 1.056] on one H200, its three sets in [1.074,
+    1.097], [1.034, 1.078] and [1.039, 1.064] (results/h200-region-reference-3x20.csv)."""
+    lo, hi = found.ratio_lo, found.ratio_hi
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return lo, hi
+    for x, y in zip(a.replicas, b.replicas):
+        one = stats.compare_prepared(stats.Prepared(x), stats.Prepared(y), found.delta, step=step)
+        if math.isfinite(one.ratio_lo) and math.isfinite(one.ratio_hi):
+            lo, hi = min(lo, one.ratio_lo), max(hi, one.ratio_hi)
+    return lo, hi
 
 
 def _family(name: str) -> str:

@@ -106,7 +106,8 @@ def decision_record(d: Decision) -> dict:
     'same': no next class, something ties with the choice); `class` (the choice's mechanism),
     `members` (every path/variant in its class, the choice among them), `choice`, `why`;
     `next` (the next class, null when none), `ratio` (next's median time over the choice's,
-    ratio_lo..ratio_hi its Hodges-Lehmann interval); `same`: the figures of other classes
+    ratio_lo..ratio_hi its Hodges-Lehmann interval, spanning each process set's where both were
+    measured by two or more); `same`: the figures of other classes
     shown the same as the choice (its ties, whatever the outcome); `undecided`: those the
     samples cannot tell from it besides the next class; `within`: the equivalence bound (a
     fraction) where the outcome is same or within; `states`: the choice's two scheduler states

@@ -554,4 +554,10 @@ def test_the_ratio_interval_spans_each_process_set_s_where_both_figures_were_mea
     assert d.choice == "ipc/push" and d.replicas == 2
     assert d.ratio_lo <= 1.10 * 1.005 and d.ratio_hi >= 1.20 / 1.02  # the pooled samples' reach 1.114
     (one,) = decisions(*rows(1, 1.10, 12))  # one set: its own interval, about 1.10
-    assert 1.07 < one.ratio_lo <= one.ratio_hi < 1.13
+    assert 1.07 < one.ratio_lo <= one.ratio_hi < 1.13 and one.outcome == FASTER
+    # 1.20x in one set, 1.10x in the other: delta is the 9% the ratio moved between them, and the
+    # second set's interval reaches below 1 + delta although the pooled samples' does not; faster
+    # only where the interval spanning both lies beyond it
+    (moved,) = decisions(*rows(1, 1.20, 12), *rows(2, 1.10, 4))
+    assert moved.delta == pytest.approx(1.2 / 1.1 - 1, rel=0.02) and moved.ratio_lo < 1 + moved.delta
+    assert moved.outcome == UNDECIDED

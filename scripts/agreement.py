@@ -68,7 +68,8 @@ def runner_up(run: dict[tuple, dict], reference: dict[tuple, dict], pair: PairIn
         if ref is None or not d.get("next") or not _finite(d.get("ratio")):
             continue
         own = float(d.get("delta") or 0)
-        if ref.get("next") == d["next"] and _finite(ref.get("ratio_lo")) and _finite(ref.get("ratio_hi")):
+        same = ref.get("next") == d["next"] and _finite(ref.get("ratio_lo")) and _finite(ref.get("ratio_hi"))
+        if same:
             lo, hi, delta, what = ref["ratio_lo"], ref["ratio_hi"], float(ref.get("delta") or 0), "reference"
         else:
             found.other += 1
@@ -80,7 +81,7 @@ def runner_up(run: dict[tuple, dict], reference: dict[tuple, dict], pair: PairIn
         widen = 1 + max(delta, own)
         inside = lo / widen <= d["ratio"] <= hi * widen
         found.strict_out += not lo / (1 + delta) <= d["ratio"] <= hi * (1 + delta)
-        if what == "reference":
+        if same:
             found.same_in += inside
             found.same_out += not inside
         else:
@@ -106,7 +107,6 @@ def pair_intervals(path: str) -> PairInterval:
     from gpuipc_bench.analysis.summary import samples_by_condition, samples_by_replica, summarize
     from gpuipc_bench.paths import from_metadata
     from gpuipc_bench.results import read_results
-    from gpuipc_bench.results.rows import base_mode
 
     frame, meta = read_results(path)
     paths = from_metadata(meta)
@@ -127,10 +127,9 @@ def pair_intervals(path: str) -> PairInterval:
         if choice not in here or other not in here:
             return None
         a, b = here[choice], here[other]
-        switches = base_mode(key[2]) == "time-sliced" and key[3] == verdict.HANDOFF  # as decide() takes the states
-        step = stats.state_step([stats.Prepared(f.samples) for f in here.values()]) if switches else 0.0
-        delta = max(verdict.delta_for(a.row, b.row, ceilings), verdict._replicas_spread(a, b),
-                    verdict._sets_moved(a, b))
+        step = stats.state_step([stats.Prepared(f.samples) for f in here.values()]) \
+            if verdict.scheduler_states(key[2], key[3]) else 0.0
+        delta = verdict.figures_delta(a, b, ceilings)
         found = stats.compare_prepared(stats.Prepared(a.samples), stats.Prepared(b.samples), delta, step=step)
         lo, hi = verdict.ratio_span(found, a, b, step)
         return (lo, hi, delta) if _finite(lo) and _finite(hi) else None

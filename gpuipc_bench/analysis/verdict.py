@@ -343,6 +343,22 @@ def _sets_moved(a: Figure, b: Figure) -> float:
     return _spread_of_ratios(dict(a.sets), dict(b.sets))
 
 
+def scheduler_states(sharing: str, measure: str) -> bool:
+    """Whether figures of this sharing mode and measure fall into the scheduler's states (a context
+    switch in a sample or not: a time-sliced hand-off; MPS runs one context), which decide compares
+    state by state (stats.state_step)."""
+    return base_mode(sharing) == "time-sliced" and measure == HANDOFF
+
+
+def figures_delta(a: Figure, b: Figure, ceilings: Mapping[tuple[str, str, str, int], float],
+                  min_effect: float = stats.MIN_EFFECT, facts: tuple[_Ceilinged, _Ceilinged] | None = None) -> float:
+    """The delta decide compares two figures with: _delta of their rows (`facts`: their _Ceilinged,
+    where the caller keeps them), and at least how far their ratio moved between the passes
+    (_replicas_spread) and the process sets (_sets_moved) that measured both."""
+    ca, cb = facts if facts is not None else (_Ceilinged(a.row, ceilings), _Ceilinged(b.row, ceilings))
+    return max(_delta(ca, cb, ceilings, min_effect), _replicas_spread(a, b), _sets_moved(a, b))
+
+
 def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int], float],
            setup_cost: classes.SetupCost, order: Callable[[str], tuple],
            min_effect: float = stats.MIN_EFFECT, prefer: str | None = None, prefer_why: str = "",
@@ -374,15 +390,14 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
             found = prepared[id(f)] = stats.Prepared(f.samples)
         return found
 
-    # a time-sliced hand-off's states (a context switch in a sample or not); MPS runs one context
-    switches = base_mode(str(figures[0].row.sharing)) == "time-sliced" and str(figures[0].row.measure) == HANDOFF
-    step = stats.state_step([prep(f) for f in figures]) if switches else 0.0
+    row = figures[0].row
+    step = stats.state_step([prep(f) for f in figures]) if scheduler_states(str(row.sharing), str(row.measure)) \
+        else 0.0
 
     def compare(a: Figure, b: Figure) -> stats.Comparison:
         key = (id(a), id(b))
         if key not in cache:
-            delta = max(_delta(ceilinged(a), ceilinged(b), ceilings, min_effect), _replicas_spread(a, b),
-                        _sets_moved(a, b))
+            delta = figures_delta(a, b, ceilings, min_effect, (ceilinged(a), ceilinged(b)))
             cache[key] = stats.compare_prepared(prep(a), prep(b), delta, step=step)
         return cache[key]
 

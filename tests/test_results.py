@@ -523,6 +523,41 @@ def test_the_reader_refuses_what_cannot_be_a_results_file_before_reading_it(tmp_
         read_results(big)
 
 
+def test_a_gzipped_file_reads_as_the_file_itself(tmp_path):
+    import gzip
+
+    path = tmp_path / "run.csv"
+    rf = ResultsFile(path, META)
+    rf.add(sample_rows())
+    rf.write(partial=False)
+    packed = tmp_path / "run.csv.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    df, meta = read_results(packed)
+    plain_df, plain_meta = read_results(path)
+    pd.testing.assert_frame_equal(df, plain_df)
+    assert meta == plain_meta
+
+
+def test_a_gzipped_file_is_bounded_by_what_it_unpacks_to_and_checked_like_any(tmp_path, monkeypatch):
+    import gzip
+
+    whole = ("# gpuipc-bench results\n" + "#\n" * 1000).encode()
+    damaged = tmp_path / "cut.csv.gz"
+    damaged.write_bytes(gzip.compress(whole)[:-12])
+    with pytest.raises(ResultsFormatError, match=r"cut.csv.gz: a damaged gzip file"):
+        read_results(damaged)
+    other = tmp_path / "other.csv.gz"
+    other.write_bytes(gzip.compress(b"hello\n"))
+    with pytest.raises(ResultsFormatError, match="not a gpuipc-bench results file .first line is 'hello'"):
+        read_results(other)
+    monkeypatch.setattr(results.reading, "MAX_RESULTS_BYTES", 100)
+    bomb = tmp_path / "bomb.csv.gz"
+    bomb.write_bytes(gzip.compress(whole))  # about 40 bytes on disk, 2 kB unpacked
+    assert bomb.stat().st_size < 100
+    with pytest.raises(ResultsFormatError, match="unpacks to more than any results file"):
+        read_results(bomb)
+
+
 # --------------------------------------------------------------------------- schema 3
 
 SCHEMA_3 = ("mps_thread_pct", "transport", "node", "seq", "sm_clock_mhz")

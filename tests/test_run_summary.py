@@ -23,7 +23,7 @@ from gpuipc_bench.results import read_results, write_results
 
 HERE = Path(__file__).parent
 RESULTS = HERE.parent / "results"
-REFERENCES = sorted(RESULTS.glob("*.csv"))
+REFERENCES = sorted([*RESULTS.glob("*.csv"), *RESULTS.glob("*.csv.gz")])  # a run shared gzipped too
 H100, H100_SHARING = RESULTS / "h100-pcie-all.csv", RESULTS / "h100-pcie-latency-sharing.csv"
 H200 = RESULTS / "h200x2-nvlink-all.csv"
 H100_DEFAULT = RESULTS / "h100-default.csv"

@@ -41,7 +41,8 @@ def report(files, fmt, plot, plot_format, amortise_over, min_effect, detailed, f
     break-even of the paths with a setup cost.
 
     Several files: each run, then the ratios of their medians (run N / run 1), with
-    a warning when the machines differ (GPUs, driver, links).
+    a warning when the machines differ (GPUs, driver, links). A file gzipped to
+    attach to an issue (RUN.csv.gz) reads as it is.
 
     \b
     gpuipc-bench report RUN.csv                      tables in the terminal

@@ -44,7 +44,7 @@ def file_wall(name: str) -> float:
     """The `/usr/bin/time` wall time of `name` itself, where results/README.md lists one per file of its row
     (in the row's order), else the row's first."""
     row = next(r for r in CATALOGUE.read_text().splitlines() if r.startswith("| ") and f"`{name}`" in r.split(" | ")[0])
-    files = re.findall(r"`([^`]+\.csv)`", row.split(" | ")[0])
+    files = re.findall(r"`([^`]+\.csv(?:\.gz)?)`", row.split(" | ")[0])
     walls = listed_wall(name)
     return walls[files.index(name)] if len(walls) == len(files) else walls[0]
 

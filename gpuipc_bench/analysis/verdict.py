@@ -277,7 +277,7 @@ def _delta(a: _Ceilinged, b: _Ceilinged, ceilings: Mapping[tuple[str, str, str, 
     all of them, never less than the two's own, is the offset one process set may carry: at
     call-bound sizes a process's per-operation cost. On one H200, time-sliced at 4 B, NVSHMEM's
     device-initiated put over ipc/ce was 1.80x in one run's sets and 1.94-2.00x in another's
-    (results/h200-region-1.csv, h200-region-reference-3x20.csv): the put's set and the copy
+    (results/h200-region-1.csv.gz, h200-region-reference-3x20.csv.gz): the put's set and the copy
     engine's each moved."""
     offset = max([0.0] + [r.offset for r in (a, b) if r.offset is not None])
     spread = 0.0
@@ -525,7 +525,7 @@ def ratio_span(found: stats.Comparison, a: Figure, b: Figure, step: float = 0.0)
     decision claims b slower only where each set shows it (decide's `beats`), and the sets' offset
     is part of where the ratio lies: the pooled samples of three sets of 20 put the MPS hand-off's
     mempool/ce over ipc/push at 256 MiB in [1.038, 1.056] on one H200, its three sets in [1.074,
-    1.097], [1.034, 1.078] and [1.039, 1.064] (results/h200-region-reference-3x20.csv)."""
+    1.097], [1.034, 1.078] and [1.039, 1.064] (results/h200-region-reference-3x20.csv.gz)."""
     lo, hi = found.ratio_lo, found.ratio_hi
     if not (math.isfinite(lo) and math.isfinite(hi)):
         return lo, hi

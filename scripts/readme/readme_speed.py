@@ -15,7 +15,7 @@ from readme_lib import KIB, MIB, RANGED, RESULTS, FigureError, Runs, gbps, num, 
 # This version's speed runs on one GPU: three default runs back to back, --quick, nvbandwidth on the same machine.
 SPEED = ("h200-region-1.csv.gz", "h200-region-2.csv.gz", "h200-region-3.csv.gz")
 # --quick of this version (no resampling pass without --budget), in the same call
-SPEED_QUICK = "h200-region-quick-2.csv.gz"  # (the kernel cache warmed by an untimed --quick before; the median of three)
+SPEED_QUICK = "h200-region-quick-2.csv.gz"  # (the kernel cache warm from an untimed --quick; the median of 3)
 SPEED_QUICK_NVBANDWIDTH = "h200-region-nvbandwidth.txt"
 SPEED_NVBANDWIDTH = "h200-region-nvbandwidth.txt"
 # An earlier version's speed runs on one H100, with the tool before decision-driven sampling in the same call.

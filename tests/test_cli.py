@@ -285,6 +285,11 @@ def test_out_dash_is_refused(no_work):
     assert not (no_work / "-").exists()
 
 
+def test_out_gz_is_refused_not_written_as_plain_text(no_work):
+    assert_refused(*invoke("run", "-s", "host", "--out", "r.csv.gz"), "--out r.csv.gz", "gzip it after")
+    assert not (no_work / "r.csv.gz").exists()
+
+
 def test_run_plot_with_a_bad_suffix_is_refused_before_the_run(no_work):
     assert_refused(*invoke("run", "-s", "host", "--out", "r.csv", "--plot", "x.txt"), "--plot", ".png")
 

@@ -423,3 +423,18 @@ def test_sharing_modes_lie_side_by_side_where_they_differ():
         assert at_4k(mps, "ipc") > 10 * at_4k(sliced, "ipc")  # GB/s: the context switch gone
     finally:
         plots.pyplot().close(fig)
+
+
+def test_a_gzipped_run_plots_under_its_own_name(tmp_path):
+    import gzip
+
+    from click.testing import CliRunner
+
+    from gpuipc_bench.cli import cli
+
+    packed = tmp_path / "small_run.csv.gz"
+    packed.write_bytes(gzip.compress(SMALL.read_bytes()))
+    r = CliRunner().invoke(cli, ["report", str(packed), "--plot", str(tmp_path / "plots")])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "small_run-bandwidth.png", "small_run-latency.png", "small_run-setup.png"]

@@ -119,10 +119,12 @@ def _default_options(analyses) -> bool:
 
 
 def _stems(files) -> list[str]:
-    """Each file's name for its figures: its stem, numbered where two files share one."""
+    """Each file's name for its figures: its stem (RUN of RUN.csv and of RUN.csv.gz), numbered where two
+    files share one."""
     stems: list[str] = []
     for path in files:
-        stem = Path(path).stem
+        name = Path(path).name
+        stem = Path(name.removesuffix(".gz") if name.endswith(".csv.gz") else name).stem
         stems.append(stem if stem not in stems else f"{stem}-{len(stems) + 1}")
     return stems
 

@@ -220,6 +220,9 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
         if Path(out).suffix == ".log":
             raise UsageError(f"--out {out}: .log names the workers' log beside the results; "
                              "give a file name ending in .csv")
+        if Path(out).suffix == ".gz":
+            raise UsageError(f"--out {out}: a run writes its rows as plain text as they come; give a file name "
+                             "ending in .csv and gzip it after (report reads RUN.csv.gz as it is)")
         if plot is not None:
             from gpuipc_bench.plots import check_plot_dest, check_plot_targets
 

@@ -77,6 +77,17 @@ def test_the_second_mode_skips_the_streams_it_does_not_plan_and_keeps_hand_offs_
     assert len(list(ceiling)) == 6  # constant samples: --min-samples, measured though no stream group is
 
 
+def test_the_second_mode_measures_n_processes_aggregates_at_their_message_size():
+    """The sharing scenario's aggregate of N workers carries N x the message in `bytes`: the second
+    mode plans it by the message (64 MiB, the largest), so MPS keeps its sweep of N = 2, 4, 8."""
+    sampler = _sampler(stream_sizes=(4, MIB, 64 * MIB))
+    aggregates = [dict(path="sharing", variant="d2d-aggregate", measure="stream", metric="bandwidth", src="0",
+                       dst="0", bytes=n * 64 * MIB, workers=n) for n in (1, 2, 4, 8)]
+    assert [sampler.planned(g) for g in aggregates] == [True] * 4
+    assert not sampler.planned(dict(aggregates[1], bytes=2 * 16 * MIB))  # N x a message not planned
+    assert not sampler.planned(dict(_group("stream", 2 * 64 * MIB), workers=2))  # a path's own bytes
+
+
 def test_known_best_keeps_the_lowest_median_of_verified_path_rows_with_enough_samples():
     known = KnownBest()
     base = dict(measure="stream", metric="bandwidth", sharing="time-sliced", workers=2, src="0", dst="0", bytes=4096,

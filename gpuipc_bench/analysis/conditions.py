@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from gpuipc_bench.results.rows import AGGREGATE_SUFFIX  # noqa: F401 - N processes' rows together (bytes N x the message)
+
 # Everything that identifies a condition: two rows that differ in any of these are two figures.
 # (Whether a sample's buffers could stay in L2 is a property of the sample, aggregated per
 # condition: summary.py.)
@@ -22,9 +24,6 @@ CONDITION_KEYS: tuple[str, ...] = (
 
 ABOVE_CEILING = 1.05  # a figure this far above its ceiling is a cache effect or a timing error
 
-# The sharing scenario names the rows of all N workers together '<transfer>-aggregate'; their
-# bytes are N x the message, and no ceiling bounds what N processes move together.
-AGGREGATE_SUFFIX = "-aggregate"
 # A scenario of that name measures only ceilings: its rows bound every scenario's figures
 # that name them when the scenario measured none itself.
 CEILING_SCENARIO = "ceiling"

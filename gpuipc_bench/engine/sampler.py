@@ -43,7 +43,7 @@ from gpuipc_bench.machine.mig import label_ends
 from gpuipc_bench.patterns import seed_for
 from gpuipc_bench.gpu.device import warming
 from gpuipc_bench.hooks.profiling import mark
-from gpuipc_bench.results import base_mode, new_row
+from gpuipc_bench.results import AGGREGATE_SUFFIX, base_mode, new_row
 
 from gpuipc_bench.machine.lanes import LaneWindow
 
@@ -163,7 +163,7 @@ class Sampler:
         (path, variant, measure, bytes) is named (set-up operations are always measured: Sampler.setup_repeats)."""
         config = getattr(self.ctx, "config", None)
         sizes = getattr(config, "stream_sizes", None)
-        if sizes is not None and group.get("measure") == "stream" and int(group.get("bytes", 0)) not in sizes:
+        if sizes is not None and group.get("measure") == "stream" and message_bytes(group) not in sizes:
             return False
         only = getattr(config, "only_groups", None)
         return only is None or group.get("metric") == "setup" or group_key(group) in only
@@ -367,6 +367,15 @@ class Group:
                 # the same in every worker: from the decision words
                 sampler.settled[self.memory] = (self.reps, self.nbytes)
             self.done = True
+
+
+def message_bytes(fields: dict) -> int:
+    """The size of one message of a group: its bytes, or for N processes' aggregate (the sharing
+    scenario's '<transfer>-aggregate', whose bytes are N x the message) its bytes over N."""
+    nbytes = int(fields.get("bytes", 0) or 0)
+    if str(fields.get("variant", "")).endswith(AGGREGATE_SUFFIX):
+        return nbytes // max(1, int(fields.get("workers", 1) or 1))
+    return nbytes
 
 
 def group_key(fields: dict) -> tuple[str, str, str, int]:

@@ -50,15 +50,16 @@ column at a time, for large files; it hands what it cannot vouch for to table.py
 
 from gpuipc_bench.results.reading import MAX_RESULTS_BYTES, read_results
 from gpuipc_bench.results.rows import (
-    BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, MAGIC, MEASURES, METRICS, SCHEMA_VERSION, STR_COLUMNS,
-    base_mode, empty_frame, new_row, typed_frame,
+    AGGREGATE_SUFFIX, BOOL_COLUMNS, COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, MAGIC, MEASURES, METRICS, SCHEMA_VERSION,
+    STR_COLUMNS, base_mode, empty_frame, new_row, typed_frame,
 )
 from gpuipc_bench.results.writing import (
     ResultsFile, ResultsWriteError, claim_free_name, default_results_path, format_results, format_rows, write_results,
 )
 
 __all__ = [
-    "BOOL_COLUMNS", "COLUMNS", "FLOAT_COLUMNS", "INT_COLUMNS", "MAGIC", "MAX_RESULTS_BYTES", "MEASURES", "METRICS",
+    "AGGREGATE_SUFFIX", "BOOL_COLUMNS", "COLUMNS", "FLOAT_COLUMNS", "INT_COLUMNS", "MAGIC", "MAX_RESULTS_BYTES",
+    "MEASURES", "METRICS",
     "SCHEMA_VERSION", "STR_COLUMNS", "ResultsFile", "ResultsWriteError", "base_mode", "claim_free_name",
     "default_results_path", "empty_frame", "format_results", "format_rows",
     "new_row", "read_results", "typed_frame", "write_results",

@@ -14,6 +14,9 @@ if TYPE_CHECKING:  # pandas is imported where a frame is made: `run` and `list` 
 
 SCHEMA_VERSION = 3
 MAGIC = "# gpuipc-bench results"
+# The sharing scenario names the rows of all N workers together '<transfer>-aggregate'; their
+# bytes are N x the message, and no ceiling bounds what N processes move together.
+AGGREGATE_SUFFIX = "-aggregate"
 
 COLUMNS: tuple[str, ...] = (
     "scenario",  # scenario module name, e.g. 'ipc'

@@ -459,6 +459,20 @@ def test_an_api_of_one_mechanism_in_another_scenario_is_named_until_two_process_
     assert one.choice == "vmm/ce" and "ipc/ce" in one.beaten
 
 
+def test_an_api_of_the_choice_s_mechanism_that_one_process_set_shows_slower_is_not_its_next_class():
+    """MPS hand-off at 4 MiB on one H200: ipc/push chosen; vmm/push, the same push through another
+    scenario's mapping, 4.2% behind in its one process set; the pull (ipc/ce) 24% behind. The next
+    class is the next mechanism, the pull, its ratio measured from the choice; vmm/push is named
+    with the choice (a candidate of its mechanism), not taken for a runner-up mechanism 1.04x behind."""
+    def hand_off(path, variant, seconds):
+        return figure(path, variant, seconds, sizes=(4 * MIB,), measure="handoff", ceiling="", sharing="mps")
+
+    d = only(hand_off("ipc", "push", 10e-6), hand_off("vmm", "push", 10.42e-6), hand_off("ipc", "ce", 12.4e-6))
+    assert d.choice == "ipc/push" and d.outcome == FASTER
+    assert d.next_members == ("ipc/ce",) and d.ratio == pytest.approx(1.24, rel=0.01)
+    assert "vmm/push" in d.close and "vmm/push" not in d.beaten
+
+
 def test_a_process_sets_per_operation_offset_seen_by_either_engines_ceiling_widens_delta():
     """MPS stream at 4 KiB on an H200 (call-bound: each figure is one operation's cost, which moves
     with the process that issues it). torch's process set copies 8.7% faster than ipc's (their d2d@0

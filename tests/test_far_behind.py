@@ -51,6 +51,13 @@ def test_a_group_far_behind_an_earlier_scenarios_best_stops_at_far_samples():
     assert _taken(_sampler(_known(1e-4)), [_group()], [2e-3]) == [FAR_SAMPLES]
 
 
+def test_a_fixed_count_is_taken_whole_however_far_behind():
+    """-n 20 (min = max): exactly 20 samples, as asked, though every one is 20x behind; the header says so."""
+    sampler = _sampler(_known(1e-4))
+    sampler.counts = Counts(warmup=1, min_samples=20, max_samples=20)
+    assert _taken(sampler, [_group()], [2e-3]) == [20]
+
+
 def test_a_group_near_the_best_goes_on():
     """1.5x behind: a runner-up whose ratio matters; it takes its samples as before."""
     assert _taken(_sampler(_known(1e-4)), [_group()], [1.5e-4]) == [9]
@@ -174,3 +181,10 @@ def test_the_header_has_the_wall_time_from_the_commands_start_and_the_far_behind
     assert float(meta["seconds.wall"]) >= float(meta["seconds.total"]) >= 0
     assert 0 <= float(meta["seconds.startup"]) <= float(meta["seconds.wall"])
     assert "stops after 3 samples" in meta["sampling.far_behind"]
+
+
+def test_the_header_says_the_far_behind_rule_is_off_for_a_fixed_count(tmp_path):
+    out = tmp_path / "r.csv"
+    result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "4K", "-n", "4", "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    assert read_results(out)[1]["sampling.far_behind"] == "off: a fixed count of 4 samples a group"

@@ -18,8 +18,8 @@ it, holds the candidates; the API among them comes from the declared order (fewe
 dependencies, set-up cost where the intervals separate, declared first: classes.choose_label),
 and a candidate that any figure at the size beats beyond delta (its whole ratio interval) is
 passed over for the next. The decision's outcome is the choice against the next class (the
-first class neither shown the same nor an API of the choice's mechanism the samples cannot
-tell from it), its ratio measured from the choice. Each comparison's delta is at least what
+first class neither shown the same nor an API of the choice's mechanism that no figure passes
+over: the next mechanism), its ratio measured from the choice. Each comparison's delta is at least what
 the two figures' process sets measured apart of one ceiling at that size (each of the two figures'
 ceilings of one link, the copy engine's or the kernel copy's, as every scenario's process set
 measured it, and each scenario's producer against its consumer), and for two figures that two
@@ -106,8 +106,9 @@ class Decision:
     stats.WITHIN_MAX) or UNDECIDED; with no next class, SAME when something ties with the
     choice (its class's other members, `same`), UNDECIDED when only figures the samples
     cannot tell from it are left (`close`). same: the figures of the other classes shown the
-    same as the choice (ties, whichever outcome); close: those the samples cannot tell from
-    it that are not the next class (APIs of its mechanism); within: the equivalence bound
+    same as the choice (ties, whichever outcome); close: the APIs of its mechanism no figure
+    passes over (whichever way one process set put them) and the figures after the next class
+    the samples cannot tell from it; within: the equivalence bound
     (a fraction) where the outcome is SAME or WITHIN; states: the choice's samples in two
     scheduler states (stats.States: their medians and mix), None in one; replicas: the process
     sets the choice's samples come from (1: the first pass only; 2: measured again on a fresh
@@ -469,7 +470,10 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     def kin_of(c: classes.MechanismClass, r: stats.Comparison) -> bool:
         if r.outcome in (stats.UNDECIDED, stats.WITHIN):
             return c.name == win.name or _identity(c.anchor) == _identity(choice)
-        return r.outcome == stats.SLOWER and _identity(c.anchor) == _identity(choice)
+        # one of the choice's mechanism that no figure passes over (a candidate of it: by_label above),
+        # faster or slower than the choice in its one process set: the offset between sets, not the next
+        return _identity(c.anchor) == _identity(choice) and (r.outcome == stats.SLOWER
+                                                              or c.anchor.label not in beaten)
 
     kin = [(c, r) for c, r in rest if kin_of(c, r)]
     named = {id(c) for c, _ in same_classes + kin}

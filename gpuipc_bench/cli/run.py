@@ -52,7 +52,8 @@ def _samples_text(preset: str) -> str:
               help=f"The sweep {describe_sizes(THOROUGH_GPU_SIZES)} (host: {describe_sizes(THOROUGH_HOST_SIZES)}), "
                    f"{_samples_text('thorough')}.")
 @click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",
-              help="Exactly N timed samples per group (turns the adaptive count off).")
+              help="Exactly N timed samples per group (turns the adaptive count off, and the "
+                   "3-sample stop of a group over 2x behind the best at its size).")
 @click.option("--min-samples", type=Bounded("min_samples"), default=None,
               help=f"Timed samples per group at least; more are taken until the median's {CONFIDENCE:.0%} interval "
                    f"is within +-{PRECISION:.0%} ({WIDE_MIN_SAMPLES}, or --max-samples if fewer, when the spread is "

@@ -60,7 +60,8 @@ BEATEN_BY = 0.02  # a group whose every sample is slower than every sample of a 
 #                   than this) has its answer, slower: it stops at --min-samples (the verdict's own effect size)
 # A group whose every sample is more than FAR_BEHIND times the best figure known at its size (a rival's median,
 # or the median of a group of an earlier scenario of the run in the same sharing mode, between the same ends:
-# RunConfig.known_best) is decided slower after FAR_SAMPLES samples, whatever --min-samples says: no
+# RunConfig.known_best) is decided slower after FAR_SAMPLES samples, whatever --min-samples says (not where the
+# count is fixed, -n: exactly N samples, as asked): no
 # further sample can make it the choice, a tie, or a runner-up within any delta of the leader (the pinned
 # host paths at 64-256 MiB are 25-50x behind the device paths on one GPU: 6-9 samples each cost seconds).
 FAR_BEHIND = 2.0
@@ -345,7 +346,7 @@ class Group:
                 self.values.append(sample.seconds)
                 self.timed += sample.seconds * sample.batch
                 enough = robust.enough(self.values, counts.min_samples, counts.max_samples)
-                self.far = not enough and self.far_behind()
+                self.far = not enough and counts.min_samples < counts.max_samples and self.far_behind()
                 stop = enough or self.far or (
                     len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or self.beaten()
                                                                  or self.decided()))

@@ -171,7 +171,9 @@ class Session:
         run_started = time.monotonic()  # (and the header's last rewrite)
         results.set_meta("seconds.startup", f"{process_seconds():.1f}")  # the command's start to the header
         results.set_meta("sampling.far_behind", f"a group every sample of which is over {FAR_BEHIND:g}x the best "
-                                                f"median known at its size stops after {FAR_SAMPLES} samples")
+                                                f"median known at its size stops after {FAR_SAMPLES} samples"
+                         if config.min_samples < config.max_samples else
+                         f"off: a fixed count of {config.max_samples} samples a group")
         clean_end = False
         try:
             self._scenarios(plan, rewritten=run_started)

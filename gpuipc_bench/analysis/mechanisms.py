@@ -19,6 +19,9 @@ class Mechanism:
     direction: str = ""  # 'pull' (the consumer copies), 'push' (the producer does), '' (neither)
     needs: tuple[str, ...] = ()  # what beyond CUDA it needs: 'torch', 'nvshmem', 'nccl'
     gpu_signalled: bool = False  # the hand-over is a kernel polling on both GPUs (a latency row)
+    # what hands a message over where it is not the tool's own signal (an event or a flag between the two
+    # processes): a hand-off through it is another mechanism, whatever copies the bytes
+    handover: str = ""
     cost: str = ""  # what it costs besides the transfer, said where it is chosen
 
 
@@ -39,8 +42,10 @@ def _declare(paths: tuple[str, ...], variant: str, mechanism: Mechanism) -> None
 _declare(("ipc", "vmm", "mempool"), "ce", Mechanism(IPC_CE, "pull"))
 _declare(("ipc", "vmm", "mempool"), "push", Mechanism(IPC_CE, "push"))
 _declare(("ipc", "vmm", "mempool"), "sm", Mechanism(IPC_SM, "pull"))
-_declare(("torch",), "caching", Mechanism(IPC_CE, "pull", ("torch",)))
-_declare(("torch",), "expandable", Mechanism(IPC_CE, "pull", ("torch",)))
+# torch hands every tensor over through its multiprocessing queue (a pickled handle and a host round trip)
+TORCH_QUEUE = "a torch.multiprocessing queue"
+_declare(("torch",), "caching", Mechanism(IPC_CE, "pull", ("torch",), handover=TORCH_QUEUE))
+_declare(("torch",), "expandable", Mechanism(IPC_CE, "pull", ("torch",), handover=TORCH_QUEUE))
 # torch's symmetric memory: the consumer copies from the peer's buffer, mapped into its process by
 # every backend (CUDA: cuMem handles; NVSHMEM: its heap; NCCL: its window), as IPC maps it.
 _declare(("symm",), "cuda-ce", Mechanism(IPC_CE, "pull", ("torch",)))

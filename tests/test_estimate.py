@@ -36,7 +36,8 @@ RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-
         "h200-holdout-quick-1.csv.gz", "h200-holdout-quick-2.csv.gz", "h200-holdout-quick-3.csv.gz",
         "h200-sweep-1.csv.gz", "h200-sweep-2.csv.gz", "h200-sweep-3.csv.gz", "h200-sweep-quick-1.csv.gz",
         "h200-sweep-quick-2.csv.gz", "h200-sweep-quick-3.csv.gz", "h200-exact-1.csv.gz", "h200-exact-2.csv.gz",
-        "h200-exact-3.csv.gz", "h200-exact-quick-1.csv.gz", "h200-exact-quick-2.csv.gz", "h200-exact-quick-3.csv.gz")
+        "h200-exact-3.csv.gz", "h200-exact-quick-1.csv.gz", "h200-exact-quick-2.csv.gz", "h200-exact-quick-3.csv.gz",
+        "h200x2-plain-3.csv.gz")
 # The first run of 2.5 ms samples (estimate.RUN_COST_SCALE): the runs before it cost what COSTS say alone
 SHORT_SAMPLES_FROM = "2026-11-29T02:00:00+00:00"
 

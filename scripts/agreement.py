@@ -100,10 +100,8 @@ def pair_intervals(path: str) -> PairInterval:
     replicas; state by state where a time-sliced hand-off's samples sit in two states; the
     interval spanning each process set's, ratio_span); None where
     either was not measured there."""
-    import numpy as np
-
     from gpuipc_bench.analysis import stats, verdict
-    from gpuipc_bench.analysis.classes import Figure
+    from gpuipc_bench.analysis.model import figures_by_size
     from gpuipc_bench.analysis.summary import samples_by_condition, samples_by_replica, summarize
     from gpuipc_bench.paths import from_metadata
     from gpuipc_bench.results import read_results
@@ -115,12 +113,7 @@ def pair_intervals(path: str) -> PairInterval:
     summary = summarize(frame, samples=samples, paths=paths, meta=meta)
     rows = verdict.candidates(summary, paths)
     ceilings = verdict.ceiling_times(summary)
-    figures: dict[tuple, dict[str, Figure]] = {}
-    for r in rows.itertuples(index=False):
-        key = (str(r.src), str(r.dst), str(r.sharing), str(r.measure), int(r.bytes))
-        figures.setdefault(key, {})[str(r.label)] = Figure(
-            str(r.label), r, np.asarray(samples.get(r.condition, ()), float), tuple(replicas.get(r.condition, ())),
-            verdict.set_medians(r, replicas))
+    figures = {key: {f.label: f for f in found} for key, found in figures_by_size(rows, samples, replicas).items()}
 
     def interval(key: tuple, choice: str, other: str) -> tuple[float, float, float] | None:
         here = figures.get(key, {})

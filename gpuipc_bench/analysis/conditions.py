@@ -13,8 +13,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from gpuipc_bench.results.rows import AGGREGATE_SUFFIX  # noqa: F401 - N processes' rows together (bytes N x the message)
-
 # Everything that identifies a condition: two rows that differ in any of these are two figures.
 # (Whether a sample's buffers could stay in L2 is a property of the sample, aggregated per
 # condition: summary.py.)

@@ -162,21 +162,30 @@ def decide_all(rows: pd.DataFrame, summary: pd.DataFrame, samples: Mapping[tuple
 
     cost = setup_interval(setup, paths)
     out = []
-    # the rows of each size (groupby's groups, in their order: first seen; rows with a key
-    # missing are in none), read once
-    group = rows.groupby(["src", "dst", "sharing", "measure", "bytes"], sort=False).ngroup().to_numpy()
-    parts: list[list] = [[] for _ in range(int(group.max()) + 1 if len(group) else 0)]
-    for g, r in zip(group.tolist(), records(rows)):
-        if g >= 0:
-            parts[g].append(r)
-    for part in parts:
-        figures = [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float),
-                          tuple((replicas or {}).get(r.condition, ())), set_medians(r, replicas)) for r in part]
+    for figures in figures_by_size(rows, samples, replicas).values():
         found = decide(figures, ceilings, cost, order, min_effect)
         if found is not None:
             out.append(found)
     return sorted(out, key=lambda d: (link_rank(d.src, d.dst), _sharing_rank(d.sharing), _measure_rank(d.measure),
                                       d.bytes))
+
+
+def figures_by_size(rows: pd.DataFrame, samples: Mapping[tuple, np.ndarray],
+                    replicas: Mapping[tuple, tuple[np.ndarray, ...]] | None = None) -> dict[tuple, list[Figure]]:
+    """The candidates' figures of each size, by (src, dst, sharing, measure, bytes) in the order the
+    rows first show them (rows with a key missing are in none): each row's samples, its samples per
+    process set (`replicas`) and its median in each set (set_medians)."""
+    if rows.empty:
+        return {}
+    group = rows.groupby(["src", "dst", "sharing", "measure", "bytes"], sort=False).ngroup().to_numpy()
+    parts: list[list] = [[] for _ in range(int(group.max()) + 1 if len(group) else 0)]
+    for g, r in zip(group.tolist(), records(rows)):
+        if g >= 0:
+            parts[g].append(r)
+    return {(str(part[0].src), str(part[0].dst), str(part[0].sharing), str(part[0].measure), int(part[0].bytes)):
+            [Figure(r.label, r, np.asarray(samples.get(r.condition, ()), dtype=float),
+                    tuple((replicas or {}).get(r.condition, ())), set_medians(r, replicas)) for r in part]
+            for part in parts if part}
 
 
 def setup_interval(setup: Mapping[str, SetupCost], paths: Mapping[str, PathInfo]

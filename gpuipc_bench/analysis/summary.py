@@ -24,7 +24,6 @@ import pandas as pd
 
 from gpuipc_bench import robust
 from gpuipc_bench.analysis.conditions import (
-    AGGREGATE_SUFFIX,
     CEILING_SCENARIO,
     CONDITION_KEYS,
     is_gpu,
@@ -33,7 +32,7 @@ from gpuipc_bench.analysis.conditions import (
     with_mps_shares,
 )
 from gpuipc_bench.paths import PathInfo, from_metadata, path_order
-from gpuipc_bench.results import METRICS, base_mode
+from gpuipc_bench.results import AGGREGATE_SUFFIX, METRICS, base_mode
 
 SUMMARY_COLUMNS: tuple[str, ...] = CONDITION_KEYS + (
     "l2_resident", "samples", "median_s", "ci_lo_s", "ci_hi_s", "min_s", "max_s", "mad_rel", "bimodal",

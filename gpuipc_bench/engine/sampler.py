@@ -101,6 +101,12 @@ class Counts:
     def of(cls, config) -> "Counts":
         return cls(config.warmup, config.min_samples, config.max_samples)
 
+    @property
+    def fixed(self) -> bool:
+        """Exactly one count asked (-n N, or --min-samples = --max-samples): taken whole, the far-behind
+        stop off."""
+        return self.min_samples >= self.max_samples
+
 
 class Sampler:
     """One per worker; every worker of a scenario calls run() for the same groups in the same order."""
@@ -346,7 +352,7 @@ class Group:
                 self.values.append(sample.seconds)
                 self.timed += sample.seconds * sample.batch
                 enough = robust.enough(self.values, counts.min_samples, counts.max_samples)
-                self.far = not enough and counts.min_samples < counts.max_samples and self.far_behind()
+                self.far = not enough and not counts.fixed and self.far_behind()
                 stop = enough or self.far or (
                     len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or self.beaten()
                                                                  or self.decided()))

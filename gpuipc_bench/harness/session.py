@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES
+from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES, Counts
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed, signal_name
 from gpuipc_bench.harness.header import run_header
 from gpuipc_bench.harness import preload
@@ -172,7 +172,7 @@ class Session:
         results.set_meta("seconds.startup", f"{process_seconds():.1f}")  # the command's start to the header
         results.set_meta("sampling.far_behind", f"a group every sample of which is over {FAR_BEHIND:g}x the best "
                                                 f"median known at its size stops after {FAR_SAMPLES} samples"
-                         if config.min_samples < config.max_samples else
+                         if not Counts.of(config).fixed else
                          f"off: a fixed count of {config.max_samples} samples a group")
         clean_end = False
         try:

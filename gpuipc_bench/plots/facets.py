@@ -18,9 +18,10 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
-from gpuipc_bench.analysis.conditions import AGGREGATE_SUFFIX, ceiling_base, is_gpu, one_hop
+from gpuipc_bench.analysis.conditions import ceiling_base, is_gpu, one_hop
 from gpuipc_bench.analysis.model import SHARING_ORDER, link_class
 from gpuipc_bench.paths import PathInfo, path_order
+from gpuipc_bench.results import AGGREGATE_SUFFIX
 from gpuipc_bench.report.wording import link
 
 MEASURE_ORDER = ("stream", "handoff", "pingpong", "")

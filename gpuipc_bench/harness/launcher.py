@@ -29,7 +29,7 @@ from gpuipc_bench.gpu import visible
 from gpuipc_bench.harness.supervision import (
     Worker, remove_driver_files, salvage_rows, size_in_flight, stop_all, supervise)
 from gpuipc_bench.hooks.faults import FaultPlan
-from gpuipc_bench.hooks.profiling import profiled
+from gpuipc_bench.hooks.profiling import mark_start, profiled
 from gpuipc_bench.ipc.barrier import Barrier
 from gpuipc_bench.ipc.process import FORK, die_with_parent, exit_worker, output_to, set_process_title, wait_gone
 from gpuipc_bench.ipc.segment import Segment
@@ -150,6 +150,7 @@ def enter_worker(spec: WorkerSpec, env: dict[str, str] | None, worker_log: str =
     if worker_log:
         output_to(worker_log)
     os.environ.update(worker_env(spec, env))  # before anything initialises CUDA
+    mark_start("forked")
     visible.enter()  # the GPUs it sees (gpu.visible): the run's numbers -> its CUDA ordinals
 
 
@@ -181,7 +182,9 @@ def wait_for_leavers(spec: WorkerSpec, after) -> None:
     if not after:
         return
     warm_worker(spec)
+    mark_start("context made")
     wait_gone(after, LEAVE_WAIT_S)
+    mark_start("leavers gone")
 
 
 def name_worker(scenario, spec: WorkerSpec, specs, suffix: str = "") -> None:

@@ -8,6 +8,8 @@ either is slower or larger, and its figures are not results):
                             sample: warm-up, sample, ceiling, set-up, teardown, with size and label)
                             and each sample's steps (the batch queued, released, run; verified; its
                             figure; the stop rule's word) to DIR/<scenario>-<rank>-<sharing>-<pid>.jsonl,
+                            its first scenario's file opening with the worker's own start (forked, its
+                            CUDA context made, the processes before it gone),
                             and the parent its own steps (a mode started, a process set forked, a
                             scenario begun and ended) to DIR/parent-<pid>.jsonl;
                             scripts/trace/trace_summary.py adds them up per phase, scripts/trace/trace_samples.py
@@ -29,10 +31,20 @@ _COUNT = itertools.count()
 _TRACE: list[tuple] | None = [] if os.environ.get(TRACE_ENV) else None
 
 
+_STARTED: list[tuple] = []  # a worker's own steps before its first scenario's timeline begins (mark_start)
+
+
 def mark(event: str, *fields) -> None:
     """One step of the timeline (nothing unless GPUIPC_BENCH_TRACE is set)."""
     if _TRACE is not None:
         _TRACE.append((time.monotonic(), event, *fields))
+
+
+def mark_start(event: str) -> None:
+    """A forked worker's step before its first scenario ('context made', 'leavers gone'): kept for that
+    scenario's timeline, which begins later (profiled clears what the worker inherited)."""
+    if _TRACE is not None:
+        _STARTED.append((time.monotonic(), event))
 
 
 def write_trace(name: str) -> None:
@@ -54,6 +66,8 @@ def profiled(scenario: str, rank: int, sharing: Callable[[], str] | None = None)
     `sharing()` names the scenario's sharing mode once it ran (its timeline's file name says it)."""
     if _TRACE is not None:
         _TRACE.clear()  # a forked worker's copy of its parent's timeline is not its own
+        _TRACE.extend(_STARTED)
+        _STARTED.clear()
         mark("begin", scenario)
     folder = os.environ.get(ENV)
     profile = None

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 from readme_lib import FigureError, Runs, source, table
 
+from gpuipc_bench.sizes import format_size
+
 
 def _value(module: str, name: str):
     value = importlib.import_module(module)
@@ -121,6 +123,51 @@ def fork_vs_fresh(runs: Runs) -> str:
                                  "included, set-up rows left out"))
 
 
+BESIDE_KEYS = ["scenario", "path", "variant", "measure", "metric", "src", "dst", "bytes", "workers", "sharing"]
+BESIDE = (  # (call, load, what ran beside the timed scenarios): scripts/device/beside.py
+    ("a", "starts", "processes starting, two at a time, over and over: a CUDA context, then 1 GiB set on the GPU "
+                    "or torch's CUDA"),
+    ("b", "contexts", "processes starting, two at a time, over and over: a CUDA context, no more"),
+    ("b", "idle", "eight processes, each holding an idle CUDA context"),
+)
+
+
+def beside_files(call: str, load: str) -> list[str]:
+    return [f"h200-beside-{call}-{load}-{i}.csv.gz" for i in (1, 2, 3)]
+
+
+def _medians(runs: Runs, names: list[str]):
+    """Each group's median in each run of `names` (a column a run), the groups all of them measured."""
+    import pandas as pd
+
+    columns = [runs[name].summary.set_index(BESIDE_KEYS)["median_s"] for name in names]
+    return pd.concat(columns, axis=1, join="inner").dropna()
+
+
+def beside(runs: Runs) -> str:
+    """A load beside the timed scenarios against the same scenarios alone, three runs of each in turn: the
+    groups' medians (over the three runs) that left the range of the runs alone by more than 2%, and
+    the set-up cost that moved the most."""
+    rows, names = [], []
+    for call, load, what in BESIDE:
+        alone, loaded = beside_files(call, "base"), beside_files(call, load)
+        names += ([] if alone[0] in names else alone) + loaded
+        both = _medians(runs, alone).join(_medians(runs, loaded), how="inner", lsuffix="_alone")
+        a, b = both.iloc[:, :3], both.iloc[:, 3:]
+        ratio = b.median(axis=1) / a.median(axis=1)
+        setup = both.index.get_level_values("metric") == "setup"
+        slower = (b.median(axis=1) > a.max(axis=1) * 1.02) & ~setup
+        faster = (b.median(axis=1) < a.min(axis=1) / 1.02) & ~setup
+        worst = ratio[setup].idxmax()
+        rows.append([what, str(int((~setup).sum())), f"{ratio[~setup].median():.3f}", str(int(slower.sum())),
+                     str(int(faster.sum())), f"{worst[2]} at {format_size(worst[7])}: {ratio[setup].max():.1f}x"])
+    return ("On one H200, time-sliced, `-s ipc -s latency -s mempool -s staging -n 12`: three runs alone and three "
+            "with each load beside them, in turn.\n\n"
+            + table(["beside the timed scenarios", "figures", "median, beside / alone", "slower beyond the runs "
+                     "alone by over 2%", "faster", "set-up cost moved most"], rows)
+            + "\n\n" + source(*names, note="; scripts/device/beside.sh, scripts/device/beside.py"))
+
+
 ANSWER = "gpuipc_bench.report.answer"
 SUMMARY_BUDGET: list[Row] = [
     (ANSWER, "ONE_GPU_LINES", "", "the summary's screen lines at 80 columns: one GPU, both sharing modes"),
@@ -136,4 +183,5 @@ METHOD_RENDERERS: dict[str, Callable[[Runs], str]] = {
     "verdict-parameters": parameters(VERDICT),
     "range-covers": covers,
     "fork-vs-fresh": fork_vs_fresh,
+    "beside": beside,
 }

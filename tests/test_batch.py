@@ -381,7 +381,7 @@ def test_a_traced_run_writes_every_workers_timeline_and_the_scripts_add_it_up(tm
         assert path.name.split("-")[2] == "none"  # a CPU scenario's mode
         events = [json.loads(line)[1] for line in path.read_text().splitlines()]
         assert {"begin", "phase", "decided", "end"} <= set(events)
-        assert events[0] == "forked" and events.index("forked") < events.index("begin")  # its start, before its first scenario
+        assert events[0] == "forked" and events.index("forked") < events.index("begin")  # its start, first
     took = [json.loads(line) for p in trace.glob("host-*.jsonl") for line in p.read_text().splitlines()]
     assert any(e[1] == "took" and e[2] > 0 for e in took)  # the timing worker's figures
     for script in ("trace/trace_summary.py", "trace/trace_samples.py"):

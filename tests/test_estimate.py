@@ -14,7 +14,7 @@ from conftest import ROOT
 from fakes import h100_node
 from gpuipc_bench.harness import estimate as estimating
 from gpuipc_bench.harness import plan as planning
-from gpuipc_bench.harness.estimate import END_S, START_S, estimate_seconds, set_starts
+from gpuipc_bench.harness.estimate import END_S, START_S, estimate_seconds, resample_seconds, set_starts
 from gpuipc_bench.harness.session import GPUS_SEEN_KEY
 from gpuipc_bench.modes.mps import Mps
 from gpuipc_bench.results.reading import read_results
@@ -37,7 +37,12 @@ RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-
         "h200-sweep-1.csv.gz", "h200-sweep-2.csv.gz", "h200-sweep-3.csv.gz", "h200-sweep-quick-1.csv.gz",
         "h200-sweep-quick-2.csv.gz", "h200-sweep-quick-3.csv.gz", "h200-exact-1.csv.gz", "h200-exact-2.csv.gz",
         "h200-exact-3.csv.gz", "h200-exact-quick-1.csv.gz", "h200-exact-quick-2.csv.gz", "h200-exact-quick-3.csv.gz",
+        "h200-falling-1.csv.gz", "h200-falling-2.csv.gz", "h200-falling-3.csv.gz", "h200-falling-quick-1.csv.gz",
+        "h200-falling-quick-2.csv.gz", "h200-falling-quick-3.csv.gz",
         "h200x2-plain-3.csv.gz")
+# Not in RUNS: h200x2-host-b-1.csv.gz, the same plain two-GPU run as h200x2-plain-3 on a slower host (nvbandwidth's
+# full suite 81.51 s there): 61.84 s wall against its estimate of 49.0, 25.5% over, outside the bar; results/README.md
+# says so, and the estimate has no measure of a host's speed before the run
 # The first run of 2.5 ms samples (estimate.RUN_COST_SCALE): the runs before it cost what COSTS say alone
 SHORT_SAMPLES_FROM = "2026-11-29T02:00:00+00:00"
 
@@ -110,8 +115,11 @@ def as_committed(plan, meta: dict[str, str]) -> list:
 
 
 def committed_estimate(plan, meta: dict[str, str]) -> float:
+    """The estimate of the committed run's plan, as the run printed it: its first pass and, where the run had
+    a resampling pass (`sampling.budget` in its header), what the pass should add (make_plan's estimate)."""
     runs = planning.plan_runs(as_committed(plan, meta), plan.modes)
-    return estimate_seconds(runs, plan.config, plan.modes, planning.second_mode_stream_sizes, plan.machine.gpu_count)
+    first = estimate_seconds(runs, plan.config, plan.modes, planning.second_mode_stream_sizes, plan.machine.gpu_count)
+    return first + (resample_seconds(first, None, plan.config) if "sampling.budget" in meta else 0.0)
 
 
 @pytest.mark.parametrize("name", RUNS)

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from gpuipc_bench.cli import cli
 from gpuipc_bench.config import RunConfig
-from gpuipc_bench.engine.sampler import FAR_SAMPLES, Counts, Sample, Sampler, best_key
+from gpuipc_bench.engine.sampler import FAR_SAMPLES, Counts, Sample, Sampler, best_key, still_falling
 from gpuipc_bench.harness.known import KnownBest
 from gpuipc_bench.harness.plan import CALL_BOUND_BYTES, second_mode_stream_sizes, shuffle_paths
 from gpuipc_bench.results import read_results
@@ -33,7 +33,9 @@ def _group(measure="stream", nbytes=256 * MIB, variant="pinned"):
 
 
 def _taken(sampler, groups, seconds):
-    noise = itertools.cycle((1.0, 1.2, 0.85, 1.1, 0.95))  # never settles by the interval: 9 samples unless decided
+    # never settles by the interval (9 samples unless decided), and never falls three samples in a row (still_falling),
+    # one group or two interleaved
+    noise = itertools.cycle((1.0, 1.2, 0.85, 0.9, 1.1, 1.15))
     made = [sampler.run(g, lambda trial, s=s: Sample(s * next(noise), 1), timer=True, reps=1)
             for g, s in zip(groups, seconds)]
     rows = list(sampler.interleave(made, "k"))
@@ -49,6 +51,18 @@ def _known(seconds, measure="stream", sharing="time-sliced", nbytes=256 * MIB):
 def test_a_group_far_behind_an_earlier_scenarios_best_stops_at_far_samples():
     """staging at 256 MiB, 20x behind what ipc measured earlier in the run: 3 samples, not 9."""
     assert _taken(_sampler(_known(1e-4)), [_group()], [2e-3]) == [FAR_SAMPLES]
+
+
+def test_a_group_far_behind_whose_samples_still_fall_goes_on_until_they_settle():
+    """The pageable hand-off's warm-up, as one H200 ran it at 64 KiB: 75 (the warm-up sample), 71, 67 us, then near 60.
+    Far behind the leader all along, it stops once three samples in a row no longer fall by over
+    STILL_FALLING each (5 here), not at its first three: those overstate its gap."""
+    sampler = _sampler(_known(1e-6, measure="handoff", nbytes=64 << 10))
+    times = iter([75e-6, 71e-6, 67e-6, 63e-6, 61e-6, 60.5e-6, 60e-6, 60.2e-6, 60.1e-6])
+    made = sampler.run(_group("handoff", 64 << 10), lambda trial: Sample(next(times), 1), timer=True, reps=1)
+    rows = list(sampler.interleave([made], "k"))
+    assert len(rows) == 5 and not still_falling([r["seconds"] for r in rows])
+    assert still_falling([75, 71, 67]) and not still_falling([71, 67, 66.8]) and not still_falling([67, 71, 60])
 
 
 def test_a_fixed_count_is_taken_whole_however_far_behind():

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES, Counts
+from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES, STILL_FALLING, Counts
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed, signal_name
 from gpuipc_bench.harness.header import run_header
 from gpuipc_bench.harness import preload
@@ -171,7 +171,9 @@ class Session:
         run_started = time.monotonic()  # (and the header's last rewrite)
         results.set_meta("seconds.startup", f"{process_seconds():.1f}")  # the command's start to the header
         results.set_meta("sampling.far_behind", f"a group every sample of which is over {FAR_BEHIND:g}x the best "
-                                                f"median known at its size stops after {FAR_SAMPLES} samples"
+                                                f"median known at its size stops after {FAR_SAMPLES} samples, "
+                                                f"unless they are still falling (each over {STILL_FALLING:.0%} faster "
+                                                f"than the one before: a warm-up still going)"
                          if not Counts.of(config).fixed else
                          f"off: a fixed count of {config.max_samples} samples a group")
         clean_end = False

@@ -71,7 +71,9 @@ MEASURING: list[Row] = [
     (SAMPLER, "BEATEN_BY", "%", "a group slower than a rival in every sample, its median by more than this, stops "
                                 "at `--min-samples`"),
     (SAMPLER, "FAR_BEHIND", "×", "a group whose every sample is this many times the best known figure at its size ..."),
-    (SAMPLER, "FAR_SAMPLES", "", "... is decided slower after this many samples"),
+    (SAMPLER, "FAR_SAMPLES", "", "... is decided slower after this many samples ..."),
+    (SAMPLER, "STILL_FALLING", "%", "... unless each of the last of them ran faster than the one before by more than "
+                                    "this (a warm-up still going: it goes on)"),
     (SAMPLER, "SETUP_REPEATS", "", "times each set-up operation is timed, each on fresh objects"),
 ]
 

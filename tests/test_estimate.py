@@ -38,7 +38,8 @@ RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-
         "h200-sweep-quick-2.csv.gz", "h200-sweep-quick-3.csv.gz", "h200-exact-1.csv.gz", "h200-exact-2.csv.gz",
         "h200-exact-3.csv.gz", "h200-exact-quick-1.csv.gz", "h200-exact-quick-2.csv.gz", "h200-exact-quick-3.csv.gz",
         "h200-falling-1.csv.gz", "h200-falling-2.csv.gz", "h200-falling-3.csv.gz", "h200-falling-quick-1.csv.gz",
-        "h200-falling-quick-2.csv.gz", "h200-falling-quick-3.csv.gz",
+        "h200-falling-quick-2.csv.gz", "h200-falling-quick-3.csv.gz", "h200-still-1.csv.gz", "h200-still-2.csv.gz",
+        "h200-still-3.csv.gz",
         "h200x2-plain-3.csv.gz")
 # Not in RUNS: h200x2-host-b-1.csv.gz, the same plain two-GPU run as h200x2-plain-3 on a slower host (nvbandwidth's
 # full suite 81.51 s there): 61.84 s wall against its estimate of 49.0, 25.5% over, outside the bar; results/README.md

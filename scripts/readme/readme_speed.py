@@ -281,15 +281,22 @@ def plain_x4(runs: Runs) -> str:
                      "device-to-device read and write matrices and SM latency", "node")
 
 
-# This version's plain run on two GPUs, nvbandwidth's full suite on the same pair.
-X2_PLAIN = "h200x2-speed.csv"
-X2_PLAIN_NVBANDWIDTH = "h200x2-speed-nvbandwidth.txt"
+# This version's plain run on two GPUs, nvbandwidth's full suite on the same pair; the same run on a faster host
+# of the same kind, nvbandwidth's device-to-device copy beside it.
+X2_PLAIN = "h200x2-host-b-1.csv.gz"
+X2_PLAIN_NVBANDWIDTH = "h200x2-host-b-nvbandwidth.txt"
+X2_PLAIN_OTHER = "h200x2-plain-3.csv.gz"
 
 
 def plain_x2(runs: Runs) -> str:
-    """This version's plain run on two GPUs, nvbandwidth's full suite beside."""
-    return plain_run(runs, X2_PLAIN, X2_PLAIN_NVBANDWIDTH,
-                     f"{gpus(runs, X2_PLAIN)} ({links(runs, X2_PLAIN)})", "full suite", "pair")
+    """This version's plain run on two GPUs, nvbandwidth's full suite beside, and on another host of the kind."""
+    other = runs[X2_PLAIN_OTHER].meta
+    return (plain_run(runs, X2_PLAIN, X2_PLAIN_NVBANDWIDTH,
+                      f"{gpus(runs, X2_PLAIN)} ({links(runs, X2_PLAIN)})", "full suite", "pair").split("\n\n")[0]
+            + f" On another host of the same kind the same version's plain run took "
+              f"{num(header_wall(runs, X2_PLAIN_OTHER), 1)} s wall ({num(listed_wall(X2_PLAIN_OTHER)[0], 1)} s by "
+              f"`/usr/bin/time`; the estimate {num(float(other['estimate.seconds']), 1)} s).\n\n"
+            + source(X2_PLAIN, X2_PLAIN_NVBANDWIDTH, X2_PLAIN_OTHER))
 
 
 SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {

@@ -81,7 +81,8 @@ SOLO_SEEDS = 0x50105EED  # solo samples' seeds differ from the shared ones
 
 def still_falling(values) -> bool:
     """Its last FAR_SAMPLES samples each faster than the one before by more than STILL_FALLING: a warm-up
-    that has not settled (two scheduler states alone never make such a run)."""
+    that has not settled (two scheduler states alone seldom make one: it takes three levels, each over
+    STILL_FALLING below the one before)."""
     last = list(values)[-FAR_SAMPLES:]
     return len(last) == FAR_SAMPLES and all(a > b * (1 + STILL_FALLING) for a, b in zip(last, last[1:]))
 

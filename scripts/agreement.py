@@ -120,8 +120,7 @@ def pair_intervals(path: str) -> PairInterval:
         if choice not in here or other not in here:
             return None
         a, b = here[choice], here[other]
-        step = stats.state_step([stats.Prepared(f.samples) for f in here.values()]) \
-            if verdict.scheduler_states(key[2], key[3]) else 0.0
+        step = verdict.states_step(list(here.values()))
         delta = verdict.figures_delta(a, b, ceilings)
         found = stats.compare_prepared(stats.Prepared(a.samples), stats.Prepared(b.samples), delta, step=step)
         lo, hi = verdict.ratio_span(found, a, b, step)

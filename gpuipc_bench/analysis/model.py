@@ -178,7 +178,7 @@ def figures_by_size(rows: pd.DataFrame, samples: Mapping[tuple, np.ndarray],
     if rows.empty:
         return {}
     group = rows.groupby(["src", "dst", "sharing", "measure", "bytes"], sort=False).ngroup().to_numpy()
-    parts: list[list] = [[] for _ in range(int(group.max()) + 1 if len(group) else 0)]
+    parts: list[list] = [[] for _ in range(int(group.max()) + 1)]
     for g, r in zip(group.tolist(), records(rows)):
         if g >= 0:
             parts[g].append(r)

@@ -351,6 +351,16 @@ def scheduler_states(sharing: str, measure: str) -> bool:
     return base_mode(sharing) == "time-sliced" and measure == HANDOFF
 
 
+def states_step(figures: Sequence[Figure], prepared: Callable[[Figure], stats.Prepared] | None = None) -> float:
+    """The step between the two scheduler states of one size's figures (stats.state_step), where they
+    fall into such states (scheduler_states); 0.0 elsewhere. `prepared`: each figure's samples prepared,
+    where the caller keeps them."""
+    row = figures[0].row
+    if not scheduler_states(str(row.sharing), str(row.measure)):
+        return 0.0
+    return stats.state_step([prepared(f) if prepared else stats.Prepared(f.samples) for f in figures])
+
+
 def figures_delta(a: Figure, b: Figure, ceilings: Mapping[tuple[str, str, str, int], float],
                   min_effect: float = stats.MIN_EFFECT, facts: tuple[_Ceilinged, _Ceilinged] | None = None) -> float:
     """The delta decide compares two figures with: _delta of their rows (`facts`: their _Ceilinged,
@@ -391,9 +401,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
             found = prepared[id(f)] = stats.Prepared(f.samples)
         return found
 
-    row = figures[0].row
-    step = stats.state_step([prep(f) for f in figures]) if scheduler_states(str(row.sharing), str(row.measure)) \
-        else 0.0
+    step = states_step(figures, prep)
 
     def compare(a: Figure, b: Figure) -> stats.Comparison:
         key = (id(a), id(b))
@@ -447,7 +455,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     # through any API: an API of it that one process set shows a few % apart from the others is still a
     # candidate (the declared order names it, not the noise)
     for f in figures:
-        if f.label not in by_label and f.label not in beaten and _identity(f)[::2] == _identity(lead.anchor)[::2]:
+        if f.label not in by_label and f.label not in beaten and _either_direction(f) == _either_direction(lead.anchor):
             by_label[f.label] = f
     choice, why = None, ""
     wanted = [f for f in figures if f.label == prefer and f.label not in beaten]
@@ -556,6 +564,12 @@ def _identity(f: Figure) -> tuple[str, str, str]:
     if str(f.row.measure) == "handoff":
         return (found.name, found.direction, found.handover)
     return (found.name, "", "")
+
+
+def _either_direction(f: Figure) -> tuple[str, str]:
+    """_identity less who starts the copy: the mechanism and what hands the message over."""
+    name, _, handover = _identity(f)
+    return name, handover
 
 
 def _two(samples: stats.Prepared) -> stats.States | None:

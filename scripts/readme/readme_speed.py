@@ -264,15 +264,17 @@ X4_PLAIN = "h200x4-plain.csv"
 X4_PLAIN_NVBANDWIDTH = "h200x4-nvbandwidth-d2d.txt"
 
 
-def plain_run(runs: Runs, name: str, nvbandwidth: str, node: str, suite: str, where: str) -> str:
-    """A plain run on a node of several GPUs: its wall time, the plan's estimate, nvbandwidth's beside it."""
+def plain_run(runs: Runs, name: str, nvbandwidth: str, node: str, suite: str, where: str, more: str = "",
+              also: tuple[str, ...] = ()) -> str:
+    """A plain run on a node of several GPUs: its wall time, the plan's estimate, nvbandwidth's beside it;
+    `more`: a sentence after it, from the files `also` names."""
     meta = runs[name].meta
     return (f"A plain `gpuipc-bench run` on {node} measures the same-GPU pair in both sharing modes and every "
             f"pair scenario across GPUs 0 and 1: it took {num(header_wall(runs, name), 1)} s wall (`seconds.wall`; "
             f"{num(listed_wall(name)[0], 1)} s by `/usr/bin/time`; the plan's estimate "
             f"{num(float(meta['estimate.seconds']), 1)} s, {meta.get('worker_sets', '?')} persistent process sets), "
-            f"and nvbandwidth's {suite} {num(nvbandwidth_wall(runs, nvbandwidth), 1)} s on the same {where}.\n\n"
-            + source(name, nvbandwidth))
+            f"and nvbandwidth's {suite} {num(nvbandwidth_wall(runs, nvbandwidth), 1)} s on the same {where}.{more}"
+            "\n\n" + source(name, nvbandwidth, *also))
 
 
 def plain_x4(runs: Runs) -> str:
@@ -291,12 +293,11 @@ X2_PLAIN_OTHER = "h200x2-plain-3.csv.gz"
 def plain_x2(runs: Runs) -> str:
     """This version's plain run on two GPUs, nvbandwidth's full suite beside, and on another host of the kind."""
     other = runs[X2_PLAIN_OTHER].meta
-    return (plain_run(runs, X2_PLAIN, X2_PLAIN_NVBANDWIDTH,
-                      f"{gpus(runs, X2_PLAIN)} ({links(runs, X2_PLAIN)})", "full suite", "pair").split("\n\n")[0]
-            + f" On another host of the same kind the same version's plain run took "
-              f"{num(header_wall(runs, X2_PLAIN_OTHER), 1)} s wall ({num(listed_wall(X2_PLAIN_OTHER)[0], 1)} s by "
-              f"`/usr/bin/time`; the estimate {num(float(other['estimate.seconds']), 1)} s).\n\n"
-            + source(X2_PLAIN, X2_PLAIN_NVBANDWIDTH, X2_PLAIN_OTHER))
+    more = (f" On another host of the same kind the same version's plain run took "
+            f"{num(header_wall(runs, X2_PLAIN_OTHER), 1)} s wall ({num(listed_wall(X2_PLAIN_OTHER)[0], 1)} s by "
+            f"`/usr/bin/time`; the estimate {num(float(other['estimate.seconds']), 1)} s).")
+    return plain_run(runs, X2_PLAIN, X2_PLAIN_NVBANDWIDTH, f"{gpus(runs, X2_PLAIN)} ({links(runs, X2_PLAIN)})",
+                     "full suite", "pair", more, (X2_PLAIN_OTHER,))
 
 
 SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {

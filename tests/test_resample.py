@@ -42,10 +42,34 @@ def crafted(scenario: str = "ipc", sizes=(DECIDED, OPEN)) -> list[dict]:
 def test_the_query_names_the_open_groups_and_leaves_the_decided_ones():
     found = resample.query(frame(crafted()), META)
     assert found.total == 2 and [d.why for d in found.decisions] == ["undecided"]
-    assert {(g.scenario, g.path, g.variant, g.measure, g.bytes, g.sharing, g.src, g.dst) for g in found.groups} == {
+    assert {(g.scenario, g.path, g.variant, g.measure, g.bytes, g.sharing, g.src, g.dst) for g in found.groups
+            if g.decision.tier != resample.ONE_SET} == {
         ("ipc", "ipc", "ce", "stream", OPEN, "time-sliced", "0", "0"),
         ("ipc", "ipc", "push", "stream", OPEN, "time-sliced", "0", "0")}
+    # the decided size, its choice on one process set: the choice and the next class, for a run made anyway
+    assert {(g.variant, g.bytes, g.decision.why) for g in found.groups if g.decision.tier == resample.ONE_SET} == {
+        ("ce", DECIDED, "on one set"), ("push", DECIDED, "on one set")}
     assert resample.open_groups(frame(crafted(sizes=(DECIDED,))), META) == []
+
+
+def test_a_decision_on_one_set_starts_no_run_of_its_own_and_leaves_a_run_that_cannot_hold_it():
+    """Its groups join a run the pass makes for an open decision of the same scenario and mode, and are
+    left out of it where the time left holds the run only without them (resample.fit)."""
+    plan = plan_of((Named("ipc"), SAME_GPU))
+    decided = frame(crafted(sizes=(DECIDED,)))
+    found = resample.query(decided, META)
+    assert found.groups and not found.decisions  # decided: nothing open, its pair on one set
+    assert resample.plan_reruns(found, decided, plan, set(), set()) == []
+    both = frame(crafted())
+    runs = resample.plan_reruns(resample.query(both, META), both, plan, set(), set())
+    assert len(runs) == 1 and runs[0].sizes == (DECIDED, OPEN) and runs[0].lean is not None
+    lean = runs[0].lean
+    assert lean.sizes == (OPEN,) and lean.groups == frozenset({("ipc", "ce", "stream", OPEN),
+                                                               ("ipc", "push", "stream", OPEN)})
+    assert lean.seconds < runs[0].seconds
+    assert resample.fit(runs[0], runs[0].seconds) is runs[0]
+    assert resample.fit(runs[0], (lean.seconds + runs[0].seconds) / 2) is lean
+    assert resample.fit(runs[0], lean.seconds / 2) is None
 
 
 def test_a_figure_in_the_slow_state_of_its_size_can_move_the_choice():
@@ -143,13 +167,15 @@ def resampled(tmp_path, monkeypatch, budget, per_run=0.5, kind=None):
 def test_the_pass_measures_the_open_groups_again_on_a_fresh_set_and_tags_them(tmp_path, monkeypatch):
     sets, heard, written, meta = resampled(tmp_path, monkeypatch, budget=None)
     pair = frozenset({("ipc", "ce", "stream", OPEN), ("ipc", "push", "stream", OPEN)})
-    assert sets.asked == [("ipc", (OPEN,), pair), ("vmm", (OPEN,), frozenset((p.replace("ipc", "vmm"), *rest)
-                                                                        for p, *rest in pair))]
+    # the decided size's choice and next class (both ipc's), on one set, join ipc's run of the pass
+    decided = frozenset({("ipc", "ce", "stream", DECIDED), ("ipc", "push", "stream", DECIDED)})
+    assert sets.asked == [("ipc", (DECIDED, OPEN), pair | decided),
+                          ("vmm", (OPEN,), frozenset((p.replace("ipc", "vmm"), *rest) for p, *rest in pair))]
     assert sets.closed == 1  # the first pass's sets leave before the pass's first run
     again = written[written["replica"] == 2]
-    assert set(again["bytes"]) == {OPEN} and len(again) == 24  # the decided size is not measured again
+    assert set(again[again["scenario"] == "vmm"]["bytes"]) == {OPEN} and len(again) == 36
     assert [e[1] for e in heard.events if e[0] == "started"] == ["ipc", "vmm", "ipc #2", "vmm #2"]
-    assert meta["sampling.resampled"] == "ipc time-sliced 0>0 at 64 MiB; vmm time-sliced 0>0 at 64 MiB"
+    assert meta["sampling.resampled"] == "ipc time-sliced 0>0 at 4 KiB, 64 MiB; vmm time-sliced 0>0 at 64 MiB"
     assert "no --budget" in meta["sampling.budget"] and "sampling.open" in meta
 
 
@@ -208,7 +234,7 @@ def test_a_run_of_the_pass_that_fails_leaves_the_run_complete_and_is_named(tmp_p
     assert meta["sampling.failed"] == "vmm #2: vmm/ce: the allocator said no"
     assert ("failed", "vmm #2") in heard.events
     assert any("resampling pass's vmm #2 failed" in e[1] for e in heard.events if e[0] == "note")
-    assert "ipc time-sliced 0>0 at 64 MiB" in meta["sampling.resampled"]  # the other run's rows stay
+    assert "ipc time-sliced 0>0 at 4 KiB, 64 MiB" in meta["sampling.resampled"]  # the other run's rows stay
 
 
 def test_what_the_pass_left_open_comes_from_the_run_s_one_final_analysis(tmp_path, monkeypatch):

@@ -22,10 +22,14 @@ Which decisions (`open_decisions`, read from the analysis's decisions, never dec
   differs once
              a GPU pair whose own choice beats its link class's choice in one process set
              only (analysis.bands: the answer names a pair only where two sets show it): the
-             class's choice and the pair's, on that pair.
+             class's choice and the pair's, on that pair;
+  on one set decided, but its choice measured by one process set: the choice and the next class's
+             fastest figure, measured again only by a run the pass makes for an open decision anyway
+             (the same scenario, sharing mode and GPUs; dropped from it where the time left cannot
+             hold them), so that the runner-up ratio carries the offset between two sets.
 
-Most open first: undecided, differs once, can move, within; in each, the runs of the process set the pass
-is in first (leaving a set and coming back forks another), then the widest ratio interval first. A group
+Most open first: undecided, differs once, can move, within, on one set; in each, the runs of the process
+set the pass is in first (leaving a set and coming back forks another), then the widest ratio interval first. A group
 is measured again once (two replicas); what is still open after its second set is left open,
 said on stderr and in the header (`sampling.open`)."""
 
@@ -43,9 +47,10 @@ from gpuipc_bench.hooks.profiling import mark
 
 MOVE_WITHIN = 2.0  # a figure within 1 + this x delta of its size's leader can move the decision
 REPLICA = 2  # the resampling pass's process set
-# how open a decision is (the pass takes the most open first)
-UNDECIDED, DIFFERS, CAN_MOVE, WITHIN = 4, 3, 2, 1
-OPENNESS = {UNDECIDED: "undecided", DIFFERS: "differs once", CAN_MOVE: "can move", WITHIN: "within"}
+# how open a decision is (the pass takes the most open first); ONE_SET: decided, on one process set
+UNDECIDED, DIFFERS, CAN_MOVE, WITHIN, ONE_SET = 4, 3, 2, 1, 0
+OPENNESS = {UNDECIDED: "undecided", DIFFERS: "differs once", CAN_MOVE: "can move", WITHIN: "within",
+            ONE_SET: "on one set"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,8 +182,9 @@ class Query:
 
 def open_groups(frame, meta: Mapping[str, str], min_effect: float | None = None) -> list[OpenGroup]:
     """The groups whose decision at their size is still open or can move (see the module), from the
-    rows so far as the analysis reads them (a results frame and its header), most open first."""
-    return query(frame, meta, min_effect).groups
+    rows so far as the analysis reads them (a results frame and its header), most open first; not
+    those of the decisions on one set (ONE_SET), which only join a run made for these."""
+    return [g for g in query(frame, meta, min_effect).groups if g.decision.tier != ONE_SET]
 
 
 def query(frame, meta: Mapping[str, str], min_effect: float | None = None) -> Query:
@@ -220,6 +226,8 @@ def _query(decisions, rows, setup, order, paths, meta: Mapping[str, str]) -> Que
 
     found = open_decisions(decisions, setup_interval(setup, paths), order)
     found = sorted(found + differs_once(decisions, meta, setup, order), key=lambda f: (-f[1].tier, -f[1].reach))
+    opened = [what for _, what in found]
+    found += one_set(decisions, {id(d) for d, _ in found})
     where = {(r.label, str(r.src), str(r.dst), str(r.sharing), str(r.measure), int(r.bytes)): r.condition
              for r in rows.itertuples(index=False)}
     groups: dict[tuple, OpenGroup] = {}
@@ -231,7 +239,23 @@ def _query(decisions, rows, setup, order, paths, meta: Mapping[str, str]) -> Que
             scenario, path, variant, measure = (str(v) for v in condition[:4])
             group = OpenGroup(scenario, path, variant, measure, d.bytes, d.sharing, d.src, d.dst, what)
             groups.setdefault((group.run_key, group.group), group)  # its most open decision's (found's order)
-    return Query([what for _, what in found], list(groups.values()), len(decisions))
+    return Query(opened, list(groups.values()), len(decisions))
+
+
+def one_set(decisions, opened: set) -> list[tuple[Any, OpenDecision]]:
+    """(decision, ONE_SET) for each decision not open (`opened`: their ids) whose choice stands on one
+    process set: its choice and the next class's fastest figure, which a run of the pass measures
+    again where it measures their scenario anyway (plan_reruns: never a run of its own), so that the
+    runner-up ratio the summary prints carries the offset between two sets (verdict.ratio_span, and
+    the delta of their ratio's movement). On one H200, time-sliced at 4 B, kernel copy over ipc/ce was
+    1.048x in one default run's set and 1.079-1.105 in the three sets of a -n 20 --replicas 3 run
+    (results/h200-far5.txt)."""
+    out = []
+    for d in decisions:
+        if id(d) in opened or d.replicas >= 2 or not d.next_members:
+            continue
+        out.append((d, OpenDecision(decision_name(d), ONE_SET, 0.0, (d.choice, d.next_members[0]))))
+    return out
 
 
 # --------------------------------------------------------------------------- the pass
@@ -250,6 +274,7 @@ class Rerun:
     groups: frozenset
     seconds: float
     first: OpenDecision
+    lean: Rerun | None = None  # the same run without the groups of decisions on one set (ONE_SET), if any
 
     def label(self) -> str:
         from gpuipc_bench.sizes import format_size
@@ -342,11 +367,7 @@ def plan_reruns(found: Query, frame, plan, done: set, started: set) -> list[Reru
     for group in found.groups:
         if group.run_key not in done:
             by_key.setdefault(group.run_key, []).append(group)
-    out = []
-    for key, groups in by_key.items():
-        planned = find_run(runs, key)
-        if planned is None:
-            continue
+    def rerun(key, planned, groups: list[OpenGroup]) -> Rerun:
         scenario, specs, mode = planned
         sizes = tuple(sorted({g.bytes for g in groups}))
         asked = frozenset(g.group for g in groups)
@@ -354,8 +375,26 @@ def plan_reruns(found: Query, frame, plan, done: set, started: set) -> list[Reru
         seconds = rerun_seconds(copy, specs, mode, plan.config, list(plan.modes), len(asked),
                                 measured_groups(frame, key, sizes), set(started))
         first = min((g.decision for g in groups), key=lambda d: (-d.tier, -d.reach))
-        out.append(Rerun(key, copy, specs, mode, sizes, asked, seconds, first))
+        return Rerun(key, copy, specs, mode, sizes, asked, seconds, first)
+
+    out = []
+    for key, groups in by_key.items():
+        planned = find_run(runs, key)
+        core = [g for g in groups if g.decision.tier != ONE_SET]
+        if planned is None or not core:  # a decision on one set never starts a run of its own
+            continue
+        found = rerun(key, planned, groups)
+        out.append(dataclasses.replace(found, lean=rerun(key, planned, core)) if len(core) < len(groups) else found)
     return sorted(out, key=lambda r: (-r.first.tier, -r.first.reach))
+
+
+def fit(rerun: Rerun, left: float) -> Rerun | None:
+    """`rerun` where its seconds fit in the `left` ones, else its lean form (without the groups of the
+    decisions on one set) where that fits, else None."""
+    for found in (rerun, rerun.lean):
+        if found is not None and found.seconds <= left:
+            return found
+    return None
 
 
 class Resampler:
@@ -408,7 +447,7 @@ class Resampler:
             self.measured.append(rerun)
             if outcome is not None and isinstance(getattr(outcome, "error", None), WorkerLost):
                 break
-            runs = [r for r in runs if self.clock() + r.seconds <= self.deadline]
+            runs = self.fitted(runs)
             # worth an analysis where the time left cannot hold every run (the rows now may have
             # decided some) and the next costs more than two analyses; where it holds them, they run
             if runs and not self.holds_all(runs) and runs[0].seconds > 2 * took:
@@ -466,8 +505,12 @@ class Resampler:
 
     def fitting(self, found: Query) -> list[Rerun]:
         """The runs of the open groups not measured again yet that fit in the time left, most open first."""
-        return [r for r in plan_reruns(found, self.results.frame, self.plan, self.done, self.started)
-                if self.clock() + r.seconds <= self.deadline]
+        return self.fitted(plan_reruns(found, self.results.frame, self.plan, self.done, self.started))
+
+    def fitted(self, runs: list[Rerun]) -> list[Rerun]:
+        """Each of `runs` as it fits in the time left (fit), the ones that do not left out."""
+        left = self.deadline - self.clock()
+        return [found for found in (fit(r, left) for r in runs) if found is not None]
 
     def describe_budget(self) -> str:
         if self.budget is not None:

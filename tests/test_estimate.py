@@ -42,7 +42,10 @@ RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-
         "h200-still-3.csv.gz", "h200-far5-1.csv.gz", "h200-far5-2.csv.gz", "h200-far5-3.csv.gz",
         "h200-far5-quick-1.csv.gz", "h200-far5-quick-2.csv.gz", "h200-far5-quick-3.csv.gz", "h200-far-ab-1-far5.csv.gz",
         "h200-far-ab-2-far2.csv.gz", "h200-far-ab-3-far2.csv.gz", "h200-far-ab-4-far5.csv.gz",
-        "h200-far-ab-5-far5.csv.gz", "h200-far-ab-6-far2.csv.gz",
+        "h200-far-ab-5-far5.csv.gz", "h200-far-ab-6-far2.csv.gz", "h200-oneset-a-1.csv.gz", "h200-oneset-a-2.csv.gz",
+        "h200-oneset-a-3.csv.gz", "h200-oneset-a-quick-1.csv.gz", "h200-oneset-a-quick-2.csv.gz",
+        "h200-oneset-a-quick-3.csv.gz", "h200-oneset-b-1.csv.gz", "h200-oneset-b-2.csv.gz", "h200-oneset-b-3.csv.gz",
+        "h200-oneset-b-quick-1.csv.gz", "h200-oneset-b-quick-2.csv.gz", "h200-oneset-b-quick-3.csv.gz",
         "h200x2-plain-3.csv.gz")
 # Not in RUNS: h200x2-host-b-1.csv.gz, the same plain two-GPU run as h200x2-plain-3 on a slower host (nvbandwidth's
 # full suite 81.51 s there): 61.84 s wall against its estimate of 49.0, 25.5% over, outside the bar; results/README.md

@@ -1,14 +1,16 @@
 """The resampling pass: after the first pass over the plan, the run analyses its rows and measures
 again, on a fresh process set (replica 2: pyperf's unit of variance), the groups where a decision
-is open or can move, most open first, while its time allows (`run --budget`, else a default
-allowance of DEFAULT_RESAMPLE_S; none for --quick). The rows it adds say `replica` 2; the analysis pools them with
-the first pass's figures and names another API within a class only where the difference holds
-in both replicas (analysis.verdict.decide).
+is open or can move (and, in the same runs, those behind a decision made on one set), most open
+first, while its time allows (`run --budget`, else a default allowance of DEFAULT_RESAMPLE_S; none
+for --quick). The rows it adds say `replica` 2; the analysis pools them with the first pass's
+figures and names another API within a class only where the difference holds in both replicas
+(analysis.verdict.decide).
 
     groups = open_groups(frame, meta)                     # the query: what a second set should measure
     Resampler(plan, results, reporter, clock).run(measure)  # Session's one call, after the first pass
 
-Which decisions (`open_decisions`, read from the analysis's decisions, never decided again here):
+Which decisions (`open_decisions`, `differs_once`, `one_set`, read from the analysis's decisions, never
+decided again here):
 
   undecided  the choice against the next class cannot be told: the choice, the next class's
              fastest figure and every figure the samples cannot tell from the choice (`close`);

@@ -122,6 +122,24 @@ def test_below_the_per_call_floor_the_declared_mechanism_makes_the_class():
     assert not next(d for d in found if d.bytes == 64 * MIB).call_bound
 
 
+def test_where_the_call_binds_a_kernel_copy_the_samples_cannot_tell_from_the_copy_engine_is_not_the_next_class():
+    """At 4 B (bound by the call) ipc/sm's gap to ipc/ce is its binding's enqueue cost: one family (IPC
+    mapping), named with the choice (`close`), and the next class is the next mechanism; at 64 MiB
+    (bound by the link) the same gap is the kernel's, and the kernel copy stays the next class."""
+    sizes = (4, 64 * MIB)
+    link = lambda s: 2e-6 + s / 2000e9  # noqa: E731
+    kernel = lambda s: 1.03 * link(s)  # noqa: E731
+    found = decisions(figure("ipc", "ce", link, sizes=sizes, spread=0.05),
+                      figure("ipc", "sm", kernel, sizes=sizes, spread=0.05, ceiling="d2d-sm@0"),
+                      figure("staging", "pinned", lambda s: 3 * link(s), sizes=sizes, ceiling=""),
+                      ceiling("ipc", link, sizes=sizes), ceiling("ipc", kernel, sizes=sizes, key="d2d-sm@0"))
+    small, large = (next(d for d in found if d.bytes == size) for size in sizes)
+    assert small.call_bound and not large.call_bound
+    assert small.choice == "ipc/ce" and "ipc/sm" in small.close and small.next_members == ("staging/pinned",)
+    assert small.outcome == FASTER
+    assert large.choice == "ipc/ce" and large.next_members == ("ipc/sm",) and large.outcome == UNDECIDED
+
+
 def test_gpu_signalled_hand_offs_are_candidates_with_their_cost():
     d = only(figure("staging", "pinned-hostsync", 24e-6, measure="handoff", ceiling=""),
              figure("ipc", "device-ll", 0.4e-6, measure="pingpong", metric="latency", ceiling="",

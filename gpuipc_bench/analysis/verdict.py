@@ -19,7 +19,8 @@ dependencies, set-up cost where the intervals separate, declared first: classes.
 and a candidate that any figure at the size beats beyond delta (its whole ratio interval) is
 passed over for the next. The decision's outcome is the choice against the next class (the
 first class neither shown the same nor an API of the choice's mechanism that no figure passes
-over: the next mechanism), its ratio measured from the choice. Each comparison's delta is at least what
+over, nor, where both are bound by the call, a mechanism of the choice's family the samples cannot
+tell from it: the next mechanism), its ratio measured from the choice. Each comparison's delta is at least what
 the two figures' process sets measured apart of one ceiling at that size (each of the two figures'
 ceilings of one link, the copy engine's or the kernel copy's, as every scenario's process set
 measured it, and each scenario's producer against its consumer), and for two figures that two
@@ -477,7 +478,11 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     # this one process set (not passing it over: passes_over): named with it, never its next class
     def kin_of(c: classes.MechanismClass, r: stats.Comparison) -> bool:
         if r.outcome in (stats.UNDECIDED, stats.WITHIN):
-            return c.name == win.name or _identity(c.anchor) == _identity(choice)
+            # at a size bound by the call, a mechanism of the choice's family (one mapping, by the copy
+            # engine or a kernel) the samples cannot tell from it differs by its binding's enqueue cost,
+            # not by how it moves the bytes: named with it, never its next class
+            return c.name == win.name or _identity(c.anchor) == _identity(choice) or _call_bound_family(
+                c.anchor, choice)
         # one of the choice's mechanism that no figure passes over (a candidate of it: by_label above),
         # faster or slower than the choice in its one process set: the offset between sets, not the next
         return _identity(c.anchor) == _identity(choice) and (r.outcome == stats.SLOWER or (
@@ -564,6 +569,18 @@ def _identity(f: Figure) -> tuple[str, str, str]:
     if str(f.row.measure) == "handoff":
         return (found.name, found.direction, found.handover)
     return (found.name, "", "")
+
+
+def _call_bound_family(a: Figure, b: Figure) -> bool:
+    """Both figures bound by the call, their declared mechanisms of one family ('IPC mapping, copy
+    engine' and 'IPC mapping, kernel copy'). Their gap there is the enqueue cost of each binding (CuPy's
+    memcpy against a packed cuLaunchKernel), and it moves from one process set to the next: on one H200,
+    time-sliced at 4 B, a kernel copy over ipc/ce spanned 1.014-1.075 across the two sets of one default
+    run and 1.064-1.076 in another's (results/h200-oneset-b-2.csv.gz, -1)."""
+    def family(f: Figure) -> str:
+        return _family(mechanism(str(f.row.path), str(f.row.variant)).name)
+
+    return bool(a.row.call_bound) and bool(b.row.call_bound) and family(a) == family(b)
 
 
 def _either_direction(f: Figure) -> tuple[str, str]:

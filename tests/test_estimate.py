@@ -23,30 +23,21 @@ sys.path.append(str(ROOT / "scripts" / "readme"))  # appended: nothing here may 
 from readme_speed import file_wall as user_wall  # noqa: E402
 
 WITHIN = 0.25
+
+
+def calls(*names: str) -> tuple[str, ...]:
+    """The runs of one-H200 calls of repeat.sh: each name's three default runs, then its three --quick."""
+    return tuple(f"h200-{name}-{kind}{n}.csv.gz" for name in names for kind in ("", "quick-") for n in (1, 2, 3))
+
+
 # the committed runs (their headers say the command, the node, the modes): one H200's three default runs and
 # three --quick, the plain run and `--pairs all` on two H200s, `--pairs all` on four (its re-sweeps added)
-RUNS = ("h200-speed-1.csv", "h200-speed-2.csv", "h200-speed-3.csv", "h200-quick-1.csv", "h200-quick-2.csv",
-        "h200-quick-3.csv", "h200x2-speed.csv", "h200x2-speed-pairs-all.csv", "h200x4-speed-pairs-all.csv",
-        "h200-short-quick-1.csv", "h200-short-quick-2.csv", "h200-short-quick-3.csv", "h200-fast-1.csv.gz",
-        "h200-fast-2.csv.gz", "h200-fast-3.csv.gz", "h200-fast-quick-1.csv.gz", "h200-fast-quick-2.csv.gz",
-        "h200-fast-quick-3.csv.gz", "h200-region-1.csv.gz", "h200-region-2.csv.gz", "h200-region-3.csv.gz",
-        "h200-region-quick-1.csv.gz", "h200-region-quick-2.csv.gz", "h200-region-quick-3.csv.gz", "h200-spans-1.csv.gz",
-        "h200-spans-2.csv.gz", "h200-spans-3.csv.gz", "h200-spans-quick-1.csv.gz", "h200-spans-quick-2.csv.gz",
-        "h200-spans-quick-3.csv.gz", "h200-holdout-1.csv.gz", "h200-holdout-2.csv.gz", "h200-holdout-3.csv.gz",
-        "h200-holdout-quick-1.csv.gz", "h200-holdout-quick-2.csv.gz", "h200-holdout-quick-3.csv.gz",
-        "h200-sweep-1.csv.gz", "h200-sweep-2.csv.gz", "h200-sweep-3.csv.gz", "h200-sweep-quick-1.csv.gz",
-        "h200-sweep-quick-2.csv.gz", "h200-sweep-quick-3.csv.gz", "h200-exact-1.csv.gz", "h200-exact-2.csv.gz",
-        "h200-exact-3.csv.gz", "h200-exact-quick-1.csv.gz", "h200-exact-quick-2.csv.gz", "h200-exact-quick-3.csv.gz",
-        "h200-falling-1.csv.gz", "h200-falling-2.csv.gz", "h200-falling-3.csv.gz", "h200-falling-quick-1.csv.gz",
-        "h200-falling-quick-2.csv.gz", "h200-falling-quick-3.csv.gz", "h200-still-1.csv.gz", "h200-still-2.csv.gz",
-        "h200-still-3.csv.gz", "h200-far5-1.csv.gz", "h200-far5-2.csv.gz", "h200-far5-3.csv.gz",
-        "h200-far5-quick-1.csv.gz", "h200-far5-quick-2.csv.gz", "h200-far5-quick-3.csv.gz", "h200-far-ab-1-far5.csv.gz",
-        "h200-far-ab-2-far2.csv.gz", "h200-far-ab-3-far2.csv.gz", "h200-far-ab-4-far5.csv.gz",
-        "h200-far-ab-5-far5.csv.gz", "h200-far-ab-6-far2.csv.gz", "h200-oneset-a-1.csv.gz", "h200-oneset-a-2.csv.gz",
-        "h200-oneset-a-3.csv.gz", "h200-oneset-a-quick-1.csv.gz", "h200-oneset-a-quick-2.csv.gz",
-        "h200-oneset-a-quick-3.csv.gz", "h200-oneset-b-1.csv.gz", "h200-oneset-b-2.csv.gz", "h200-oneset-b-3.csv.gz",
-        "h200-oneset-b-quick-1.csv.gz", "h200-oneset-b-quick-2.csv.gz", "h200-oneset-b-quick-3.csv.gz",
-        "h200x2-plain-3.csv.gz")
+RUNS = (*(f"h200-{kind}-{n}.csv" for kind in ("speed", "quick") for n in (1, 2, 3)), "h200x2-speed.csv",
+        "h200x2-speed-pairs-all.csv", "h200x4-speed-pairs-all.csv", *(f"h200-short-quick-{n}.csv" for n in (1, 2, 3)),
+        *calls("fast", "region", "spans", "holdout", "sweep", "exact", "falling"),
+        *(f"h200-still-{n}.csv.gz" for n in (1, 2, 3)), *calls("far5"),
+        *(f"h200-far-ab-{n}-far{far}.csv.gz" for n, far in enumerate((5, 2, 2, 5, 5, 2), 1)),
+        *calls("oneset-a", "oneset-b"), "h200x2-plain-3.csv.gz")
 # Not in RUNS: h200x2-host-b-1.csv.gz, the same plain two-GPU run as h200x2-plain-3 on a slower host (nvbandwidth's
 # full suite 81.51 s there): 61.84 s wall against its estimate of 49.0, 25.5% over, outside the bar; results/README.md
 # says so, and the estimate has no measure of a host's speed before the run

@@ -14,6 +14,7 @@ from rich.markup import escape
 from gpuipc_bench.cli.console import stderr_console
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import check_writable
+from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES
 from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.gpu.timing import HOST_WARM_BYTES, LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.hooks.profiling import mark
@@ -53,7 +54,7 @@ def _samples_text(preset: str) -> str:
                    f"{_samples_text('thorough')}.")
 @click.option("--iterations", "-n", type=Bounded("iterations"), default=None, metavar="N",
               help="Exactly N timed samples per group (turns the adaptive count off, and the "
-                   "3-sample stop of a group over 2x behind the best at its size).")
+                   f"{FAR_SAMPLES}-sample stop of a group over {FAR_BEHIND:g}x behind the best at its size).")
 @click.option("--min-samples", type=Bounded("min_samples"), default=None,
               help=f"Timed samples per group at least; more are taken until the median's {CONFIDENCE:.0%} interval "
                    f"is within +-{PRECISION:.0%} ({WIDE_MIN_SAMPLES}, or --max-samples if fewer, when the spread is "

@@ -109,6 +109,44 @@ def test_push_and_pull_stay_apart_where_they_differ():
     assert d.members == ("ipc/push",) and d.next_members == ("ipc/ce",) and d.outcome == FASTER
 
 
+def hand_offs(sharing: str, factors: dict[tuple[str, str], float], size=256 * MIB):
+    """Hand-offs at `size` of the given (path, variant) at these multiples of a 300 GB/s copy, each in its
+    own scenario's set with its d2d@0 ceiling (kernel copies: d2d-sm@0) at 1.0."""
+    link = size / 300e9
+    groups = []
+    for (path, variant), factor in factors.items():
+        key = "d2d-sm@0" if variant == "sm" else "d2d@0"
+        groups.append(figure(path, variant, factor * link, sizes=(size,), measure="handoff", ceiling=key,
+                             sharing=sharing))
+    for path in dict.fromkeys(path for path, _ in factors):
+        groups += [ceiling(path, link, sizes=(size,), sharing=sharing),
+                   ceiling(path, link, sizes=(size,), key="d2d-sm@0", sharing=sharing)]
+    return groups
+
+
+def test_time_sliced_a_push_of_another_scenario_ahead_in_its_one_set_does_not_pass_the_pull_over():
+    """Time-sliced, a hand-off's time is set by the scheduler's state its samples land in, not by which
+    side queued the copy: vmm/push 3.5% ahead of ipc/ce in its one process set names no push API (as
+    mempool/push did in results/h200-oneset-b-3.csv.gz); under MPS, where push and pull differ repeatably,
+    it does."""
+    factors = {("ipc", "ce"): 1.0, ("ipc", "push"): 1.0, ("vmm", "push"): 0.965, ("ipc", "sm"): 1.2}
+    d = only(*hand_offs("time-sliced", factors))
+    assert (d.choice, d.why) == ("ipc/ce", "declared first") and "ipc/ce" not in d.beaten
+    d = only(*hand_offs("mps", factors))
+    assert "ipc/ce" in d.beaten and d.choice == "ipc/push"
+
+
+def test_an_api_of_the_choices_own_mechanism_behind_it_in_one_set_is_not_the_next_class():
+    """Under MPS, vmm/ce 6.8% behind the choice ipc/ce in its one process set, and passed over by
+    ipc/push (another side starting the copy), is the offset between sets: named with the choice
+    (`close`), and the next class is the next mechanism, the kernel copy (as mempool/ce was in
+    results/h200-oneset-b-1.csv.gz)."""
+    d = only(*hand_offs("mps", {("ipc", "ce"): 1.0, ("ipc", "push"): 0.99, ("vmm", "ce"): 1.068,
+                                ("ipc", "sm"): 1.13}))
+    assert d.choice == "ipc/ce" and "vmm/ce" in d.beaten and "vmm/ce" in d.close
+    assert d.next == "IPC mapping, kernel copy" and d.ratio == pytest.approx(1.13, rel=0.01)
+
+
 def test_below_the_per_call_floor_the_declared_mechanism_makes_the_class():
     # at 4 B every copy is one call (~2 us): the ceiling fraction says nothing, the mechanism does
     sizes = (4, 64 * MIB)

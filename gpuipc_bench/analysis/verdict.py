@@ -444,8 +444,15 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
     # what passes an API over as the one to use: a figure of another mechanism faster beyond delta; one
     # of its own mechanism faster beyond delta in the same scenario (their samples interleaved in one
     # run), or in each of two process sets. Between two scenarios' APIs of one mechanism, one run's gap
-    # is within what separates their runs (the d2d ceiling at 4 B moves 11.6% between them).
-    identity = {id(f): _identity(f) for f in figures}
+    # is within what separates their runs (the d2d ceiling at 4 B moves 11.6% between them). Where a
+    # hand-off's samples fall into the scheduler's states (time-sliced), so is the gap between the side
+    # that starts the copy in one scenario and the other side in another: the state a sample lands in
+    # sets its time, not who queued the copy (on one H200, time-sliced at 256 MiB, mempool/push ran 3.2%
+    # ahead of ipc/ce in its one set and named ipc/push in one default run of three, where the other two
+    # and the 3x20 reference named ipc/ce: results/h200-oneset-b-3.csv.gz). Under MPS push and pull
+    # differ repeatably (push 4-12% ahead at 16-256 MiB) and stay mechanisms apart.
+    by_state = scheduler_states(str(figures[0].row.sharing), str(figures[0].row.measure))
+    identity = {id(f): _either_direction(f) if by_state else _identity(f) for f in figures}
 
     def passes_over(g: Figure, f: Figure) -> bool:
         return (identity[id(f)] != identity[id(g)] or str(f.row.scenario) == str(g.row.scenario)
@@ -483,10 +490,14 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
             # not by how it moves the bytes: named with it, never its next class
             return c.name == win.name or _identity(c.anchor) == _identity(choice) or _call_bound_family(
                 c.anchor, choice)
-        # one of the choice's mechanism that no figure passes over (a candidate of it: by_label above),
-        # faster or slower than the choice in its one process set: the offset between sets, not the next
+        # one of the choice's mechanism, faster or slower than the choice in its one process set, that the
+        # choice does not pass over (in the same scenario, or in each of two process sets): the offset
+        # between sets, not the next. Another mechanism passing it over does not make it one: on one H200
+        # under MPS at 256 MiB, mempool/ce ran 6.8% behind ipc/ce in its one set, passed over by the push
+        # figures, and was named the next class at 1.068x where the 3x20 reference put the two at
+        # 0.962-1.043 (results/h200-oneset-b-1.csv.gz)
         return _identity(c.anchor) == _identity(choice) and (r.outcome == stats.SLOWER or (
-            r.outcome == stats.FASTER and c.anchor.label not in beaten))
+            r.outcome == stats.FASTER and not passes_over(choice, c.anchor)))
 
     kin = [(c, r) for c, r in rest if kin_of(c, r)]
     named = {id(c) for c, _ in same_classes + kin}

@@ -178,6 +178,25 @@ def test_where_the_call_binds_a_kernel_copy_the_samples_cannot_tell_from_the_cop
     assert large.choice == "ipc/ce" and large.next_members == ("ipc/sm",) and large.outcome == UNDECIDED
 
 
+def test_where_the_call_binds_a_kernel_copy_told_apart_from_the_copy_engine_is_a_binding_not_the_next_class():
+    """At 4 B (bound by the call) a kernel copy 12% behind ipc/ce with every sample apart is its binding's
+    enqueue cost, which moves between process sets: neither the next class nor undecided (the next class
+    is staging); with nothing else at its size the decision is undecided, never the same. At 64 MiB
+    (bound by the link) the same gap is the kernel's: the next class, 1.12x."""
+    sizes = (4, 64 * MIB)
+    link = lambda s: 2e-6 + s / 2000e9  # noqa: E731
+    kernel = lambda s: 1.12 * link(s)  # noqa: E731
+    both = [figure("ipc", "ce", link, sizes=sizes), figure("ipc", "sm", kernel, sizes=sizes, ceiling="d2d-sm@0"),
+            ceiling("ipc", link, sizes=sizes), ceiling("ipc", kernel, sizes=sizes, key="d2d-sm@0")]
+    found = decisions(*both, figure("staging", "pinned", lambda s: 3 * link(s), sizes=sizes, ceiling=""))
+    small, large = (next(d for d in found if d.bytes == size) for size in sizes)
+    assert small.call_bound and small.choice == "ipc/ce" and small.next_members == ("staging/pinned",)
+    assert "ipc/sm" not in small.close and small.ratio == pytest.approx(3.0, rel=0.02)
+    assert large.next_members == ("ipc/sm",) and large.ratio == pytest.approx(1.12, rel=0.01)
+    alone = next(d for d in decisions(*both) if d.bytes == 4)
+    assert alone.choice == "ipc/ce" and alone.next is None and alone.outcome == UNDECIDED
+
+
 def test_gpu_signalled_hand_offs_are_candidates_with_their_cost():
     d = only(figure("staging", "pinned-hostsync", 24e-6, measure="handoff", ceiling=""),
              figure("ipc", "device-ll", 0.4e-6, measure="pingpong", metric="latency", ceiling="",

@@ -42,22 +42,34 @@ def _taken(sampler, groups, seconds):
     return [sum(1 for r in rows if r["variant"] == g["variant"] and r["measure"] == g["measure"]) for g in groups]
 
 
-def _known(seconds, measure="stream", sharing="time-sliced", nbytes=256 * MIB):
+def _known(seconds, measure="stream", sharing="time-sliced", nbytes=256 * MIB, between=None):
+    """An earlier scenario's figure at this key (ipc/ce), and `between` (ipc/sm's) where given."""
     key = best_key(dict(measure=measure, metric="bandwidth", sharing=sharing, workers=2, src="0", dst="0",
                         bytes=nbytes))
-    return [(*key, seconds)]
+    return [(*key, "ipc/ce", seconds)] + ([(*key, "ipc/sm", between)] if between is not None else [])
 
 
 def test_a_group_far_behind_an_earlier_scenarios_best_stops_at_far_samples():
-    """staging at 256 MiB, 20x behind what ipc measured earlier in the run: 3 samples, not 9."""
-    assert _taken(_sampler(_known(1e-4)), [_group()], [2e-3]) == [FAR_SAMPLES]
+    """staging at 256 MiB, 20x behind what ipc measured earlier in the run, a kernel copy between them:
+    3 samples, not 9."""
+    assert _taken(_sampler(_known(1e-4, between=1.1e-4)), [_group()], [2e-3]) == [FAR_SAMPLES]
+
+
+def test_a_group_far_behind_with_nothing_known_between_it_and_the_best_takes_its_samples():
+    """Nothing known lies between the best and it: it may be the next class, whose ratio the answer
+    prints, and its first samples overstate it (the time-sliced pageable hand-off at 64 KiB, 2.6x behind,
+    read 2.95-3.07x from its first three: results/h200-binding.txt). Its own earlier figure (the
+    resampling pass measuring it again) is not one between."""
+    assert _taken(_sampler(_known(1e-4)), [_group()], [2e-3]) == [9]
+    key = _known(1e-4)[0][:-2]
+    assert _taken(_sampler(_known(1e-4) + [(*key, "staging/pinned", 1.9e-3)]), [_group()], [2e-3]) == [9]
 
 
 def test_a_group_far_behind_whose_samples_still_fall_goes_on_until_they_settle():
     """The pageable hand-off's warm-up, as one H200 ran it at 64 KiB: 75 (the warm-up sample), 71, 67 us, then near 60.
     Far behind the leader all along, it stops once three samples in a row no longer fall by over
     STILL_FALLING each (5 here), not at its first three: those overstate its gap."""
-    sampler = _sampler(_known(1e-6, measure="handoff", nbytes=64 << 10))
+    sampler = _sampler(_known(1e-6, measure="handoff", nbytes=64 << 10, between=2e-6))
     times = iter([75e-6, 71e-6, 67e-6, 63e-6, 61e-6, 60.5e-6, 60e-6, 60.2e-6, 60.1e-6])
     made = sampler.run(_group("handoff", 64 << 10), lambda trial: Sample(next(times), 1), timer=True, reps=1)
     rows = list(sampler.interleave([made], "k"))
@@ -67,7 +79,7 @@ def test_a_group_far_behind_whose_samples_still_fall_goes_on_until_they_settle()
 
 def test_a_fixed_count_is_taken_whole_however_far_behind():
     """-n 20 (min = max): exactly 20 samples, as asked, though every one is 20x behind; the header says so."""
-    sampler = _sampler(_known(1e-4))
+    sampler = _sampler(_known(1e-4, between=1.1e-4))
     sampler.counts = Counts(warmup=1, min_samples=20, max_samples=20)
     assert _taken(sampler, [_group()], [2e-3]) == [20]
 
@@ -83,9 +95,14 @@ def test_the_best_of_another_sharing_mode_or_size_or_measure_does_not_count():
 
 
 def test_a_rival_far_ahead_decides_a_group_and_the_leader_stops_at_min_samples():
-    """In one scenario: 'pageable' 4x behind 'pinned' stops at 3; 'pinned', clear of its only rival, at 6."""
-    counts = _taken(_sampler(), [_group(variant="pinned"), _group(variant="pageable")], [1e-3, 4e-3])
-    assert counts == [6, FAR_SAMPLES]
+    """In one scenario: 'pageable' 4x behind 'pinned', 'pipelined' between them, stops at 3; 'pinned' and
+    'pipelined', clear of their rivals, at --min-samples or a sample more (a round of the interleave). Without
+    'pipelined', 'pageable' may be the next class: --min-samples."""
+    counts = _taken(_sampler(), [_group(variant="pinned"), _group(variant="pipelined"), _group(variant="pageable")],
+                    [1e-3, 2e-3, 4e-3])
+    assert counts[2] == FAR_SAMPLES and all(6 <= n <= 7 for n in counts[:2])
+    alone = _taken(_sampler(), [_group(variant="pinned"), _group(variant="pageable")], [1e-3, 4e-3])
+    assert all(6 <= n <= 7 for n in alone)
 
 
 def test_the_second_mode_skips_the_streams_it_does_not_plan_and_keeps_hand_offs_and_ceilings():
@@ -109,7 +126,7 @@ def test_the_second_mode_measures_n_processes_aggregates_at_their_message_size()
     assert not sampler.planned(dict(_group("stream", 2 * 64 * MIB), workers=2))  # a path's own bytes
 
 
-def test_known_best_keeps_the_lowest_median_of_verified_path_rows_with_enough_samples():
+def test_known_best_keeps_the_median_of_every_verified_path_group_with_enough_samples():
     known = KnownBest()
     base = dict(measure="stream", metric="bandwidth", sharing="time-sliced", workers=2, src="0", dst="0", bytes=4096,
                 scenario="ipc", verified=True)
@@ -120,7 +137,10 @@ def test_known_best_keeps_the_lowest_median_of_verified_path_rows_with_enough_sa
         known.add(dict(base, path="vmm", variant="ce", seconds=s, verified=False))  # bytes wrong: no figure
     for s in (1e-7, 1e-7):
         known.add(dict(base, path="mempool", variant="ce", seconds=s))  # 2 samples: not yet
-    assert known.rows() == ((*best_key(base), 3e-6),)
+    assert known.rows() == ((*best_key(base), "ipc/ce", 3e-6),)
+    for s in (5e-6, 6e-6, 7e-6):
+        known.add(dict(base, path="vmm", variant="ce", seconds=s))  # every group's median, not the best alone
+    assert known.rows() == ((*best_key(base), "ipc/ce", 3e-6), (*best_key(base), "vmm/ce", 6e-6))
 
 
 def test_second_mode_stream_sizes():

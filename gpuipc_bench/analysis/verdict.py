@@ -501,7 +501,15 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
 
     kin = [(c, r) for c, r in rest if kin_of(c, r)]
     named = {id(c) for c, _ in same_classes + kin}
-    after = [(c, r) for c, r in rest if id(c) not in named]
+    # where the call binds, a mechanism of the choice's family that the samples do tell from it is a
+    # binding apart, not a mechanism: its gap is one enqueue through CuPy's memcpy against a packed
+    # cuLaunchKernel, and it moves from one process set to the next (on one H200 under MPS at 4 B, a
+    # kernel copy over ipc/ce was 1.119x in one default run and 1.040-1.089 over the three sets of the
+    # same call's 3x20 reference: results/h200-oneset-b-1.csv.gz). Neither the next class nor undecided:
+    # the next class is the next mechanism (the figure itself is in the report's tables)
+    apart = {id(c) for c, r in rest if r.outcome in (stats.FASTER, stats.SLOWER)
+             and _call_bound_family(c.anchor, choice)}
+    after = [(c, r) for c, r in rest if id(c) not in named | apart]
     nxt, vs = after[0] if after else (None, None)
     close = tuple(f.label for c, _ in kin for f in c.members)
     close += tuple(f.label for c, r in after[1:] if r.outcome in (stats.UNDECIDED, stats.WITHIN, stats.SLOWER)
@@ -515,7 +523,7 @@ def decide(figures: Sequence[Figure], ceilings: Mapping[tuple[str, str, str, int
             # faster only where the interval spanning each process set's lies beyond 1 + delta
             outcome = stats.WITHIN if reach <= stats.WITHIN_MAX else stats.UNDECIDED
     else:
-        outcome = stats.UNDECIDED if close else stats.SAME
+        outcome = stats.UNDECIDED if close or apart else stats.SAME  # nothing told apart is the same
     ties = [compare(choice, f) for f in win.members if f is not choice] + [r for _, r in same_classes]
     within = reach if outcome == stats.WITHIN and vs is not None else \
         max([r.within for r in ties if math.isfinite(r.within)], default=math.nan) if outcome == stats.SAME \

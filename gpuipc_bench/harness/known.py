@@ -1,6 +1,7 @@
 """What the run has measured so far, handed to each later scenario's sampler (RunConfig.known_best):
-the best median per figure key (engine.sampler.best_key), so that a group far behind it is decided
-in a few samples (engine.sampler.FAR_BEHIND) instead of --min-samples."""
+every group's median per figure key (engine.sampler.best_key), so that a group far behind the best
+of them is decided in a few samples (engine.sampler.FAR_BEHIND) instead of --min-samples, unless
+nothing known lies between the best and it (then it may be the next class, whose ratio is printed)."""
 
 from __future__ import annotations
 
@@ -29,10 +30,8 @@ class KnownBest:
         self.samples[(best_key(row), group)].append(seconds)
 
     def rows(self) -> tuple[tuple, ...]:
-        """(measure, metric, sharing, workers, src, dst, bytes, seconds): the lowest median of the
-        groups with FAR_SAMPLES samples at least, per key."""
-        best: dict[tuple, float] = {}
-        for (key, _), values in self.samples.items():
-            if len(values) >= FAR_SAMPLES:
-                best[key] = min(robust.median(values), best.get(key, math.inf))
-        return tuple((*key, seconds) for key, seconds in sorted(best.items(), key=lambda kv: str(kv[0])))
+        """(measure, metric, sharing, workers, src, dst, bytes, 'path/variant', seconds): the median of
+        every group with FAR_SAMPLES samples at least, by key."""
+        found = [(*key, f"{path}/{variant}", robust.median(values))
+                 for (key, (_, path, variant)), values in self.samples.items() if len(values) >= FAR_SAMPLES]
+        return tuple(sorted(found, key=str))

@@ -173,7 +173,8 @@ class Session:
         results.set_meta("sampling.far_behind", f"a group every sample of which is over {FAR_BEHIND:g}x the best "
                                                 f"median known at its size stops after {FAR_SAMPLES} samples, "
                                                 f"unless they are still falling (each over {STILL_FALLING:.0%} faster "
-                                                f"than the one before: a warm-up still going)"
+                                                f"than the one before: a warm-up still going) or no figure known "
+                                                f"lies between the best and it (it may be the next class)"
                          if not Counts.of(config).fixed else
                          f"off: a fixed count of {config.max_samples} samples a group")
         clean_end = False

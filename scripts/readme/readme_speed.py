@@ -13,7 +13,8 @@ from collections.abc import Callable
 from readme_lib import KIB, MIB, RANGED, RESULTS, FigureError, Runs, gbps, num, seconds, source, table
 
 # This version's speed runs on one GPU: three default runs back to back, --quick, nvbandwidth on the same machine.
-# (of this version's two calls, the slower: h200-oneset-a ran 27.2-28.8 s beside nvbandwidth's 20.4)
+# (of the three calls of this measuring code, the slowest: h200-oneset-a ran 27.2-28.8 s beside nvbandwidth's 20.4,
+# h200-binding, measured with a later analysis, 29.3-30.8 s beside 21.2)
 SPEED = ("h200-oneset-b-1.csv.gz", "h200-oneset-b-2.csv.gz", "h200-oneset-b-3.csv.gz")
 # --quick of this version (no resampling pass without --budget)
 SPEED_QUICK = "h200-oneset-b-quick-1.csv.gz"  # (the kernel cache warm from an untimed --quick; the median of 3)

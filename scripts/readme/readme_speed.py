@@ -13,13 +13,11 @@ from collections.abc import Callable
 from readme_lib import KIB, MIB, RANGED, RESULTS, FigureError, Runs, gbps, num, seconds, source, table
 
 # This version's speed runs on one GPU: three default runs back to back, --quick, nvbandwidth on the same machine.
-# (of the three calls of this measuring code, the slowest: h200-oneset-a ran 27.2-28.8 s beside nvbandwidth's 20.4,
-# h200-binding, measured with a later analysis, 29.3-30.8 s beside 21.2)
-SPEED = ("h200-oneset-b-1.csv.gz", "h200-oneset-b-2.csv.gz", "h200-oneset-b-3.csv.gz")
+SPEED = ("h200-between-1.csv.gz", "h200-between-2.csv.gz", "h200-between-3.csv.gz")
 # --quick of this version (no resampling pass without --budget)
-SPEED_QUICK = "h200-oneset-b-quick-1.csv.gz"  # (the kernel cache warm from an untimed --quick; the median of 3)
-SPEED_QUICK_NVBANDWIDTH = "h200-oneset-b-nvbandwidth.txt"  # the call of SPEED_QUICK
-SPEED_NVBANDWIDTH = "h200-oneset-b-nvbandwidth.txt"
+SPEED_QUICK = "h200-between-quick-1.csv.gz"  # (the kernel cache warm from an untimed --quick; the median of 3)
+SPEED_QUICK_NVBANDWIDTH = "h200-between-nvbandwidth.txt"  # the call of SPEED_QUICK
+SPEED_NVBANDWIDTH = "h200-between-nvbandwidth.txt"
 # An earlier version's speed runs on one H100, with the tool before decision-driven sampling in the same call.
 H100_SPEED = ("h100-speed-default-1.csv", "h100-speed-default-2.csv", "h100-speed-default-3.csv")
 H100_SPEED_PREVIOUS = "h100-speed-previous-version.csv"
@@ -286,21 +284,22 @@ def plain_x4(runs: Runs) -> str:
                      "device-to-device read and write matrices and SM latency", "node")
 
 
-# This version's plain run on two GPUs, nvbandwidth's full suite on the same pair; the same run on a faster host
-# of the same kind, nvbandwidth's device-to-device copy beside it.
-X2_PLAIN = "h200x2-host-b-1.csv.gz"
-X2_PLAIN_NVBANDWIDTH = "h200x2-host-b-nvbandwidth.txt"
-X2_PLAIN_OTHER = "h200x2-plain-3.csv.gz"
+# This version's plain run on two GPUs, nvbandwidth's device-to-device copies on the same pair right after it; the
+# version before's on a node of the same kind (that nvbandwidth's full suite took 81.5 s on the slowest host of them:
+# results/h200x2-host-b-nvbandwidth.txt).
+X2_PLAIN = "h200x2-between-plain.csv.gz"
+X2_PLAIN_NVBANDWIDTH = "h200x2-between-nvbandwidth-d2d.txt"
+X2_PLAIN_OTHER = "h200x2-oneset-plain.csv.gz"
 
 
 def plain_x2(runs: Runs) -> str:
-    """This version's plain run on two GPUs, nvbandwidth's full suite beside, and on another host of the kind."""
+    """This version's plain run on two GPUs, nvbandwidth's device-to-device copies beside, and the version before's."""
     other = runs[X2_PLAIN_OTHER].meta
-    more = (f" On another host of the same kind the same version's plain run took "
-            f"{num(header_wall(runs, X2_PLAIN_OTHER), 1)} s wall ({num(listed_wall(X2_PLAIN_OTHER)[0], 1)} s by "
-            f"`/usr/bin/time`; the estimate {num(float(other['estimate.seconds']), 1)} s).")
+    more = (f" The version before took {num(header_wall(runs, X2_PLAIN_OTHER), 1)} s wall on a node of the same kind "
+            f"({num(listed_wall(X2_PLAIN_OTHER)[0], 1)} s by `/usr/bin/time`; the estimate "
+            f"{num(float(other['estimate.seconds']), 1)} s).")
     return plain_run(runs, X2_PLAIN, X2_PLAIN_NVBANDWIDTH, f"{gpus(runs, X2_PLAIN)} ({links(runs, X2_PLAIN)})",
-                     "full suite", "pair", more, (X2_PLAIN_OTHER,))
+                     "device-to-device read and write copies", "pair", more, (X2_PLAIN_OTHER,))
 
 
 SPEED_RENDERERS: dict[str, Callable[[Runs], str]] = {

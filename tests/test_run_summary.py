@@ -406,3 +406,11 @@ def test_one_gpu_with_both_sharing_modes_fits_25_lines():
     text = summary_text(RESULTS / "h100-both-modes-default.csv", source="results/h100-both-modes-default.csv")
     assert_one_screen(text, lines=25)
     assert "(not measured above 4 KiB)" in text  # where the kernel ping-pong stops being measured
+
+
+def test_a_next_class_ahead_of_the_choice_within_delta_says_how_close():
+    """Two H200s, the hand-off at 4 MiB from GPU 1 to 0: vmm/push chosen, peer/push 1.4% ahead of it with the
+    two within 2.6% (outcome within): the line says so, not a bare '≈' after 'next'
+    (results/h200x2-between-plain.csv.gz)."""
+    text = " ".join(summary_text(RESULTS / "h200x2-between-plain.csv.gz").split())
+    assert "next peer/push within 2.6%" in text and "next peer/push ≈" not in text

@@ -268,7 +268,11 @@ def other_clauses(band: Band, members: Sequence[str], by_api: bool = False) -> l
         # by its fastest API where one is at every size (else by the mechanism, as the report names it)
         name = fastest[0] if by_api and len(fastest) == 1 else \
             _next_name(last, d.cls, {_mechanism_of(m) for m in others})
-        rest.append(f"next {name} {ratio_span(same)}")
+        span = ratio_span(same)
+        bounds = [x.within for x in alike if math.isfinite(x.within)]
+        if span == "≈" and bounds:  # ahead of the choice, within delta: how close the samples put them
+            span = f"within {wording.fmt_percent(max(bounds))}"
+        rest.append(f"next {name} {span}")
     return rest
 
 

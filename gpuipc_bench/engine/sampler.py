@@ -207,11 +207,6 @@ class Sampler:
                 self._best.setdefault(tuple(fields), []).append((str(label), float(seconds)))
         return self._best.get(key, [])
 
-    def known_best(self, key: tuple) -> float:
-        """The best (lowest) median seconds per transfer an earlier scenario of the run measured for
-        `key` (Group.key); inf where none did."""
-        return min((seconds for _, seconds in self.known_figures(key)), default=math.inf)
-
     def interleave(self, groups: "list[Group]", key: object = "") -> Iterator[dict]:
         """The groups of the variants compared at one size, in the run's --sample-order (the same in
         every worker: both take the same samples in the same order):

@@ -385,8 +385,8 @@ def plan_reruns(found: Query, frame, plan, done: set, started: set) -> list[Reru
         core = [g for g in groups if g.decision.tier != ONE_SET]
         if planned is None or not core:  # a decision on one set never starts a run of its own
             continue
-        found = rerun(key, planned, groups)
-        out.append(dataclasses.replace(found, lean=rerun(key, planned, core)) if len(core) < len(groups) else found)
+        whole = rerun(key, planned, groups)
+        out.append(dataclasses.replace(whole, lean=rerun(key, planned, core)) if len(core) < len(groups) else whole)
     return sorted(out, key=lambda r: (-r.first.tier, -r.first.reach))
 
 

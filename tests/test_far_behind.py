@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from gpuipc_bench.cli import cli
 from gpuipc_bench.config import RunConfig
-from gpuipc_bench.engine.sampler import FAR_SAMPLES, Counts, Sample, Sampler, best_key, still_falling
+from gpuipc_bench.engine.sampler import DRIFT, FAR_SAMPLES, Counts, Sample, Sampler, best_key, drifting, still_falling
 from gpuipc_bench.harness.known import KnownBest
 from gpuipc_bench.harness.plan import CALL_BOUND_BYTES, second_mode_stream_sizes, shuffle_paths
 from gpuipc_bench.results import read_results
@@ -33,10 +33,12 @@ def _group(measure="stream", nbytes=256 * MIB, variant="pinned"):
 
 
 def _taken(sampler, groups, seconds):
-    # never settles by the interval (9 samples unless decided), and never falls three samples in a row (still_falling),
-    # one group or two interleaved
-    noise = itertools.cycle((1.0, 1.2, 0.85, 0.9, 1.1, 1.15))
-    made = [sampler.run(g, lambda trial, s=s: Sample(s * next(noise), 1), timer=True, reps=1)
+    # each group's own noise: never settles by the interval (9 samples unless decided), never falls three samples in
+    # a row (still_falling), and the halves of its first 6 samples agree (not drifting)
+    def noise():
+        return itertools.cycle((1.0, 1.02, 0.98))
+
+    made = [sampler.run(g, lambda trial, s=s, n=noise(): Sample(s * next(n), 1), timer=True, reps=1)
             for g, s in zip(groups, seconds)]
     rows = list(sampler.interleave(made, "k"))
     return [sum(1 for r in rows if r["variant"] == g["variant"] and r["measure"] == g["measure"]) for g in groups]
@@ -222,3 +224,34 @@ def test_the_header_says_the_far_behind_rule_is_off_for_a_fixed_count(tmp_path):
     result = CliRunner().invoke(cli, ["run", "-s", "host", "--sizes", "4K", "-n", "4", "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
     assert read_results(out)[1]["sampling.far_behind"] == "off: a fixed count of 4 samples a group"
+
+
+def _beaten_by_a_steady_rival(mine):
+    """`mine`'s samples (us) interleaved with a rival's, steady near 25 us: every sample of mine slower
+    (beaten, and decided against its only rival); nothing known between them, so never far behind."""
+    sampler = _sampler()
+    rival_times = itertools.cycle((25.0e-6, 25.2e-6, 24.9e-6))
+    mine_times = iter([t * 1e-6 for t in mine])
+    made = [sampler.run(_group("handoff", 64 << 10, "pinned-hostsync"), lambda trial: Sample(next(rival_times), 1),
+                        timer=True, reps=1),
+            sampler.run(_group("handoff", 64 << 10, "pageable"), lambda trial: Sample(next(mine_times), 1),
+                        timer=True, reps=1)]
+    rows = list(sampler.interleave(made, "k"))
+    return sum(1 for r in rows if r["variant"] == "pageable")
+
+
+def test_a_decided_group_still_drifting_takes_max_samples():
+    """The time-sliced pageable hand-off at 64 KiB as one H200 ran it in a default run (results/h200-between-b-1:
+    71.8, 66.8, 70.0, 64.1, 61.4, 60.5 us, then near 60): beaten by the host-synced hand-off from its first
+    samples, it stopped at --min-samples with a median (65.5) above where it settles. Drifting (the later half's
+    median over DRIFT below the earlier half's), it goes on to --max-samples; a steady one stops at 6."""
+    assert _beaten_by_a_steady_rival([75.0, 71.8, 66.8, 70.0, 64.1, 61.4, 60.5, 60.2, 60.0, 60.3]) == 9
+    assert _beaten_by_a_steady_rival([62.0, 61.0, 60.4, 61.2, 60.8, 60.3, 61.1, 60.2, 60.0, 60.3]) == 6
+
+
+def test_drifting_either_way_from_six_samples():
+    assert drifting([71.8, 66.8, 70.0, 64.1, 61.4, 60.5])  # falling: 70.0 then 61.4
+    assert drifting([60.0, 60.5, 61.0, 64.0, 65.0, 66.0])  # rising
+    assert not drifting([61.0, 60.4, 61.2, 60.8, 60.3, 61.1])
+    assert not drifting([75.0, 70.0, 65.0, 60.0, 55.0])  # five: too few to tell halves apart
+    assert DRIFT == 0.03

@@ -14,7 +14,7 @@ from rich.markup import escape
 from gpuipc_bench.cli.console import stderr_console
 from gpuipc_bench.cli.params import Bounded, DevicesType, PairsType, SizesType
 from gpuipc_bench.config import check_writable
-from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES
+from gpuipc_bench.engine.sampler import DRIFT, FAR_BEHIND, FAR_SAMPLES
 from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.gpu.timing import HOST_WARM_BYTES, LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.hooks.profiling import mark
@@ -59,7 +59,8 @@ def _samples_text(preset: str) -> str:
               help=f"Timed samples per group at least; more are taken until the median's {CONFIDENCE:.0%} interval "
                    f"is within +-{PRECISION:.0%} ({WIDE_MIN_SAMPLES}, or --max-samples if fewer, when the spread is "
                    "wide), up to --max-samples, unless the group's samples are separated from those of every other "
-                   "variant of the path at that size, or all slower than one's (its decision is made). "
+                   "variant of the path at that size, or all slower than one's (its decision is made) and the "
+                   f"halves of its samples agree within {DRIFT:.0%} (else it is not steady yet: up to --max-samples). "
                    f"[default: {DEFAULT_SAMPLES[0]}]")
 @click.option("--max-samples", type=Bounded("max_samples"), default=None,
               help=f"Timed samples per group at most. [default: {DEFAULT_SAMPLES[1]}]")

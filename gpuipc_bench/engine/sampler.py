@@ -80,10 +80,32 @@ FAR_SAMPLES = 3
 # times (results/h200-exact-*, h200-falling-*). It goes on while they fall (from --min-samples on, the usual
 # rules stop it).
 STILL_FALLING = 0.01
+# A group decided (beaten by a rival, or apart from every one) stops at --min-samples, unless it is not yet steady:
+# the median of the later half of its samples more than DRIFT from the earlier half's (a drift, or noise that its
+# samples do not settle). Then it takes samples up to --max-samples. A decided group's figure is still printed (a
+# runner-up's ratio, the interval of a choice among APIs), and a median of samples still drifting is not the
+# figure of the path: in the twelve 3x20 references on one H200 (results/h200-*-reference-3x20.csv.gz, 25,566
+# groups of 20 samples), where the median of samples 4-6 lay beyond 3% of samples 1-3's (13% of the groups), the
+# median of the first 6 lay 2.5% from the 20-sample median (the median over those groups) and that of the first 9
+# 1.0%; elsewhere both lay 0.1% from it. In a default run it adds up to 3 samples to 4-7 groups (~0.05 s): the
+# time-sliced pageable hand-off at 64 KiB (71.8, 66.8, 70.0, 64.1, 61.4, 60.5 us in results/h200-between-b-1, a
+# runner-up), ipc/ce's hand-off at 256 MiB under MPS (a choice).
+DRIFT = 0.03
 SETUP_REPEATS = 9  # every setup operation is timed this many times, each on fresh objects (9: a 95% interval
 #                     that is not the range of the samples, x(2)..x(8))
 _REPS_BITS = 20  # the decision word: sample number << 20 | reps << 1 | stop
 SOLO_SEEDS = 0x50105EED  # solo samples' seeds differ from the shared ones
+
+
+def drifting(values) -> bool:
+    """Not yet steady: the median of the later half of its samples (6 at least) more than DRIFT from the
+    earlier half's, either way (an odd count gives the later half the middle sample)."""
+    values = list(values)
+    half = len(values) // 2
+    if len(values) < 6:
+        return False
+    early, late = robust.median(values[:half]), robust.median(values[half:])
+    return early > 0 and abs(late / early - 1) > DRIFT
 
 
 def still_falling(values) -> bool:
@@ -384,8 +406,8 @@ class Group:
                 enough = robust.enough(self.values, counts.min_samples, counts.max_samples)
                 self.far = not enough and not counts.fixed and self.far_behind()
                 stop = enough or self.far or (
-                    len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or self.beaten()
-                                                                 or self.decided()))
+                    len(self.values) >= counts.min_samples and (self.timed >= GROUP_BUDGET_S or (
+                        (self.beaten() or self.decided()) and not drifting(self.values))))
                 sampler.samples += 1
                 yield sampler.row(self.group, sample, len(self.values) - 1, self.clock, lane)
             if not self.solo:

@@ -44,12 +44,43 @@ def test_only_the_plain_run_gets_a_head_start():
         assert not HeadStart.wanted(dataclasses.replace(plain, **changed)), changed
 
 
-@pytest.mark.parametrize("facts", [{}, _nvml(2), _nvml(1, "enabled"), {"gpus": {"x": {"uuid": "", "cpus": ()}}}])
-def test_nothing_is_started_where_nvml_sees_other_than_one_whole_gpu(facts, no_leaks):
+@pytest.mark.parametrize("facts", [{}, _nvml(2, "enabled"), _nvml(1, "enabled"),
+                                   {"gpus": {"x": {"uuid": "", "cpus": ()}}}])
+def test_nothing_is_started_where_nvml_sees_no_gpu_a_mig_gpu_or_one_without_uuid(facts, no_leaks):
     head = HeadStart()
     head.begin(facts)
     assert head.workers is None and head.mode is None
     head.close()
+
+
+@pytest.mark.parametrize("variable", ["CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"])
+def test_nothing_is_started_on_several_gpus_the_environment_numbers(variable, monkeypatch, no_leaks):
+    """Which GPU CUDA calls 0 is the environment's then, not the lowest bus id's."""
+    monkeypatch.setenv(variable, "1" if variable == "CUDA_VISIBLE_DEVICES" else "PCI_BUS_ID")
+    head = HeadStart()
+    head.begin(_nvml(2))
+    assert head.workers is None and head.mode is None
+    head.close()
+
+
+def test_on_several_gpus_the_set_sees_the_lowest_bus_id_alone_and_only_that_gpu_0_takes_it(no_leaks):
+    """Two GPUs (NVML's order reversed here): the set is forked on the GPU of lowest bus id, seeing it alone
+    (CUDA_VISIBLE_DEVICES its UUID, numbered 0), as the run's sets on GPU 0 see theirs. A run whose probe
+    numbers another GPU 0 does not take it: it is ended."""
+    facts = {"gpus": {"0000:41:00.0": {"uuid": "GPU-b", "cpus": (0,), "mig_mode": "disabled"},
+                      "0000:05:00.0": {"uuid": "GPU-a", "cpus": (0,), "mig_mode": "disabled"}}}
+    head = HeadStart()
+    head.begin(facts)
+    try:
+        assert head.workers is not None and head.uuid == "GPU-a"
+        assert head.workers.env["CUDA_VISIBLE_DEVICES"] == "GPU-a" and head.workers.env["GPUIPC_BENCH_SEES"] == "0"
+        assert head.key == set_key(head.workers.specs, head.mode.name, head.mode.env())  # the key without them
+        pids, mode = head.workers.pids, head.mode
+        sets = WorkerSets(uuids={0: "GPU-b", 1: "GPU-a"})
+        assert not head.hand_to(sets, "", timeout=20.0, modes=[mode])
+        assert sets.members == {} and _gone(pids)
+    finally:
+        head.close()
 
 
 def test_the_first_time_sliced_scenario_runs_in_the_head_start_s_set(monkeypatch, no_leaks, tmp_path):
@@ -151,3 +182,17 @@ def test_the_session_takes_the_head_start_over_for_its_first_time_sliced_path(mo
     frame, meta = read_results(tmp_path / "run.csv")
     assert meta["worker_sets"] == "1" and len(frame) and set(frame["sharing"]) == {"time-sliced"}
     assert _gone(pids)
+
+
+def test_on_several_gpus_the_run_takes_the_set_where_its_gpu_0_is_the_set_s(monkeypatch, no_leaks):
+    fake_gpu.install(monkeypatch)
+    head = HeadStart()
+    head.begin(_nvml(2))
+    sets = WorkerSets(uuids={0: "GPU-0", 1: "GPU-1"})
+    try:
+        pids = head.workers.pids
+        assert head.hand_to(sets, "", timeout=20.0, modes=[head.mode])
+        assert sets.started == 1 and sorted(w.process.pid for w, _ in sets.members.values()) == sorted(pids)
+    finally:
+        sets.end()
+        head.close()

@@ -111,15 +111,16 @@ def test_the_run_records_its_order_seed_and_takes_one(tmp_path):
 
 
 def test_a_group_decided_slower_than_a_rival_stops_at_min_samples_an_undecided_one_goes_on():
-    """sm: every sample twice ce's or more (noisy, it would go on to the cap); push: as noisy, but
-    around ce, so undecided against it: it goes on."""
+    """sm: every sample twice ce's or more (noisy, it would go on to the cap; the halves of its samples
+    agree: steady); push: as noisy, but around ce, so undecided against it: it goes on."""
     sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=12))
     noise = itertools.cycle((1.0, 1.3, 0.8, 1.2))
+    steady_noise = itertools.cycle((1.0, 1.3, 0.8))  # sm's: the same median in each half of its first 6 samples
     scale = {"ce": 0.0, "push": 1.0, "sm": 2.0}
     groups = []
     for variant in ("ce", "push", "sm"):
         def take(trial, v=variant):
-            factor = 1.0 if v == "ce" else scale[v] * next(noise)
+            factor = 1.0 if v == "ce" else scale[v] * next(steady_noise if v == "sm" else noise)
             return Sample(1e-5 * factor, trial.reps)
         groups.append(sampler.run(dict(path="ipc", variant=variant, measure="stream", metric="bandwidth", src="0",
                                        dst="0", bytes=4096), take, timer=True, reps=64))
@@ -208,10 +209,11 @@ def test_a_leader_clear_of_every_rival_stops_at_min_samples_though_noisy():
     its range), it goes on."""
     def counts(push_scale):
         sampler = Sampler(_ctx(), Counts(warmup=1, min_samples=6, max_samples=12))
-        noise = itertools.cycle((1.0, 1.15, 0.9, 1.1))
+        # each group's own noise, the halves of its first 6 samples alike (steady: engine.sampler.drifting)
+        noise = {v: itertools.cycle((1.0, 1.15, 0.9)) for v in ("ce", "push", "sm")}
         scale = {"ce": 1.0, "push": push_scale, "sm": 3.0}
         groups = [sampler.run(dict(path="ipc", variant=v, measure="stream", metric="bandwidth", src="0", dst="0",
-                                   bytes=4096), lambda trial, v=v: Sample(1e-5 * scale[v] * next(noise), trial.reps),
+                                   bytes=4096), lambda trial, v=v: Sample(1e-5 * scale[v] * next(noise[v]), trial.reps),
                               timer=True, reps=64) for v in ("ce", "push", "sm")]
         rows = list(sampler.interleave(groups, 4096))
         return {v: sum(1 for r in rows if r["variant"] == v) for v in ("ce", "push", "sm")}

@@ -99,12 +99,12 @@ SOLO_SEEDS = 0x50105EED  # solo samples' seeds differ from the shared ones
 
 def drifting(values) -> bool:
     """Not yet steady: the median of the later half of its samples (6 at least) more than DRIFT from the
-    earlier half's, either way (an odd count gives the later half the middle sample)."""
+    earlier half's, either way (of an odd count, the middle sample is in neither half)."""
     values = list(values)
     half = len(values) // 2
     if len(values) < 6:
         return False
-    early, late = robust.median(values[:half]), robust.median(values[half:])
+    early, late = robust.median(values[:half]), robust.median(values[len(values) - half:])
     return early > 0 and abs(late / early - 1) > DRIFT
 
 

@@ -77,6 +77,11 @@ class RunConfig:
     # bytes); None: every group. Its ceilings are measured whatever this says; its set-up operations are
     # timed once and their rows not kept (Session._one: they set up a ring of the sizes measured again)
     only_groups: frozenset[tuple[str, str, str, int]] | None = None
+    # The lane counters' proofs an earlier process set of the run made (engine.lanes: the counters are the GPU's,
+    # not a process's), ((gpu, counter), the Proof's fields as JSON) pairs, and one reading's cost (ms; None:
+    # not measured yet): a later set takes them instead of proving its GPUs' counters again
+    lane_proofs: tuple[tuple[tuple[int, str], str], ...] = ()
+    lane_read_ms: float | None = None
     # --replicas: the process sets each run of the first pass is measured on (1: one, then the resampling pass)
     replicas: int = 1
 

@@ -747,3 +747,76 @@ def test_a_long_window_reads_the_pcie_fields_often_enough_that_no_wrap_goes_unse
         real_time.sleep(0.002)
     window(20)
     assert window._poller is None and gpus[1].reads.count("pcie") >= before + 4
+
+
+def _fresh_process_lanes(monkeypatch, proofs_made):
+    """engine.lanes as a fresh process has it (nothing proven), its prove() recording each call."""
+    from gpuipc_bench.engine import lanes as engine_lanes
+    from gpuipc_bench.gpu import lanes as gpu_lanes
+
+    def prove(counters, copies, peer, done=()):  # (what lanes.prove would make known copies for: proofs_made)
+        copied = [(d, k) for d in counters for k in lanes.COUNTERS
+                  if (peer or k in (lanes.PCIE_TX, lanes.PCIE_RX)) and (d, k) not in set(done)]
+        if copied:
+            proofs_made.append(copied)
+        found = {key: lanes.Proof(lanes.TRUSTED, 1, overhead=0.08 if key[1] in (lanes.PCIE_TX, lanes.PCIE_RX) else 0.02)
+                 for key in copied}
+        found.update({(d, k): lanes.Proof(lanes.UNPROVEN) for d in counters for k in (lanes.NVLINK_TX, lanes.NVLINK_RX)
+                      if not peer and (d, k) not in set(done)})
+        return found
+
+    monkeypatch.setattr(engine_lanes, "_OPEN", {"counters": {0: object(), 1: object()}, "wire": {}})
+    monkeypatch.setattr(engine_lanes, "_PROOFS", {})
+    monkeypatch.setattr(engine_lanes, "_TRIED", set())
+    monkeypatch.setattr(lanes, "enabled", lambda: True)
+    monkeypatch.setattr(lanes, "prove", prove)
+    monkeypatch.setattr(lanes, "read_cost", lambda counters: 6.2e-4)
+    monkeypatch.setattr(lanes, "LaneMeter", lambda counters, proofs, wire: types.SimpleNamespace(wait_s=0.0,
+                                                                                               proofs=proofs))
+    monkeypatch.setattr(gpu_lanes, "KnownCopies",
+                        lambda devices, nbytes, kernel_gpu=None: types.SimpleNamespace(close=lambda: None))
+    return engine_lanes
+
+
+def _pair_worker(config, sent, pdev=0, cdev=1):
+    ctx = types.SimpleNamespace(specs=[types.SimpleNamespace(device=pdev, mig=""), types.SimpleNamespace(device=cdev,
+                                                                                                        mig="")],
+                                phase=lambda name: None, send=sent.append, config=config)
+    return types.SimpleNamespace(ctx=ctx, pdev=pdev, cdev=cdev, sampler=types.SimpleNamespace(lanes=None),
+                                 in_turn=lambda fn: fn())
+
+
+def test_a_later_process_set_takes_the_run_s_proofs_instead_of_proving_again(monkeypatch):
+    """The counters are the GPU's: a pair's first process proves them and sends each proof to the parent;
+    a later process (a scenario with processes of its own) handed those proofs (RunConfig.lane_proofs)
+    proves nothing, and its meter holds the same proofs. A one-GPU process takes the PCIe proofs alone
+    (NVLink's unproven there, as its own proof would have left them)."""
+    from gpuipc_bench.engine import lanes as engine_lanes
+    from gpuipc_bench.gpu.device import PEER_ON
+
+    made: list = []
+    _fresh_process_lanes(monkeypatch, made)
+    PEER_ON.update({(0, 1), (1, 0)})
+    try:
+        sent: list = []
+        first = _pair_worker(None, sent)
+        engine_lanes.prove_lanes(first)
+        notes = {key: text for kind, key, text in (m for m in sent if m[0] == "note")}
+        handed = tuple(sorted(((int(k.split(".")[2]), k.split(".")[3]), text) for k, text in notes.items()
+                              if k.startswith(engine_lanes.PROOF_NOTE)))
+        assert len(made) == 1 and len(made[0]) == 8 and len(handed) == 8 and float(notes["lanes.read_ms"]) == 0.62
+        first_meter = first.sampler.lanes.proofs
+
+        _fresh_process_lanes(monkeypatch, made)  # the next scenario's own processes
+        later = _pair_worker(types.SimpleNamespace(lane_proofs=handed, lane_read_ms=0.62), sent := [])
+        engine_lanes.prove_lanes(later)
+        assert len(made) == 1 and not any(m[1].startswith(engine_lanes.PROOF_NOTE) for m in sent)
+        assert later.sampler.lanes.proofs == first_meter
+
+        _fresh_process_lanes(monkeypatch, made)  # a set on GPU 0 alone
+        one = _pair_worker(types.SimpleNamespace(lane_proofs=handed, lane_read_ms=0.62), [], 0, 0)
+        engine_lanes.prove_lanes(one)
+        assert len(made) == 1  # no known copy: NVLink's left unproven here, as before
+        assert {k for k, p in engine_lanes._PROOFS.items() if p.usable} == {(0, lanes.PCIE_TX), (0, lanes.PCIE_RX)}
+    finally:
+        PEER_ON.difference_update({(0, 1), (1, 0)})

@@ -122,6 +122,43 @@ def test_a_run_hands_later_scenarios_its_figures_and_an_independent_plan_does_no
     assert alone.known == [(), ()]
 
 
+class Proving(Sets):
+    """Sets whose first run proves GPU 0's PCIe counters (its workers' notes, as engine.lanes sends them),
+    keeping the lane proofs each run was handed."""
+
+    def __init__(self):
+        super().__init__()
+        self.handed: list[tuple] = []
+
+    def run(self, scenario, config, specs, **kwargs) -> Outcome:
+        self.handed.append((config.lane_proofs, config.lane_read_ms))
+        if len(self.handed) == 1:
+            note = kwargs["on_note"]
+            note("lanes.read_ms", "0.620")
+            note("lanes.0.pcie_tx", "trusted: 1 B a count")
+            note("lanes.proof.0.pcie_tx", '{"state": "trusted", "unit": 1, "sm_overhead": 0.17}')
+            note("lanes.proof.0.pcie_tx", '{"state": "trusted", "unit": 1, "sm_overhead": null}')  # (the other worker)
+        return super().run(scenario, config, specs, **kwargs)
+
+
+def test_the_lane_proofs_one_run_made_go_to_the_later_runs_not_the_header(tmp_path):
+    """The counters are the GPU's: the proofs a run's workers send are handed to every later run of the
+    session (a proof with kernel copies' figures kept over one without), the header keeps its readable
+    lines and says how they were proven, never the proofs' fields; an independent plan's runs prove their own."""
+    sets = Proving()
+    _, _, out = run_session(tmp_path, plan_of((Named("a"), CPU), (Named("b"), CPU)), sets)
+    assert sets.handed[0] == ((), None)
+    assert sets.handed[1] == ((((0, "pcie_tx"), '{"state": "trusted", "unit": 1, "sm_overhead": 0.17}'),), 0.62)
+    meta = read_results(out)[1]
+    assert meta["lanes.0.pcie_tx"].startswith("trusted") and meta["lanes.read_ms"] == "0.620"
+    assert "once a run" in meta["lanes.proven"] and not any(k.startswith("lanes.proof.") for k in meta)
+    alone = Proving()
+    plan = plan_of((Named("a"), CPU), (Named("b"), CPU))
+    plan.independent = True
+    Session(None, Heard(), sets=alone).run(plan)
+    assert alone.handed == [((), None), ((), None)]
+
+
 def test_an_independent_plan_runs_in_fresh_processes(monkeypatch):
     from gpuipc_bench.harness import pool
 

@@ -9,14 +9,24 @@ and after it (NVLink, where the set-up turned peer access on). The workers take 
 counters are GPU-wide, and one worker's known copies would show in the other's. The header
 gets one `lanes.<gpu>.<counter>` line per counter proven (trusted, untrusted or absent) and
 `lanes.read_ms` (one reading of one GPU) and `lanes.settle_ms` (what each sample waits).
+
+Being the GPU's, a counter is proven once per run: each proof goes to the parent (a `lanes.proof.`
+note), which hands the proofs made so far to every later scenario run (RunConfig.lane_proofs); a
+process takes those as its own and proves only what none has yet. On two H200s a pair's proof took
+~0.15 s a worker, and a plain run starts eleven process sets that read counters (each scenario with
+processes of its own, the resampling pass's sets).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any, Iterator
 
 from gpuipc_bench.gpu.visible import cuda_index
 from gpuipc_bench.machine import lanes
+
+PROOF_NOTE = f"{lanes.META_PREFIX}proof."  # + '<gpu>.<counter>': a proof's fields (JSON), for the parent alone
 
 # This process's counters and proofs, kept across the scenarios of a process set.
 _OPEN: dict[str, Any] = {}  # 'counters', 'wire': open_counters' answer once; 'read_s'
@@ -51,6 +61,29 @@ def wanted(worker) -> bool:
     return bool(counters_here(sorted({worker.pdev, worker.cdev})))
 
 
+def adopt_run_proofs(config, devices: list[int]) -> set[int]:
+    """The proofs an earlier process set of the run made of `devices`' counters (RunConfig.lane_proofs),
+    taken as this process's own (where it has none of its own), and one reading's cost; the GPUs
+    they cover."""
+    taken = set()
+    for (dev, counter), fields in getattr(config, "lane_proofs", ()) or ():
+        # NVLink's only for a pair's processes: one GPU's would have left it unproven (no peer copy there)
+        if dev in devices and (counter in (lanes.PCIE_TX, lanes.PCIE_RX) or len(devices) == 2):
+            if (dev, counter) not in _PROOFS or _PROOFS[(dev, counter)].state == lanes.UNPROVEN:
+                _PROOFS[(dev, counter)] = lanes.Proof(**json.loads(fields))
+            taken.add(dev)
+    read_ms = getattr(config, "lane_read_ms", None)
+    if read_ms is not None and "read_s" not in _OPEN:
+        _OPEN["read_s"] = read_ms / 1e3
+    return taken
+
+
+def kernel_proven(dev: int) -> bool:
+    """Whether every usable PCIe counter of `dev` here carries its kernel copies' figures (prove_kernel_copies)."""
+    usable = [_PROOFS.get((dev, c)) for c in (lanes.PCIE_TX, lanes.PCIE_RX)]
+    return all(proof.sm_overhead is not None for proof in usable if proof is not None and proof.usable)
+
+
 def prove_lanes(worker) -> None:
     """Prove, in turn, what this process has not proven of its pair's counters, and give the
     sampler its meter. Both workers call it at the same points (it crosses two barriers)."""
@@ -58,6 +91,7 @@ def prove_lanes(worker) -> None:
         return
     devices = sorted({worker.pdev, worker.cdev})
     counters = counters_here(devices)
+    taken = adopt_run_proofs(getattr(worker.ctx, "config", None), devices)
 
     def mine() -> Iterator[dict]:
         from gpuipc_bench.gpu.device import PEER_ON
@@ -72,7 +106,8 @@ def prove_lanes(worker) -> None:
         # a path whose kernels load and store host memory (mmap's zero-copy) reads PCIe with the
         # overheads of kernel copies, proven once per process too
         kernels = [d for d in counters
-                   if getattr(worker, "kernel_host_copies", False) and (d, "sm", True) not in _TRIED]
+                   if getattr(worker, "kernel_host_copies", False) and (d, "sm", True) not in _TRIED
+                   and not (d in taken and kernel_proven(d))]
         if not todo and not kernels:
             return
         _TRIED.update((d, k, peer) for d, k in todo)
@@ -94,6 +129,8 @@ def prove_lanes(worker) -> None:
         proven = {key: proof for key, proof in found.items() if proof.state != lanes.UNPROVEN}
         for key, text in lanes.proof_metadata(proven).items():
             worker.ctx.send(("note", key, text))
+        for (dev, counter), proof in proven.items():  # the run's from now on: a later set takes it
+            worker.ctx.send(("note", f"{PROOF_NOTE}{dev}.{counter}", json.dumps(dataclasses.asdict(proof))))
         yield from ()
 
     for _ in worker.in_turn(mine):

@@ -137,6 +137,9 @@ class Session:
         # runs of the resampling pass that failed: the first pass's answer is whole without them, so the run
         # completes; the header and a note name them, the workers' log keeps their tracebacks
         self.pass_failures: list[Failure] = []
+        # the lane counters' proofs the run's processes made, by (GPU, counter): the later runs take them
+        self.lane_proofs: dict[tuple[int, str], str] = {}
+        self.lane_read_ms: float | None = None
 
     @property
     def rows(self) -> int:
@@ -337,6 +340,33 @@ class Session:
         self.resampler.done |= self.confirmed  # two replicas there already: not a third set
         self.resampler.run(measure)
 
+    def _note(self, key: str, text: str) -> None:
+        """A worker's note: a lane proof kept for the later runs (engine.lanes.PROOF_NOTE), never the
+        header's; the lanes' own lines into the header as they are; the others as `note.<key>`."""
+        import json
+
+        from gpuipc_bench.engine.lanes import PROOF_NOTE
+
+        with self.lock:
+            if key.startswith(PROOF_NOTE):
+                dev, _, counter = key[len(PROOF_NOTE):].partition(".")
+                held = self.lane_proofs.get((int(dev), counter))
+                # one with its kernel copies' figures (engine.lanes.kernel_proven) stays
+                if held is None or json.loads(held).get("sm_overhead") is None \
+                        or json.loads(text).get("sm_overhead") is not None:
+                    self.lane_proofs[(int(dev), counter)] = text
+                if "lanes.proven" not in self.results.metadata:
+                    self.results.set_meta("lanes.proven", "once a run: each counter by the first process set that "
+                                                          "reads it (NVLink's by a pair's); the later sets take its "
+                                                          "proof (gpuipc_bench/engine/lanes.py)")
+                return
+            if key == "lanes.read_ms" and self.lane_read_ms is None:
+                try:
+                    self.lane_read_ms = float(text)
+                except ValueError:
+                    pass
+            self.results.set_meta(key if key.startswith("lanes.") else f"note.{key}", text)
+
     def _pass_failed(self, failure: Failure, label: str) -> None:
         """A run of the resampling pass failed: what it measured stays (replica 2 rows), the run is not
         partial for it (the first pass measured every group), and the header and a note say so."""
@@ -379,6 +409,9 @@ class Session:
             (scenario.name, devices, first[0].name) in self.ended_well  # its host-link ceilings: engine.pair
         scenario_config = dataclasses.replace(
             config, known_best=() if plan.independent else known.rows(),
+            # an independent plan's runs prove their own lanes (a check's: each run in its own processes)
+            lane_proofs=() if plan.independent else tuple(sorted(self.lane_proofs.items())),
+            lane_read_ms=None if plan.independent else self.lane_read_ms,
             stream_sizes=second_mode_stream_sizes(scenario, config, specs, modes, mode),
             host_ceilings_from=first[0].name if borrow else None)
         if scenario_config.stream_sizes is not None and replica == 1:
@@ -419,7 +452,7 @@ class Session:
             on_progress=lambda n: reporter.advance(line, n),
             on_status=lambda text: reporter.status(line, text),
             # the lane counters' proofs are the run's, not a scenario's (gpuipc_bench.engine.lanes)
-            on_note=lambda key, text: results.set_meta(key if key.startswith("lanes.") else f"note.{key}", text),
+            on_note=self._note,
         )
         try:
             if self.job is not None:  # the ranks are the workers

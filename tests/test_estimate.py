@@ -15,7 +15,7 @@ from fakes import h100_node
 from gpuipc_bench.harness import estimate as estimating
 from gpuipc_bench.harness import plan as planning
 from gpuipc_bench.harness.estimate import END_S, START_S, estimate_seconds, resample_seconds, set_starts
-from gpuipc_bench.harness.session import GPUS_SEEN_KEY
+from gpuipc_bench.harness.session import GPUS_SEEN_KEY, OWN_PROCESSES_KEY
 from gpuipc_bench.modes.mps import Mps
 from gpuipc_bench.results.reading import read_results
 
@@ -121,9 +121,18 @@ def committed_estimate(plan, meta: dict[str, str]) -> float:
     return first + (resample_seconds(first, None, plan.config) if "sampling.budget" in meta else 0.0)
 
 
+def peer_as_committed(monkeypatch, meta: dict[str, str]) -> None:
+    """The runs before peer ran in the pair's process set (their header has no OWN_PROCESSES_KEY) ran it in
+    processes of its own: the estimate of such a run counts them so."""
+    if OWN_PROCESSES_KEY not in meta or "peer" in meta[OWN_PROCESSES_KEY].split(","):
+        shared = estimating.shares_processes
+        monkeypatch.setattr(estimating, "shares_processes", lambda s: s.name != "peer" and shared(s))
+
+
 @pytest.mark.parametrize("name", RUNS)
 def test_the_estimate_is_within_a_quarter_of_the_committed_runs_wall_time(fake_node, monkeypatch, name):
     meta = header(name)
+    peer_as_committed(monkeypatch, meta)
     monkeypatch.setattr(estimating, "SEES_OWN_GPUS", GPUS_SEEN_KEY in meta)  # measured with gpu.visible or not
     monkeypatch.setattr(estimating, "RUN_COST_SCALE", cost_scale(meta))  # measured with 2.5 ms samples or not
     monkeypatch.setattr(estimating, "HOST_STAGED_SCALE", host_scale(meta))  # with 1 MiB warm-ups over PCIe or not
@@ -136,7 +145,7 @@ def test_the_estimate_is_within_a_quarter_of_the_committed_runs_wall_time(fake_n
 
 def forks(runs) -> int:
     return sum(starts for (scenario, _, _), starts in zip(runs, set_starts(runs))
-               if scenario.persistent_workers and scenario.start_method == "fork")
+               if estimating.shares_processes(scenario))
 
 
 def pass_sets(meta: dict[str, str]) -> int:
@@ -153,9 +162,11 @@ def test_the_process_sets_counted_are_the_ones_the_committed_runs_forked(fake_no
     for name, gpus, resweeps in (("h200x4-plain.csv", 4, 0), ("h200x4-speed-pairs-all.csv", 4, 2),
                                  ("h200x2-speed.csv", 2, 0), ("h200-speed-1.csv", 1, 0)):
         meta = header(name)
-        plan = fake_node(gpus, **committed_options(meta))
-        runs = planning.plan_runs(as_committed(plan, meta), plan.modes)
-        assert forks(runs) + resweeps + pass_sets(meta) == int(meta["worker_sets"]), name
+        with pytest.MonkeyPatch.context() as patched:  # (each run its own version of peer's processes)
+            peer_as_committed(patched, meta)
+            plan = fake_node(gpus, **committed_options(meta))
+            runs = planning.plan_runs(as_committed(plan, meta), plan.modes)
+            assert forks(runs) + resweeps + pass_sets(meta) == int(meta["worker_sets"]), name
 
 
 def test_a_plain_run_forks_four_sets_where_the_committed_one_forked_16(fake_node):

@@ -131,6 +131,23 @@ def test_a_group_decided_slower_than_a_rival_stops_at_min_samples_an_undecided_o
     assert count == {"ce": 6, "push": 12, "sm": 6, "slow": 12}  # another measure is no rival
 
 
+def test_a_path_first_in_its_set_goes_before_the_others_of_its_set_seeded_or_not():
+    """peer's full form (first_in_set): before the other paths of the pair's set, in the declared order and
+    in every seeded one; the runs of other sets and modes keep their place."""
+    from gpuipc_bench.harness.plan import shuffle_paths
+
+    def scenario(name, first=False):
+        return SimpleNamespace(name=name, persistent_workers=True, start_method="fork", first_in_set=first)
+
+    ts, pair, same = SimpleNamespace(name="time-sliced"), ("pair",), ("same",)
+    runs = ([(scenario(n), same, ts) for n in ("ipc", "vmm")] + [(scenario(n), pair, None) for n in ("vmm", "ipc")]
+            + [(scenario("peer", True), pair, None)] + [(scenario("host"), ("cpu",), None)])
+    for seed in (None, 0, 1, 2):
+        names = [(r[0].name, r[1]) for r in shuffle_paths(runs, seed)]
+        assert names[2] == ("peer", pair) and {n for n, _ in names[:2]} == {"ipc", "vmm"}
+        assert {n for n, _ in names[3:5]} == {"ipc", "vmm"} and names[5] == ("host", ("cpu",))
+
+
 def test_the_paths_of_one_process_set_run_in_a_seeded_order_the_others_keep_their_place():
     from gpuipc_bench.harness.plan import shuffle_paths
 

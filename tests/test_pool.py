@@ -67,6 +67,23 @@ def test_one_set_serves_scenario_after_scenario(sets):
     assert _gone(pids)
 
 
+def test_a_path_that_must_be_first_in_its_set_gets_a_fresh_one_where_another_ran_before(sets, monkeypatch):
+    """peer's full form measures with peer access off first: it runs in the pair's set only as the set's first
+    path; where another path of the set ran before, that set leaves and a fresh one is forked. The next
+    paths run in its set."""
+    first_run, _ = _run(sets)
+    (used,) = sets.sets.values()
+    monkeypatch.setattr(type(SCENARIOS["host"]), "first_in_set", True, raising=False)
+    first_path, rows = _run(sets)
+    (fresh,) = sets.sets.values()
+    assert first_run.ok and first_path.ok and rows
+    assert fresh is not used and set(fresh.pids).isdisjoint(used.pids) and sets.started == 2
+    assert _gone(used.pids)
+    monkeypatch.setattr(type(SCENARIOS["host"]), "first_in_set", False)
+    _run(sets)
+    assert list(sets.sets.values()) == [fresh] and fresh.scenarios == 2
+
+
 def test_a_worker_killed_mid_scenario_is_named_its_rows_kept_and_the_next_runs_fresh(sets, monkeypatch):
     _run(sets)
     (old,) = sets.sets.values()

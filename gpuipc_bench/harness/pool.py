@@ -279,6 +279,9 @@ class WorkerSets:
         if workers is not None and not workers.alive():
             self.drop(workers, close=True)
             workers = None
+        if workers is not None and workers.scenarios and getattr(scenario, "first_in_set", False):
+            self.retire(specs, mode_name, env)  # it must be the first path its processes run: a fresh set
+            workers = None
         if workers is None:
             self.end_mode_other_than(mode_name)
             workers = self.sets[key] = self.assemble(scenario, specs, mode_name, env)

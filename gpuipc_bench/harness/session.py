@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from gpuipc_bench.engine.scenario import shares_processes
 from gpuipc_bench.engine.sampler import FAR_BEHIND, FAR_SAMPLES, STILL_FALLING, Counts
 from gpuipc_bench.errors import BenchError, Interrupted, WorkerFailed, signal_name
 from gpuipc_bench.harness.header import run_header
@@ -164,6 +165,9 @@ class Session:
         launched = job.metadata() if job else {"launcher": config.launcher}
         if job is None and len(getattr(sets, "uuids", {})) > 1:  # (gpu.visible; read by the estimate's tests)
             launched[GPUS_SEEN_KEY] = "own: each process set's CUDA_VISIBLE_DEVICES names its GPUs alone"
+        if job is None and sets.persistent:  # (what starts processes: read by the estimate's tests too)
+            launched[OWN_PROCESSES_KEY] = ",".join(dict.fromkeys(
+                s.name for s, _ in plan.runs if not shares_processes(s))) or "none"
         self.results = results = ResultsFile(self.out, {
             **run_header(config, plan.machine), **launched,
             **{f"note.{key}": text for key, text in (plan.mig_notes or {}).items()}})
@@ -630,6 +634,7 @@ def process_seconds() -> float:
 
 
 GPUS_SEEN_KEY = "workers.gpus_seen"
+OWN_PROCESSES_KEY = "workers.own_processes"  # the scenarios that run in processes of their own (the rest: sets)
 
 
 def gpu_uuids(machine) -> dict[int, str]:

@@ -130,13 +130,14 @@ def test_ab_and_ba_have_process_sets_of_their_own():
 # (harness.estimate.RUN_COST_SCALE), the CPU baseline at the GPU sweep's sizes up to 16 MiB (6, not 12).
 # Today (a set's start 0.7 s, the run's end 0.5 s: the workers before a fresh scenario leave while its
 # own start, the fork server killed; the host paths' 1 MiB warm-ups over PCIe, harness.estimate.HOST_STAGED_SCALE,
-# fitted on one H200: 32.5, 53.7 and 84.1 s before it): 2 GPUs 30.4 s, 4 GPUs 51.6 s, an 8-GPU NVSwitch node
-# 82.0 s (with the costs of 5 ms samples and whole warm-ups: 38.7, 61.4 and 93.7 s; and every GPU seen by every
-# start, as before gpu.visible: 39.2, 68.7 and 128.7 s), against 53, 292 and 1,342 s for every pair swept whole.
+# fitted on one H200: 32.5, 53.7 and 84.1 s before it; peer in the swept pair's process set, not processes of its
+# own: 30.4, 51.6 and 82.0 s before it): 2 GPUs 28.6 s, 4 GPUs 49.9 s, an 8-GPU NVSwitch node 80.2 s (with the
+# costs of 5 ms samples and whole warm-ups: 37.0, 59.6 and 92.0 s; and every GPU seen by every start, as before
+# gpu.visible: 37.4, 66.5 and 125.6 s), against 46, 246 and 1,126 s for every pair swept whole.
 # The issue asks at most 45, 60 and 120 s: the first two are its measured bars, the third this estimate's.
-ESTIMATED = {2: 30.4, 4: 51.6, 8: 82.0}
-ESTIMATED_OF_5_MS_SAMPLES = {2: 38.7, 4: 61.4, 8: 93.7}
-ESTIMATED_SEEING_EVERY_GPU = {2: 39.2, 4: 68.7, 8: 128.7}
+ESTIMATED = {2: 28.6, 4: 49.9, 8: 80.2}
+ESTIMATED_OF_5_MS_SAMPLES = {2: 37.0, 4: 59.6, 8: 92.0}
+ESTIMATED_SEEING_EVERY_GPU = {2: 37.4, 4: 66.5, 8: 125.6}
 
 
 def _estimate(gpus: int, full: bool) -> float:
@@ -153,7 +154,7 @@ def test_the_estimate_of_pairs_all_grows_with_classes_not_pairs(gpus):
     grouped, whole = _estimate(gpus, False), _estimate(gpus, True)
     assert grouped == pytest.approx(ESTIMATED[gpus], abs=0.1)
     assert ESTIMATED[8] <= 120
-    assert whole > 5 * grouped if gpus > 2 else whole > grouped
+    assert whole > 4 * grouped if gpus > 2 else whole > grouped
     if gpus > 2:  # four times the ordered pairs (56 against 12, 12 against 2): less than twice the time
         assert grouped < 2 * _estimate(gpus // 2, False)
 

@@ -165,7 +165,7 @@ class Session:
         launched = job.metadata() if job else {"launcher": config.launcher}
         if job is None and len(getattr(sets, "uuids", {})) > 1:  # (gpu.visible; read by the estimate's tests)
             launched[GPUS_SEEN_KEY] = "own: each process set's CUDA_VISIBLE_DEVICES names its GPUs alone"
-        if job is None and sets.persistent:  # (what starts processes: read by the estimate's tests too)
+        if job is None and getattr(sets, "persistent", False):  # (what starts processes: the estimate's tests read it)
             launched[OWN_PROCESSES_KEY] = ",".join(dict.fromkeys(
                 s.name for s, _ in plan.runs if not shares_processes(s))) or "none"
         self.results = results = ResultsFile(self.out, {

@@ -260,12 +260,14 @@ def test_peers_health_form_measures_the_checks_figures_and_the_path_only(monkeyp
     """check --preset health's peer (PeerScenario.health, on a copy): the copy engine's stream and its
     peer@A>B ceiling at the largest size, its hand-off at the other, each set-up operation once; no
     P2P-off pass (its staged copies are not faked: they would fail here), bidir, kernel copy, push,
-    ping-pong or peer-sm ceiling; and it may share a persistent process set (the full form may not)."""
+    ping-pong or peer-sm ceiling; and it may run anywhere in a persistent process set (the full form only as
+    the first path of a fresh one: first_in_set)."""
     import copy
 
     form = copy.copy(SCENARIOS["peer"])
     form.health = True
-    assert form.persistent_workers and not SCENARIOS["peer"].persistent_workers and form.cost_key == "ipc"
+    assert form.persistent_workers and not form.first_in_set and form.cost_key == "ipc"
+    assert SCENARIOS["peer"].persistent_workers and SCENARIOS["peer"].first_in_set
     outcome, rows = run(monkeypatch, "peer", scenario=form, sizes=(4099, 64 << 10), devices=(0, 1))
     assert outcome.ok, outcome.error
     measured = groups([r for r in rows if r["metric"] != "setup"], "path", "variant", "measure", "bytes")

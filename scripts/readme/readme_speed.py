@@ -286,12 +286,12 @@ def plain_x4(runs: Runs) -> str:
                      "device-to-device read and write matrices and SM latency", "node")
 
 
-# This version's plain run on two GPUs, nvbandwidth's device-to-device copies on the same pair right after it; the
+# This version's plain run on two GPUs, nvbandwidth's device-to-device copies on the same pair in the same call; the
 # version before's on a node of the same kind (that nvbandwidth's full suite took 81.5 s on the slowest host of them:
 # results/h200x2-host-b-nvbandwidth.txt).
-X2_PLAIN = "h200x2-between-plain.csv.gz"
-X2_PLAIN_NVBANDWIDTH = "h200x2-between-nvbandwidth-d2d.txt"
-X2_PLAIN_OTHER = "h200x2-oneset-plain.csv.gz"
+X2_PLAIN = "h200x2-peerset-plain.csv.gz"
+X2_PLAIN_NVBANDWIDTH = "h200x2-peerset-nvbandwidth-d2d.txt"
+X2_PLAIN_OTHER = "h200x2-between-plain.csv.gz"
 
 
 def plain_x2(runs: Runs) -> str:

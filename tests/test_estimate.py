@@ -37,9 +37,9 @@ RUNS = (*(f"h200-{kind}-{n}.csv" for kind in ("speed", "quick") for n in (1, 2, 
         *calls("fast", "region", "spans", "holdout", "sweep", "exact", "falling"),
         *(f"h200-still-{n}.csv.gz" for n in (1, 2, 3)), *calls("far5"),
         *(f"h200-far-ab-{n}-far{far}.csv.gz" for n, far in enumerate((5, 2, 2, 5, 5, 2), 1)),
-        *calls("oneset-a", "oneset-b", "binding", "between", "between-b", "drift", "once"), "h200x2-plain-3.csv.gz",
-        "h200x2-oneset-plain.csv.gz", "h200x2-oneset-pairs-all.csv.gz", "h200x2-between-plain.csv.gz",
-        "h200x2-peerset-plain.csv.gz")
+        *calls("oneset-a", "oneset-b", "binding", "between", "between-b", "drift", "once", "once-b"),
+        "h200x2-plain-3.csv.gz", "h200x2-oneset-plain.csv.gz", "h200x2-oneset-pairs-all.csv.gz",
+        "h200x2-between-plain.csv.gz", "h200x2-peerset-plain.csv.gz")
 # Not in RUNS: h200x2-host-b-1.csv.gz, the same plain two-GPU run as h200x2-plain-3 on a slower host (nvbandwidth's
 # full suite 81.51 s there): 61.84 s wall against its estimate of 49.0, 25.5% over, outside the bar; results/README.md
 # says so, and the estimate has no measure of a host's speed before the run

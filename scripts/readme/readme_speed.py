@@ -13,13 +13,14 @@ from collections.abc import Callable
 from readme_lib import KIB, MIB, RANGED, RESULTS, FigureError, Runs, gbps, num, seconds, source, table
 
 # This version's speed runs on one GPU: three default runs back to back, --quick, nvbandwidth on the same machine
-# (the drift rule's first call, h200-drift, ran 29.9-32.3 s beside nvbandwidth's 20.5; the version before it
-# 28.5-30.8 s beside 20.9 in h200-between and 31.8-33.3 s beside 21.3 in h200-between-b)
-SPEED = ("h200-once-1.csv.gz", "h200-once-2.csv.gz", "h200-once-3.csv.gz")
+# (of this code's two calls the slower beside nvbandwidth: h200-once ran 28.4-30.4 s beside its 21.8; the drift
+# rule's first call, h200-drift, 29.9-32.3 s beside 20.5; the version before it 28.5-30.8 s beside 20.9 in
+# h200-between and 31.8-33.3 s beside 21.3 in h200-between-b)
+SPEED = ("h200-once-b-1.csv.gz", "h200-once-b-2.csv.gz", "h200-once-b-3.csv.gz")
 # --quick of this version (no resampling pass without --budget)
-SPEED_QUICK = "h200-once-quick-1.csv.gz"  # (the kernel cache warm from an untimed --quick; the median of 3)
-SPEED_QUICK_NVBANDWIDTH = "h200-once-nvbandwidth.txt"  # the call of SPEED_QUICK
-SPEED_NVBANDWIDTH = "h200-once-nvbandwidth.txt"
+SPEED_QUICK = "h200-once-b-quick-1.csv.gz"  # (the kernel cache warm from an untimed --quick; the median of 3)
+SPEED_QUICK_NVBANDWIDTH = "h200-once-b-nvbandwidth.txt"  # the call of SPEED_QUICK
+SPEED_NVBANDWIDTH = "h200-once-b-nvbandwidth.txt"
 # An earlier version's speed runs on one H100, with the tool before decision-driven sampling in the same call.
 H100_SPEED = ("h100-speed-default-1.csv", "h100-speed-default-2.csv", "h100-speed-default-3.csv")
 H100_SPEED_PREVIOUS = "h100-speed-previous-version.csv"

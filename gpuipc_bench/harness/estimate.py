@@ -36,7 +36,9 @@ NODE_GPU_START_S = 0.23
 # GPU of the node, as the runs before gpu.visible were measured (the tests of those runs' wall times)
 SEES_OWN_GPUS = True
 # A start of processes whose workers sit on two GPUs, beyond a same-GPU start: each worker's context opens
-# peer access and the pair's lane counters are proven (known copies over NVLink and PCIe), fitted below
+# peer access and, at the run's first such start, the pair's lane counters are proven (known copies over NVLink
+# and PCIe; later starts take those proofs: engine.lanes), fitted below (before the proofs were shared; on two
+# H200s the plain run's estimate then lay 6.9% under its wall time: results/h200x2-peerset-plain.csv.gz)
 PAIR_START_S = 1.5
 # The resampling pass (harness.resample) without --budget: it starts runs while DEFAULT_RESAMPLE_S allows,
 # and the last may end after it (one H200: 1.1-4.6 s, 2.6 on average, over nine default runs)

@@ -12,9 +12,9 @@ gets one `lanes.<gpu>.<counter>` line per counter proven (trusted, untrusted or 
 
 Being the GPU's, a counter is proven once per run: each proof goes to the parent (a `lanes.proof.`
 note), which hands the proofs made so far to every later scenario run (RunConfig.lane_proofs); a
-process takes those as its own and proves only what none has yet. On two H200s a pair's proof took
-~0.15 s a worker, and a plain run starts eleven process sets that read counters (each scenario with
-processes of its own, the resampling pass's sets).
+process takes those as its own and proves only what none has yet. A pair's proof costs each worker
+about 0.15 s (machine.lanes.prove), and before, every scenario with processes of its own and every
+set of the resampling pass proved them again.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from fakes import KIB, META, MIB, NV18, figure, frame, pairs_run, setup, write_run
-from gpuipc_bench.analysis import analyse, compare_decisions
+from gpuipc_bench.analysis import analyse, compare_decisions, stats
 from gpuipc_bench.analysis.stats import FASTER, SAME, UNDECIDED, WITHIN, WITHIN_MAX
 from gpuipc_bench.cli import cli
 from gpuipc_bench.paths import PathInfo, to_metadata
@@ -419,6 +419,26 @@ def test_figures_each_in_one_state_a_step_apart_are_undecided_without_a_ratio():
     d = one_state_pair("time-sliced")
     assert d.cls == "IPC mapping, copy engine" and d.choice == "ipc/ce" and "ipc/ce" not in d.beaten
     assert d.next == "IPC mapping, kernel copy" and d.outcome == UNDECIDED and math.isnan(d.ratio)
+
+
+def test_a_step_where_no_figure_holds_a_fifth_of_its_samples_in_the_other_state():
+    """As one H200 ran it (results/h200-once-b-1.csv.gz), time-sliced at 256 MiB: ipc/ce's samples all took
+    the switch (419 us), ipc/push's 3 of 18 (416 against 280 us, two sets), vmm/push's 1 of 9: no figure
+    holds a fifth of its samples in each state, yet the size's step is there (stats.loose_step): ipc/ce
+    is not 1.49x slower than ipc/push, and the declared order names it. Without the step, ipc/push was."""
+    size = 256 * MIB
+    fast = [1.0 + 0.002 * i for i in range(15)]
+    pushed = fast[:5] + [1.49, 1.492] + fast[5:10] + [1.488] + fast[10:]  # 3 of 18 took the switch
+    d = only(figure("ipc", "push", 280e-6, sizes=(size,), measure="handoff", ceiling="", n=18, samples=pushed),
+             figure("ipc", "ce", 419e-6, sizes=(size,), measure="handoff", ceiling="", n=6,
+                    samples=[1.0, 0.998, 0.997, 1.0, 0.998, 1.002]),
+             figure("vmm", "push", 282e-6, sizes=(size,), measure="handoff", ceiling="", n=9,
+                    samples=[1.49] + fast[:8]))
+    assert stats.Prepared([280e-6 * x for x in pushed]).two is None  # under a fifth in the other state
+    assert "ipc/ce" not in d.beaten and d.choice == "ipc/ce"
+    assert stats.state_step([stats.Prepared([419e-6] * 6)]) == 0.0  # one state: no step from it
+    assert stats.loose_step([280e-6 * x for x in pushed]) == pytest.approx(137e-6, rel=0.03)
+    assert stats.loose_step([280e-6 * x for x in [1.49] + fast[:8]]) == 0.0  # one sample in the other: none
 
 
 def test_under_mps_there_is_no_switch_and_one_state_figures_are_compared_as_measured():

@@ -97,11 +97,12 @@ class States:
         return self.slow_s / self.fast_s - 1 if self.fast_s > 0 else math.nan
 
 
-def states(values: Sequence[float]) -> tuple[States, list[float], list[float]] | None:
+def states(values: Sequence[float], min_share: float | None = None) -> tuple[States, list[float], list[float]] | None:
     """(the states, the fast state's samples, the slow state's) of samples in two states
-    (robust.two_states); None when they are not."""
+    (robust.two_states; `min_share`: its least share of the samples in each, where not its own); None
+    when they are not."""
     xs = sorted(_finite(values))
-    found = robust.two_states(xs)
+    found = robust.two_states(xs) if min_share is None else robust.two_states(xs, min_share=min_share)
     if found is None:
         return None
     cut = round(found[1] * len(xs))
@@ -285,14 +286,9 @@ def loose_step(values: Sequence[float]) -> float:
     step was found, and ipc/ce's six samples all at 419 us read 1.49x slower than ipc/push's mostly at 280:
     ipc/push was named in one default run of three where the other two named ipc/ce
     (results/h200-once-b-1.csv.gz)."""
-    xs = sorted(_finite(values))
-    if len(xs) < 6:
-        return 0.0
-    found = robust.two_states(xs, min_share=LOOSE_STATE / len(xs))
-    if found is None:
-        return 0.0
-    cut = round(found[1] * len(xs))
-    return robust.median(xs[cut:]) - robust.median(xs[:cut])
+    xs = _finite(values)
+    found = states(xs, min_share=LOOSE_STATE / len(xs)) if xs else None
+    return found[0].slow_s - found[0].fast_s if found is not None else 0.0
 
 
 def nearest_state(figure: Prepared, median: float) -> tuple[str, bool]:

@@ -84,6 +84,11 @@ def kernel_proven(dev: int) -> bool:
     return all(proof.sm_overhead is not None for proof in usable if proof is not None and proof.usable)
 
 
+def _no_copies(kind: str, a: int, b: int) -> None:
+    """prove()'s copy where none is to be made (prove_lanes): one asked for is a bug, not a zero count."""
+    raise RuntimeError(f"no known copy was planned here ({kind} {a}>{b})")
+
+
 def prove_lanes(worker) -> None:
     """Prove, in turn, what this process has not proven of its pair's counters, and give the
     sampler its meter. Both workers call it at the same points (it crosses two barriers)."""
@@ -114,7 +119,10 @@ def prove_lanes(worker) -> None:
         _TRIED.update((d, "sm", True) for d in kernels)
         worker.ctx.phase("setup")  # the proof is part of the set-up (its copies before the first sample)
         launcher = (lambda dev: worker.meter().gpu_for(dev)) if kernels else None
-        copies = KnownCopies(devices, lanes.PROOF_BYTES, launcher)
+        # the buffers only where a known copy will be made (a PCIe counter, NVLink with peer access on, a
+        # kernel's): where the run's proofs left NVLink alone to say unproven here, prove() copies nothing
+        copying = kernels or any(k in (lanes.PCIE_TX, lanes.PCIE_RX) or peer for _, k in todo)
+        copies = KnownCopies(devices, lanes.PROOF_BYTES, launcher) if copying else _no_copies
         try:
             found = lanes.prove(counters, copies, peer, done=settled) if todo else {}
             _PROOFS.update(found)
@@ -122,7 +130,8 @@ def prove_lanes(worker) -> None:
                 found.update(lanes.prove_kernel_copies({d: counters[d] for d in kernels}, copies, _PROOFS))
                 _PROOFS.update(found)
         finally:
-            copies.close()
+            if copies is not _no_copies:
+                copies.close()
         if "read_s" not in _OPEN:
             _OPEN["read_s"] = lanes.read_cost(counters)
             worker.ctx.send(("note", f"{lanes.META_PREFIX}read_ms", f"{1e3 * _OPEN['read_s']:.3f}"))

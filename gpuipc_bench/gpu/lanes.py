@@ -20,25 +20,18 @@ class KnownCopies:
     the tool's copy kernel on GPU a, loading or storing pinned host memory."""
 
     def __init__(self, devices: list[int], nbytes: int, kernel_gpu: Callable[[int], Any] | None = None):
-        self.nbytes, self.kernel_gpu, self.devices = int(nbytes), kernel_gpu, list(devices)
+        self.nbytes, self.kernel_gpu = int(nbytes), kernel_gpu
         self.buffers: dict[int, DeviceBuffer] = {}
         self.host: PinnedHostBuffer | None = None
-
-    def _allocate(self) -> None:
-        """The buffers, on the first copy: a proof that makes none (every counter proven by an earlier
-        process set of the run: engine.lanes) allocates nothing."""
-        if self.host is not None:
-            return
         try:
-            for dev in self.devices:
+            for dev in devices:
                 self.buffers[dev] = DeviceBuffer(self.nbytes, dev)
-            self.host = PinnedHostBuffer(self.nbytes, self.devices[0])
+            self.host = PinnedHostBuffer(self.nbytes, devices[0])
         except BaseException:
             self.close()
             raise
 
     def __call__(self, kind: str, a: int, b: int) -> None:
-        self._allocate()
         host = self.host.ptr if self.host is not None else 0
         with on_device(a):
             if kind == "d2h":

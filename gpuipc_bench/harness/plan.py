@@ -184,21 +184,6 @@ def plan_runs(plan, modes: list) -> list:
     return runs
 
 
-def first_in_set_first(runs: list) -> list:
-    """The declared order (no --order-seed), each path that says `first_in_set` moved before the other
-    paths of its process set (the persistent runs of one mode and workers just before it)."""
-    out: list = []
-    for run in runs:
-        if getattr(run[0], "first_in_set", False) and shares_processes(run[0]):
-            at = len(out)
-            while at and shares_processes(out[at - 1][0]) and (out[at - 1][1], out[at - 1][2]) == (run[1], run[2]):
-                at -= 1
-            out.insert(at, run)
-        else:
-            out.append(run)
-    return out
-
-
 def shuffle_paths(runs: list, seed: int | None) -> list:
     """The paths that share one persistent process set (the same mode and workers, back to back in
     `runs`) in an order shuffled from the run's --order-seed, so that a drift over the run does not
@@ -206,22 +191,24 @@ def shuffle_paths(runs: list, seed: int | None) -> list:
     `last_in_set` stays after the others (what it leaves in a process breaks another path), one that
     says `first_in_set` before them (it needs processes no path ran in). Scenarios with processes of
     their own keep their place (moving them would end and restart the sets)."""
-    if seed is None:
-        return first_in_set_first(list(runs))
     out: list = []
     block: list = []
 
     def flush() -> None:
-        if block:
-            first = block[0]
-            random.Random(f"{seed}:{getattr(first[2], 'name', '')}:{len(out)}").shuffle(block)
-            # stable: the paths through pinned host memory after the device paths (what the sampler knows of
-            # the device paths' figures decides the host paths' far-behind groups early), `last_in_set` last,
-            # `first_in_set` first (it needs processes no path ran in: WorkerSets.run)
+        if not block:
+            return
+        first = getattr(block[0][2], "name", "")
+        if seed is None:  # the declared order, but `first_in_set` first (it needs processes no path ran in)
+            out.extend(sorted(block, key=lambda run: not getattr(run[0], "first_in_set", False)))
+        else:
+            random.Random(f"{seed}:{first}:{len(out)}").shuffle(block)
+            # stable: `first_in_set` first, the paths through pinned host memory after the device paths (what
+            # the sampler knows of the device paths' figures decides the host paths' far-behind groups early),
+            # `last_in_set` last
             out.extend(sorted(block, key=lambda run: (not getattr(run[0], "first_in_set", False),
                                                       bool(getattr(run[0], "last_in_set", False)),
                                                       bool(getattr(run[0], "through_host", False)))))
-            block.clear()
+        block.clear()
 
     for run in runs:
         shared = shares_processes(run[0])

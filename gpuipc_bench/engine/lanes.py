@@ -122,15 +122,16 @@ def prove_lanes(worker) -> None:
         # the buffers only where a known copy will be made (a PCIe counter, NVLink with peer access on, a
         # kernel's): where the run's proofs left NVLink alone to say unproven here, prove() copies nothing
         copying = kernels or any(k in (lanes.PCIE_TX, lanes.PCIE_RX) or peer for _, k in todo)
-        copies = KnownCopies(devices, lanes.PROOF_BYTES, launcher) if copying else _no_copies
+        copies = KnownCopies(devices, lanes.PROOF_BYTES, launcher) if copying else None
+        copy = copies if copies is not None else _no_copies
         try:
-            found = lanes.prove(counters, copies, peer, done=settled) if todo else {}
+            found = lanes.prove(counters, copy, peer, done=settled) if todo else {}
             _PROOFS.update(found)
             if kernels:  # over the copy engine's proofs just made
-                found.update(lanes.prove_kernel_copies({d: counters[d] for d in kernels}, copies, _PROOFS))
+                found.update(lanes.prove_kernel_copies({d: counters[d] for d in kernels}, copy, _PROOFS))
                 _PROOFS.update(found)
         finally:
-            if copies is not _no_copies:
+            if copies is not None:
                 copies.close()
         if "read_s" not in _OPEN:
             _OPEN["read_s"] = lanes.read_cost(counters)

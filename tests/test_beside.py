@@ -394,3 +394,61 @@ def test_a_plain_run_on_two_gpus_measures_time_sliced_on_one_and_mps_on_the_othe
         return any(v.startswith(ours) and daemon.PREFIX.encode() in v for v in environ)
 
     assert not [pid for pid in left if private(pid)], "an MPS daemon of the run is left"
+
+
+def test_a_set_a_lane_needs_is_forked_by_the_main_thread_and_outlives_the_lane_s_thread(no_leaks):
+    """A worker dies with the thread that forked it (PR_SET_PDEATHSIG): forked in a lane's thread,
+    a set died (SIGKILL) when that lane ended, while the other lane still ran (two H200s). Forked by
+    the main thread (WorkerSets.forks_in_main, serve_forks), it lives on."""
+    specs = [WorkerSpec(0, "producer", None), WorkerSpec(1, "consumer", None)]
+
+    def in_a_thread(sets, serve: bool):
+        made = {}
+
+        def lane():  # forks (or has forked) a set, and lives on while its workers start (and ask the kernel)
+            made.update(set=sets.assemble(Named("host"), specs, None, {}))
+            time.sleep(1.5)
+
+        thread = threading.Thread(target=lane)
+        sets.forks_in_main(serve)
+        thread.start()
+        while thread.is_alive():
+            sets.serve_forks(0.05)
+        sets.forks_in_main(False)
+        return made["set"].workers
+
+    served, unserved = WorkerSets(persistent=True), WorkerSets(persistent=True)
+    try:
+        kept = in_a_thread(served, serve=True)
+        lost = in_a_thread(unserved, serve=False)
+        deadline = time.monotonic() + 5
+        while any(w.process.is_alive() for w in lost) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(w.process.is_alive() for w in lost)  # the kernel's rule the fix is for
+        assert all(w.process.is_alive() for w in kept)
+    finally:
+        served.close()
+        unserved.close()
+
+
+def test_a_time_sliced_figure_whose_passes_drew_two_scheduler_states_is_left_out_of_the_proof():
+    from gpuipc_bench.harness.rounds import Proof, scheduler_draw
+
+    fast, slow = [280e-6, 281e-6, 282e-6, 280e-6, 283e-6, 281e-6], [420e-6, 421e-6, 419e-6, 422e-6, 420e-6, 421e-6]
+    assert scheduler_draw("time-sliced", fast, slow) and scheduler_draw("time-sliced", slow, fast)
+    assert not scheduler_draw("mps", fast, slow)  # under MPS (or a CPU figure) a step is an effect
+    assert not scheduler_draw("time-sliced", fast, fast[:3] + slow[:3])  # one pass in both states: not a draw
+
+    def proof(sharing: str) -> tuple[bool, str]:
+        found = Proof()
+        for which, values in (("alone", fast), ("together", slow)):
+            for seconds in values:
+                found.feeder(which)(figure_row(Named("ipc"), SAME_GPU, sharing, seconds, 256 << 20))
+            for seconds in (1e-5, 1.01e-5, 0.99e-5, 1e-5, 1.01e-5, 1e-5):
+                found.feeder(which)(figure_row(Named("vmm"), SAME_GPU, sharing, seconds))
+        return found.decide()
+
+    together, said = proof("time-sliced")
+    assert together and "1 more drew another time-sliced scheduler state" in said
+    together, said = proof("mps")
+    assert not together and "slower together" in said

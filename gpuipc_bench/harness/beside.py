@@ -214,16 +214,6 @@ def run_lanes(item: Lanes, beside: Beside, proof, one: Callable[..., Any], sets,
                     break
         return out
 
-    def both(calls: list) -> list:  # the two lanes' threads; their sets forked in this one (WorkerSets.forks_in_main)
-        serve = getattr(sets, "serve_forks", None)
-        if serve is not None:
-            sets.forks_in_main(True)
-        try:
-            return at_once(calls, stop, serve)
-        finally:
-            if serve is not None:
-                sets.forks_in_main(False)
-
     outcomes: list = []
     for runs, gpu in ((item.first_proof, beside.first_gpu), (item.second_proof, beside.second_gpu)):
         outcomes += lane(runs, gpu, tee=proof.feeder("alone"))
@@ -231,17 +221,17 @@ def run_lanes(item: Lanes, beside: Beside, proof, one: Callable[..., Any], sets,
             return outcomes
     headlines = [[(headline(s, config), w, m) for s, w, m in runs] for runs in (item.first_proof, item.second_proof)]
     if all(headlines):
-        proved = both([functools.partial(lane, runs, gpu, False, proof.feeder("together"), True)
-                       for runs, gpu in zip(headlines, (beside.first_gpu, beside.second_gpu))])
-        if lost([o for each in proved for o in each]):
-            return outcomes + [o for each in proved for o in each]
+        both = at_once([functools.partial(lane, runs, gpu, False, proof.feeder("together"), True)
+                        for runs, gpu in zip(headlines, (beside.first_gpu, beside.second_gpu))], stop)
+        if lost([o for each in both for o in each]):
+            return outcomes + [o for each in both for o in each]
         beside.together, beside.proof = proof.decide()
     else:
         beside.together, beside.proof = False, "no ipc or latency run in both modes to prove it"
     if beside.together:
-        rest = both([functools.partial(lane, item.first_rest, beside.first_gpu, True, None, True),
-                     functools.partial(lane, item.second_rest, beside.second_gpu, True, None, True)])
-        return outcomes + [o for each in rest for o in each]
+        both = at_once([functools.partial(lane, item.first_rest, beside.first_gpu, True, None, True),
+                        functools.partial(lane, item.second_rest, beside.second_gpu, True, None, True)], stop)
+        return outcomes + [o for each in both for o in each]
     outcomes += lane(item.first_rest, beside.first_gpu)
     if not lost(outcomes):
         outcomes += lane(item.second_rest, beside.second_gpu)

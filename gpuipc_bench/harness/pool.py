@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import multiprocessing.connection
 import os
-import queue
 import signal
 import threading
 import time
@@ -237,50 +236,6 @@ class WorkerSets:
         self.retired: list[tuple[WorkerSet, str | None]] = []
         self.lock = threading.RLock()  # the bookkeeping above, changed from two lanes' threads (harness.beside)
         self._scope = threading.local()  # this thread's GPUs (scoped)
-        self._forks: queue.Queue | None = None  # while lanes run at once: the forks they ask of the main thread
-
-    def forks_in_main(self, on: bool) -> None:
-        """While `on`, a set another thread needs is forked by the main thread (serve_forks): a forked
-        worker dies with the thread that forked it (PR_SET_PDEATHSIG: the kernel means the thread), and
-        a lane's thread ends before the run does. Off: every fork still asked fails (the run is ending)."""
-        if on:
-            self._forks = queue.Queue()
-            return
-        pending, self._forks = self._forks, None
-        while pending is not None and not pending.empty():
-            _, done, box = pending.get_nowait()
-            box["error"] = WorkerFailed("the run ended before its workers could be forked")
-            done.set()
-
-    def serve_forks(self, timeout: float) -> None:
-        """In the main thread, while lanes run at once: fork what a lane asked for (waiting up to
-        `timeout` seconds for an ask)."""
-        asked = self._forks
-        if asked is None:
-            time.sleep(timeout)
-            return
-        try:
-            make, done, box = asked.get(timeout=timeout)
-        except queue.Empty:
-            return
-        try:
-            box["value"] = make()
-        except BaseException as exc:  # noqa: BLE001 - raised in the thread that asked
-            box["error"] = exc
-        finally:
-            done.set()
-
-    def _fork(self, make: Callable[[], Any]) -> Any:
-        """`make()` (it forks workers) in the main thread where lanes run at once (forks_in_main)."""
-        asked = self._forks
-        if asked is None or threading.current_thread() is threading.main_thread():
-            return make()
-        done, box = threading.Event(), {}  # type: ignore[var-annotated]
-        asked.put((make, done, box))
-        done.wait()
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
 
     @contextlib.contextmanager
     def scoped(self, gpus):
@@ -449,10 +404,6 @@ class WorkerSets:
         self.retired = kept
 
     def ready_for(self, scenario, mode_name: str | None) -> Outcome | None:
-        with self.lock:
-            return self._ready_for(scenario, mode_name)
-
-    def _ready_for(self, scenario, mode_name: str | None) -> Outcome | None:
         """Before `scenario`'s sharing mode starts (an MPS daemon takes seconds): an outcome naming
         an idle worker that ended (the run ends, the mode is not started), else None, every set of
         another mode told to leave now rather than when the mode's first set forks: while a mode
@@ -472,9 +423,8 @@ class WorkerSets:
                    if key not in self.members or not self.members[key][0].process.is_alive()]
         if missing:
             mark("set fork", scenario.name)
-            after = self.leaving_pids()
-            fresh = self._fork(lambda: WorkerSet([spec for _, spec in missing], {**env, **self.visibility(specs)},
-                                                 self.worker_log, after=after))
+            fresh = WorkerSet([spec for _, spec in missing], {**env, **self.visibility(specs)}, self.worker_log,
+                              after=self.leaving_pids())
             self.started += 1
             for (key, _), worker, tasks in zip(missing, fresh.workers, fresh.tasks):
                 self.members[key] = (worker, tasks)

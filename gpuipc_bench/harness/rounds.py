@@ -169,7 +169,7 @@ class Proof:
             if row.get("metric") == "setup" or row.get("path") in ("ceiling", "") or row.get("verified") is False:
                 return
             key = (row.get("src"), row.get("dst"), row.get("path"), row.get("variant"), row.get("measure"),
-                   row.get("metric"), int(row.get("bytes") or 0), row.get("sharing") or "")
+                   row.get("metric"), int(row.get("bytes") or 0))
             with self.lock:
                 self.samples[which][key].append(float(row["seconds"]))
 
@@ -192,11 +192,9 @@ class Proof:
             return False, "no figure measured alone and together: one pair at a time"
 
         def name(key) -> str:
-            src, dst, path, variant, measure, metric, nbytes, _ = key
+            src, dst, path, variant, measure, metric, nbytes = key
             return f"{path}/{variant} {measure or metric} {format_size(nbytes)} {src}>{dst}"
 
-        drawn = [key for key in keys if scheduler_draw(key[-1], alone[key], together[key])]
-        keys = [key for key in keys if key not in drawn]
         results = {key: compare(alone[key], together[key], delta=PROOF_DELTA) for key in sorted(keys, key=str)}
         faster = [1 / r.ratio for r in results.values() if r.outcome == SLOWER and r.ratio > 0]  # together faster
         spread = max([1.0, *faster])  # 1: no figure ran faster together beyond PROOF_DELTA
@@ -204,8 +202,7 @@ class Proof:
         apart = [f"{name(key)} {r.ratio:.3f}x" for key, r in results.items()
                  if r.outcome == FASTER and compare(alone[key], together[key], delta=bar).outcome == FASTER]
         widest = max(results.items(), key=lambda item: item[1].ratio)
-        counted = f"{len(keys)} figures alone and together" + (
-            f" ({len(drawn)} more drew another time-sliced scheduler state: left out)" if drawn else "")
+        counted = f"{len(keys)} figures alone and together"
         drift = f"{PROOF_DELTA:.0%} past the passes' spread, {spread:.3f}x" if faster else f"{PROOF_DELTA:.0%}"
         if apart:
             return False, f"{counted}: {len(apart)} slower together beyond {drift} ({'; '.join(apart[:3])})"
@@ -213,31 +210,10 @@ class Proof:
                       f"{name(widest[0])} {widest[1].ratio:.3f}x)")
 
 
-def scheduler_draw(sharing: str, alone: list[float], together: list[float]) -> bool:
-    """A time-sliced figure whose two passes each lie wholly in one of two states of their samples
-    (robust.two_states): where two contexts take turns on one GPU, a hand-over waits for one time
-    slice or two by the scheduler's draw, and a short pass can land in either state whole (two
-    H200s: time-sliced 256 MiB hand-offs 1.50x and 1.52x apart between the passes in two proofs
-    of seven, harness.beside's).
-    Not counted for or against running at once; the analysis compares such figures state by state."""
-    from gpuipc_bench import robust
-
-    if sharing != "time-sliced":
-        return False
-    union = sorted(alone + together)
-    found = robust.two_states(union)
-    if found is None:
-        return False
-    cut = union[max(0, round(found[1] * len(union)) - 1)]  # the fast state's slowest sample
-    return (max(alone) <= cut < min(together)) or (max(together) <= cut < min(alone))
-
-
-def at_once(calls: list[Callable[[], Any]], stop: Callable[[], None],
-            serve: Callable[[float], None] | None = None) -> list:
+def at_once(calls: list[Callable[[], Any]], stop: Callable[[], None]) -> list:
     """Run `calls` in threads of their own and wait for all; their results in order. A signal or an
     error in this thread (or one a call raised) stops every call's processes (`stop`) and is raised
-    here once they are done. `serve(timeout)`: what this thread does for them while it waits (the
-    forks they ask of it: harness.pool.WorkerSets.serve_forks)."""
+    here once they are done."""
     results: list = [None] * len(calls)
     raised: list[BaseException] = []
 
@@ -254,10 +230,7 @@ def at_once(calls: list[Callable[[], Any]], stop: Callable[[], None],
     try:
         for thread in threads:
             while thread.is_alive():
-                if serve is not None:
-                    serve(0.05)
-                else:
-                    thread.join(0.1)
+                thread.join(0.1)
                 if raised:
                     raise raised[0]
     except BaseException:

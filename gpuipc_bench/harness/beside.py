@@ -8,8 +8,6 @@ measures its own device memory; what they do share is proved, not assumed.
   the copy engine at the largest size, the 4 KiB hand-off, the device ping-pong) at once, rows to
   the proof only (harness.rounds.Proof, the disjoint pairs' rule). The rest of the two modes runs
   at once only where no figure ran slower together beyond its delta; else one mode after the other.
-- Each mode's workers on CPUs of their own: the CPUs both GPUs are local to, split by physical core
-  (split_cores; two busy processes on one core's two threads slow each other's flag crossings).
 - Shared parts never run at once: two paths through pinned host memory (staging, mmap, hostpool:
   the host's memory and the PCIe switch two GPUs of a board can share) take turns, and so do two
   runs of more than two processes (the CPUs).
@@ -46,11 +44,7 @@ class Beside:
     proof: str = ""
 
     def metadata(self) -> dict[str, str]:
-        from gpuipc_bench.machine.nvml import cpu_list_text
-
-        modes = (self.first, self.second)
-        meta = {GPU_KEY + self.first.name: str(self.first_gpu), GPU_KEY + self.second.name: str(self.second_gpu),
-                "beside.cpus": "; ".join(f"{m.name}: {cpu_list_text(m.gpu_cpus)}" for m in modes if m.gpu_cpus)}
+        meta = {GPU_KEY + self.first.name: str(self.first_gpu), GPU_KEY + self.second.name: str(self.second_gpu)}
         if self.proof:
             meta["beside.proof"] = self.proof
         if self.together is not None:
@@ -59,67 +53,30 @@ class Beside:
         return meta
 
 
-OFF_ENV = "GPUIPC_BENCH_MODES_BESIDE"  # 'off': the modes one after the other on one GPU (a comparison run)
-
-
-def plan_beside(pairs: str | None, modes: list, machine, config, options, pair: tuple[int, int]) -> Beside | None:
+def plan_beside(pairs: str | None, modes: list, machine, config, options) -> Beside | None:
     """The modes side by side where a plain run on a node of several GPUs allows it: two modes (the
     default's), persistent process sets (--launcher fork), one replica, no MIG, no MPI, no
-    --sharing or --devices given, a pair of GPUs of one model (`pair`: harness.plan.default_pair;
-    the same-GPU runs stay on GPU 0, the second mode goes to the pair's other GPU) and CPUs enough
-    to give each mode its own physical cores (split_cores), unless OFF_ENV says 'off'."""
-    import os
-
+    --sharing or --devices given, and a pair of GPUs of one model (harness.plan.default_pair; the
+    same-GPU runs stay on GPU 0, the second mode goes to the pair's other GPU)."""
+    from gpuipc_bench.harness.plan import default_pair
     from gpuipc_bench.modes.daemon import serves_this_process
 
     if pairs != "default" or len(modes) != 2 or options.sharing or options.devices or options.job is not None:
         return None
     if config.launcher != "fork" or config.replicas > 1 or machine.gpu_count < 2:
         return None
-    if os.environ.get(OFF_ENV, "").strip().lower() == "off":
-        return None
     if any(getattr(gpu, "mig_mode", "") == "enabled" for gpu in machine.gpus):
         return None
-    a, b = pair
+    a, b = default_pair(machine)
     other = b if a == 0 else a
     if other == 0 or machine.gpus[0].name != machine.gpus[other].name:
         return None
     first, second = modes
     if getattr(second, "name", "") == "mps" and serves_this_process():
         return None  # a daemon someone else runs, seeing every GPU: not beside a measured GPU
-    local = sorted(set(machine.gpus[0].cpus) & set(machine.gpus[other].cpus)) or \
-        list(range(machine.cpu_count or os.cpu_count() or 1))
-    halves = split_cores(local)
-    if halves is None:
-        return None
-    first.gpu, first.gpu_cpus = 0, halves[0]
-    second.gpu, second.gpu_cpus = other, halves[1]
+    second.gpu, second.gpu_cpus = other, tuple(machine.gpus[other].cpus)
     second.visible = machine.gpus[other].uuid if machine.gpus[other].uuid.startswith("GPU-") else ""
     return Beside(0, other, first, second)
-
-
-MIN_CORES = 4  # each mode's two workers (and a run of more) on cores of their own: two a mode at least
-
-
-def split_cores(cpus, topology: str = "/sys/devices/system/cpu") -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """`cpus` in two halves by physical core (a core's hardware threads never split: a busy
-    neighbour on the other thread of a core slowed the two-process flag ping-pong by a third on a
-    32-vCPU H200 host), the lower cores first; None below MIN_CORES cores."""
-    cores: dict[tuple[str, str], list[int]] = {}
-    for cpu in cpus:
-        try:
-            with open(f"{topology}/cpu{cpu}/topology/physical_package_id") as package, \
-                    open(f"{topology}/cpu{cpu}/topology/core_id") as core:
-                key = (package.read().strip(), core.read().strip())
-        except OSError:
-            key = ("", str(cpu))  # unknown: each CPU its own core
-        cores.setdefault(key, []).append(int(cpu))
-    if len(cores) < MIN_CORES:
-        return None
-    ordered = sorted(cores.values(), key=min)
-    half = len(ordered) // 2
-    return (tuple(sorted(c for core in ordered[:half] for c in core)),
-            tuple(sorted(c for core in ordered[half:] for c in core)))
 
 
 def on_mode_gpu(specs, mode) -> list:

@@ -180,9 +180,8 @@ def plan_runs(plan, modes: list) -> list:
     that run once, as they are), then the same-GPU pairs again in each further mode."""
     from gpuipc_bench.harness.beside import on_mode_gpu
 
-    # where the modes run side by side, each mode's same-GPU runs on its own GPU and CPUs
-    runs = [(s, on_mode_gpu(w, m), m) for s, w in plan for m in modes_for(s, w, modes)[:1]]
-    for mode in modes:
+    runs = [(s, w, m) for s, w in plan for m in modes_for(s, w, modes)[:1]]
+    for mode in modes:  # (a further mode's same-GPU runs on its own GPU where the modes run side by side)
         runs += [(s, on_mode_gpu(w, mode), mode) for s, w in plan if mode in modes_for(s, w, modes)[1:]]
     return runs
 
@@ -432,7 +431,7 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None, head_star
         by_reason.setdefault(reason, []).append(name)
     notes += [("skipped", f"{', '.join(names)}: {reason}") for reason, names in by_reason.items()]
     rounds = plan_rounds(classes, machine, config) if job is None else None
-    beside = plan_beside(pairs, modes, machine, config, options, default_pair(machine))
+    beside = plan_beside(pairs, modes, machine, config, options)
     first = estimate_with_lanes(plan_runs(plan, modes), config, modes, second_mode_stream_sizes,
                                 machine.gpu_count, rounds, beside)
     check_budget(options.budget, first)

@@ -57,12 +57,10 @@ def set_key(specs, mode_name: str | None, env: dict[str, str]) -> tuple:
 
 
 def place(spec) -> tuple:
-    """Where a worker sits: its GPU (-1: none) and MIG instance; what a set's process keeps (its
-    CUDA context) from scenario to scenario. Not its CPUs: a worker pins itself to its spec's at
-    each scenario's start (engine.scenario.WorkerContext.begin), so that one set serves runs pinned
-    to other CPUs (the modes side by side take half the CPUs each: harness.beside)."""
+    """Where a worker sits: its GPU (-1: none), MIG instance and CPUs; what a set's process keeps
+    (its CUDA context) from scenario to scenario."""
     device = -1 if spec.device is None else int(spec.device)
-    return (device, getattr(spec, "mig", ""))
+    return (device, getattr(spec, "mig", ""), tuple(getattr(spec, "cpus", ()) or ()))
 
 
 class WorkerSet:

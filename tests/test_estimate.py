@@ -14,7 +14,6 @@ from conftest import ROOT
 from fakes import h100_node
 from gpuipc_bench.harness import estimate as estimating
 from gpuipc_bench.harness import plan as planning
-from gpuipc_bench.harness.beside import estimate_with_lanes
 from gpuipc_bench.harness.estimate import END_S, START_S, estimate_seconds, resample_seconds, set_starts
 from gpuipc_bench.harness.session import GPUS_SEEN_KEY, OWN_PROCESSES_KEY
 from gpuipc_bench.modes.mps import Mps
@@ -119,9 +118,7 @@ def committed_estimate(plan, meta: dict[str, str]) -> float:
     """The estimate of the committed run's plan, as the run printed it: its first pass and, where the run had
     a resampling pass (`sampling.budget` in its header), what the pass should add (make_plan's estimate)."""
     runs = planning.plan_runs(as_committed(plan, meta), plan.modes)
-    beside = plan.beside if "sharing.gpu.mps" in meta else None  # its modes side by side on two GPUs, or not yet
-    first = estimate_with_lanes(runs, plan.config, plan.modes, planning.second_mode_stream_sizes,
-                                plan.machine.gpu_count, None, beside)
+    first = estimate_seconds(runs, plan.config, plan.modes, planning.second_mode_stream_sizes, plan.machine.gpu_count)
     return first + (resample_seconds(first, None, plan.config) if "sampling.budget" in meta else 0.0)
 
 

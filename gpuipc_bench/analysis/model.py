@@ -287,16 +287,15 @@ def arrange(decisions: Sequence[Decision], meta: Mapping[str, str],
     cost = setup_interval(setup or {}, from_metadata(meta))
 
     ordered = order or _declared
-    home = mode_home(meta)
     counts: dict[tuple[str, str], dict[str, int]] = {}
     for d in decisions:
-        per_link = counts.setdefault(home(d), {})
+        per_link = counts.setdefault(d.link, {})
         per_link[d.sharing] = per_link.get(d.sharing, 0) + 1
     primary = {link: min(c, key=lambda s: (-c[s], _sharing_rank(s))) for link, c in counts.items()}
     groups: dict[tuple, list[Decision]] = {}
     for d in decisions:
         cls = link_class(meta, d.src, d.dst)
-        groups.setdefault((cls or d.link, d.sharing, d.measure, d.sharing == primary[home(d)]), []).append(d)
+        groups.setdefault((cls or d.link, d.sharing, d.measure, d.sharing == primary[d.link]), []).append(d)
     banded = {key: bands(found, cost, ordered) for key, found in groups.items()}
     shown: dict[int, Decision] = {}  # id of a decision -> it with its band's choice
     chosen: dict[tuple, tuple[Decision, Band]] = {}  # the main mode's, by (src, dst, measure, bytes)
@@ -306,11 +305,11 @@ def arrange(decisions: Sequence[Decision], meta: Mapping[str, str],
                 shown[id(_original(d, groups[key]))] = d
             if key[3]:
                 for d in (*band.decisions, *band.differ, *band.others):
-                    chosen[(*home(d), d.measure, d.bytes)] = (d, band)
+                    chosen[(d.src, d.dst, d.measure, d.bytes)] = (d, band)
     out = []
     for (where, sharing, measure, main), found in banded.items():
         if not main:
-            found = _changed(found, chosen, home)
+            found = _changed(found, chosen)
         if not found:
             continue
         links = tuple(sorted({d.link for b in found for d in (*b.decisions, *b.differ, *b.others)},
@@ -330,8 +329,7 @@ def _declared(label: str) -> tuple:
     return (declaration_order(path, variant), label)
 
 
-def _changed(found: Sequence[Band], chosen: Mapping[tuple, tuple[Decision, Band]],
-             home: Callable[[Decision], tuple] = lambda d: d.link) -> list[Band]:
+def _changed(found: Sequence[Band], chosen: Mapping[tuple, tuple[Decision, Band]]) -> list[Band]:
     """A second mode's bands cut to the sizes where it changes the main mode's choice, split
     where a size between them does not."""
     out = []
@@ -339,7 +337,7 @@ def _changed(found: Sequence[Band], chosen: Mapping[tuple, tuple[Decision, Band]
         kept: list[list[int]] = []
         for size in band.sizes:
             here = [d for d in band.decisions if d.bytes == size]
-            if any(_changes(chosen.get((*home(d), d.measure, d.bytes)), d) for d in here):
+            if any(_changes(chosen.get((d.src, d.dst, d.measure, d.bytes)), d) for d in here):
                 if kept and kept[-1][-1] == band.sizes[band.sizes.index(size) - 1]:
                     kept[-1].append(size)
                 else:
@@ -353,21 +351,6 @@ def _changes(main: tuple[Decision, Band] | None, other: Decision) -> bool:
         return changes(None, other)
     d, band = main
     return changes(d, other, band.pick, band.pool)
-
-
-def mode_home(meta: Mapping[str, str]) -> Callable[[Decision], tuple]:
-    """Where a decision's mode is compared with the others: its link; but where the run measured its
-    modes side by side, each on its own GPU (harness.beside: `sharing.gpu.<mode>` in the header),
-    the same-GPU links of those GPUs are one place, the lowest GPU's (the first mode's)."""
-    gpus = {str(v).strip() for k, v in meta.items() if k.startswith("sharing.gpu.") and str(v).strip().isdigit()}
-    if len(gpus) < 2:
-        return lambda d: d.link
-    first = min(gpus, key=int)
-
-    def home(d: Decision) -> tuple:
-        return (first, first) if str(d.src) == str(d.dst) and str(d.src) in gpus else d.link
-
-    return home
 
 
 def link_class(meta: Mapping[str, str], src: str, dst: str) -> str:

@@ -451,9 +451,12 @@ class CheckSets(WorkerSets):
     planted fault around each scenario's runs only (hooks.plant.fault_for)."""
 
     def __init__(self, worker_log: str = "", ahead=(), timeout: float = 60.0):
+        import threading
+
         super().__init__(worker_log, persistent=True)
         self.ahead, self.timeout = list(ahead), timeout
-        self.warming: list = []  # (self.lock, the pool's reentrant one: a round's runs start in threads of their own)
+        self.warming: list = []
+        self.lock = threading.Lock()  # a round's runs start in threads of their own
 
     def fork_ahead(self, mode_name=None, env=None) -> None:
         """Fork the sets `ahead` not forked yet (at the first prepare, a round's in the main thread, or

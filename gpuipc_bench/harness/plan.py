@@ -178,11 +178,9 @@ def plan_runs(plan, modes: list) -> list:
     """(scenario, specs, mode) in the order the run takes them: mode by mode, so that no other
     work shares the GPU with a mode's daemon: every scenario in the first mode (and the ones
     that run once, as they are), then the same-GPU pairs again in each further mode."""
-    from gpuipc_bench.harness.beside import on_mode_gpu
-
     runs = [(s, w, m) for s, w in plan for m in modes_for(s, w, modes)[:1]]
-    for mode in modes:  # (a further mode's same-GPU runs on its own GPU where the modes run side by side)
-        runs += [(s, on_mode_gpu(w, mode), mode) for s, w in plan if mode in modes_for(s, w, modes)[1:]]
+    for mode in modes:
+        runs += [(s, w, mode) for s, w in plan if mode in modes_for(s, w, modes)[1:]]
     return runs
 
 
@@ -335,7 +333,6 @@ class Plan:
     pair_classes: Any = None  # --pairs all: harness.classes.PairClasses
     resweep_runs: dict = dataclasses.field(default_factory=dict)  # headline pair -> its whole sweep's other runs
     rounds: Any = None  # --pairs all on an all-NVLink node: harness.rounds.Rounds (disjoint pairs at once)
-    beside: Any = None  # a plain run on several GPUs: harness.beside.Beside (the two modes on two GPUs at once)
     budget: float | None = None  # --budget (harness.resample)
     # each run measured on its own (check's preset): in fresh processes, without the figures of the runs
     # before it (known_best) and without a resweep; a lost worker or a run that raised fails that run alone
@@ -383,8 +380,7 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None, head_star
     `head_start` (harness.head_start.HeadStart): the first process set, forked while CUDA starts
     in the probe; its time-sliced mode is the plan's."""
     from gpuipc_bench.harness.estimate import estimate_text, resample_seconds
-    from gpuipc_bench.harness.beside import estimate_with_lanes, plan_beside
-    from gpuipc_bench.harness.rounds import plan_rounds
+    from gpuipc_bench.harness.rounds import estimate_with_rounds, plan_rounds
     from gpuipc_bench.machine.probe import probe
     from gpuipc_bench.results.rows import pandas_module
 
@@ -431,9 +427,8 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None, head_star
         by_reason.setdefault(reason, []).append(name)
     notes += [("skipped", f"{', '.join(names)}: {reason}") for reason, names in by_reason.items()]
     rounds = plan_rounds(classes, machine, config) if job is None else None
-    beside = plan_beside(pairs, modes, machine, config, options)
-    first = estimate_with_lanes(plan_runs(plan, modes), config, modes, second_mode_stream_sizes,
-                                machine.gpu_count, rounds, beside)
+    first = estimate_with_rounds(plan_runs(plan, modes), config, modes, second_mode_stream_sizes,
+                                 machine.gpu_count, rounds)
     check_budget(options.budget, first)
     # the resampling pass after it (an MPI job's ranks are its processes: none there; harness.session), or
     # with --replicas N the first pass N times over, on fresh process sets
@@ -442,8 +437,7 @@ def make_plan(options: PlanOptions, config: "RunConfig | None" = None, head_star
     ordered = {(w[0].device, w[-1].device) for s, w in plan if s.pairable and w[0].device != w[-1].device}
     if len(ordered) > 1:  # a run over several pairs: how long it takes, before it starts
         notes.append(("estimate", estimate_text(estimate, len(ordered), classes, rounds)))
-    return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest, rounds, beside,
-                options.budget)
+    return Plan(config, machine, plan, modes, mig_notes, notes, estimate, classes, rest, rounds, options.budget)
 
 
 def check_budget(budget: float | None, estimate: float) -> None:

@@ -27,7 +27,6 @@ import contextlib
 import multiprocessing.connection
 import os
 import signal
-import threading
 import time
 from typing import Any, Callable
 
@@ -232,31 +231,6 @@ class WorkerSets:
         # workers told to leave before the run's end, with their mode (retire; a fresh scenario's once done; the
         # persistent sets a fresh scenario follows): the next workers wait for them (wait_for_leavers), reap() reaps
         self.retired: list[tuple[WorkerSet, str | None]] = []
-        self.lock = threading.RLock()  # the bookkeeping above, changed from two lanes' threads (harness.beside)
-        self._scope = threading.local()  # this thread's GPUs (scoped)
-
-    @contextlib.contextmanager
-    def scoped(self, gpus):
-        """Within it, this thread's set changes (a mode's sets ended, the sets left for a scenario of
-        its own processes, the leavers waited for, the idle workers watched) touch only the sets on
-        `gpus`: the modes side by side run one lane a GPU (harness.beside), each in its own thread."""
-        before = getattr(self._scope, "gpus", None)
-        self._scope.gpus = frozenset(gpus)
-        try:
-            yield
-        finally:
-            self._scope.gpus = before
-
-    def _mine(self, devices) -> bool:
-        """Whether a set on `devices` is this thread's to change (every set outside scoped())."""
-        gpus = getattr(self._scope, "gpus", None)
-        return gpus is None or bool(gpus & set(devices))
-
-    def _mine_key(self, key: tuple) -> bool:
-        return self._mine(place[2] for place in key[2])  # set_key: (mode, env, ((rank, role, device, ...), ...))
-
-    def _mine_set(self, workers: "WorkerSet") -> bool:
-        return self._mine(place(w.spec)[0] for w in workers.workers)
 
     def prestart(self, scenarios) -> None:
         """Before the first worker: start multiprocessing's fork server, with the modules of the
@@ -280,8 +254,7 @@ class WorkerSets:
             **callbacks) -> Outcome:
         """Run `scenario` in its set where it declares persistent_workers, else in fresh workers."""
         env = env or {}
-        with self.lock:
-            lost = self.ready_for(scenario, mode_name)
+        lost = self.ready_for(scenario, mode_name)
         if lost is not None:  # a worker died between scenarios: the run's processes are not whole
             return lost
         if not self.persistent:
@@ -291,38 +264,34 @@ class WorkerSets:
         if not shares_processes(scenario):
             # no idle context of the run beside a scenario of its own processes: the sets leave, and its
             # workers make their contexts while the sets' go down, then wait for them before anything timed
-            with self.lock:
-                self.leave_all()
-                after = self.leaving_pids()
+            self.leave_all()
             left: list[Worker] = []
+            after = self.leaving_pids()
             mark("leaving", len(after))
             outcome = launcher.run_scenario(scenario, config, specs, env={**env, **self.visibility(specs)},
                                             mode_name=mode_name, after=after, leave_to=left, **callbacks)
-            with self.lock:
-                self.reap(block=False)  # those it waited for
-                if left:  # its workers exit on their own now, while the next ones start
-                    self._retire([(worker, None) for worker in left], mode_name)
+            self.reap(block=False)  # those it waited for
+            if left:  # its workers exit on their own now, while the next ones start
+                self._retire([(worker, None) for worker in left], mode_name)
             return outcome
         key = set_key(specs, mode_name, env)
-        with self.lock:
-            workers = self.sets.get(key)
-            if workers is not None and not workers.alive():
-                self.drop(workers, close=True)
-                workers = None
-            if workers is not None and workers.scenarios and getattr(scenario, "first_in_set", False):
-                self.retire(specs, mode_name, env)  # it must be the first path its processes run: a fresh set
-                workers = None
-            if workers is None:
-                self.end_mode_other_than(mode_name)
-                workers = self.sets[key] = self.assemble(scenario, specs, mode_name, env)
-            mine = {id(w) for w in workers.workers}
-            idle = [w for k, (w, _) in self.members.items() if id(w) not in mine and self._mine_key(k[0])]
+        workers = self.sets.get(key)
+        if workers is not None and not workers.alive():
+            self.drop(workers, close=True)
+            workers = None
+        if workers is not None and workers.scenarios and getattr(scenario, "first_in_set", False):
+            self.retire(specs, mode_name, env)  # it must be the first path its processes run: a fresh set
+            workers = None
+        if workers is None:
+            self.end_mode_other_than(mode_name)
+            workers = self.sets[key] = self.assemble(scenario, specs, mode_name, env)
+        mine = {id(w) for w in workers.workers}
+        idle = [w for w, _ in self.members.values() if id(w) not in mine]
         outcome = workers.run(scenario, config, specs, idle=idle, mode_name=mode_name, **callbacks)
-        with self.lock:
-            if isinstance(outcome.error, WorkerLost):
-                self.close()  # every worker: the run ends
-            elif workers.broken:
-                self.drop(workers)
+        if isinstance(outcome.error, WorkerLost):
+            self.close()  # every worker: the run ends
+        elif workers.broken:
+            self.drop(workers)
         return outcome
 
     def prepare(self, scenario, specs, mode_name: str | None = None, env: dict[str, str] | None = None) -> None:
@@ -331,13 +300,12 @@ class WorkerSets:
         if not (self.persistent and shares_processes(scenario)):
             return
         key = set_key(specs, mode_name, env or {})
-        with self.lock:
-            workers = self.sets.get(key)
-            if workers is None or not workers.alive():
-                if workers is not None:
-                    self.drop(workers, close=True)
-                self.end_mode_other_than(mode_name)
-                self.sets[key] = self.assemble(scenario, specs, mode_name, env or {})
+        workers = self.sets.get(key)
+        if workers is None or not workers.alive():
+            if workers is not None:
+                self.drop(workers, close=True)
+            self.end_mode_other_than(mode_name)
+            self.sets[key] = self.assemble(scenario, specs, mode_name, env or {})
 
     def adopt(self, key: tuple, workers: WorkerSet, worker_log: str = "") -> None:
         """A set forked before the plan (harness.head_start), its contexts made (warmed): its members
@@ -354,16 +322,13 @@ class WorkerSets:
         """The set of `specs` has done its work for the run: its workers are told to leave now (their
         contexts go down while other sets work) and reaped at close()."""
         key = set_key(specs, mode_name, env or {})
-        with self.lock:
-            self.sets.pop(key, None)
-            self._leave([(key, i) for i in range(len(specs)) if (key, i) in self.members])
+        self.sets.pop(key, None)
+        self._leave([(key, i) for i in range(len(specs)) if (key, i) in self.members])
 
     def leave_all(self) -> None:
-        """Every persistent set (this thread's: scoped) is told to leave now, without waiting (reaped
-        once gone: reap)."""
-        with self.lock:
-            self._leave([k for k in self.members if self._mine_key(k[0])])
-            self.sets = {k: v for k, v in self.sets.items() if not self._mine_key(k)}
+        """Every persistent set is told to leave now, without waiting (reaped once gone: reap)."""
+        self._leave(list(self.members))
+        self.sets = {}
 
     def _leave(self, keys) -> None:
         """The members of `keys` told to leave now, without waiting: retired with their mode."""
@@ -384,15 +349,14 @@ class WorkerSets:
         """The pids of the workers told to leave that still run (those gone are reaped here): what
         the next workers wait for before anything timed."""
         self.reap(block=False)
-        return tuple(w.process.pid for leaving, _ in self.retired if self._mine_set(leaving)
-                     for w in leaving.workers if w.process.is_alive())
+        return tuple(w.process.pid for leaving, _ in self.retired for w in leaving.workers if w.process.is_alive())
 
     def reap(self, block: bool = True, other_than: str | None | object = ...) -> None:
         """Reap the workers told to leave: every one (`block`: each is given LEAVE_S from when it was
         told, then killed), else those gone or past LEAVE_S; `other_than`: only those of another mode."""
         kept = []
         for leaving, mode_name in self.retired:
-            if (other_than is not ... and mode_name == other_than) or (block and not self._mine_set(leaving)):
+            if other_than is not ... and mode_name == other_than:
                 kept.append((leaving, mode_name))
             elif block or not any(w.process.is_alive() for w in leaving.workers) or (
                     leaving.leaving is not None and time.monotonic() > leaving.leaving + LEAVE_S):
@@ -459,8 +423,8 @@ class WorkerSets:
         another's. Before MPS (its daemon may start now) they are reaped here; before another mode (the
         time-sliced one after MPS, the host paths' CPUs) its workers make their contexts meanwhile and
         wait for them to be gone (wait_for_leavers)."""
-        self._leave([k for k in self.members if k[0][0] != mode_name and self._mine_key(k[0])])
-        for key in [k for k in self.sets if k[0] != mode_name and self._mine_key(k)]:
+        self._leave([k for k in self.members if k[0][0] != mode_name])
+        for key in [k for k in self.sets if k[0] != mode_name]:
             self.sets.pop(key)
         if mode_name is not None and base_mode(mode_name) == Mps.name:
             self.reap(other_than=mode_name)

@@ -37,7 +37,6 @@ from gpuipc_bench.harness import preload
 from gpuipc_bench.harness.known import KnownBest
 from gpuipc_bench.harness.plan import modes_for, plan_runs, second_mode_sizes, second_mode_stream_sizes, \
     shuffle_paths
-from gpuipc_bench.harness.beside import Lanes, lanes_of
 from gpuipc_bench.harness.rounds import Proof, Round, run_round, schedule
 from gpuipc_bench.harness.supervision import WorkerLost
 from gpuipc_bench.hooks.profiling import mark, write_trace
@@ -227,10 +226,6 @@ class Session:
             runs = plan_runs(plan.runs, modes)  # the paths of a process set in a seeded order (not 'declared')
             queue = shuffle_paths(runs, config.order_seed if config.sample_order != "declared" else None)
             queue = schedule(queue, plan.rounds)  # disjoint pairs' headline runs at once (harness.rounds)
-            queue = lanes_of(queue, plan.beside)  # the two modes side by side on two GPUs (harness.beside)
-            if plan.beside is not None:
-                for key, value in plan.beside.metadata().items():
-                    results.set_meta(key, value)
             proof = Proof()
             index = 0
             while True:
@@ -250,13 +245,6 @@ class Session:
                         if outcome is not None and isinstance(outcome.error, WorkerLost):
                             return
                     index += 1
-                    continue
-                if isinstance(queue[index], Lanes):
-                    outcomes = self._lanes(queue[index], plan, known, resweep)
-                    current = plan.beside.second
-                    index += 1
-                    if any(isinstance(o.error, WorkerLost) for o in outcomes if o is not None):
-                        return
                     continue
                 if isinstance(queue[index], Round):
                     outcomes = self._round(queue[index], plan, known, resweep, proof)
@@ -293,8 +281,6 @@ class Session:
         for item in queue:
             if isinstance(item, Round):
                 runs += [run for pair in item.runs.values() for run in pair]
-            elif isinstance(item, Lanes):
-                runs += item.runs
             elif not isinstance(item, Confirm):
                 runs.append(item)
         runs.sort(key=lambda run: run[2] is not current)  # (stable: each mode's runs in the first pass's order)
@@ -330,28 +316,6 @@ class Session:
             how = "their pairs at once" if plan.rounds.together else "one pair at a time"
             self.reporter.note(f"GPU pairs in rounds: {plan.rounds.proof}; the other rounds run {how} "
                                "(rounds.* in the header)")
-        return outcomes
-
-    def _lanes(self, item, plan, known: KnownBest, resweep) -> list:
-        """The two modes side by side (harness.beside.run_lanes); the header keys and a note after
-        its proof."""
-        from gpuipc_bench.harness.beside import Shared, run_lanes
-
-        shared = Shared()
-
-        def one(run, keep: bool, tee, at_once: bool) -> Any:
-            scenario, specs, mode = run
-            with shared.held(scenario, specs, at_once):
-                return self._one(scenario, specs, mode, plan, known, resweep, keep=keep, tee=tee)
-
-        outcomes = run_lanes(item, plan.beside, Proof(), one, self.sets, self.sets.close, plan.config)
-        for key, value in plan.beside.metadata().items():
-            self.results.set_meta(key, value)
-        if plan.beside.together is not None:
-            beside = plan.beside
-            how = "at once" if beside.together else "one after the other"
-            self.reporter.note(f"{beside.first.name} on GPU {beside.first_gpu}, {beside.second.name} on GPU "
-                               f"{beside.second_gpu}: {beside.proof}; the two modes ran {how} (beside.* in the header)")
         return outcomes
 
     def _resample(self, plan, known: KnownBest, current) -> None:
@@ -447,13 +411,10 @@ class Session:
         first = modes_for(scenario, specs, modes)[:1]
         borrow = mode is not None and bool(first) and first[0].name != mode.name and \
             (scenario.name, devices, first[0].name) in self.ended_well  # its host-link ceilings: engine.pair
-        with self.lock:  # (fed from the other lane's or round's thread meanwhile)
-            known_rows = () if plan.independent else known.rows()
-            proofs = () if plan.independent else tuple(sorted(self.lane_proofs.items()))
         scenario_config = dataclasses.replace(
-            config, known_best=known_rows,
+            config, known_best=() if plan.independent else known.rows(),
             # an independent plan's runs prove their own lanes (a check's: each run in its own processes)
-            lane_proofs=proofs,
+            lane_proofs=() if plan.independent else tuple(sorted(self.lane_proofs.items())),
             lane_read_ms=None if plan.independent else self.lane_read_ms,
             stream_sizes=second_mode_stream_sizes(scenario, config, specs, modes, mode),
             host_ceilings_from=first[0].name if borrow else None)
@@ -647,8 +608,6 @@ def run_label(scenario, specs, mode, plan) -> str:
 
     devices = {spec.device for spec in specs}
     label = scenario.name if len(devices) < 2 else f"{scenario.name} {specs[0].device}>{specs[-1].device}"
-    if getattr(plan, "beside", None) is not None and len(devices) == 1 and None not in devices:
-        label += f" GPU {specs[0].device}"  # the modes side by side: each on its own GPU (harness.beside)
     if mig.is_mig_pair(specs):
         return f"{scenario.name} {mig.pair_label(specs, plan.machine)}"
     if mode is not None and len(plan.modes) > 1:

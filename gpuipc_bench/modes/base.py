@@ -7,11 +7,6 @@ class Mode:
     name = ""
     summary = ""
     scenarios: tuple[str, ...] = ()  # the scenarios this mode measures; (): every one that takes modes
-    # Where the run measures its modes side by side on two GPUs (harness.beside): the GPU this mode's
-    # same-GPU runs go to, their CPUs, and the UUID a daemon of the mode is shown alone. None: as planned.
-    gpu: int | None = None
-    gpu_cpus: tuple[int, ...] = ()
-    visible: str = ""
 
     def unavailable(self) -> str | None:
         return None

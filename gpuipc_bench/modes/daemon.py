@@ -168,16 +168,14 @@ class MpsDaemon:
     known_servers: set[int] = dataclasses.field(default_factory=set)
     guard: subprocess.Popen | None = None
     subreaper_was: int | None = None  # this process's subreaper setting before start(), set back by stop()
-    visible: str = ""  # the GPUs the daemon (and its server) sees: CUDA_VISIBLE_DEVICES; '': as this process
 
     # ---------------------------------------------------------------- start
 
     @classmethod
     def start(cls, binary: str | None = None, pipe_dir: str | None = None, log_dir: str | None = None,
-              timeout: float = START_TIMEOUT_S, visible: str = "") -> "MpsDaemon":
+              timeout: float = START_TIMEOUT_S) -> "MpsDaemon":
         """Start a private daemon, or raise MpsUnavailable with the reason (leaving nothing behind).
-        Without pipe_dir/log_dir, fresh ones are made (and removed by stop()). `visible`: the GPUs
-        it serves (CUDA_VISIBLE_DEVICES), where not every GPU this process sees."""
+        Without pipe_dir/log_dir, fresh ones are made (and removed by stop())."""
         binary = binary or find_binary()
         if not binary:
             raise MpsUnavailable(f"{BINARY} is not on PATH")
@@ -191,7 +189,7 @@ class MpsDaemon:
             log_dir = log_dir or tempfile.mkdtemp(prefix=PREFIX + "log-")
         except OSError as exc:
             raise MpsUnavailable(f"cannot make the MPS pipe and log directories: {exc.strerror}") from None
-        daemon = cls(binary, str(pipe_dir), str(log_dir), owns_dirs=owns, visible=visible)
+        daemon = cls(binary, str(pipe_dir), str(log_dir), owns_dirs=owns)
         try:
             daemon._write_owner()
             daemon._launch(timeout)
@@ -284,10 +282,7 @@ class MpsDaemon:
         return {PIPE_ENV: self.pipe_dir, LOG_ENV: self.log_dir}
 
     def full_env(self) -> dict[str, str]:
-        env = daemon_env(self.pipe_dir, self.log_dir)
-        if self.visible:
-            env["CUDA_VISIBLE_DEVICES"] = self.visible
-        return env
+        return daemon_env(self.pipe_dir, self.log_dir)
 
     def control(self, command: str, timeout: float = COMMAND_TIMEOUT_S) -> str:
         """Send one command; its output. MpsUnavailable when the daemon does not answer."""

@@ -54,7 +54,7 @@ class Mps(Mode):
             self.users = os.environ.get(mps.PIPE_ENV) or mps.DEFAULT_PIPE_DIR
             return
         try:
-            self.daemon = mps.MpsDaemon.start(visible=self.visible)
+            self.daemon = mps.MpsDaemon.start()
         except mps.MpsUnavailable as exc:
             self.failed = f"the mps mode: cannot start a private MPS daemon: {exc}"
             raise BenchError(self.failed) from None
@@ -74,8 +74,7 @@ class Mps(Mode):
             return self.owner.facts()
         if self.users:
             return {"sharing.mps": f"the MPS daemon already running at {self.users} (used as it is)"}
-        alone = f", serving GPU {self.gpu} alone" if self.daemon is not None and self.daemon.visible else ""
-        return {"sharing.mps": f"a private MPS daemon started for this run{alone}"} if self.daemon else {}
+        return {"sharing.mps": "a private MPS daemon started for this run"} if self.daemon else {}
 
     def stop(self) -> list[str]:
         if self.owner is not None:

@@ -84,6 +84,27 @@ def test_an_explicit_out_that_exists_is_refused_without_force(tmp_path):
     assert out.read_text() == "mine\n"
 
 
+def test_a_name_two_runs_give_at_once_is_written_by_the_first_and_the_second_refused(tmp_path, monkeypatch):
+    """The review's D1 for a name given with --out: the file appears between the options' check and
+    the run's start (another run took it): refused in one line, the other run's file left whole."""
+    from gpuipc_bench.harness import plan as planning
+
+    out = tmp_path / "same.csv"
+    planned = planning.make_plan
+
+    def other_run_meanwhile(*args, **kwargs):
+        out.write_text("the other run's\n")
+        return planned(*args, **kwargs)
+
+    monkeypatch.setattr(planning, "make_plan", other_run_meanwhile)
+    code, text = invoke("run", "-s", "host", "--out", str(out), *FAST)
+    assert code != 0 and "another run created this file" in text and "--out" in text and "Traceback" not in text
+    assert out.read_text() == "the other run's\n"
+    out.unlink()
+    code, text = invoke("run", "-s", "host", "--out", str(out), "--force", *FAST)  # --force: it may overwrite
+    assert code == 0, text
+
+
 def test_out_ending_in_log_is_refused(tmp_path, no_work):
     assert_refused(*invoke("run", "-s", "host", "--out", str(tmp_path / "x.log"), *FAST), "--out", "x.log", ".csv")
 

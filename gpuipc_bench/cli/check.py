@@ -167,7 +167,7 @@ def _inputs(expect_file, out, force, table_file, output_file):
     expectations, the CSV's path); UsageError for a bad file or a name taken."""
     from gpuipc_bench.check import expect
     from gpuipc_bench.config import check_writable
-    from gpuipc_bench.results.writing import claim_free_name, default_results_path
+    from gpuipc_bench.results.writing import claim_free_name, claim_name, default_results_path
 
     expectations = expect.load(expect_file)
     default_name = out is None
@@ -181,6 +181,8 @@ def _inputs(expect_file, out, force, table_file, output_file):
                 raise UsageError(str(exc).replace(f"--out {written}", f"{option} {written}", 1)) from None
     if default_name:  # a check started in the same second has it: the next free name (<name>-2.csv)
         out = claim_free_name(out)
+    elif not force:  # a name two checks give at once: the second refused (run's --out alike)
+        out = claim_name(out)
     return expectations, out
 
 

@@ -18,7 +18,7 @@ from gpuipc_bench.engine.sampler import DRIFT, FAR_BEHIND, FAR_SAMPLES
 from gpuipc_bench.errors import BenchError, UsageError
 from gpuipc_bench.gpu.timing import HOST_WARM_BYTES, LARGE_TRANSFER_BYTES, WARMUP_OPS
 from gpuipc_bench.hooks.profiling import mark
-from gpuipc_bench.results.writing import claim_free_name, default_results_path
+from gpuipc_bench.results.writing import claim_free_name, claim_name, default_results_path
 from gpuipc_bench.robust import CONFIDENCE, PRECISION, WIDE_MIN_SAMPLES
 from gpuipc_bench.defaults import (
     CHUNK_BYTES, DEFAULT_GPU_SIZES, DEFAULT_HOST_SIZES, DEFAULT_RESAMPLE_S, DEFAULT_SAMPLES, PRESETS, QUICK_GPU_SIZES,
@@ -244,6 +244,8 @@ def _run(scenario_names, sizes, preset, iterations, min_samples, max_samples, wa
 
         if default_name:  # a run started in the same second has it: the next free name (<name>-2.csv)
             out = claim_free_name(out)
+        elif not force:  # a name given twice by runs started at once: the second refused, not one result lost
+            out = claim_name(out)
         if not verbose and job is None:  # what libraries print in the workers goes beside the CSV
             config = dataclasses.replace(config, worker_log=str(Path(out).with_suffix(".log")))
         for scenario in dict.fromkeys(s for s, _ in planned.runs):  # nvcc builds while the first paths run

@@ -69,10 +69,12 @@ def claim_name(path: Path, option: str = "--out") -> Path:
     """Create `path` exclusively (O_CREAT|O_EXCL), the name a user gave without --force: it did not
     exist when the options were checked, so a file there now is another run's, started at the same
     time with the same name (both would write it, and one result would be lost): refused, naming
-    the option. Returns `path` (an empty file, which the results then replace)."""
+    the option. A symlink is followed (the file it names is claimed; the link stays). Returns `path`
+    (an empty file, which the results then replace)."""
     path = Path(path)
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666))
+        os.close(os.open(os.path.realpath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
+                         0o666))
     except FileExistsError:
         raise BenchError(f"{option} {path}: another run created this file while this one started; give "
                          "another name (or --force to overwrite it)") from None

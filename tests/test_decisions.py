@@ -670,3 +670,29 @@ def test_the_ratio_interval_spans_each_process_set_s_where_both_figures_were_mea
     (moved,) = decisions(*rows(1, 1.20, 12), *rows(2, 1.10, 4))
     assert moved.delta == pytest.approx(1.2 / 1.1 - 1, rel=0.02) and moved.ratio_lo < 1 + moved.delta
     assert moved.outcome == UNDECIDED
+
+
+def test_a_next_class_whose_samples_still_fall_carries_its_fall_in_the_ratio_s_delta():
+    """Time-sliced at 64 KiB on one H200 the pageable hand-off's first samples ran slow (72, 68, then ~60 us):
+    its ratio to the host-synced choice claims no more than that fall (verdict.falling), so a 1.14x gap read
+    faster beyond 2% is not faster beyond the 18% its samples fell; a steady next class keeps the 2%."""
+    from gpuipc_bench.analysis import verdict
+    from gpuipc_bench.engine.sampler import DRIFT
+
+    size = 64 * KIB
+    fell = [1.3, 1.22, 1.15, 1.09, 1.04, 1.0, 1.0, 0.99, 1.01]  # falling smoothly, not two states
+
+    def decided(samples):
+        return only(figure("staging", "pinned-hostsync", 22e-6, sizes=(size,), measure="handoff", ceiling="", n=9),
+                    figure("staging", "pageable", 1.1 * 22e-6, sizes=(size,), measure="handoff", ceiling="", n=9,
+                           samples=samples))
+
+    falling = decided(fell)
+    assert stats.Prepared([22e-6 * 1.1 * x for x in fell]).two is None
+    assert falling.choice == "staging/pinned-hostsync" and falling.delta == pytest.approx(1.185 / 1.0 - 1, rel=0.01)
+    assert falling.outcome != stats.FASTER
+    steady = decided([1.14 * x for x in (1.0, 1.01, 0.99, 1.0, 1.01, 0.995, 1.005, 1.0, 0.99)])
+    assert steady.outcome == stats.FASTER and steady.delta == pytest.approx(stats.MIN_EFFECT)
+    rising = decided(list(reversed(fell)))  # slower later: not a warm-up, no fall to carry
+    assert rising.delta == pytest.approx(stats.MIN_EFFECT)
+    assert verdict.FALLING == DRIFT  # the sampler's drift rule and the analysis's read one threshold

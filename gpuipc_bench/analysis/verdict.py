@@ -121,9 +121,9 @@ class Decision:
     choice_s: the choice's (lo, median, hi) seconds (lo..hi: its median's interval, or its
     range below 6 samples); samples: the fewest samples of the choice and the next; separated:
     the outcome is FASTER with every sample of the choice below every sample of the next;
-    delta: the effect floor of the comparison with the next class (the largest used where
-    there is none); cost: what the choice costs besides the transfer (a GPU-signalled
-    hand-off's resident kernel)."""
+    delta: the effect floor of the comparison with the next class, with either figure's fall
+    within its process set in it (falling; the largest used where there is none); cost: what the
+    choice costs besides the transfer (a GPU-signalled hand-off's resident kernel)."""
 
     src: str
     dst: str

@@ -44,6 +44,17 @@ def median(values: Sequence[float]) -> float:
     return _median_of_sorted(_finite(values))
 
 
+def halves(values: Sequence[float]) -> tuple[float, float] | None:
+    """(the median of the earlier half of `values`, that of the later half), in their order; of an odd
+    count the middle value is in neither half; None below 6 values. What the sampler's drift rule and
+    the analysis's fall within a process set compare (engine.sampler.drifting, analysis.verdict.falling)."""
+    values = list(values)
+    half = len(values) // 2
+    if len(values) < 6:
+        return None
+    return median(values[:half]), median(values[len(values) - half:])
+
+
 # The functions below read samples already through _finite (sorted, finite) through these: the
 # same figures, without sorting a sorted list again.
 def _median_of_sorted(xs: list[float]) -> float:

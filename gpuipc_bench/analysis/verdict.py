@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
+from gpuipc_bench import robust
 from gpuipc_bench.analysis import classes, stats
 from gpuipc_bench.analysis.classes import Figure
 from gpuipc_bench.analysis.conditions import ROLE_SUFFIXES, ceiling_base, column_values, conditions_of, label, records
@@ -574,15 +575,9 @@ def falling(f: Figure) -> float:
     runner-up misses from 38 to 33 and the triples meeting every part of issue 33's bar from 3 to 5,
     and 9 of their 1,305 decisions from faster to undecided, 5 of them the MPS 256 MiB hand-off
     whose API flips between runs (results/h200-triples-reread.txt, h200-pageable-warmup.txt)."""
-    found = 0.0
-    for values in f.replicas or (f.samples,):
-        half = len(values) // 2
-        if len(values) < 6:
-            continue
-        early, late = float(np.median(values[:half])), float(np.median(values[len(values) - half:]))
-        if late > 0 and early / late - 1 > FALLING:
-            found = max(found, early / late - 1)
-    return found
+    fell = [early / late - 1 for early, late in filter(None, map(robust.halves, f.replicas or (f.samples,)))
+            if late > 0]
+    return max([x for x in fell if x > FALLING], default=0.0)
 
 
 def ratio_span(found: stats.Comparison, a: Figure, b: Figure, step: float = 0.0) -> tuple[float, float]:

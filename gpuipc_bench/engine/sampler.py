@@ -100,12 +100,8 @@ SOLO_SEEDS = 0x50105EED  # solo samples' seeds differ from the shared ones
 def drifting(values) -> bool:
     """Not yet steady: the median of the later half of its samples (6 at least) more than DRIFT from the
     earlier half's, either way (of an odd count, the middle sample is in neither half)."""
-    values = list(values)
-    half = len(values) // 2
-    if len(values) < 6:
-        return False
-    early, late = robust.median(values[:half]), robust.median(values[len(values) - half:])
-    return early > 0 and abs(late / early - 1) > DRIFT
+    found = robust.halves(values)
+    return found is not None and found[0] > 0 and abs(found[1] / found[0] - 1) > DRIFT
 
 
 def still_falling(values) -> bool:

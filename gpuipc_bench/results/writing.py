@@ -48,17 +48,21 @@ def default_results_path(prefix: str = "") -> Path:
     return Path("results") / f"{prefix}{stamp}-{socket.gethostname()}.csv"
 
 
+def create_new(path: Path) -> None:
+    """Create `path` as an empty file, exclusively (O_CREAT|O_EXCL): FileExistsError where it is there."""
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666))
+
+
 def claim_free_name(path: Path) -> Path:
     """Create `path` exclusively (O_CREAT|O_EXCL), or, when it exists, the first free one of
     <stem>-2<suffix>, <stem>-3<suffix>, ...; returns the name taken (an empty file, which the
     results then replace). Two runs started in the same second so never share a file. OSError
     (other than the name being taken) propagates."""
     path = Path(path)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     for n in range(1, 10_000):
         candidate = path if n == 1 else path.with_name(f"{path.stem}-{n}{path.suffix}")
         try:
-            os.close(os.open(candidate, flags, 0o666))
+            create_new(candidate)
         except FileExistsError:
             continue
         return candidate
@@ -73,8 +77,7 @@ def claim_name(path: Path, option: str = "--out") -> Path:
     (an empty file, which the results then replace)."""
     path = Path(path)
     try:
-        os.close(os.open(os.path.realpath(path), os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0),
-                         0o666))
+        create_new(Path(os.path.realpath(path)))
     except FileExistsError:
         raise BenchError(f"{option} {path}: another run created this file while this one started; give "
                          "another name (or --force to overwrite it)") from None
